@@ -1,0 +1,35 @@
+#pragma once
+// What an op's forward calls to join the graph. Pattern (see ops/*.cpp):
+//
+//   Tensor out = <run kernel>;
+//   if (autograd::needs_grad({&a, &b})) {
+//     autograd::record(OpId::mul, {a, b}, {out},
+//         [sa = SavedTensor(a), sb = SavedTensor(b)](const TensorList& g) -> TensorList {
+//           return {g[0] * sb.unpack(), g[0] * sa.unpack()};
+//         });
+//   }
+//
+// Backward closures run with grad mode off and compute with public ops, so they work on every
+// device that has the forward kernels.
+#include <initializer_list>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+
+namespace precis::autograd {
+
+/// True when grad mode is on and any defined input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const TensorList& inputs);
+
+/// Creates a FunctionNode for `op` with an edge per input (invalid for inputs that need no
+/// gradient), and makes it the grad_fn of each output (output_nr = position). Outputs become
+/// requires_grad. The backward returns one gradient per input (undefined allowed).
+std::shared_ptr<Node> record(OpId op, const TensorList& inputs, const TensorList& outputs,
+                             FunctionNode::Backward backward);
+
+/// The edge a gradient for `t` must flow along: its grad_fn, or its leaf's AccumulateGrad
+/// (created on first use), or an invalid edge when t does not require grad.
+Edge gradient_edge(const Tensor& t);
+
+}  // namespace precis::autograd

@@ -1,0 +1,48 @@
+#pragma once
+// Memory allocators. Every tensor's storage comes from the allocator of its device. The CPU one is
+// a caching allocator: freed blocks are kept in size buckets and reused, because on the machines
+// here the first touch of a fresh page costs ~10 µs (MACHINE.md) and a framework that hands memory
+// back to the system every step spends its time in page faults.
+#include <cstddef>
+#include <cstdint>
+
+#include "core/device.h"
+
+namespace precis {
+
+/// Byte counts of one allocator. `allocated`: bytes in live blocks handed out (rounded to the
+/// block size); `reserved`: bytes held from the system (live + cached); `peak_allocated`: the
+/// largest `allocated` seen since the last reset_peak_stats().
+struct AllocatorStats {
+  size_t allocated = 0;
+  size_t reserved = 0;
+  size_t peak_allocated = 0;
+  uint64_t num_allocs = 0;      // allocate() calls
+  uint64_t num_cache_hits = 0;  // allocate() calls served from the cache
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  /// Returns a block of at least nbytes, aligned to 64 bytes (nullptr for nbytes == 0).
+  /// Throws precis::Error when the memory cannot be had.
+  virtual void* allocate(size_t nbytes) = 0;
+  /// Returns a block obtained from allocate(nbytes) with the same nbytes.
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  virtual AllocatorStats stats() const = 0;
+  virtual void reset_peak_stats() = 0;
+  /// Gives every cached (free) block back to the system.
+  virtual void empty_cache() = 0;
+  virtual Device device() const = 0;
+};
+
+/// The process-wide CPU caching allocator.
+Allocator& cpu_allocator();
+
+/// The allocator for a device. CUDA allocators are registered by the CUDA backend's init; asking
+/// for a CUDA device without one throws DeviceError.
+Allocator& allocator_for(Device device);
+/// Called by a backend's init to make its allocator reachable through allocator_for.
+void register_allocator(DeviceType type, int index, Allocator* allocator);
+
+}  // namespace precis

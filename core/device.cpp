@@ -1,0 +1,26 @@
+#include "core/device.h"
+
+#include "core/error.h"
+
+namespace precis {
+
+const char* device_type_name(DeviceType t) { return t == DeviceType::cpu ? "cpu" : "cuda"; }
+
+std::string Device::str() const {
+  if (is_cpu()) return "cpu";
+  return "cuda:" + std::to_string(index);
+}
+
+Device Device::parse(const std::string& s) {
+  if (s == "cpu") return cpu();
+  if (s == "cuda") return cuda(0);
+  if (s.rfind("cuda:", 0) == 0) {
+    const std::string n = s.substr(5);
+    PRECIS_CHECK(!n.empty() && n.find_first_not_of("0123456789") == std::string::npos,
+                 "invalid device '", s, "'; expected 'cpu', 'cuda' or 'cuda:N'");
+    return cuda(std::stoi(n));
+  }
+  throw ValueError("invalid device '" + s + "'; expected 'cpu', 'cuda' or 'cuda:N'");
+}
+
+}  // namespace precis

@@ -1,0 +1,29 @@
+#pragma once
+// Where a tensor lives: the CPU, or CUDA device N.
+#include <cstdint>
+#include <string>
+
+namespace precis {
+
+enum class DeviceType : uint8_t { cpu, cuda };
+inline constexpr int kNumDeviceTypes = 2;
+
+struct Device {
+  DeviceType type = DeviceType::cpu;
+  int16_t index = 0;  // CUDA ordinal; always 0 for the CPU
+
+  static constexpr Device cpu() { return {DeviceType::cpu, 0}; }
+  static constexpr Device cuda(int index = 0) { return {DeviceType::cuda, static_cast<int16_t>(index)}; }
+  constexpr bool is_cpu() const { return type == DeviceType::cpu; }
+  constexpr bool is_cuda() const { return type == DeviceType::cuda; }
+  friend constexpr bool operator==(Device a, Device b) { return a.type == b.type && a.index == b.index; }
+
+  /// "cpu" or "cuda:N".
+  std::string str() const;
+  /// Parses "cpu", "cuda", "cuda:N"; throws ValueError otherwise.
+  static Device parse(const std::string& s);
+};
+
+const char* device_type_name(DeviceType t);
+
+}  // namespace precis

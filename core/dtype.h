@@ -1,0 +1,45 @@
+#pragma once
+// Element types. A tensor's dtype is one of these; f16 and bf16 are storage formats whose
+// arithmetic is done in fp32 (DESIGN §3).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace precis {
+
+enum class DType : uint8_t { f32, f64, f16, bf16, i64, i32, boolean };
+inline constexpr int kNumDTypes = 7;
+
+/// Bytes per element.
+constexpr size_t element_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::i64: return 8;
+    case DType::i32: return 4;
+    case DType::boolean: return 1;
+  }
+  return 0;
+}
+
+/// True for f32, f64, f16, bf16.
+constexpr bool is_floating(DType t) {
+  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
+}
+/// True for f16 and bf16: the dtypes autocast lowers to.
+constexpr bool is_low_precision(DType t) { return t == DType::f16 || t == DType::bf16; }
+constexpr bool is_integral(DType t) { return t == DType::i64 || t == DType::i32; }
+
+/// Short name as used in messages and safetensors-compatible code ("f32", "bf16", "bool", ...).
+std::string_view dtype_name(DType t);
+/// Inverse of dtype_name; throws ValueError on an unknown name.
+DType dtype_from_name(std::string_view name);
+
+/// PyTorch's promotion for binary ops between two tensors: bool < integers < floating;
+/// among floats the wider wins, and f16 with bf16 gives f32.
+DType promote_types(DType a, DType b);
+
+}  // namespace precis

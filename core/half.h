@@ -1,0 +1,53 @@
+#pragma once
+// fp16 and bf16 storage types. Arithmetic on them is done in fp32: convert, compute, round back.
+// Conversions round to nearest, ties to even, and keep NaN (quiet), infinities and subnormals.
+#include <cstdint>
+#include <cstring>
+
+namespace precis {
+
+namespace detail {
+float half_bits_to_float(uint16_t h);
+uint16_t float_to_half_bits(float f);
+inline float bf16_bits_to_float(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t float_to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+}  // namespace detail
+
+/// IEEE 754 binary16.
+struct Half {
+  uint16_t bits = 0;
+  Half() = default;
+  Half(float f) : bits(detail::float_to_half_bits(f)) {}  // NOLINT: implicit like a float
+  operator float() const { return detail::half_bits_to_float(bits); }
+  static Half from_bits(uint16_t b) { Half h; h.bits = b; return h; }
+};
+
+/// bfloat16: the top 16 bits of an fp32.
+struct BFloat16 {
+  uint16_t bits = 0;
+  BFloat16() = default;
+  BFloat16(float f) : bits(detail::float_to_bf16_bits(f)) {}  // NOLINT
+  operator float() const { return detail::bf16_bits_to_float(bits); }
+  static BFloat16 from_bits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
+};
+
+static_assert(sizeof(Half) == 2 && sizeof(BFloat16) == 2);
+
+/// Bulk conversions, vectorised (F16C / AVX-512 when the CPU has them; scalar otherwise).
+void float_to_half(const float* src, Half* dst, int64_t n);
+void half_to_float(const Half* src, float* dst, int64_t n);
+void float_to_bfloat16(const float* src, BFloat16* dst, int64_t n);
+void bfloat16_to_float(const BFloat16* src, float* dst, int64_t n);
+
+}  // namespace precis

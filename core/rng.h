@@ -1,0 +1,42 @@
+#pragma once
+// Counter-based random numbers (Philox4x32-10). A draw is a pure function of (seed, counter), so
+// the CPU and CUDA kernels produce the same numbers for the same seed and offset, and a generator's
+// whole state is two integers (easy to checkpoint).
+#include <array>
+#include <cstdint>
+
+namespace precis {
+
+/// Philox4x32 with 10 rounds: four 32-bit outputs for one 128-bit counter and a 64-bit key.
+std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter, uint64_t key);
+
+/// Uniform float in [0, 1) from 32 random bits (24 significant bits).
+inline float uint32_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+
+/// A seeded stream of Philox blocks. `offset` counts 128-bit blocks already consumed; kernels
+/// reserve a range of blocks with `reserve(n)` and generate them in parallel from (seed, start).
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0x853c49e6748fea9bULL) : seed_(seed) {}
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }
+  /// Reserves n blocks and returns the offset of the first.
+  uint64_t reserve(uint64_t n_blocks) { uint64_t start = offset_; offset_ += n_blocks; return start; }
+  /// The four outputs of block `index` of this stream.
+  std::array<uint32_t, 4> block(uint64_t index) const {
+    return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0u, 0u}, seed_);
+  }
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+/// The process-wide default generator used by rand/randn/dropout when none is given.
+Generator& default_generator();
+/// Seeds the default generator (and resets its offset), like torch.manual_seed.
+void manual_seed(uint64_t seed);
+
+}  // namespace precis

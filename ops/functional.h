@@ -1,0 +1,105 @@
+#pragma once
+// The functional API: precis::add, precis::matmul, ... Every function here checks its operands
+// (throwing a precis::Error that names the op and each operand's shape, dtype and device), runs
+// the kernel for (device, dtype) from the op table, and records a backward node when an input
+// requires grad. Each comment gives the shapes, dtypes and the autocast category (DESIGN §3).
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace precis {
+
+// ---- unary element-wise: same shape and dtype out (floating inputs) --------------------------
+Tensor neg(const Tensor& x);                         ///< -x. Passthrough.
+Tensor abs(const Tensor& x);                         ///< |x|. Passthrough; grad at 0 is 0.
+Tensor exp(const Tensor& x);                         ///< FP32.
+Tensor log(const Tensor& x);                         ///< FP32.
+Tensor sqrt(const Tensor& x);                        ///< FP32.
+Tensor rsqrt(const Tensor& x);                       ///< 1/sqrt(x). FP32.
+Tensor tanh(const Tensor& x);                        ///< Passthrough.
+Tensor sigmoid(const Tensor& x);                     ///< Passthrough.
+Tensor relu(const Tensor& x);                        ///< max(x, 0). Passthrough; grad at 0 is 0.
+/// GELU; approximate = "none" (x·Φ(x), erf form) or "tanh". Passthrough.
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+Tensor pow(const Tensor& x, Scalar exponent);        ///< x^exponent. FP32.
+
+// ---- binary element-wise: operands broadcast; result dtype by promote_types -------------------
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1.0);  ///< a + alpha·b. Promote.
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1.0);  ///< a - alpha·b. Promote.
+Tensor mul(const Tensor& a, const Tensor& b);                      ///< Promote.
+Tensor div(const Tensor& a, const Tensor& b);                      ///< Promote.
+/// Element-wise max/min; NaN propagates; on ties the gradient is split evenly. Promote.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+// Scalar forms: the scalar takes the tensor's dtype (a floating scalar with an integer tensor
+// gives f32), as in PyTorch.
+Tensor add(const Tensor& a, Scalar b);
+Tensor sub(const Tensor& a, Scalar b);
+Tensor mul(const Tensor& a, Scalar b);
+Tensor div(const Tensor& a, Scalar b);
+Tensor maximum(const Tensor& a, Scalar b);
+Tensor minimum(const Tensor& a, Scalar b);
+
+// ---- comparisons: broadcast, bool out, not differentiable ------------------------------------
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, Scalar b);
+Tensor ne(const Tensor& a, Scalar b);
+Tensor lt(const Tensor& a, Scalar b);
+Tensor le(const Tensor& a, Scalar b);
+Tensor gt(const Tensor& a, Scalar b);
+Tensor ge(const Tensor& a, Scalar b);
+
+// ---- selection ------------------------------------------------------------------------------
+/// cond ? a : b element-wise; cond is bool; all three broadcast. Promote.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+/// x with `value` where mask (bool, broadcastable to x) is true. Passthrough.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+
+// ---- reductions -----------------------------------------------------------------------------
+// dims may be negative; an empty dims list reduces over every dim. Floating results accumulate in
+// fp32 (f64 for f64 inputs). Integer and bool sums give i64.
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);   ///< FP32.
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);  ///< FP32.
+/// Variance with Bessel's correction by default (correction = 1, as torch.var). FP32.
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false);
+/// Maximum of all elements (0-d). Passthrough.
+Tensor max(const Tensor& x);
+/// Maximum along dim and the i64 index of its first occurrence. Passthrough.
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Sums `x` down to `shape` (the inverse of broadcasting): used by backward of broadcasting ops.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- linear algebra -------------------------------------------------------------------------
+/// torch.matmul: 1-D·1-D dot, 2-D GEMM, 1-D promoted to a matrix and squeezed back, and batched
+/// (..., n, k) @ (..., k, m) with the batch dims broadcast. Floating, same dtype. Lower.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// y = x·weightᵀ + bias. x: (..., in), weight: (out, in), bias: (out) or undefined. Lower.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- joining and indexing -------------------------------------------------------------------
+/// Concatenates along an existing dim; other sizes must match. Promote.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+/// Stacks along a new dim; all shapes equal. Promote.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+/// Rows of x along dim picked by index (1-D, i64 or i32). Passthrough.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+/// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0, etc. index: i64, same ndim. Passthrough.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+/// x with src's slices added at rows index along dim (out-of-place). Passthrough.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+/// x with src[i][j][k] added to out[index[i][j][k]][j][k] for dim 0, etc. (out-of-place). Passthrough.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+
+/// x converted to dtype (differentiable; identity when equal).
+Tensor cast(const Tensor& x, DType dtype);
+
+}  // namespace precis

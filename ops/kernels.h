@@ -1,0 +1,62 @@
+#pragma once
+// Kernel signatures shared by every backend. The functional API (ops/*.cpp) checks operands,
+// allocates outputs and brings inputs to the shape the kernel expects; a kernel only computes.
+// Kernels are looked up by (op, device type, dtype) with kernel<Fn>() from ops/op_table.h; the
+// dtype key is the input dtype unless a comment says otherwise. Floating kernels for f16/bf16
+// compute in fp32, f64 in f64.
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace precis::kernels {
+
+/// dst[i] = src[i] converted to dst's dtype. Same shape and device, any strides (src may be
+/// expanded with stride 0). Keyed by dst's dtype.
+using CopyKernel = void(const Tensor& dst, const Tensor& src);
+/// Every element of dst (any strides) set to value.
+using FillKernel = void(const Tensor& dst, Scalar value);
+
+/// out = f(x). out contiguous, x same shape (any strides). `param`: pow's exponent; gelu's
+/// approximation (0 = erf, 1 = tanh); unused otherwise.
+using UnaryKernel = void(const Tensor& out, const Tensor& x, double param);
+
+/// out = f(a, b). a, b expanded to out's shape (any strides, stride 0 allowed), same dtype.
+/// out contiguous: same dtype for arithmetic, bool for comparisons. `alpha`: add/sub's b
+/// multiplier; for relu_backward/gelu_backward (a = grad, b = x) gelu's approximation flag.
+using BinaryKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
+
+/// out = cond ? a : b; all expanded to out's shape; cond bool. Keyed by a's dtype.
+using WhereKernel = void(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+/// out = mask ? value : x; x and mask expanded to out's shape.
+using MaskedFillKernel = void(const Tensor& out, const Tensor& x, const Tensor& mask, Scalar value);
+
+/// Reductions over `dims` (sorted, unique, non-empty). out has x's shape with those dims set to
+/// 1 (keepdim form), contiguous. Floating accumulation in fp32 (f64 for f64). Keyed by x's dtype;
+/// sum of integers/bool writes i64.
+using ReduceKernel = void(const Tensor& out, const Tensor& x, const std::vector<int64_t>& dims);
+/// var with `correction` (N - correction in the denominator).
+using VarKernel = void(const Tensor& out, const Tensor& x, const std::vector<int64_t>& dims, int64_t correction);
+/// Max along one dim: values (x's dtype) and indices (i64) in keepdim form, contiguous; the first
+/// index of the maximum; NaN wins.
+using MaxDimKernel = void(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim);
+
+/// Batched GEMM. a: (Ba, n, k), b: (Bb, k, m), Ba and Bb each 1 or B (size-1 batches broadcast),
+/// any strides; out: (B, n, m) contiguous. Same floating dtype; fp32 accumulation.
+using MatmulKernel = void(const Tensor& out, const Tensor& a, const Tensor& b);
+/// out = x·wᵀ + bias. x: (M, in) contiguous, w: (out, in) contiguous, bias: (out) or undefined,
+/// out: (M, out) contiguous.
+using LinearKernel = void(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
+
+/// Copies each input into out along dim at its offset; inputs already have out's dtype.
+using CatKernel = void(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim);
+/// out = x.index_select(dim, index); index 1-D i64 (already range-checked).
+using IndexSelectKernel = void(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index);
+/// out = x.gather(dim, index); index i64 with out's shape (range-checked).
+using GatherKernel = void(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index);
+/// out (already holding a copy of x) += src's slices at rows index along dim.
+using IndexAddKernel = void(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
+/// out (already holding a copy of x): out[index[i..]] along dim += src[i..].
+using ScatterAddKernel = void(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
+
+}  // namespace precis::kernels

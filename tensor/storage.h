@@ -1,0 +1,36 @@
+#pragma once
+// A reference-counted buffer on one device. Views share one Storage.
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "core/allocator.h"
+#include "core/device.h"
+
+namespace precis {
+
+class StorageImpl {
+ public:
+  /// Allocates nbytes from the device's allocator.
+  StorageImpl(size_t nbytes, Device device);
+  /// Wraps memory owned elsewhere; `deleter` (may be empty) runs when the storage dies.
+  StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  ~StorageImpl();
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  Allocator* allocator_ = nullptr;          // set when data_ came from an allocator
+  std::function<void(void*)> deleter_;      // set for wrapped external memory
+};
+
+using Storage = std::shared_ptr<StorageImpl>;
+
+}  // namespace precis

@@ -1,0 +1,196 @@
+#pragma once
+// precis::Tensor: a cheap, shared handle to a TensorImpl (copying a Tensor shares the data, as in
+// PyTorch). Views (view, transpose, slice, expand, ...) share storage and are differentiable.
+// Member functions that compute (to, clone, operators) dispatch through the op table; see
+// ops/functional.h for the full functional API.
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "tensor/scalar.h"
+#include "tensor/tensor_impl.h"
+
+namespace precis {
+
+namespace autograd {
+class Node;
+}
+
+/// dtype / device / requires_grad for factories: `zeros({2, 3}, {.dtype = DType::f64})`.
+struct TensorOptions {
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+  bool requires_grad = false;
+};
+
+/// C++ element type for a dtype: CType<DType::f32> is float, CType<DType::boolean> is bool.
+template <typename T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<Half>() { return DType::f16; }
+template <> constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
+
+class Tensor {
+ public:
+  Tensor() = default;  ///< An undefined tensor (defined() is false).
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  /// True when both handles refer to the same TensorImpl.
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // ---- metadata ---------------------------------------------------------------------------
+  const Shape& sizes() const { return checked()->sizes(); }
+  const Shape& strides() const { return checked()->strides(); }
+  /// Size of `dim`; negative dims count from the end.
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
+  int64_t numel() const { return checked()->numel(); }
+  DType dtype() const { return checked()->dtype(); }
+  Device device() const { return checked()->device(); }
+  int64_t storage_offset() const { return checked()->offset(); }
+  bool is_contiguous() const { return checked()->is_contiguous(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  size_t element_size() const { return precis::element_size(dtype()); }
+  /// "[2, 3] f32 cpu": the description used in every error message.
+  std::string describe() const;
+
+  /// Address of the first element. data_ptr<T>() checks that T matches the dtype.
+  void* data_ptr() const { return checked()->data(); }
+  template <typename T> T* data_ptr() const {
+    PRECIS_CHECK_DTYPE(dtype_of<T>() == dtype(), "data_ptr<", dtype_name(dtype_of<T>()),
+                       ">() called on a tensor of dtype ", dtype_name(dtype()));
+    return static_cast<T*>(data_ptr());
+  }
+
+  uint32_t version() const { return checked()->version_counter()->value.load(std::memory_order_relaxed); }
+  /// Marks an in-place modification (done by every in-place op).
+  void bump_version() const { checked()->version_counter()->value.fetch_add(1, std::memory_order_relaxed); }
+
+  // ---- views (share storage; differentiable) ---------------------------------------------------
+  /// Same data, new shape; one size may be -1. Requires view-compatible strides (else use reshape).
+  Tensor view(const Shape& sizes) const;
+  /// view() when possible, otherwise a contiguous copy.
+  Tensor reshape(const Shape& sizes) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  /// Transpose of a 2-D tensor (0-D and 1-D are returned as they are).
+  Tensor t() const;
+  Tensor permute(const Shape& dims) const;
+  /// Elements start, start+step, ... < end along dim (PyTorch's x[..., start:end:step]); step > 0.
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  /// Removes `dim` by taking index `index` along it.
+  Tensor select(int64_t dim, int64_t index) const;
+  /// Broadcasts size-1 dims to `sizes` (-1 keeps a size); stride 0, no copy.
+  Tensor expand(const Shape& sizes) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  /// This tensor if contiguous, else a contiguous copy.
+  Tensor contiguous() const;
+
+  // ---- copies and conversion ------------------------------------------------------------------
+  /// A new tensor with a copy of the data (differentiable).
+  Tensor clone() const;
+  /// Converts the dtype (differentiable; the gradient is cast back). Returns *this when equal.
+  Tensor to(DType dtype) const;
+  /// Moves to a device (differentiable). Returns *this when equal.
+  Tensor to(Device device) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  /// Same data, cut from the graph (requires_grad false); shares the version counter.
+  Tensor detach() const;
+  /// The single value of a one-element tensor, converted to T.
+  template <typename T> T item() const;
+  /// All values in row-major order, converted to T (copies to the CPU first if needed).
+  template <typename T> std::vector<T> to_vector() const;
+
+  // ---- in-place (bump the version) ------------------------------------------------------------
+  Tensor& fill_(Scalar value);
+  Tensor& zero_() { return fill_(0.0); }
+  /// Copies src into this tensor, broadcasting src and converting dtype and device.
+  Tensor& copy_(const Tensor& src);
+
+  // ---- autograd ----------------------------------------------------------------------------
+  bool requires_grad() const;
+  /// Makes a leaf require (or stop requiring) gradients. Only floating tensors can require grad.
+  Tensor& requires_grad_(bool requires_grad = true);
+  /// The accumulated gradient, undefined when there is none.
+  Tensor grad() const;
+  void set_grad(const Tensor& grad) const;
+  /// True for tensors not produced by a recorded op (user-created, or requires_grad false).
+  bool is_leaf() const;
+  /// The node that produced this tensor, or null for leaves.
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  /// Runs backward from this tensor. `gradient` defaults to 1 for a one-element tensor.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  /// Keeps .grad for a non-leaf tensor after backward.
+  void retain_grad() const;
+  /// Calls hook(grad) when this tensor's gradient is computed; a defined return value replaces
+  /// the gradient. Returns a handle for remove_hook.
+  int register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  void remove_hook(int handle) const;
+  /// For a leaf: calls hook(tensor) after its .grad has been accumulated.
+  int register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+
+  // ---- arithmetic shorthands (see ops/functional.h) ----------------------------------------
+  Tensor operator-() const;
+  Tensor& operator+=(const Tensor& other);
+  Tensor& operator-=(const Tensor& other);
+  Tensor& operator*=(const Tensor& other);
+  Tensor& operator/=(const Tensor& other);
+
+  /// Printable form: values (summarised when large), shape, dtype, device, grad_fn.
+  std::string str() const;
+
+ private:
+  TensorImpl* checked() const {
+    PRECIS_CHECK(impl_ != nullptr, "operation on an undefined tensor");
+    return impl_.get();
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
+
+// Explicit instantiations live in tensor/tensor.cpp for every dtype's C++ type.
+extern template float Tensor::item<float>() const;
+extern template double Tensor::item<double>() const;
+extern template int64_t Tensor::item<int64_t>() const;
+extern template int32_t Tensor::item<int32_t>() const;
+extern template bool Tensor::item<bool>() const;
+extern template std::vector<float> Tensor::to_vector<float>() const;
+extern template std::vector<double> Tensor::to_vector<double>() const;
+extern template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+extern template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+extern template std::vector<bool> Tensor::to_vector<bool>() const;
+
+}  // namespace precis

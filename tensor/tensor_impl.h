@@ -1,0 +1,71 @@
+#pragma once
+// The object behind a Tensor handle: a strided window (sizes, strides, offset in elements) onto a
+// Storage, its dtype, a version counter shared by all views of the storage, and a pointer to
+// autograd metadata (null until autograd needs it).
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "tensor/storage.h"
+
+namespace precis {
+
+namespace autograd {
+struct AutogradMeta;
+}
+
+using Shape = std::vector<int64_t>;
+
+/// Counts in-place modifications of a storage; shared by every view of it. Autograd records the
+/// version of each tensor it saves and refuses to use one that changed since.
+struct VersionCounter {
+  std::atomic<uint32_t> value{0};
+};
+
+class TensorImpl {
+ public:
+  TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype,
+             std::shared_ptr<VersionCounter> version = nullptr);
+  ~TensorImpl();
+
+  const Storage& storage() const { return storage_; }
+  const Shape& sizes() const { return sizes_; }
+  const Shape& strides() const { return strides_; }
+  int64_t offset() const { return offset_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_->device(); }
+  int64_t numel() const { return numel_; }
+  bool is_contiguous() const { return contiguous_; }
+  /// Address of element [0, 0, ...].
+  void* data() const {
+    return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(element_size(dtype_));
+  }
+
+  const std::shared_ptr<VersionCounter>& version_counter() const { return version_; }
+
+  /// Null for tensors autograd has never touched.
+  autograd::AutogradMeta* autograd_meta() const { return autograd_.get(); }
+  /// Creates the metadata on first use.
+  autograd::AutogradMeta& ensure_autograd_meta();
+  void reset_autograd_meta();
+
+ private:
+  Storage storage_;
+  Shape sizes_;
+  Shape strides_;
+  int64_t offset_;
+  int64_t numel_;
+  DType dtype_;
+  bool contiguous_;
+  std::shared_ptr<VersionCounter> version_;
+  std::unique_ptr<autograd::AutogradMeta> autograd_;
+};
+
+/// Row-major (C-order) strides for `sizes`.
+Shape contiguous_strides(const Shape& sizes);
+/// Product of sizes (1 for a 0-d shape). Throws ShapeError on a negative size or overflow.
+int64_t shape_numel(const Shape& sizes);
+
+}  // namespace precis
