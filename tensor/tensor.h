@@ -191,6 +191,14 @@ extern template std::vector<float> Tensor::to_vector<float>() const;
 extern template std::vector<double> Tensor::to_vector<double>() const;
 extern template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
 extern template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
-extern template std::vector<bool> Tensor::to_vector<bool>() const;
+template <> std::vector<bool> Tensor::to_vector<bool>() const;
 
 }  // namespace precis
+
+namespace precis::detail {
+/// A tensor sharing base's storage and version counter with new sizes, strides and offset (in
+/// elements). No autograd: the differentiable view functions (ops/views.cpp) wrap this.
+Tensor make_alias(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
+/// Checks and wraps a dim index for a tensor of `ndim` dims (negative counts from the end).
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, const Tensor& t);
+}  // namespace precis::detail

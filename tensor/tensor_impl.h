@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -67,5 +68,7 @@ class TensorImpl {
 Shape contiguous_strides(const Shape& sizes);
 /// Product of sizes (1 for a 0-d shape). Throws ShapeError on a negative size or overflow.
 int64_t shape_numel(const Shape& sizes);
+/// "[2, 3]".
+std::string shape_str(const Shape& sizes);
 
 }  // namespace precis

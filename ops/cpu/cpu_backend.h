@@ -1,0 +1,15 @@
+#pragma once
+// Registration entry points of the CPU kernel families; register_cpu_kernels() calls them all.
+
+namespace precis::cpu {
+
+void register_copy_kernels();       // copy, fill
+void register_unary_kernels();      // neg ... pow_scalar, relu/gelu backward
+void register_binary_kernels();     // add ... ge, where, masked_fill
+void register_reduce_kernels();     // sum, mean, max, var
+void register_linalg_kernels();     // matmul, linear
+void register_index_kernels();      // cat, index_select, gather, index_add, scatter_add
+
+void register_cpu_kernels();
+
+}  // namespace precis::cpu

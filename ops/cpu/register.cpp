@@ -1,0 +1,14 @@
+#include "ops/cpu/cpu_backend.h"
+
+namespace precis::cpu {
+
+void register_cpu_kernels() {
+  register_copy_kernels();
+  register_unary_kernels();
+  register_binary_kernels();
+  register_reduce_kernels();
+  register_linalg_kernels();
+  register_index_kernels();
+}
+
+}  // namespace precis::cpu

@@ -1,0 +1,138 @@
+// Tensor members that compute: copies, conversions, in-place fill/copy and the operators.
+#include "autograd/record.h"
+#include "ops/backends.h"
+#include "ops/functional.h"
+#include "ops/kernels.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+using autograd::TensorList;
+
+namespace {
+DeviceCopyFn* g_device_copy = nullptr;
+
+void check_inplace_allowed(const char* op, const Tensor& self, const Tensor* src = nullptr) {
+  if (!is_grad_enabled()) return;
+  const bool bad = self.requires_grad() || (src != nullptr && src->requires_grad());
+  PRECIS_CHECK_T(StateError, !bad, op, ": in-place modification of ",
+                 self.requires_grad() ? "a tensor that requires grad " : "a tensor from one that requires grad ",
+                 "(", self.describe(), ") is not supported while grad mode is on; run it under NoGradGuard "
+                 "(as optimizers do) or use the out-of-place op");
+}
+
+// dst (any strides) = src converted; same device; src broadcast to dst's shape.
+void copy_same_device(const Tensor& dst, const Tensor& src) {
+  kernel<kernels::CopyKernel>(OpId::copy, dst.device().type, dst.dtype())(dst, src.expand(dst.sizes()));
+}
+}  // namespace
+
+void set_device_copy(DeviceCopyFn* fn) { g_device_copy = fn; }
+DeviceCopyFn* device_copy() { return g_device_copy; }
+
+Tensor& Tensor::fill_(Scalar value) {
+  check_inplace_allowed("fill_", *this);
+  kernel<kernels::FillKernel>(OpId::fill, device().type, dtype())(*this, value);
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace_allowed("copy_", *this, &src);
+  PRECIS_CHECK_SHAPE(src.defined(), "copy_: source tensor is undefined");
+  {
+    NoGradGuard no_grad;  // the broadcast and conversions below are internal
+    if (src.device() == device()) {
+      copy_same_device(*this, src);
+    } else {
+      // Cross-device: convert and broadcast on the source device, move contiguous bytes, then
+      // scatter into this tensor's strides on its own device if needed.
+      Tensor s = src.expand(sizes()).to(dtype()).contiguous();
+      DeviceCopyFn* fn = device_copy();
+      PRECIS_CHECK_DEVICE(fn != nullptr, "copy_: cannot copy from ", src.describe(), " to ", describe(),
+                          ": precis was built without CUDA");
+      if (is_contiguous()) {
+        fn(*this, s);
+      } else {
+        Tensor tmp = empty(sizes(), {.dtype = dtype(), .device = device()});
+        fn(tmp, s);
+        copy_same_device(*this, tmp);
+      }
+    }
+  }
+  bump_version();
+  return *this;
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  PRECIS_CHECK_DTYPE(!(x.requires_grad() && is_grad_enabled() && !is_floating(dtype)), "cast: a tensor ",
+                     x.describe(), " that requires grad cannot be cast to ", dtype_name(dtype),
+                     " (not differentiable); detach() it first");
+  Tensor out = empty(x.sizes(), {.dtype = dtype, .device = x.device()});
+  kernel<kernels::CopyKernel>(OpId::copy, x.device().type, dtype)(out, x);
+  if (autograd::needs_grad({&x})) {
+    const DType src = x.dtype();
+    autograd::record(OpId::cast, {x}, {out}, [src](const TensorList& g) -> TensorList { return {g[0].to(src)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const { return cast(*this, dtype); }
+
+Tensor Tensor::to(Device device) const {
+  if (this->device() == device) return *this;
+  Tensor out = empty(sizes(), {.dtype = dtype(), .device = device});
+  {
+    NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  if (autograd::needs_grad({this})) {
+    const Device src = this->device();
+    autograd::record(OpId::to_device, {*this}, {out},
+                     [src](const TensorList& g) -> TensorList { return {g[0].to(src)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(sizes(), {.dtype = dtype(), .device = device()});
+  copy_same_device(out, *this);
+  if (autograd::needs_grad({this}))
+    autograd::record(OpId::clone, {*this}, {out}, [](const TensorList& g) -> TensorList { return {g[0]}; });
+  return out;
+}
+
+// ---- operators ----------------------------------------------------------------------------------
+Tensor Tensor::operator-() const { return neg(*this); }
+
+namespace {
+Tensor& assign_inplace(Tensor& self, const Tensor& result, const char* op) {
+  PRECIS_CHECK_SHAPE(result.sizes() == self.sizes(), op, ": the result of shape ", shape_str(result.sizes()),
+                     " does not fit in-place into a tensor ", self.describe());
+  self.copy_(result);
+  return self;
+}
+}  // namespace
+
+Tensor& Tensor::operator+=(const Tensor& o) { return assign_inplace(*this, add(*this, o), "operator+="); }
+Tensor& Tensor::operator-=(const Tensor& o) { return assign_inplace(*this, sub(*this, o), "operator-="); }
+Tensor& Tensor::operator*=(const Tensor& o) { return assign_inplace(*this, mul(*this, o), "operator*="); }
+Tensor& Tensor::operator/=(const Tensor& o) { return assign_inplace(*this, div(*this, o), "operator/="); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
+Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
+Tensor operator-(Scalar a, const Tensor& b) { return add(neg(b), a); }
+Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(Scalar a, const Tensor& b) {
+  return div(full(b.sizes(), a, {.dtype = is_floating(b.dtype()) ? b.dtype() : DType::f32, .device = b.device()}), b);
+}
+
+}  // namespace precis

@@ -1,0 +1,151 @@
+#include "tensor/factory.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "autograd/grad_mode.h"
+#include "core/thread_pool.h"
+
+namespace precis {
+
+Tensor empty(const Shape& sizes, TensorOptions options) {
+  const int64_t n = shape_numel(sizes);
+  auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(n) * element_size(options.dtype), options.device);
+  Tensor t(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, options.dtype));
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor full(const Shape& sizes, Scalar value, TensorOptions options) {
+  const bool rg = options.requires_grad;
+  options.requires_grad = false;
+  Tensor t = empty(sizes, options);
+  t.fill_(value);
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+
+Tensor zeros(const Shape& sizes, TensorOptions options) { return full(sizes, 0.0, options); }
+Tensor ones(const Shape& sizes, TensorOptions options) { return full(sizes, 1.0, options); }
+
+static TensorOptions options_of(const Tensor& t) { return {.dtype = t.dtype(), .device = t.device()}; }
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), options_of(t)); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), options_of(t)); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), options_of(t)); }
+Tensor full_like(const Tensor& t, Scalar value) { return full(t.sizes(), value, options_of(t)); }
+
+Tensor scalar_tensor(Scalar value, TensorOptions options) { return full({}, value, options); }
+
+Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  PRECIS_CHECK(step != 0.0, "arange: step must be non-zero");
+  PRECIS_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+               "arange: start, end and step must be finite, got ", start, ", ", end, ", ", step);
+  const double span = (end - start) / step;
+  const int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = start + static_cast<double>(i) * step;
+  return from_vector<double>(v, {n}, options);
+}
+
+// ---- random ----------------------------------------------------------------------------------
+// Values are generated on the CPU in f64 from Philox blocks and converted; block i of the
+// reserved range gives elements 4i..4i+3 (rand) or 2 pairs for Box–Muller (randn), so the values
+// do not depend on the thread count.
+namespace {
+
+double unit_double(uint32_t hi, uint32_t lo) {
+  // 53 random bits in [0, 1).
+  const uint64_t bits = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
+  return static_cast<double>(bits & ((1ULL << 53) - 1)) * (1.0 / 9007199254740992.0);
+}
+
+template <typename Fill>
+Tensor generate(const Shape& sizes, TensorOptions options, Generator* gen, int64_t per_block, Fill fill) {
+  Generator& g = gen ? *gen : default_generator();
+  const int64_t n = shape_numel(sizes);
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  const uint64_t start = g.reserve(static_cast<uint64_t>(blocks));
+  Tensor v = empty(sizes, {.dtype = DType::f64});
+  double* out = v.data_ptr<double>();
+  parallel_for(0, blocks, 1024, [&](int64_t b0, int64_t b1) {
+    double tmp[4];
+    for (int64_t b = b0; b < b1; ++b) {
+      fill(g.block(start + static_cast<uint64_t>(b)), tmp);
+      const int64_t base = b * per_block;
+      for (int64_t j = 0; j < per_block && base + j < n; ++j) out[base + j] = tmp[j];
+    }
+  });
+  const bool rg = options.requires_grad;
+  options.requires_grad = false;
+  Tensor t = v.to(options.dtype).to(options.device);
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+
+}  // namespace
+
+Tensor rand(const Shape& sizes, TensorOptions options, Generator* gen) {
+  PRECIS_CHECK_DTYPE(is_floating(options.dtype), "rand: dtype must be floating, got ", dtype_name(options.dtype));
+  return generate(sizes, options, gen, 2, [](std::array<uint32_t, 4> r, double* o) {
+    o[0] = unit_double(r[0], r[1]);
+    o[1] = unit_double(r[2], r[3]);
+  });
+}
+
+Tensor randn(const Shape& sizes, TensorOptions options, Generator* gen) {
+  PRECIS_CHECK_DTYPE(is_floating(options.dtype), "randn: dtype must be floating, got ", dtype_name(options.dtype));
+  return generate(sizes, options, gen, 2, [](std::array<uint32_t, 4> r, double* o) {
+    // Box–Muller: u1 in (0, 1] so the log is finite.
+    const double u1 = 1.0 - unit_double(r[0], r[1]);
+    const double u2 = unit_double(r[2], r[3]);
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    o[0] = radius * std::cos(2.0 * std::numbers::pi * u2);
+    o[1] = radius * std::sin(2.0 * std::numbers::pi * u2);
+  });
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options, Generator* gen) {
+  PRECIS_CHECK(high > low, "randint: high (", high, ") must be greater than low (", low, ")");
+  const double range = static_cast<double>(high - low);
+  Tensor u = generate(sizes, {.dtype = DType::f64}, gen, 2, [range, low](std::array<uint32_t, 4> r, double* o) {
+    o[0] = static_cast<double>(low) + std::floor(unit_double(r[0], r[1]) * range);
+    o[1] = static_cast<double>(low) + std::floor(unit_double(r[2], r[3]) * range);
+  });
+  return u.to(options.dtype).to(options.device);
+}
+
+// ---- from host memory -------------------------------------------------------------------------
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& sizes, TensorOptions options) {
+  PRECIS_CHECK_SHAPE(shape_numel(sizes) == static_cast<int64_t>(values.size()), "from_vector: ", values.size(),
+                     " values do not fill a tensor of shape ", shape_str(sizes));
+  Tensor host = empty(sizes, {.dtype = dtype_of<T>()});
+  if constexpr (std::is_same_v<T, bool>) {
+    bool* p = host.data_ptr<bool>();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  } else {
+    std::copy(values.begin(), values.end(), host.data_ptr<T>());
+  }
+  const bool rg = options.requires_grad;
+  Tensor t = host.to(options.dtype).to(options.device);
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, TensorOptions);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, TensorOptions);
+template Tensor from_vector<bool>(const std::vector<bool>&, const Shape&, TensorOptions);
+template Tensor from_vector<Half>(const std::vector<Half>&, const Shape&, TensorOptions);
+template Tensor from_vector<BFloat16>(const std::vector<BFloat16>&, const Shape&, TensorOptions);
+
+Tensor from_blob(void* data, const Shape& sizes, DType dtype, Device device) {
+  const int64_t n = shape_numel(sizes);
+  auto storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(n) * element_size(dtype), device, nullptr);
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
+}
+
+}  // namespace precis

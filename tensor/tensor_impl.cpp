@@ -1,0 +1,73 @@
+#include "tensor/tensor_impl.h"
+
+#include <limits>
+
+#include "autograd/autograd_meta.h"
+#include "core/error.h"
+
+namespace precis {
+
+Shape contiguous_strides(const Shape& sizes) {
+  Shape strides(sizes.size());
+  int64_t s = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(sizes[i], 1);
+  }
+  return strides;
+}
+
+int64_t shape_numel(const Shape& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    PRECIS_CHECK_SHAPE(s >= 0, "negative dimension size ", s, " in a shape");
+    PRECIS_CHECK_SHAPE(s == 0 || n <= std::numeric_limits<int64_t>::max() / s,
+                       "shape has more elements than fit in 64 bits");
+    n *= s;
+  }
+  return n;
+}
+
+std::string shape_str(const Shape& sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
+namespace {
+// Contiguous in the row-major sense; size-1 dims may have any stride.
+bool compute_contiguous(const Shape& sizes, const Shape& strides, int64_t numel) {
+  if (numel == 0) return true;
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+}  // namespace
+
+TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype,
+                       std::shared_ptr<VersionCounter> version)
+    : storage_(std::move(storage)),
+      sizes_(std::move(sizes)),
+      strides_(std::move(strides)),
+      offset_(offset),
+      numel_(shape_numel(sizes_)),
+      dtype_(dtype),
+      contiguous_(compute_contiguous(sizes_, strides_, numel_)),
+      version_(version ? std::move(version) : std::make_shared<VersionCounter>()) {
+  PRECIS_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "sizes and strides differ in length");
+}
+
+TensorImpl::~TensorImpl() = default;
+
+autograd::AutogradMeta& TensorImpl::ensure_autograd_meta() {
+  if (!autograd_) autograd_ = std::make_unique<autograd::AutogradMeta>();
+  return *autograd_;
+}
+
+void TensorImpl::reset_autograd_meta() { autograd_.reset(); }
+
+}  // namespace precis
