@@ -1,0 +1,64 @@
+#pragma once
+// Shared test helpers: seeded inputs, non-contiguous copies, comparisons against references with
+// tolerances kept in one table, and error-message checks.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "tensor/factory.h"
+#include "tensor/tensor.h"
+
+namespace precis::testing {
+
+/// Forward tolerances per dtype for comparing an op's result with a reference computed in f64.
+/// The one table all tests use (DESIGN §6); widen a value only with a reason written here.
+struct Tolerance {
+  double rtol;
+  double atol;
+};
+Tolerance tolerance(DType dtype);
+
+/// Seeded standard-normal f64 tensor (requires_grad as asked).
+Tensor randn_input(const Shape& sizes, bool requires_grad = true, uint64_t seed = 0, DType dtype = DType::f64);
+/// Seeded uniform tensor in [lo, hi).
+Tensor uniform_input(const Shape& sizes, double lo, double hi, bool requires_grad = true, uint64_t seed = 0,
+                     DType dtype = DType::f64);
+/// The same values as `t` in a non-contiguous layout (a transposed copy transposed back), as a leaf
+/// with t's requires_grad.
+Tensor non_contiguous(const Tensor& t);
+
+/// max |a - b| / (atol + rtol·|b|) <= 1 elementwise (NaNs must match); a and b same shape.
+/// On failure the returned string names the worst element.
+std::string allclose_report(const Tensor& actual, const Tensor& expected, Tolerance tol);
+inline bool allclose(const Tensor& a, const Tensor& b, Tolerance tol) { return allclose_report(a, b, tol).empty(); }
+
+}  // namespace precis::testing
+
+/// REQUIREs actual ≈ expected under the tolerance of `dtype`, printing the worst element if not.
+#define PRECIS_REQUIRE_CLOSE(actual, expected, dtype)                                                 \
+  do {                                                                                                \
+    const std::string _report = ::precis::testing::allclose_report((actual), (expected),              \
+                                                                   ::precis::testing::tolerance(dtype)); \
+    INFO(_report);                                                                                    \
+    REQUIRE(_report.empty());                                                                         \
+  } while (0)
+
+/// REQUIREs that expr throws ErrorType with a message containing every given substring.
+#define PRECIS_REQUIRE_THROWS_WITH_ALL(expr, ErrorType, ...)                          \
+  do {                                                                                \
+    bool _thrown = false;                                                             \
+    try {                                                                             \
+      (void)(expr);                                                                   \
+    } catch (const ErrorType& _e) {                                                   \
+      _thrown = true;                                                                 \
+      const std::string _msg = _e.what();                                             \
+      for (const char* _part : {__VA_ARGS__}) {                                       \
+        INFO("message: " << _msg << "\nmissing: " << _part);                          \
+        CHECK(_msg.find(_part) != std::string::npos);                                 \
+      }                                                                               \
+    }                                                                                 \
+    INFO("expected " #ErrorType " from " #expr);                                      \
+    REQUIRE(_thrown);                                                                 \
+  } while (0)
