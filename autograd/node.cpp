@@ -13,7 +13,23 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 }
 
 Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
-Node::~Node() = default;
+// Destroying the last tensor of a long graph would otherwise free one node per stack frame
+// (node → edge → node ...) and overflow the stack; children that die with this node are queued
+// and freed in a loop instead.
+Node::~Node() {
+  thread_local std::vector<std::shared_ptr<Node>> pending;
+  thread_local bool draining = false;
+  for (Edge& e : next_edges_)
+    if (e.fn && e.fn.use_count() == 1) pending.push_back(std::move(e.fn));
+  if (draining) return;
+  draining = true;
+  while (!pending.empty()) {
+    std::shared_ptr<Node> n = std::move(pending.back());
+    pending.pop_back();
+    n.reset();
+  }
+  draining = false;
+}
 
 FunctionNode::FunctionNode(OpId op, Backward backward, std::string name)
     : op_(op), backward_(std::move(backward)), name_(std::move(name)) {}
