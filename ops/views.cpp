@@ -46,7 +46,7 @@ std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, cons
   if (new_sizes.empty()) return new_strides;
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
-  if (numel == 0) return contiguous_strides(new_sizes);
+  if (numel == 0 || sizes.empty()) return contiguous_strides(new_sizes);  // empty, or 0-d: new sizes are all 1
   int64_t view_d = static_cast<int64_t>(new_sizes.size()) - 1;
   int64_t chunk_base_stride = strides.empty() ? 1 : strides.back();
   int64_t tensor_numel = 1, view_numel = 1;
