@@ -88,7 +88,11 @@ void scatter_add_impl(const Tensor& out, int64_t dim, const Tensor& index, const
   auto add_row = [&](T* op, const int64_t* idx, const T* s, int64_t n, std::array<int64_t, 3> st) {
     if (st[1] == 0) {  // one target row for the whole run (index_add)
       T* d = op + idx[0] * dim_stride;
-      for (int64_t i = 0; i < n; ++i) d[i * st[0]] = convert<T>(static_cast<A>(d[i * st[0]]) + static_cast<A>(s[i * st[2]]));
+      if (st[0] == 1 && st[2] == 1) {
+        for (int64_t i = 0; i < n; ++i) d[i] = convert<T>(static_cast<A>(d[i]) + static_cast<A>(s[i]));
+      } else {
+        for (int64_t i = 0; i < n; ++i) d[i * st[0]] = convert<T>(static_cast<A>(d[i * st[0]]) + static_cast<A>(s[i * st[2]]));
+      }
     } else {
       for (int64_t i = 0; i < n; ++i) {
         T& dst = op[i * st[0] + idx[i * st[1]] * dim_stride];

@@ -219,6 +219,36 @@ struct Best {
   }
 };
 
+// Best of a contiguous run (indices offset by `first`) in two branch-free passes that vectorise:
+// the maximum and whether a NaN occurs, then the first index holding the winner.
+template <typename T>
+Best<T> contiguous_best(const T* p, int64_t n, int64_t first) {
+  T m[kLanes];
+  bool nan[kLanes] = {};
+  std::fill(m, m + kLanes, p[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t k = 0; k < kLanes; ++k) {
+      const T v = p[i + k];
+      m[k] = v > m[k] ? v : m[k];
+      nan[k] |= v != v;
+    }
+  for (int64_t k = 0; i + k < n; ++k) {
+    const T v = p[i + k];
+    m[k] = v > m[k] ? v : m[k];
+    nan[k] |= v != v;
+  }
+  T best = m[0];
+  bool any_nan = nan[0];
+  for (int64_t k = 1; k < kLanes; ++k) {
+    best = m[k] > best ? m[k] : best;
+    any_nan |= nan[k];
+  }
+  for (int64_t j = 0; j < n; ++j)
+    if (any_nan ? p[j] != p[j] : p[j] == best) return {p[j], first + j, any_nan};
+  return {best, first, any_nan};  // unreachable: the winner occurs in the run
+}
+
 // x: any shape and strides, reduced along `dim` (size R >= 1); values/indices: keepdim shape,
 // contiguous. Compares in opmath (fp32 for f16/bf16). Long single reductions are chunked with a
 // fixed chunk size and merged in order, so the result never depends on the thread count.
@@ -263,9 +293,12 @@ void max_dim_kernel(const Tensor& values, const Tensor& indices, const Tensor& x
   const int64_t n_chunks = (R + kReduceChunk - 1) / kReduceChunk;
   auto scan = [&](int64_t o, int64_t c) {
     const T* base = xp + kept_offset(p, o);
+    const int64_t begin = c * kReduceChunk, end = std::min(R, (c + 1) * kReduceChunk);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      if (rs == 1) return contiguous_best(base + begin, end - begin, begin);
+    }
     Best<A> best{A(0), -1, false};
-    const int64_t end = std::min(R, (c + 1) * kReduceChunk);
-    for (int64_t r = c * kReduceChunk; r < end; ++r) best.offer(static_cast<A>(base[r * rs]), r);
+    for (int64_t r = begin; r < end; ++r) best.offer(static_cast<A>(base[r * rs]), r);
     return best;
   };
   const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::min(R, kReduceChunk));
