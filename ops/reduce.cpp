@@ -171,9 +171,10 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   if (autograd::needs_grad({&x})) {
     // The gradient goes to the index each value came from: scatter_add into zeros.
     autograd::record(OpId::max, {x}, {v},
-                     [indices, d, keep_shape, x_shape = x.sizes()](const TensorList& g) -> TensorList {
+                     [si = SavedTensor(indices), d, keep_shape, x_shape = x.sizes()](const TensorList& g) -> TensorList {
                        const Tensor gk = g[0].reshape(keep_shape);
-                       return {scatter_add(zeros(x_shape, {.dtype = gk.dtype(), .device = gk.device()}), d, indices, gk)};
+                       return {scatter_add(zeros(x_shape, {.dtype = gk.dtype(), .device = gk.device()}), d,
+                                           si.unpack("max"), gk)};
                      });
   }
   return {v, i};
