@@ -61,7 +61,8 @@ Tensor ge(const Tensor& a, Scalar b);
 /// cond ? a : b element-wise; cond is bool; all three broadcast. Promote.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
-/// x with `value` where mask (bool, broadcastable to x) is true. Passthrough.
+/// x with `value` where mask (bool) is true; x and mask broadcast together (as torch.masked_fill).
+/// The value is converted to x's dtype. Passthrough.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 
 // ---- reductions -----------------------------------------------------------------------------

@@ -44,6 +44,7 @@ Shape infer_size(const Shape& sizes, int64_t numel, const char* op, const Tensor
 std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, const Shape& new_sizes) {
   Shape new_strides(new_sizes.size());
   if (new_sizes.empty()) return new_strides;
+  if (sizes.empty()) return contiguous_strides(new_sizes);  // one element: any all-ones shape
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
   if (numel == 0 || sizes.empty()) return contiguous_strides(new_sizes);  // empty, or 0-d: new sizes are all 1
