@@ -137,7 +137,7 @@ Tensor reduce_to(const Tensor& g, const Tensor& t) { return g.sizes() == t.sizes
 TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool need_a, bool need_b) {
   Tensor ga, gb;
   if (a.dim() == 1 && b.dim() == 1) {  // g is 0-d: grad_a = g·b, grad_b = g·a
-    const Tensor g1 = g.reshape({1});
+    const Tensor g1 = g.expand({1});  // (not reshape: views.cpp cannot yet view a 0-d tensor as [1])
     if (need_a) ga = matmul(g1, b.unsqueeze(0));
     if (need_b) gb = matmul(g1, a.unsqueeze(0));
     return {ga, gb};
