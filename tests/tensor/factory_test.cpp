@@ -68,7 +68,7 @@ TEST_CASE("arange", "[tensor][factory]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(arange(NAN), ValueError, "finite");
 }
 
-TEST_CASE("rand is uniform in [0, 1) for every floating dtype", "[tensor][factory][random]") {
+TEST_CASE("rand is uniform in the half-open unit interval for every floating dtype", "[tensor][factory][random]") {
   for (DType dt : kFloatDTypes) {
     INFO(dtype_name(dt));
     Generator g(42);
@@ -117,7 +117,7 @@ TEST_CASE("randn has mean 0 and standard deviation 1", "[tensor][factory][random
   PRECIS_REQUIRE_THROWS_WITH_ALL(randn({2}, {.dtype = DType::boolean}), DTypeError, "randn", "bool");
 }
 
-TEST_CASE("randint draws every value of [low, high) and nothing else", "[tensor][factory][random]") {
+TEST_CASE("randint draws every value from low up to high (exclusive) and nothing else", "[tensor][factory][random]") {
   Generator g(3);
   Tensor r = randint(-3, 4, {20000}, {.dtype = DType::i64}, &g);
   REQUIRE(r.dtype() == DType::i64);
