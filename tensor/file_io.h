@@ -1,0 +1,42 @@
+#pragma once
+// File helpers for checkpoint formats: crash-safe whole-file writes and positional reads that
+// report every failure as precis::IOError naming the file.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace precis {
+
+/// Receives consecutive chunks of a file's bytes.
+using ByteSink = std::function<void(const void* data, size_t n)>;
+
+/// Writes a file through `produce(sink)` so that `path` never holds a partial file: the bytes go
+/// to "<path>.tmp.<pid>.<n>" (n distinguishes concurrent writers in one process), which is
+/// fsync'ed and renamed over `path`; then the directory is fsync'ed so the rename survives a
+/// power loss. When produce or any step throws, the temporary file is removed, `path` is left as
+/// it was, and the exception propagates (system errors as IOError).
+void write_file_atomic(const std::string& path, const std::function<void(const ByteSink&)>& produce);
+
+/// A regular file opened for reading.
+class ReadOnlyFile {
+ public:
+  /// Throws IOError when `path` cannot be opened or is not a regular file.
+  explicit ReadOnlyFile(const std::string& path);
+  ~ReadOnlyFile();
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+
+  /// The size when opened.
+  uint64_t size() const { return size_; }
+  /// Reads exactly n bytes at `offset`; throws IOError on an error or a short read (the file
+  /// shrank since it was opened).
+  void read_at(uint64_t offset, void* dst, size_t n) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+}  // namespace precis

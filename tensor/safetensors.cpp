@@ -1,0 +1,398 @@
+#include "tensor/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <set>
+
+#include "autograd/grad_mode.h"
+#include "tensor/factory.h"
+#include "tensor/file_io.h"
+#include "tensor/json.h"
+
+namespace precis {
+
+namespace {
+
+// The reference implementation refuses headers above 100 MB; so do we, before allocating.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kSupported = "F64, F32, F16, BF16, I64, I32, BOOL";
+
+struct DTypeName {
+  DType dtype;
+  const char* name;
+};
+constexpr DTypeName kDTypeNames[] = {{DType::f64, "F64"},  {DType::f32, "F32"}, {DType::f16, "F16"},
+                                     {DType::bf16, "BF16"}, {DType::i64, "I64"}, {DType::i32, "I32"},
+                                     {DType::boolean, "BOOL"}};
+
+// ---- byte order ---------------------------------------------------------------------------------
+void store_u64_le(uint64_t v, unsigned char* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+uint64_t load_u64_le(const unsigned char* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[i]) << (8 * i);
+  return v;
+}
+// Reverses the bytes of each element in place (only needed on big-endian hosts).
+void swap_elements(void* data, size_t nbytes, size_t elem) {
+  auto* p = static_cast<unsigned char*>(data);
+  for (size_t i = 0; i + elem <= nbytes; i += elem) std::reverse(p + i, p + i + elem);
+}
+
+// ---- writing ------------------------------------------------------------------------------------
+void check_names(const NamedTensors& tensors) {
+  std::set<std::string_view> seen;
+  for (const auto& [name, t] : tensors) {
+    PRECIS_CHECK(!name.empty(), "save_safetensors: tensor names must not be empty");
+    PRECIS_CHECK(name != kMetadataKey, "save_safetensors: \"", kMetadataKey,
+                 "\" is reserved for metadata and cannot name a tensor");
+    PRECIS_CHECK(json::is_valid_utf8(name), "save_safetensors: tensor name '", name, "' is not valid UTF-8");
+    PRECIS_CHECK(seen.insert(name).second, "save_safetensors: duplicate tensor name '", name, "'");
+    PRECIS_CHECK(t.defined(), "save_safetensors: tensor '", name, "' is undefined");
+  }
+}
+
+void check_metadata(const std::map<std::string, std::string>& metadata) {
+  for (const auto& [k, v] : metadata)
+    PRECIS_CHECK(json::is_valid_utf8(k) && json::is_valid_utf8(v), "save_safetensors: metadata entry '", k,
+                 "' is not valid UTF-8");
+}
+
+// The layout of a file to write: the 8-byte length plus padded header, and the order in which the
+// tensors' bytes follow. The header lists tensors in the caller's order, but the data is laid out
+// by decreasing element size so that every tensor starts at a multiple of its element size
+// (readers that map the file without copying then see aligned data). The format allows any data
+// order as long as the buffer is covered without gaps.
+struct Layout {
+  std::string prefix;                // length + header
+  std::vector<size_t> data_order;    // indices into the tensors
+  uint64_t data_bytes = 0;
+};
+
+Layout plan(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
+  check_names(tensors);
+  check_metadata(metadata);
+  Layout layout;
+  layout.data_order.resize(tensors.size());
+  std::iota(layout.data_order.begin(), layout.data_order.end(), size_t{0});
+  std::stable_sort(layout.data_order.begin(), layout.data_order.end(), [&](size_t a, size_t b) {
+    return tensors[a].second.element_size() > tensors[b].second.element_size();
+  });
+  std::vector<std::pair<uint64_t, uint64_t>> offsets(tensors.size());
+  for (size_t i : layout.data_order) {
+    const uint64_t n = static_cast<uint64_t>(tensors[i].second.numel()) * tensors[i].second.element_size();
+    offsets[i] = {layout.data_bytes, layout.data_bytes + n};
+    layout.data_bytes += n;
+  }
+
+  std::string header = "{";
+  if (!metadata.empty()) {
+    json::append_quoted(header, kMetadataKey);
+    header += ":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      if (!first) header += ',';
+      first = false;
+      json::append_quoted(header, k);
+      header += ':';
+      json::append_quoted(header, v);
+    }
+    header += '}';
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i].second;
+    if (header.size() > 1) header += ',';
+    json::append_quoted(header, tensors[i].first);
+    header += ":{\"dtype\":\"";
+    header += safetensors_dtype_name(t.dtype());
+    header += "\",\"shape\":[";
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      if (d > 0) header += ',';
+      header += std::to_string(t.sizes()[d]);
+    }
+    header += "],\"data_offsets\":[" + std::to_string(offsets[i].first) + "," + std::to_string(offsets[i].second) +
+              "]}";
+  }
+  header += '}';
+  // Pad with spaces so the data starts 8-byte aligned in the file (as the reference writer does).
+  header.append((8 - header.size() % 8) % 8, ' ');
+  PRECIS_CHECK(header.size() <= kMaxHeaderBytes, "save_safetensors: the header would be ", header.size(),
+               " bytes, over the format's limit of ", kMaxHeaderBytes, " (too many tensors or too much metadata)");
+
+  layout.prefix.resize(8);
+  store_u64_le(header.size(), reinterpret_cast<unsigned char*>(layout.prefix.data()));
+  layout.prefix += header;
+  return layout;
+}
+
+// Streams the file: one contiguous CPU copy at a time, so saving needs little extra memory.
+void emit(const NamedTensors& tensors, const Layout& layout, const ByteSink& sink) {
+  sink(layout.prefix.data(), layout.prefix.size());
+  NoGradGuard no_grad;
+  for (size_t i : layout.data_order) {
+    Tensor c = tensors[i].second.detach().cpu().contiguous();
+    const size_t nbytes = static_cast<size_t>(c.numel()) * c.element_size();
+    if (nbytes == 0) continue;
+    if constexpr (std::endian::native == std::endian::little) {
+      sink(c.data_ptr(), nbytes);
+    } else {
+      std::string le(static_cast<const char*>(c.data_ptr()), nbytes);
+      swap_elements(le.data(), nbytes, c.element_size());
+      sink(le.data(), nbytes);
+    }
+  }
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin;
+  uint64_t end;
+};
+
+struct Header {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+};
+
+template <typename... Args>
+[[noreturn]] void fail(const std::string& what, const Args&... args) {
+  throw IOError(detail::str_cat(what, ": ", args...));
+}
+
+// A non-negative JSON integer, or an IOError saying which field of which tensor is wrong.
+uint64_t non_negative_integer(const json::Value& v, const std::string& what, const std::string& name,
+                              const char* field) {
+  if (v.kind != json::Value::Kind::number || !v.is_integer || v.integer < 0)
+    fail(what, "tensor '", name, "': ", field, " must hold non-negative integers, found ", json::kind_name(v));
+  return static_cast<uint64_t>(v.integer);
+}
+
+Entry parse_entry(const std::string& name, const json::Value& v, uint64_t buffer_bytes, const std::string& what) {
+  using Kind = json::Value::Kind;
+  if (v.kind != Kind::object) fail(what, "tensor '", name, "': expected an object, found ", json::kind_name(v));
+  Entry e{name, DType::f32, {}, 0, 0};
+
+  const json::Value* dtype = v.find("dtype");
+  if (dtype == nullptr || dtype->kind != Kind::string)
+    fail(what, "tensor '", name, "': missing or non-string \"dtype\"");
+  bool known = false;
+  for (const auto& d : kDTypeNames) {
+    if (dtype->string == d.name) {
+      e.dtype = d.dtype;
+      known = true;
+    }
+  }
+  if (!known) fail(what, "tensor '", name, "': unsupported dtype \"", dtype->string, "\" (precis reads ", kSupported, ")");
+
+  const json::Value* shape = v.find("shape");
+  if (shape == nullptr || shape->kind != Kind::array) fail(what, "tensor '", name, "': missing or non-array \"shape\"");
+  // numel computed with overflow checks in the same order as shape_numel, so a shape accepted here
+  // is accepted by the tensor constructor.
+  uint64_t numel = 1;
+  for (const json::Value& d : shape->array) {
+    const uint64_t s = non_negative_integer(d, what, name, "shape");
+    if (s != 0 && numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / s)
+      fail(what, "tensor '", name, "': shape has more elements than fit in 64 bits");
+    numel *= s;
+    e.shape.push_back(static_cast<int64_t>(s));
+  }
+
+  const json::Value* offsets = v.find("data_offsets");
+  if (offsets == nullptr || offsets->kind != Kind::array || offsets->array.size() != 2)
+    fail(what, "tensor '", name, "': \"data_offsets\" must be an array [begin, end]");
+  e.begin = non_negative_integer(offsets->array[0], what, name, "data_offsets");
+  e.end = non_negative_integer(offsets->array[1], what, name, "data_offsets");
+  if (e.end < e.begin) fail(what, "tensor '", name, "': data_offsets [", e.begin, ", ", e.end, "] end before they begin");
+  if (e.end > buffer_bytes)
+    fail(what, "tensor '", name, "': data_offsets [", e.begin, ", ", e.end, "] reach past the end of the data (",
+         buffer_bytes, " bytes); the file is truncated or corrupt");
+  const uint64_t elem = element_size(e.dtype);
+  if (numel > std::numeric_limits<uint64_t>::max() / elem || numel * elem != e.end - e.begin)
+    fail(what, "tensor '", name, "': shape ", shape_str(e.shape), " of ", dtype->string, " needs ",
+         numel > std::numeric_limits<uint64_t>::max() / elem ? std::string("more than 2^64")
+                                                             : std::to_string(numel * elem),
+         " bytes but data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin);
+  return e;
+}
+
+Header parse_header(std::string_view text, uint64_t buffer_bytes, const std::string& what) {
+  const json::Value root = json::parse(text, what);
+  if (root.kind != json::Value::Kind::object) fail(what, "the header must be a JSON object, found ", json::kind_name(root));
+  Header h;
+  for (const auto& [key, v] : root.object) {
+    if (key == kMetadataKey) {
+      if (v.kind != json::Value::Kind::object) fail(what, "\"", kMetadataKey, "\" must be an object of strings");
+      for (const auto& [mk, mv] : v.object) {
+        if (mv.kind != json::Value::Kind::string)
+          fail(what, "metadata value for '", mk, "' must be a string, found ", json::kind_name(mv));
+        h.metadata[mk] = mv.string;
+      }
+      continue;
+    }
+    h.entries.push_back(parse_entry(key, v, buffer_bytes, what));
+  }
+
+  // The data must be covered exactly: sorted by offset, each tensor starts where the previous
+  // ends (the reference reader rejects gaps, overlaps and trailing bytes alike).
+  std::vector<const Entry*> by_offset;
+  for (const Entry& e : h.entries) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t expected = 0;
+  const Entry* prev = nullptr;
+  for (const Entry* e : by_offset) {
+    if (e->begin < expected)
+      fail(what, "tensors '", prev->name, "' [", prev->begin, ", ", prev->end, ") and '", e->name, "' [", e->begin, ", ",
+           e->end, ") overlap");
+    if (e->begin > expected)
+      fail(what, "bytes [", expected, ", ", e->begin, ") of the data belong to no tensor (a gap before '", e->name,
+           "')");
+    expected = e->end;
+    prev = e;
+  }
+  if (expected != buffer_bytes)
+    fail(what, "the file has ", buffer_bytes - expected, " bytes after the last tensor's data (expected ", expected,
+         " data bytes, found ", buffer_bytes, ")");
+  return h;
+}
+
+using ReadAt = std::function<void(uint64_t offset, void* dst, size_t n)>;
+
+// Reads the header first and validates it completely against the total size, then gives each
+// tensor its own allocation and reads its bytes straight into it. Each tensor owning its storage
+// (rather than all being views of one file-sized buffer) means: no second copy of the file in
+// memory, every tensor is aligned by the allocator (offsets in the file need not be), and keeping
+// one tensor of a checkpoint alive does not pin the whole file's memory.
+SafetensorsFile read_safetensors(uint64_t total, const ReadAt& read_at, const std::string& what) {
+  if (total < 8) fail(what, "file is ", total, " bytes, shorter than the 8-byte header length; not a safetensors file");
+  unsigned char len_bytes[8];
+  read_at(0, len_bytes, 8);
+  const uint64_t n = load_u64_le(len_bytes);
+  if (n > kMaxHeaderBytes)
+    fail(what, "header length ", n, " exceeds the format's limit of ", kMaxHeaderBytes,
+         " bytes; not a safetensors file or corrupt");
+  if (n > total - 8)
+    fail(what, "header length ", n, " is larger than the rest of the file (", total - 8,
+         " bytes); the file is truncated or not a safetensors file");
+  std::string text(n, '\0');
+  read_at(8, text.data(), n);
+  Header h = parse_header(text, total - 8 - n, what);
+
+  SafetensorsFile out;
+  out.metadata = std::move(h.metadata);
+  out.tensors.reserve(h.entries.size());
+  const uint64_t data_start = 8 + n;
+  for (Entry& e : h.entries) {
+    Tensor t = empty(e.shape, {.dtype = e.dtype});
+    const size_t nbytes = static_cast<size_t>(e.end - e.begin);
+    if (nbytes > 0) read_at(data_start + e.begin, t.data_ptr(), nbytes);
+    if constexpr (std::endian::native != std::endian::little) swap_elements(t.data_ptr(), nbytes, t.element_size());
+    if (e.dtype == DType::boolean) {
+      // A bool holding anything but 0 or 1 is undefined behaviour in C++: reject it.
+      const auto* b = static_cast<const unsigned char*>(t.data_ptr());
+      for (size_t i = 0; i < nbytes; ++i)
+        if (b[i] > 1) fail(what, "tensor '", e.name, "': BOOL element ", i, " holds byte ", int{b[i]}, " (not 0 or 1)");
+    }
+    out.tensors.emplace_back(std::move(e.name), std::move(t));
+  }
+  return out;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), size_t{0});
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+// ---- public API ---------------------------------------------------------------------------------
+std::string_view safetensors_dtype_name(DType dtype) {
+  for (const auto& d : kDTypeNames)
+    if (d.dtype == dtype) return d.name;
+  PRECIS_INTERNAL_ASSERT(false, "dtype without a safetensors name");
+  return "";
+}
+
+DType dtype_from_safetensors_name(std::string_view name) {
+  for (const auto& d : kDTypeNames)
+    if (name == d.name) return d.dtype;
+  throw ValueError(detail::str_cat("unsupported safetensors dtype \"", name, "\"; precis reads ", kSupported));
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  return std::any_of(tensors.begin(), tensors.end(), [&](const auto& p) { return p.first == name; });
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& p : tensors) out.push_back(p.first);
+  return out;
+}
+
+Tensor SafetensorsFile::get(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return t;
+  // Suggest the closest names: within a third of the name's length, at most three.
+  std::vector<std::pair<size_t, std::string_view>> close;
+  for (const auto& p : tensors) {
+    const size_t d = edit_distance(name, p.first);
+    if (d <= std::max<size_t>(2, name.size() / 3)) close.emplace_back(d, p.first);
+  }
+  std::stable_sort(close.begin(), close.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string hint;
+  for (size_t i = 0; i < std::min<size_t>(close.size(), 3); ++i)
+    hint += std::string(i ? ", '" : "'") + std::string(close[i].second) + "'";
+  throw ValueError(detail::str_cat("safetensors: no tensor named '", name, "' among ", tensors.size(), " tensors",
+                                   hint.empty() ? std::string() : "; did you mean " + hint + "?"));
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  const Layout layout = plan(tensors, metadata);
+  write_file_atomic(path, [&](const ByteSink& sink) { emit(tensors, layout, sink); });
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  save_safetensors(path, NamedTensors(tensors.begin(), tensors.end()), metadata);
+}
+
+std::string to_safetensors_bytes(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
+  const Layout layout = plan(tensors, metadata);
+  std::string out;
+  out.reserve(layout.prefix.size() + layout.data_bytes);
+  emit(tensors, layout, [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); });
+  return out;
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const ReadOnlyFile file(path);
+  return read_safetensors(
+      file.size(), [&](uint64_t off, void* dst, size_t n) { file.read_at(off, dst, n); }, "safetensors file '" + path + "'");
+}
+
+SafetensorsFile from_safetensors_bytes(std::string_view bytes) {
+  return read_safetensors(
+      bytes.size(), [&](uint64_t off, void* dst, size_t n) { std::memcpy(dst, bytes.data() + off, n); }, "safetensors <memory>");
+}
+
+}  // namespace precis
