@@ -16,15 +16,6 @@ foreach(folder ${PRECIS_FOLDERS})
   list(APPEND _cuda_sources ${_cu})
 endforeach()
 
-# CMake < 3.26 does not know nvcc's C++20 flag and refuses the C++20 dialect for .cu files
-# ("requires the language dialect CUDA20"), although nvcc >= 12 with g++ >= 10 compiles C++20
-# fine. Tell it the flag (CMake >= 3.26 sets these itself for NVIDIA).
-if(PRECIS_WITH_CUDA AND CMAKE_VERSION VERSION_LESS 3.26 AND CMAKE_CUDA_COMPILER_ID STREQUAL "NVIDIA"
-   AND NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
-  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
-  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
-endif()
-
 add_library(precis ${_cpu_sources})
 add_library(precis::precis ALIAS precis)
 set_target_properties(precis PROPERTIES OUTPUT_NAME precis EXPORT_NAME precis)
