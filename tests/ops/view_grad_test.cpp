@@ -19,7 +19,7 @@ const bool kViewCases = register_grad_cases({
      [] { return one(non_contiguous(randn_input({3, 1, 4}))); },
      [](const TensorList& x) { return one(x[0].squeeze(1).unsqueeze(0).flatten() * 2.0); }},
     {OpId::permute, "permute and transpose", [] { return one(randn_input({2, 3, 4})); },
-     [](const TensorList& x) { return one(x[0].permute({2, 0, 1}).transpose(0, 2) * x[0].permute({1, 2, 0}).sum({})); }},
+     [](const TensorList& x) { return one(x[0].permute({2, 0, 1}).transpose(0, 2) * sum(x[0].permute({1, 2, 0}))); }},
     {OpId::slice, "slice with a step, narrow and select", [] { return one(randn_input({5, 6})); },
      [](const TensorList& x) {
        return TensorList{x[0].slice(1, 1, 6, 2) * 3.0, x[0].narrow(0, 1, 2), x[0].select(0, -1)};
