@@ -187,7 +187,7 @@ TEST_CASE("copy_ broadcasts and converts", "[tensor][copy]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(expanded.copy_(ones({2, 3})), ValueError, "copy_", "expanded", "clone()");
 }
 
-TEST_CASE("fill_ writes every element of the view, in its dtype", "[tensor][copy]") {
+TEST_CASE("fill_ writes every element of the view in its dtype", "[tensor][copy]") {
   for (DType dt : kAllDTypes) {
     INFO(dtype_name(dt));
     Tensor t = zeros({2, 3}, {.dtype = dt});
@@ -278,7 +278,7 @@ TEST_CASE("metadata errors name the tensor", "[tensor]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(Tensor().fill_(1.0), ValueError, "undefined tensor");
 }
 
-TEST_CASE("str() prints values, shape and dtype", "[tensor][print]") {
+TEST_CASE("str() prints values and shape and dtype", "[tensor][print]") {
   const std::string m = arange(6.0).view({2, 3}).str();
   CHECK(contains(m, "tensor([[0.0000, 1.0000, 2.0000],\n        [3.0000, 4.0000, 5.0000]]"));
   CHECK(contains(m, "shape=[2, 3]"));
