@@ -58,6 +58,8 @@ struct Function {
       NoGradGuard no_grad;
       out = Derived::forward(*ctx, args...);
     }
+    for (const Tensor& in : inputs)
+      if (out.is_same(in)) out = out.detach();  // the output must be a tensor of its own to carry grad_fn
     if (is_grad_enabled() && detail::any_requires_grad(inputs))
       detail::record_custom(typeid(Derived).name(), inputs, {out}, ctx, &Derived::backward);
     return out;

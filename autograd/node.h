@@ -17,6 +17,14 @@ using TensorList = std::vector<Tensor>;
 
 class Node;
 
+/// Shape, dtype and device of an op input, kept so the engine can check (and cast) the gradient
+/// each backward returns for it.
+struct InputMetadata {
+  Shape sizes;
+  DType dtype = DType::f32;
+  Device device;
+};
+
 /// Input `input_nr` of `fn` (fn null: the input needed no gradient).
 struct Edge {
   std::shared_ptr<Node> fn;
@@ -39,6 +47,8 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual void release_saved() {}
 
   std::vector<Edge>& next_edges() { return next_edges_; }
+  std::vector<InputMetadata>& input_metadata() { return input_metadata_; }
+  const std::vector<InputMetadata>& input_metadata() const { return input_metadata_; }
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
   uint32_t num_outputs() const { return num_outputs_; }
@@ -56,6 +66,7 @@ class Node : public std::enable_shared_from_this<Node> {
 
  private:
   std::vector<Edge> next_edges_;
+  std::vector<InputMetadata> input_metadata_;  // parallel to next_edges_ (empty for AccumulateGrad)
   uint64_t sequence_nr_;
   uint32_t num_outputs_ = 1;
   std::vector<PreHook> pre_hooks_;

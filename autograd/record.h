@@ -28,6 +28,9 @@ bool needs_grad(const TensorList& inputs);
 std::shared_ptr<Node> record(OpId op, const TensorList& inputs, const TensorList& outputs,
                              FunctionNode::Backward backward);
 
+/// Connects an existing node (e.g. a custom Function's) to its inputs and outputs as record() does.
+void attach(const std::shared_ptr<Node>& node, const TensorList& inputs, const TensorList& outputs);
+
 /// The edge a gradient for `t` must flow along: its grad_fn, or its leaf's AccumulateGrad
 /// (created on first use), or an invalid edge when t does not require grad.
 Edge gradient_edge(const Tensor& t);

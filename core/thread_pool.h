@@ -11,12 +11,17 @@ namespace precis {
 int get_num_threads();
 /// Sets the intra-op thread count; n >= 1. Takes effect for the next parallel_for.
 void set_num_threads(int n);
-/// True while running inside a parallel_for body.
+/// True while running inside the body of a parallel_for that was split over the pool (on a worker
+/// or on the caller). A parallel_for that ran inline because its range was small or the pool had
+/// one thread does not count, so its body may still parallelise inner loops.
 bool in_parallel_region();
 
-/// Calls fn(b, e) over disjoint chunks that cover [begin, end). Chunks hold at least `grain`
-/// items, so ranges smaller than `grain` run inline on the caller. Exceptions thrown by fn are
-/// re-thrown on the caller after all chunks finish.
+/// Calls fn(b, e) over disjoint chunks that cover [begin, end) (nothing when end <= begin). It
+/// uses at most get_num_threads() chunks of at least `grain` items (grain < 1 counts as 1); the
+/// caller runs one chunk itself. It runs fn(begin, end) inline when the range is smaller than
+/// 2 * grain, with one thread, inside another region (nested), or while another thread's region
+/// is in flight. The first exception thrown by fn is re-thrown on the caller once every chunk has
+/// finished; chunks not yet started when it was thrown are skipped.
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn);
 

@@ -44,8 +44,7 @@ Shape infer_size(const Shape& sizes, int64_t numel, const char* op, const Tensor
 std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, const Shape& new_sizes) {
   Shape new_strides(new_sizes.size());
   if (new_sizes.empty()) return new_strides;
-  // A 0-d tensor has one element: any shape of ones views it (the loop below needs >= 1 dim).
-  if (sizes.empty()) return Shape(new_sizes.size(), 1);
+  if (sizes.empty()) return contiguous_strides(new_sizes);  // one element: any all-ones shape
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
   if (numel == 0) return contiguous_strides(new_sizes);

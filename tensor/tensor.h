@@ -77,6 +77,8 @@ class Tensor {
     return static_cast<T*>(data_ptr());
   }
 
+  const Storage& storage() const { return checked()->storage(); }
+
   uint32_t version() const { return checked()->version_counter()->value.load(std::memory_order_relaxed); }
   /// Marks an in-place modification (done by every in-place op).
   void bump_version() const { checked()->version_counter()->value.fetch_add(1, std::memory_order_relaxed); }

@@ -1,0 +1,228 @@
+// The backward engine. Note [Engine]: a backward pass
+//   1. walks the graph from the roots once (iteratively) to count, for every node, how many
+//      edges point at it;
+//   2. seeds the roots' input buffers with the root gradients;
+//   3. repeatedly takes the ready node with the highest sequence number (created last), runs its
+//      gradient pre-hooks, apply(), and adds each returned gradient into the buffer of the node
+//      its edge points to; a node becomes ready when its count drops to zero.
+// Gradients are checked against the recorded input metadata (shape must match; dtype is cast back,
+// so e.g. a bf16 gradient reaching an f32 input arrives as f32).
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/autograd_meta.h"
+#include "autograd/grad_mode.h"
+#include "autograd/record.h"
+#include "ops/functional.h"
+#include "tensor/factory.h"
+
+namespace precis::autograd {
+
+namespace {
+
+struct ReadyOrder {
+  bool operator()(const Node* a, const Node* b) const {
+    // AccumulateGrad first (frees gradients early), then most recently created.
+    const bool acc_a = dynamic_cast<const AccumulateGrad*>(a) != nullptr;
+    const bool acc_b = dynamic_cast<const AccumulateGrad*>(b) != nullptr;
+    if (acc_a != acc_b) return acc_b;
+    return a->sequence_nr() < b->sequence_nr();
+  }
+};
+
+Tensor accumulate(const Tensor& sum, const Tensor& g) {
+  if (!sum.defined()) return g;
+  if (!g.defined()) return sum;
+  return add(sum, g);
+}
+
+// Checks one gradient returned by `node` for its input `i`; casts dtype and moves device when the
+// input's differ.
+Tensor validate(const Node& node, size_t i, Tensor g) {
+  if (!g.defined() || i >= node.input_metadata().size()) return g;
+  const InputMetadata& m = node.input_metadata()[i];
+  PRECIS_CHECK_T(InternalError, g.sizes() == m.sizes, node.name(), " returned a gradient of shape ",
+                 shape_str(g.sizes()), " for its input ", i, " of shape ", shape_str(m.sizes),
+                 ". This is a bug in the op's backward; please report it.");
+  if (g.device() != m.device) g = g.to(m.device);
+  if (g.dtype() != m.dtype && is_floating(m.dtype)) g = g.to(m.dtype);
+  return g;
+}
+
+struct Capture {
+  Node* node;
+  uint32_t output_nr;
+  size_t slot;
+};
+
+// Runs the graph below `roots`. With `captures`, the buffers of the named (node, output) pairs are
+// copied into `captured` and AccumulateGrad nodes are not run (autograd::grad semantics).
+void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bool retain_graph,
+                const std::vector<Capture>* captures, TensorList* captured) {
+  GradModeGuard no_grad(false);
+
+  // 1. Dependency counts (iterative DFS).
+  std::unordered_map<Node*, int> deps;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (const Edge& e : roots)
+    if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges()) {
+      if (!e.valid()) continue;
+      ++deps[e.fn.get()];
+      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+
+  // 2. Seed the root buffers.
+  std::unordered_map<Node*, TensorList> buffers;
+  // Keep the nodes alive while they are queued (the graph may be owned only by the roots).
+  std::unordered_map<Node*, std::shared_ptr<Node>> owners;
+  auto buffer_of = [&](const Edge& e) -> TensorList& {
+    TensorList& b = buffers[e.fn.get()];
+    if (b.size() < e.fn->num_outputs()) b.resize(std::max<uint32_t>(e.fn->num_outputs(), 1));
+    owners.emplace(e.fn.get(), e.fn);
+    return b;
+  };
+  for (size_t i = 0; i < roots.size(); ++i) {
+    TensorList& b = buffer_of(roots[i]);
+    b[roots[i].input_nr] = accumulate(b[roots[i].input_nr], root_grads[i]);
+  }
+
+  std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
+  for (const Edge& e : roots) {
+    int& d = deps[e.fn.get()];
+    if (d == 0) {
+      ready.push(e.fn.get());
+      d = -1;  // queued
+    }
+  }
+
+  // 3. Run. A node whose gradients are all undefined is not applied, but its edges are still
+  // released so that nodes below it that other paths reach become ready.
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    std::shared_ptr<Node> keep = owners[node];
+    owners.erase(node);
+    TensorList grads;
+    if (auto it = buffers.find(node); it != buffers.end()) {
+      grads = std::move(it->second);
+      buffers.erase(it);
+    }
+    bool any = false;
+    for (const Tensor& g : grads) any = any || g.defined();
+
+    TensorList input_grads;
+    const bool is_acc = dynamic_cast<AccumulateGrad*>(node) != nullptr;
+    if (any) {
+      for (auto& hook : node->pre_hooks()) {
+        if (hook.output_nr >= grads.size() || !grads[hook.output_nr].defined()) continue;
+        Tensor replaced = hook.fn(grads[hook.output_nr]);
+        if (replaced.defined()) grads[hook.output_nr] = replaced;
+      }
+      for (auto& [output_nr, weak] : node->retained()) {
+        auto impl = weak.lock();
+        if (!impl || output_nr >= grads.size() || !grads[output_nr].defined()) continue;
+        AutogradMeta& meta = impl->ensure_autograd_meta();
+        meta.grad = meta.grad.defined() ? add(meta.grad, grads[output_nr]) : grads[output_nr].detach().clone();
+      }
+      if (captures != nullptr) {
+        for (const Capture& c : *captures)
+          if (c.node == node && c.output_nr < grads.size())
+            (*captured)[c.slot] = accumulate((*captured)[c.slot], grads[c.output_nr]);
+      }
+      if (!(is_acc && captures != nullptr)) {
+        input_grads = node->apply(std::move(grads));
+        if (!retain_graph) node->release_saved();
+        PRECIS_CHECK_T(InternalError, is_acc || input_grads.size() == node->next_edges().size(), node->name(),
+                       " returned ", input_grads.size(), " gradients for ", node->next_edges().size(),
+                       " inputs. This is a bug; please report it.");
+      }
+    }
+    const auto& edges = node->next_edges();
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const Edge& e = edges[i];
+      if (!e.valid()) continue;
+      if (i < input_grads.size()) {
+        Tensor g = validate(*node, i, std::move(input_grads[i]));
+        if (g.defined()) {
+          TensorList& b = buffer_of(e);
+          b[e.input_nr] = accumulate(b[e.input_nr], g);
+        }
+      }
+      owners.emplace(e.fn.get(), e.fn);
+      int& d = deps[e.fn.get()];
+      if (--d == 0) {
+        ready.push(e.fn.get());
+        d = -1;
+      }
+    }
+  }
+}
+
+Edge root_edge(const Tensor& root, size_t i) {
+  PRECIS_CHECK_T(StateError, root.defined(), "backward: root ", i, " is undefined");
+  Edge e = gradient_edge(root);
+  PRECIS_CHECK_T(StateError, e.valid(), "backward: root ", i, " (", root.describe(),
+                 ") does not require grad and has no grad_fn; did you forget requires_grad_() on an input, "
+                 "or compute it under NoGradGuard?");
+  return e;
+}
+
+Tensor root_grad(const Tensor& root, const TensorList& grads, size_t i) {
+  if (i < grads.size() && grads[i].defined()) {
+    PRECIS_CHECK_SHAPE(grads[i].sizes() == root.sizes(), "backward: gradient ", grads[i].describe(),
+                       " does not match the shape of root ", i, " ", root.describe());
+    return grads[i];
+  }
+  PRECIS_CHECK_T(StateError, root.numel() == 1, "backward: a gradient can be created implicitly only for a "
+                 "one-element output, but root ", i, " is ", root.describe(), "; pass a gradient tensor");
+  return ones_like(root);
+}
+
+}  // namespace
+
+void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
+  std::vector<Edge> edges;
+  TensorList grads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    edges.push_back(root_edge(roots[i], i));
+    grads.push_back(root_grad(roots[i], grad_roots, i));
+  }
+  run_engine(edges, grads, retain_graph, nullptr, nullptr);
+}
+
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
+                bool retain_graph, bool allow_unused) {
+  std::vector<Edge> edges;
+  TensorList grads;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    edges.push_back(root_edge(outputs[i], i));
+    grads.push_back(root_grad(outputs[i], grad_outputs, i));
+  }
+  std::vector<Capture> captures;
+  std::vector<std::shared_ptr<Node>> keep;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Edge e = gradient_edge(inputs[i]);
+    PRECIS_CHECK_T(StateError, e.valid(), "grad: input ", i, " (", inputs[i].describe(), ") does not require grad");
+    captures.push_back({e.fn.get(), e.input_nr, i});
+    keep.push_back(e.fn);
+  }
+  TensorList result(inputs.size());
+  run_engine(edges, grads, retain_graph, &captures, &result);
+  for (size_t i = 0; i < result.size(); ++i) {
+    PRECIS_CHECK_T(StateError, allow_unused || result[i].defined(), "grad: input ", i, " (", inputs[i].describe(),
+                   ") was not used to compute the outputs; pass allow_unused=true if that is expected");
+    if (result[i].defined() && result[i].dtype() != inputs[i].dtype()) result[i] = result[i].to(inputs[i].dtype());
+  }
+  return result;
+}
+
+}  // namespace precis::autograd

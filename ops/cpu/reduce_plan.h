@@ -1,0 +1,195 @@
+#pragma once
+// The shared machinery of the CPU reductions (sum, mean, var): how x's dims split into kept and
+// reduced ones, and a driver that runs a reduction op over them in parallel.
+//
+// Determinism: every output is accumulated in an order fixed by the shapes and strides alone.
+// A long reduction is cut into chunks of a fixed size (kReduceChunk elements, never "one per
+// thread"); each chunk gives a partial, and the partials are combined in chunk order. So the
+// result is bit-identical for any thread count.
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/cpu/loops.h"
+#include "tensor/tensor.h"
+
+namespace precis::cpu {
+
+/// Reduced elements per partial. Large enough that the partials are cheap, small enough that a
+/// single big reduction (sum of everything) still spreads over the pool.
+inline constexpr int64_t kReduceChunk = 16384;
+/// Kept-dim columns one work item of the outer (column) reduction accumulates at once.
+inline constexpr int64_t kReduceColumnBlock = 256;
+
+/// x's dims split into kept dims (row-major over them is the order of the contiguous output)
+/// and reduced dims, each coalesced. The reduced dims are ordered by decreasing stride so that
+/// the innermost reduced dim is the most contiguous one.
+struct ReducePlan {
+  Shape kept_sizes, kept_strides;  // may be empty (a single output)
+  Shape red_sizes, red_strides;    // never empty ({1}, {0} for an empty set)
+  int64_t num_out = 1;
+  int64_t red_numel = 1;
+  /// Outer reduction: the innermost kept dim is contiguous in x and no reduced dim is, so whole
+  /// rows of outputs are accumulated at once (vectorised across the kept dim).
+  bool columns = false;
+};
+
+namespace detail {
+inline void coalesce_one(Shape& sizes, Shape& strides) {
+  Shape s, st;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    if (!s.empty() && st.back() == strides[d] * sizes[d]) {
+      s.back() *= sizes[d];
+      st.back() = strides[d];
+      continue;
+    }
+    s.push_back(sizes[d]);
+    st.push_back(strides[d]);
+  }
+  sizes = std::move(s);
+  strides = std::move(st);
+}
+}  // namespace detail
+
+/// dims: sorted, unique, in range.
+inline ReducePlan make_reduce_plan(const Tensor& x, const std::vector<int64_t>& dims) {
+  ReducePlan p;
+  const int64_t nd = x.dim();
+  std::vector<bool> reduced(nd, false);
+  for (int64_t d : dims) reduced[d] = true;
+  std::vector<int64_t> red;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (reduced[d]) {
+      red.push_back(d);
+    } else {
+      p.kept_sizes.push_back(x.sizes()[d]);
+      p.kept_strides.push_back(x.strides()[d]);
+    }
+  }
+  std::stable_sort(red.begin(), red.end(), [&](int64_t a, int64_t b) { return x.strides()[a] > x.strides()[b]; });
+  for (int64_t d : red) {
+    p.red_sizes.push_back(x.sizes()[d]);
+    p.red_strides.push_back(x.strides()[d]);
+  }
+  for (int64_t s : p.kept_sizes) p.num_out *= s;
+  for (int64_t s : p.red_sizes) p.red_numel *= s;
+  detail::coalesce_one(p.kept_sizes, p.kept_strides);
+  detail::coalesce_one(p.red_sizes, p.red_strides);
+  if (p.red_sizes.empty()) {
+    p.red_sizes = {1};
+    p.red_strides = {0};
+  }
+  p.columns = !p.kept_sizes.empty() && p.kept_strides.back() == 1 && p.kept_sizes.back() > 1 &&
+              std::none_of(p.red_strides.begin(), p.red_strides.end(), [](int64_t s) { return s == 1; });
+  return p;
+}
+
+/// Element offset in x of output `o` (row-major index over the kept dims).
+inline int64_t kept_offset(const ReducePlan& p, int64_t o) {
+  int64_t off = 0;
+  for (int64_t d = static_cast<int64_t>(p.kept_sizes.size()) - 1; d >= 0; --d) {
+    off += (o % p.kept_sizes[d]) * p.kept_strides[d];
+    o /= p.kept_sizes[d];
+  }
+  return off;
+}
+
+/// Runs a reduction. Op provides:
+///   using acc_t;                        partial accumulator (fp32 for f32/f16/bf16, f64, i64)
+///   acc_t identity() const;
+///   acc_t row(const T* p, int64_t n, int64_t stride, int64_t o) const;   reduces n elements
+///   void columns(acc_t* buf, const T* p, int64_t n, int64_t o0) const;   buf[j] += f(p[j], o0 + j)
+///   using total_t; total_t total_identity() const; total_t merge(total_t, acc_t) const;
+///   void write(int64_t o, total_t total) const;                          stores output o
+/// Every output's reduction order depends only on the plan, never on the thread count.
+template <typename T, typename Op>
+void run_reduction(const ReducePlan& p, const T* x, const Op& op) {
+  using acc_t = typename Op::acc_t;
+  if (p.num_out == 0) return;
+  if (p.red_numel == 0) {
+    for (int64_t o = 0; o < p.num_out; ++o) op.write(o, op.total_identity());
+    return;
+  }
+  const std::array<Shape, 1> red_strides{p.red_strides};
+
+  if (!p.columns) {
+    // One output at a time: its reduced elements are visited as rows of the innermost reduced
+    // dim (contiguous rows when the reduction is over the inner dims).
+    const int64_t n_chunks = (p.red_numel + kReduceChunk - 1) / kReduceChunk;
+    auto partial = [&](int64_t o, int64_t c) {
+      const T* base = x + kept_offset(p, o);
+      acc_t acc = op.identity();
+      for_each_row<1>(p.red_sizes, red_strides, c * kReduceChunk, std::min(p.red_numel, (c + 1) * kReduceChunk),
+                      [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
+                        acc = acc + op.row(base + off[0], n, st[0], o);
+                      });
+      return acc;
+    };
+    const int64_t per_item = std::min(p.red_numel, kReduceChunk);
+    const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / per_item);
+    if (n_chunks == 1) {
+      parallel_for(0, p.num_out, grain, [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) op.write(o, op.merge(op.total_identity(), partial(o, 0)));
+      });
+      return;
+    }
+    std::vector<acc_t> partials(p.num_out * n_chunks);
+    parallel_for(0, p.num_out * n_chunks, grain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) partials[i] = partial(i / n_chunks, i % n_chunks);
+    });
+    parallel_for(0, p.num_out, std::max<int64_t>(1, kElementwiseGrain / n_chunks), [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        auto total = op.total_identity();
+        for (int64_t c = 0; c < n_chunks; ++c) total = op.merge(total, partials[o * n_chunks + c]);
+        op.write(o, total);
+      }
+    });
+    return;
+  }
+
+  // Outer reduction: the innermost kept dim (size `cols`, stride 1) is accumulated a block of
+  // columns at a time; each reduced position adds a contiguous run of x into the block buffer.
+  const int64_t cols = p.kept_sizes.back();
+  const int64_t outer = p.num_out / cols;
+  const int64_t n_blocks = (cols + kReduceColumnBlock - 1) / kReduceColumnBlock;
+  const int64_t chunk_pos = std::max<int64_t>(1, kReduceChunk / std::min(cols, kReduceColumnBlock));
+  const int64_t n_chunks = (p.red_numel + chunk_pos - 1) / chunk_pos;
+  const int64_t items = outer * n_blocks * n_chunks;
+  std::vector<acc_t> partials(n_chunks > 1 ? p.num_out * n_chunks : 0);
+  const int64_t grain =
+      std::max<int64_t>(1, kElementwiseGrain / (std::min(p.red_numel, chunk_pos) * std::min(cols, kReduceColumnBlock)));
+  parallel_for(0, items, grain, [&](int64_t b, int64_t e) {
+    acc_t buf[kReduceColumnBlock];
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t c = i % n_chunks;
+      const int64_t blk = (i / n_chunks) % n_blocks;
+      const int64_t ou = i / (n_chunks * n_blocks);
+      const int64_t o0 = ou * cols + blk * kReduceColumnBlock;
+      const int64_t n = std::min(kReduceColumnBlock, cols - blk * kReduceColumnBlock);
+      const T* base = x + kept_offset(p, o0);
+      std::fill(buf, buf + n, op.identity());
+      for_each_row<1>(p.red_sizes, red_strides, c * chunk_pos, std::min(p.red_numel, (c + 1) * chunk_pos),
+                      [&](std::array<int64_t, 1> off, int64_t rn, std::array<int64_t, 1> st) {
+                        for (int64_t r = 0; r < rn; ++r) op.columns(buf, base + off[0] + r * st[0], n, o0);
+                      });
+      if (n_chunks == 1) {
+        for (int64_t j = 0; j < n; ++j) op.write(o0 + j, op.merge(op.total_identity(), buf[j]));
+      } else {
+        for (int64_t j = 0; j < n; ++j) partials[(o0 + j) * n_chunks + c] = buf[j];
+      }
+    }
+  });
+  if (n_chunks > 1) {
+    parallel_for(0, p.num_out, std::max<int64_t>(1, kElementwiseGrain / n_chunks), [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        auto total = op.total_identity();
+        for (int64_t c = 0; c < n_chunks; ++c) total = op.merge(total, partials[o * n_chunks + c]);
+        op.write(o, total);
+      }
+    });
+  }
+}
+
+}  // namespace precis::cpu

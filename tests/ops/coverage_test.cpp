@@ -1,0 +1,56 @@
+// The op-table coverage test: every row of ops/op_list.def must be complete. A Kernel op needs CPU
+// kernels for f32 and f64; a differentiable op needs at least one registered gradient-check case
+// (which, run by gradcheck_test.cpp, proves it has a backward).
+#include <set>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "ops/op_table.h"
+#include "tests/support/op_cases.h"
+
+namespace precis::testing {
+namespace {
+
+TEST_CASE("every op in the table has its kernels and gradient checks", "[ops][coverage]") {
+  std::set<OpId> with_cases;
+  for (const GradCase& c : grad_cases()) with_cases.insert(c.op);
+  std::string missing;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const OpInfo& info = op_info(op);
+    if (info.kind == OpKind::Kernel) {
+      for (DType dt : {DType::f32, DType::f64})
+        if (find_kernel(op, DeviceType::cpu, dt) == nullptr)
+          missing += std::string(info.name) + ": no CPU kernel for " + std::string(dtype_name(dt)) + "\n";
+    }
+    if (info.differentiable && with_cases.count(op) == 0)
+      missing += std::string(info.name) + ": differentiable but no gradient-check case registered\n";
+  }
+  INFO("incomplete rows of ops/op_list.def:\n" << missing);
+  CHECK(missing.empty());
+}
+
+TEST_CASE("op table names are unique and categories are printable", "[ops][coverage]") {
+  std::set<std::string> names;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo& info = op_info(static_cast<OpId>(i));
+    CHECK(names.insert(info.name).second);
+    CHECK(std::string(category_name(info.category)) != "?");
+  }
+}
+
+TEST_CASE("a missing kernel names the op, device and dtype, and lists what exists", "[ops][coverage]") {
+  try {
+    throw_missing_kernel(OpId::copy, DeviceType::cuda, DType::f32);
+    FAIL("no exception");
+  } catch (const NotImplementedError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("copy") != std::string::npos);
+    CHECK(msg.find("cuda") != std::string::npos);
+    CHECK(msg.find("f32") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace precis::testing
