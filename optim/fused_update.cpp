@@ -8,9 +8,9 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 
-// PyTorch's reference kernels round every intermediate (a + alpha*b is a multiply then an add).
-// GCC contracts such expressions into FMA by default in C++ when -mfma is on, which changes the
-// last bit; the element math below must not be contracted to match PyTorch bit for bit.
+// The element math (fused_update.h) says where it fuses multiply-adds, as PyTorch's kernels do;
+// GCC would contract other multiply-adds into FMA by default in C++ when -mfma is on, changing
+// last bits, so contraction is off for this file.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)

@@ -8,10 +8,13 @@
 // and for an f16/bf16 parameter the rounded master written back into the parameter.
 //
 // The element functions follow the operation order of PyTorch's single-tensor implementations
-// (torch.optim.SGD / Adam / AdamW with foreach=False): every intermediate is rounded to the
-// compute type where PyTorch rounds it, and scalars are rounded to the compute type the way
-// PyTorch passes Python floats to its kernels. Compiled without contraction into FMA (see
-// fused_update.cpp), the CPU results then equal PyTorch's bit for bit in f32.
+// (torch.optim.SGD / Adam / AdamW with foreach=False) as its vectorised CPU kernels execute them:
+// add(alpha), lerp and addcmul are fused multiply-adds there (Vectorized::fmadd), mul, div and
+// addcdiv are not; scalars are rounded to the compute type as PyTorch passes Python floats to its
+// kernels. The fused steps are written as explicit fma() and the file that compiles the CPU
+// kernels forbids any other contraction (fused_update.cpp), so f32 SGD trajectories equal
+// PyTorch's bit for bit. Adam's differ by an ulp now and then: PyTorch's f32 sqrt (MKL VML) is
+// not correctly rounded, ours is.
 #include <cmath>
 #include <cstdint>
 
@@ -23,6 +26,7 @@
 
 namespace precis::optim::detail {
 
+using std::fma;
 using std::pow;
 using std::sqrt;
 
@@ -93,19 +97,19 @@ PRECIS_HD inline SgdScalars<C> make_sgd_scalars(const SgdHyper& h) {
 template <typename C>
 PRECIS_HD inline void sgd_element(C& p, C g, C* buf, bool first, const SgdScalars<C>& s) {
   if (s.maximize) g = -g;
-  if (s.weight_decay != C(0)) g = g + s.weight_decay * p;
+  if (s.weight_decay != C(0)) g = fma(s.weight_decay, p, g);  // grad.add(param, alpha=wd)
   if (s.has_momentum) {
     C b;
     if (first) {
       b = g;
     } else {
-      b = *buf * s.momentum;
-      b = b + s.one_minus_dampening * g;
+      b = *buf * s.momentum;                     // buf.mul_(momentum)
+      b = fma(s.one_minus_dampening, g, b);      //    .add_(grad, alpha=1 - dampening)
     }
     *buf = b;
-    g = s.nesterov ? g + s.momentum * b : b;
+    g = s.nesterov ? fma(s.momentum, b, g) : b;  // grad.add(buf, alpha=momentum)
   }
-  p = p + s.neg_lr * g;
+  p = fma(s.neg_lr, g, p);                       // param.add_(grad, alpha=-lr)
 }
 
 // ---- Adam / AdamW -----------------------------------------------------------------------------------
@@ -159,15 +163,15 @@ PRECIS_HD inline void adam_element(C& p, C g, C& m, C& v, C* vmax, const AdamSca
     if (s.decoupled) {
       p = p * s.decay_factor;
     } else {
-      g = g + s.weight_decay * p;
+      g = fma(s.weight_decay, p, g);
     }
   }
   // exp_avg.lerp_(grad, 1 - beta1), in lerp's two numerically preferred forms.
   const C diff = g - m;
-  m = s.w1 < C(0.5) ? m + s.w1 * diff : g - diff * s.one_minus_w1;
+  m = s.w1 < C(0.5) ? fma(s.w1, diff, m) : fma(-diff, s.one_minus_w1, g);
   // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
   C vv = v * s.beta2;
-  vv = vv + s.one_minus_beta2 * g * g;
+  vv = fma(s.one_minus_beta2 * g, g, vv);
   v = vv;
   if (s.amsgrad) {
     vv = nan_propagating_max(*vmax, vv);
@@ -175,7 +179,7 @@ PRECIS_HD inline void adam_element(C& p, C g, C& m, C& v, C* vmax, const AdamSca
   }
   C denom = sqrt(vv) / s.bias_correction2_sqrt;
   denom = denom + s.eps;
-  p = p + s.neg_step_size * m / denom;
+  p = p + s.neg_step_size * m / denom;  // addcdiv_: not fused
 }
 
 }  // namespace precis::optim::detail
