@@ -13,7 +13,7 @@ namespace precis::optim {
 namespace detail {
 
 void check_params(const std::string& optimizer, const std::vector<std::vector<Tensor>>& groups) {
-  PRECIS_CHECK(!groups.empty(), optimizer, ": got an empty parameter list; pass the model's parameters");
+  PRECIS_CHECK(!groups.empty() && !(groups.size() == 1 && groups[0].empty()), optimizer, ": got an empty parameter list; pass the model's parameters");
   std::set<const TensorImpl*> seen;
   for (size_t g = 0; g < groups.size(); ++g) {
     PRECIS_CHECK(!groups[g].empty(), optimizer, ": parameter group ", g, " is empty");
