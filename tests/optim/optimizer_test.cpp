@@ -265,6 +265,8 @@ TEST_CASE("Adam warns when eps vanishes in its fp32 state", "[optim][warning]") 
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("eps = 1e-40") != std::string::npos);
   CHECK(warnings[0].find("fp32") != std::string::npos);
+  Adam again({ones({2}).requires_grad_()}, {.eps = 1e-40});  // the same message is reported once
+  CHECK(warnings.size() == 1);
   AdamW zero({ones({2}, {.dtype = DType::f16}).requires_grad_()}, {.eps = 0.0});
   REQUIRE(warnings.size() == 2);
   CHECK(warnings[1].find("AdamW") != std::string::npos);
