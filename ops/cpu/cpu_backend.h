@@ -10,6 +10,8 @@ void register_reduce_kernels();     // sum, mean, max, var
 void register_linalg_kernels();     // matmul, linear
 void register_index_kernels();      // cat, index_select, gather, index_add, scatter_add
 
+void register_unscale_kernels();    // unscale_grads (amp)
+
 void register_cpu_kernels();
 
 }  // namespace precis::cpu

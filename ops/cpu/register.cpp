@@ -9,6 +9,7 @@ void register_cpu_kernels() {
   register_reduce_kernels();
   register_linalg_kernels();
   register_index_kernels();
+  register_unscale_kernels();
 }
 
 }  // namespace precis::cpu
