@@ -25,8 +25,16 @@ Tensor make_alias(const Tensor& base, Shape sizes, Shape strides, int64_t offset
 }
 }  // namespace detail
 
-int64_t Tensor::size(int64_t dim) const { return sizes()[detail::wrap_dim(dim, this->dim(), "size", *this)]; }
-int64_t Tensor::stride(int64_t dim) const { return strides()[detail::wrap_dim(dim, this->dim(), "stride", *this)]; }
+// wrap_dim accepts dim 0 / -1 on a 0-d tensor (for ops like sum), but a 0-d tensor has no size to
+// read: check first, as PyTorch does.
+int64_t Tensor::size(int64_t dim) const {
+  PRECIS_CHECK_INDEX(this->dim() > 0, "size: dimension ", dim, " requested from a 0-d tensor ", describe());
+  return sizes()[detail::wrap_dim(dim, this->dim(), "size", *this)];
+}
+int64_t Tensor::stride(int64_t dim) const {
+  PRECIS_CHECK_INDEX(this->dim() > 0, "stride: dimension ", dim, " requested from a 0-d tensor ", describe());
+  return strides()[detail::wrap_dim(dim, this->dim(), "stride", *this)];
+}
 
 Tensor Tensor::detach() const {
   return detail::make_alias(*this, sizes(), strides(), storage_offset());
