@@ -1,6 +1,9 @@
 #include "core/device.h"
 
 #include "core/error.h"
+#ifdef PRECIS_HAS_CUDA
+#include "core/cuda/cuda_context.h"
+#endif
 
 namespace precis {
 
@@ -21,6 +24,16 @@ Device Device::parse(const std::string& s) {
     return cuda(std::stoi(n));
   }
   throw ValueError("invalid device '" + s + "'; expected 'cpu', 'cuda' or 'cuda:N'");
+}
+
+bool cuda_is_available() { return cuda_device_count() > 0; }
+
+int cuda_device_count() {
+#ifdef PRECIS_HAS_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
 }
 
 }  // namespace precis

@@ -26,4 +26,10 @@ struct Device {
 
 const char* device_type_name(DeviceType t);
 
+/// True when precis was built with CUDA and at least one CUDA device is visible. Never throws: a
+/// missing driver or GPU reads as false.
+bool cuda_is_available();
+/// Number of visible CUDA devices; 0 in a CPU-only build or when the driver/GPU is missing.
+int cuda_device_count();
+
 }  // namespace precis

@@ -121,8 +121,11 @@ Tensor with_scalar(const char* op, const Tensor& a, Scalar s, F&& fn) {
   return fn(a, scalar_tensor(s, {.dtype = scalar_operand_dtype(a.dtype(), s), .device = a.device()}));
 }
 
+// PyTorch refuses a fractional alpha with integer operands; the default alpha (1.0) is fine.
 void check_alpha(const char* op, const Tensor& a, Scalar alpha) {
-  PRECIS_CHECK_DTYPE(is_floating(a.dtype()) || !alpha.is_floating(), op, ": alpha must be an integer for ",
+  const double v = alpha.to_double();
+  PRECIS_CHECK_DTYPE(is_floating(a.dtype()) || !alpha.is_floating() || v == std::trunc(v), op,
+                     ": alpha must be an integer for ",
                      dtype_name(a.dtype()), " operands (got ", alpha.to_double(), "); convert the tensors with .to(DType::f32)");
 }
 

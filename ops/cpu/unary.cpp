@@ -188,10 +188,18 @@ void unary_kernel(const Tensor& out, const Tensor& x, double param) {
 // Backward functors: dst = grad · f'(x).
 struct ReluBackwardOp {
   explicit ReluBackwardOp(double) {}
-  // PyTorch's threshold_backward: zero where x <= 0 (the gradient at 0 is 0).
+  // PyTorch's threshold_backward: zero where x <= 0 (the gradient at 0 is 0; NaN x passes g).
+  // A plain loop with both loads unconditional vectorises to a blend; Eigen 3.4's select() does
+  // not vectorise.
   template <typename D, typename G, typename X> void operator()(D& dst, const G& g, const X& x) const {
     using C = typename D::Scalar;
-    dst = (x <= C(0)).select(C(0), g);
+    C* o = dst.data();
+    const C* gp = g.data();
+    const C* xp = x.data();
+    for (Eigen::Index i = 0; i < dst.size(); ++i) {
+      const C gv = gp[i], xv = xp[i];
+      o[i] = xv <= C(0) ? C(0) : gv;
+    }
   }
 };
 struct GeluBackwardOp {

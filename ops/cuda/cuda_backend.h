@@ -1,0 +1,20 @@
+#pragma once
+// Host-side pieces of the CUDA backend shared by ops/cuda/*.cpp (internal; CUDA builds only).
+#include <initializer_list>
+
+#include "ops/cuda/cuda_kernels.h"
+#include "tensor/tensor.h"
+
+namespace precis::cuda {
+
+/// Launch description for an element-wise kernel over out's shape. `operands` starts with the
+/// output; inputs are already expanded to out's shape. Checks that every operand is on out's CUDA
+/// device, detects the contiguous fast path, otherwise coalesces dims (drops size-1 dims, merges
+/// dims that are contiguous in every operand) into an OffsetCalc of at most kMaxKernelDims dims.
+ElementwiseLaunch make_elementwise_launch(const char* op, std::initializer_list<const Tensor*> operands);
+
+void register_elementwise_kernels();  // copy, fill, add ... ge
+void register_matmul_kernels();       // matmul (cuBLAS)
+void register_device_copy();          // set_device_copy: H2D, D2H, D2D
+
+}  // namespace precis::cuda

@@ -1,0 +1,168 @@
+// Tensor unpacking and registration of the CUDA element-wise kernels (copy, fill, binary ops). The
+// device code is in copy.cu and binary.cu.
+#include <cstring>
+
+#include "core/cuda/cuda_context.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/kernels.h"
+#include "ops/op_table.h"
+
+#include <cuda_runtime_api.h>
+
+#include "core/cuda/cuda_check.h"
+
+namespace precis::cuda {
+
+ElementwiseLaunch make_elementwise_launch(const char* op, std::initializer_list<const Tensor*> operands) {
+  PRECIS_INTERNAL_ASSERT(operands.size() >= 1 && operands.size() <= static_cast<size_t>(kMaxOperands), op,
+                         ": bad operand count");
+  const Tensor& out = **operands.begin();
+  const Device dev = out.device();
+  bool contiguous = true;
+  for (const Tensor* t : operands) {
+    if (t->device() != dev || !dev.is_cuda()) {
+      std::string all;
+      for (const Tensor* u : operands) all += (all.empty() ? "" : ", ") + u->describe();
+      throw DeviceError(precis::detail::str_cat(op, ": every operand must be on the same CUDA device; got ", all));
+    }
+    PRECIS_INTERNAL_ASSERT(t->sizes() == out.sizes(), op, ": operand ", t->describe(), " not expanded to ",
+                           out.describe());
+    contiguous = contiguous && t->is_contiguous();
+  }
+
+  ElementwiseLaunch l;
+  l.numel = out.numel();
+  l.contiguous = contiguous;
+  l.stream = device_stream(dev.index);
+  if (contiguous || l.numel == 0) return l;
+
+  // Coalesce from the outermost dim inwards: dim d merges into the previous kept dim p when
+  // stride[p] == stride[d] * size[d] for every operand.
+  const int nops = static_cast<int>(operands.size());
+  const Shape& sizes = out.sizes();
+  std::vector<int64_t> csizes;
+  std::vector<std::vector<int64_t>> cstrides(static_cast<size_t>(nops));
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    bool merge = !csizes.empty();
+    int k = 0;
+    for (const Tensor* t : operands) {
+      merge = merge && cstrides[k].back() == t->strides()[d] * sizes[d];
+      ++k;
+    }
+    k = 0;
+    if (merge) {
+      csizes.back() *= sizes[d];
+      for (const Tensor* t : operands) cstrides[k++].back() = t->strides()[d];
+    } else {
+      csizes.push_back(sizes[d]);
+      for (const Tensor* t : operands) cstrides[k++].push_back(t->strides()[d]);
+    }
+  }
+  if (csizes.empty()) {  // every dim has size 1
+    csizes.push_back(1);
+    for (auto& s : cstrides) s.push_back(0);
+  }
+  if (csizes.size() > static_cast<size_t>(kMaxKernelDims)) {
+    throw NotImplementedError(precis::detail::str_cat(op, ": the CUDA element-wise kernels handle at most ", kMaxKernelDims,
+                                              " non-coalescable dims; ", out.describe(),
+                                              " needs ", csizes.size(), ". Make the operands contiguous first"));
+  }
+  l.calc.ndim = static_cast<int>(csizes.size());
+  for (size_t d = 0; d < csizes.size(); ++d) {
+    l.calc.sizes[d] = csizes[d];
+    for (int k = 0; k < nops; ++k) l.calc.strides[k][d] = cstrides[k][d];
+  }
+  return l;
+}
+
+namespace {
+
+// dst (any strides) = src converted to dst's dtype; src expanded to dst's shape.
+void copy_kernel(const Tensor& dst, const Tensor& src) {
+  ElementwiseLaunch l = make_elementwise_launch("copy", {&dst, &src});
+  if (l.numel == 0) return;
+  DeviceGuard guard(dst.device().index);
+  if (l.contiguous && dst.dtype() == src.dtype()) {
+    PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(l.numel) * dst.element_size(),
+                                      cudaMemcpyDeviceToDevice, l.stream),
+                      "copy ", src.describe(), " -> ", dst.describe());
+    return;
+  }
+  launch_copy(dst.dtype(), dst.data_ptr(), src.dtype(), src.data_ptr(), l);
+}
+
+// The element bits of `value` in dtype t, converted exactly as the CPU fill does.
+uint64_t fill_bits(DType t, Scalar value) {
+  uint64_t bits = 0;
+  auto put = [&bits](auto x) { std::memcpy(&bits, &x, sizeof(x)); };
+  switch (t) {
+    case DType::f32: put(static_cast<float>(value.to_double())); break;
+    case DType::f64: put(value.to_double()); break;
+    case DType::f16: put(Half(static_cast<float>(value.to_double())).bits); break;
+    case DType::bf16: put(BFloat16(static_cast<float>(value.to_double())).bits); break;
+    case DType::i64: put(value.to_int64()); break;
+    case DType::i32: put(static_cast<int32_t>(value.to_int64())); break;
+    case DType::boolean: put(static_cast<uint8_t>(value.to_bool() ? 1 : 0)); break;
+  }
+  return bits;
+}
+
+void fill_kernel(const Tensor& dst, Scalar value) {
+  ElementwiseLaunch l = make_elementwise_launch("fill", {&dst});
+  if (l.numel == 0) return;
+  DeviceGuard guard(dst.device().index);
+  launch_fill(dst.element_size(), dst.data_ptr(), fill_bits(dst.dtype(), value), l);
+}
+
+constexpr OpId kBinaryOpIds[kNumBinaryOps] = {OpId::add, OpId::sub, OpId::mul, OpId::div,
+                                               OpId::maximum, OpId::minimum, OpId::eq, OpId::ne,
+                                               OpId::lt, OpId::le, OpId::gt, OpId::ge};
+
+// out = op(a, b): a, b expanded to out's shape, same dtype; out contiguous (bool for comparisons).
+template <BinaryOp Op>
+void binary_kernel(const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
+  const char* name = op_name(kBinaryOpIds[static_cast<int>(Op)]);
+  PRECIS_CHECK_DTYPE(a.dtype() == b.dtype() && out.dtype() == (is_comparison(Op) ? DType::boolean : a.dtype()),
+                     name, ": CUDA kernel expects a and b of one dtype and out of ",
+                     is_comparison(Op) ? "bool" : "that dtype", "; got out ", out.describe(), ", a ", a.describe(),
+                     ", b ", b.describe());
+  ElementwiseLaunch l = make_elementwise_launch(name, {&out, &a, &b});
+  if (l.numel == 0) return;
+  DeviceGuard guard(out.device().index);
+  launch_binary(Op, a.dtype(), out.data_ptr(), a.data_ptr(), b.data_ptr(), alpha, l);
+}
+
+template <BinaryOp Op>
+void register_binary() {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType dt = static_cast<DType>(i);
+    if (binary_supported(Op, dt))
+      register_kernel<kernels::BinaryKernel>(kBinaryOpIds[static_cast<int>(Op)], DeviceType::cuda, dt,
+                                             &binary_kernel<Op>);
+  }
+}
+
+}  // namespace
+
+void register_elementwise_kernels() {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType dt = static_cast<DType>(i);
+    register_kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cuda, dt, &copy_kernel);
+    register_kernel<kernels::FillKernel>(OpId::fill, DeviceType::cuda, dt, &fill_kernel);
+  }
+  register_binary<BinaryOp::add>();
+  register_binary<BinaryOp::sub>();
+  register_binary<BinaryOp::mul>();
+  register_binary<BinaryOp::div>();
+  register_binary<BinaryOp::maximum>();
+  register_binary<BinaryOp::minimum>();
+  register_binary<BinaryOp::eq>();
+  register_binary<BinaryOp::ne>();
+  register_binary<BinaryOp::lt>();
+  register_binary<BinaryOp::le>();
+  register_binary<BinaryOp::gt>();
+  register_binary<BinaryOp::ge>();
+}
+
+}  // namespace precis::cuda
