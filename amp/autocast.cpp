@@ -18,6 +18,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "amp/audit.h"
 #include "autograd/grad_mode.h"
 
 namespace precis::amp {
@@ -164,6 +165,12 @@ void throw_banned_custom(CustomOp op) {
                                            "fp32 region (an inner amp::Autocast with enabled=false)."));
 }
 
+bool audit_active() { return active_audit() != nullptr; }
+
+void audit_observe(const char* op, std::initializer_list<const Tensor*> inputs) {
+  if (Audit* a = active_audit()) a->observe(op, std::vector<const Tensor*>(inputs));
+}
+
 DeviceType device_of(std::initializer_list<const Tensor*> tensors, bool* found) {
   for (const Tensor* t : tensors) {
     if (t->defined() && is_floating(t->dtype())) {
@@ -221,18 +228,17 @@ Tensor cast_for(Category c, const std::string* op_name, const Tensor& t, DType w
 
 }  // namespace detail
 
-std::vector<Tensor> autocast_list(OpId op, const std::vector<Tensor>& inputs) {
+namespace {
+std::vector<Tensor> cast_list(OpId op, const std::vector<Tensor>& inputs) {
   if (!any_autocast_enabled() || inputs.empty()) return inputs;
   bool found = false;
   DeviceType device = DeviceType::cpu;
   DType widest = DType::f32;
-  bool any = false;
   for (const Tensor& t : inputs) {
     if (!t.defined() || !is_floating(t.dtype())) continue;
+    widest = found ? promote_types(widest, t.dtype()) : t.dtype();
     if (!found) device = t.device().type;
     found = true;
-    widest = any ? promote_types(widest, t.dtype()) : t.dtype();
-    any = true;
   }
   if (!found || !is_autocast_enabled(device)) return inputs;
   const Category c = category(op, device);
@@ -241,6 +247,17 @@ std::vector<Tensor> autocast_list(OpId op, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out;
   out.reserve(inputs.size());
   for (const Tensor& t : inputs) out.push_back(detail::cast_for(c, nullptr, t, widest, device));
+  return out;
+}
+}  // namespace
+
+std::vector<Tensor> autocast_list(OpId op, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out = cast_list(op, inputs);
+  if (Audit* a = active_audit()) [[unlikely]] {
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : out) ptrs.push_back(&t);
+    a->observe(op_name(op), ptrs);
+  }
   return out;
 }
 

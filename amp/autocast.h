@@ -12,6 +12,7 @@
 // differentiable: gradients reach fp32 parameters as fp32. Low-precision copies of fp32 leaf
 // parameters are cached for the region (Note [Autocast cache] in autocast.cpp).
 #include <array>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,9 @@ DType widest_floating(std::initializer_list<const Tensor*> tensors);
 DeviceType device_of(std::initializer_list<const Tensor*> tensors, bool* found);
 void throw_banned(OpId op);
 void throw_banned_custom(CustomOp op);
+/// True when an amp::Audit records on this thread.
+bool audit_active();
+void audit_observe(const char* op, std::initializer_list<const Tensor*> inputs);
 Category custom_category(CustomOp op);
 const std::string& custom_name(CustomOp op);
 }  // namespace detail
@@ -88,15 +92,25 @@ const std::string& custom_name(CustomOp op);
 /// through. Banned ops throw, naming the safe alternative.
 template <typename... T>
 std::array<Tensor, sizeof...(T)> autocast(OpId op, const T&... inputs) {
-  if (!any_autocast_enabled()) return {inputs...};
+  if (!any_autocast_enabled()) {
+    if (detail::audit_active()) [[unlikely]]
+      detail::audit_observe(op_name(op), {&inputs...});
+    return {inputs...};
+  }
+  std::array<Tensor, sizeof...(T)> out = {inputs...};
   bool found = false;
   const DeviceType device = detail::device_of({&inputs...}, &found);
-  if (!found || !is_autocast_enabled(device)) return {inputs...};
-  const Category c = category(op, device);
-  if (c == Category::Banned) detail::throw_banned(op);
-  if (c == Category::Passthrough) return {inputs...};
-  const DType widest = detail::widest_floating({&inputs...});
-  return {detail::cast_for(c, nullptr, inputs, widest, device)...};
+  if (found && is_autocast_enabled(device)) {
+    const Category c = category(op, device);
+    if (c == Category::Banned) detail::throw_banned(op);
+    if (c != Category::Passthrough) {
+      const DType widest = detail::widest_floating({&inputs...});
+      out = {detail::cast_for(c, nullptr, inputs, widest, device)...};
+    }
+  }
+  if (detail::audit_active()) [[unlikely]]
+    std::apply([&](const auto&... t) { detail::audit_observe(op_name(op), {&t...}); }, out);
+  return out;
 }
 
 /// The same for a user-defined op registered with register_custom_op.

@@ -2,6 +2,7 @@
 // and gradients reaching fp32 parameters.
 #include <catch2/catch.hpp>
 
+#include "amp/audit.h"
 #include "amp/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -149,6 +150,54 @@ TEST_CASE("backward inside a region runs in the forward's dtypes", "[amp][autoca
   Tensor loss = sum(matmul(f32({2, 3}), w));
   loss.backward();  // the engine suspends autocast; the grad arrives as f32
   CHECK(w.grad().dtype() == DType::f32);
+}
+
+}  // namespace
+}  // namespace precis::amp
+
+namespace precis::amp {
+namespace {
+
+TEST_CASE("the audit records dtypes and magnitudes and flags values near the fp16 limit", "[amp][audit]") {
+  Tensor w = full({4, 4}, 100.0).requires_grad_();
+  Tensor x = full({2, 4}, 200.0);
+  Audit audit;
+  {
+    Autocast ac(DType::bf16);
+    Tensor y = matmul(x, w);      // inputs up to 200; output 4·200·100 = 80000 > 65504
+    Tensor z = relu(y);           // sees 80000 (bf16)
+    (void)sum(z * 0.001);
+  }
+  const auto recs = audit.records();
+  auto find = [&](const std::string& name) {
+    for (const auto& r : recs)
+      if (r.op == name) return r;
+    FAIL("op " << name << " not recorded");
+    return AuditRecord{};
+  };
+  const AuditRecord mm = find("matmul");
+  CHECK(mm.calls == 1);
+  CHECK(mm.dtypes == std::vector<DType>{DType::bf16});
+  CHECK(mm.max_abs == 200.0);
+  const AuditRecord r = find("relu");
+  CHECK(r.max_abs == Approx(80000.0).epsilon(0.01));
+  const auto near = audit.near_fp16_limit();
+  REQUIRE_FALSE(near.empty());
+  CHECK((near[0].op == "relu" || near[0].op == "mul"));
+  CHECK(audit.report().find("within 2x of the fp16 maximum") != std::string::npos);
+}
+
+TEST_CASE("without an audit nothing is recorded, and audits nest", "[amp][audit]") {
+  CHECK(active_audit() == nullptr);
+  Audit outer;
+  {
+    Audit inner;
+    CHECK(active_audit() == &inner);
+    relu(full({2}, 1.0));
+    CHECK(inner.records().size() == 1);
+  }
+  CHECK(active_audit() == &outer);
+  CHECK(outer.records().empty());
 }
 
 }  // namespace
