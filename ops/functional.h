@@ -107,4 +107,43 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 /// x converted to dtype (differentiable; identity when equal).
 Tensor cast(const Tensor& x, DType dtype);
 
+// ---- convolution and pooling ----------------------------------------------------------------
+// Geometry arguments take one value (used for both dims, like PyTorch's int) or two ({h, w}).
+// Inputs are (N, C, H, W) or unbatched (C, H, W) (the result is then unbatched too); any strides.
+// f32, f64, bf16, f16 (low precision stores its dtype and computes in fp32).
+
+/// 2-D convolution (cross-correlation, as torch.nn.functional.conv2d). input: (N, C, H, W),
+/// weight: (O, C/groups, kH, kW), bias: (O) or undefined; out: (N, O, Ho, Wo) with
+/// Ho = (H + 2·padding - dilation·(kH - 1) - 1) / stride + 1 (floor). groups must divide C and O.
+/// All operands of one floating dtype and device. Lower (conv runs in the autocast dtype).
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+              const std::vector<int64_t>& stride = {1, 1}, const std::vector<int64_t>& padding = {0, 0},
+              const std::vector<int64_t>& dilation = {1, 1}, int64_t groups = 1);
+
+/// Max pooling: the maximum of each kernel_size window (dilated, over the input padded with -inf);
+/// stride defaults ({}) to kernel_size; padding at most half the kernel; ceil_mode rounds the
+/// output size up (a window must still start inside the input or its left padding). NaN in a
+/// window propagates. The gradient goes to the position of each maximum. Passthrough.
+Tensor max_pool2d(const Tensor& input, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride = {},
+                  const std::vector<int64_t>& padding = {0, 0}, const std::vector<int64_t>& dilation = {1, 1},
+                  bool ceil_mode = false);
+/// max_pool2d and the i64 indices of the maxima: flat positions h·W + w within each (H, W) input
+/// plane, as PyTorch's return_indices=True. Only the values are differentiable. Passthrough.
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const std::vector<int64_t>& kernel_size,
+                                                   const std::vector<int64_t>& stride = {},
+                                                   const std::vector<int64_t>& padding = {0, 0},
+                                                   const std::vector<int64_t>& dilation = {1, 1},
+                                                   bool ceil_mode = false);
+/// Average pooling over kernel_size windows (stride defaults to kernel_size; padding at most half
+/// the kernel). The divisor is divisor_override when non-zero, else the window area including
+/// the zero padding (count_include_pad) or only the input elements it covers. Accumulates in fp32
+/// (f64 for f64). Passthrough.
+Tensor avg_pool2d(const Tensor& input, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride = {},
+                  const std::vector<int64_t>& padding = {0, 0}, bool ceil_mode = false,
+                  bool count_include_pad = true, int64_t divisor_override = 0);
+/// Average pooling to a fixed output size (Ho, Wo): output (i, j) averages rows
+/// [floor(i·H/Ho), ceil((i+1)·H/Ho)) and the same columns. output_size {1, 1} is global average
+/// pooling. Passthrough.
+Tensor adaptive_avg_pool2d(const Tensor& input, const std::vector<int64_t>& output_size);
+
 }  // namespace precis

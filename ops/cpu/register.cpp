@@ -9,6 +9,8 @@ void register_cpu_kernels() {
   register_reduce_kernels();
   register_linalg_kernels();
   register_index_kernels();
+  register_conv_kernels();
+  register_pool_kernels();
 }
 
 }  // namespace precis::cpu
