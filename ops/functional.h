@@ -61,7 +61,8 @@ Tensor ge(const Tensor& a, Scalar b);
 /// cond ? a : b element-wise; cond is bool; all three broadcast. Promote.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
-/// x with `value` where mask (bool, broadcastable to x) is true. Passthrough.
+/// x with `value` where mask (bool) is true; x and mask broadcast together (as torch.masked_fill).
+/// The value is converted to x's dtype. Passthrough.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 
 // ---- reductions -----------------------------------------------------------------------------
@@ -70,10 +71,14 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);   ///< FP32.
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);  ///< FP32.
 /// Variance with Bessel's correction by default (correction = 1, as torch.var). FP32.
+/// Two-pass (mean, then squared deviations), so data with a large mean keeps its precision.
+/// N - correction <= 0 divides by zero or a negative count: inf/NaN, as PyTorch (no error).
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false);
-/// Maximum of all elements (0-d). Passthrough.
+/// Maximum of all elements (0-d); NaN if any element is NaN; ValueError for an empty tensor. The
+/// gradient is shared evenly by all elements equal to the maximum. Passthrough.
 Tensor max(const Tensor& x);
-/// Maximum along dim and the i64 index of its first occurrence. Passthrough.
+/// Maximum along dim and the i64 index of its first occurrence (a NaN wins, at its first index);
+/// ValueError when that dim has size 0. The gradient goes to the returned index. Passthrough.
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
 /// Sums `x` down to `shape` (the inverse of broadcasting): used by backward of broadcasting ops.
 Tensor sum_to(const Tensor& x, const Shape& shape);

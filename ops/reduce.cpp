@@ -101,4 +101,102 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return sum(x, dims, /*keepdim=*/true).reshape(shape);
 }
 
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  PRECIS_CHECK_DTYPE(is_floating(x.dtype()), "mean: expects a floating tensor, got ", x.describe(),
+                     "; convert it first, e.g. x.to(DType::f32)");
+  const std::vector<int64_t> rd = reduce_dims(x, dims, "mean");
+  const Shape keep_shape = keepdim_shape(x, rd);
+  Tensor out = empty(keep_shape, {.dtype = x.dtype(), .device = x.device()});
+  if (rd.empty()) {
+    kernel<kernels::CopyKernel>(OpId::copy, x.device().type, x.dtype())(out, x);
+  } else {
+    kernel<kernels::ReduceKernel>(OpId::mean, x.device().type, x.dtype())(out, x, rd);
+  }
+  Tensor result = finish_shape(out, x, rd, keepdim);
+  if (autograd::needs_grad({&x})) {
+    const int64_t n = x.numel() / std::max<int64_t>(out.numel(), 1);
+    autograd::record(OpId::mean, {x}, {result},
+                     [keep_shape, x_shape = x.sizes(), n](const TensorList& g) -> TensorList {
+                       return {expand_grad(div(g[0], static_cast<double>(n)), keep_shape, x_shape)};
+                     });
+  }
+  return result;
+}
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  PRECIS_CHECK_DTYPE(is_floating(x.dtype()), "var: expects a floating tensor, got ", x.describe(),
+                     "; convert it first, e.g. x.to(DType::f32)");
+  const std::vector<int64_t> rd = reduce_dims(x, dims, "var");
+  const Shape keep_shape = keepdim_shape(x, rd);
+  Tensor out = empty(keep_shape, {.dtype = x.dtype(), .device = x.device()});
+  // A 0-d tensor reduces over nothing: N = 1, handled by the kernel as a 1-element reduction.
+  const Tensor xr = rd.empty() ? detail::make_alias(x, {1}, {1}, x.storage_offset()) : x;
+  const std::vector<int64_t> kd = rd.empty() ? std::vector<int64_t>{0} : rd;
+  kernel<kernels::VarKernel>(OpId::var, x.device().type, x.dtype())(rd.empty() ? out.view({1}) : out, xr, kd,
+                                                                      correction);
+  Tensor result = finish_shape(out, x, rd, keepdim);
+  if (autograd::needs_grad({&x})) {
+    const int64_t n = x.numel() / std::max<int64_t>(out.numel(), 1);
+    // d var / dx = 2 (x - mean) / (N - correction); N - correction <= 0 gives inf/NaN as forward does.
+    const double scale = 2.0 / static_cast<double>(n - correction);
+    autograd::record(OpId::var, {x}, {result},
+                     [sx = SavedTensor(x), rd, keep_shape, scale](const TensorList& g) -> TensorList {
+                       const Tensor xv = sx.unpack("var");
+                       const Tensor centred = rd.empty() ? sub(xv, xv) : sub(xv, mean(xv, rd, true));
+                       return {mul(mul(centred, expand_grad(g[0], keep_shape, xv.sizes())), scale)};
+                     });
+  }
+  return result;
+}
+
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
+  const int64_t d = detail::wrap_dim(dim, x.dim(), "max", x);
+  if (x.dim() == 0) {
+    // As in PyTorch: the value itself, index 0.
+    Tensor v = x.detach().clone();
+    Tensor i = zeros({}, {.dtype = DType::i64, .device = x.device()});
+    if (autograd::needs_grad({&x}))
+      autograd::record(OpId::max, {x}, {v}, [](const TensorList& g) -> TensorList { return {g[0]}; });
+    return {v, i};
+  }
+  PRECIS_CHECK(x.sizes()[d] > 0, "max: max of an empty tensor: dim ", d, " of a tensor ", x.describe(),
+               " has size 0, so there is no maximum to take");
+  const std::vector<int64_t> rd{d};
+  const Shape keep_shape = keepdim_shape(x, rd);
+  Tensor values = empty(keep_shape, {.dtype = x.dtype(), .device = x.device()});
+  Tensor indices = empty(keep_shape, {.dtype = DType::i64, .device = x.device()});
+  kernel<kernels::MaxDimKernel>(OpId::max, x.device().type, x.dtype())(values, indices, x, d);
+  Tensor v = finish_shape(values, x, rd, keepdim);
+  Tensor i = finish_shape(indices, x, rd, keepdim);
+  if (autograd::needs_grad({&x})) {
+    // The gradient goes to the index each value came from: scatter_add into zeros.
+    autograd::record(OpId::max, {x}, {v},
+                     [si = SavedTensor(indices), d, keep_shape, x_shape = x.sizes()](const TensorList& g) -> TensorList {
+                       const Tensor gk = g[0].reshape(keep_shape);
+                       return {scatter_add(zeros(x_shape, {.dtype = gk.dtype(), .device = gk.device()}), d,
+                                           si.unpack("max"), gk)};
+                     });
+  }
+  return {v, i};
+}
+
+Tensor max(const Tensor& x) {
+  PRECIS_CHECK(x.numel() > 0, "max: max of an empty tensor ", x.describe(),
+               " is undefined; pass a dim to reduce a non-empty dim, or check the input");
+  const Tensor flat = x.detach().reshape({x.numel()});
+  Tensor values = empty({1}, {.dtype = x.dtype(), .device = x.device()});
+  Tensor indices = empty({1}, {.dtype = DType::i64, .device = x.device()});
+  kernel<kernels::MaxDimKernel>(OpId::max, x.device().type, x.dtype())(values, indices, flat, 0);
+  Tensor v = detail::make_alias(values, {}, {}, 0);
+  if (autograd::needs_grad({&x})) {
+    // As PyTorch's max(): the gradient is shared evenly by every element equal to the maximum.
+    autograd::record(OpId::max, {x}, {v}, [sx = SavedTensor(x), sv = SavedTensor(v)](const TensorList& g) -> TensorList {
+      const Tensor xv = sx.unpack("max");
+      const Tensor mask = eq(xv, sv.unpack("max")).to(g[0].dtype());
+      return {mul(mask, div(g[0], sum(mask)))};
+    });
+  }
+  return v;
+}
+
 }  // namespace precis

@@ -44,6 +44,7 @@ Shape infer_size(const Shape& sizes, int64_t numel, const char* op, const Tensor
 std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, const Shape& new_sizes) {
   Shape new_strides(new_sizes.size());
   if (new_sizes.empty()) return new_strides;
+  if (sizes.empty()) return contiguous_strides(new_sizes);  // one element: any all-ones shape
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
   if (numel == 0) return contiguous_strides(new_sizes);
@@ -184,13 +185,20 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  PRECIS_CHECK_INDEX(dim() > 0, "narrow: cannot narrow a 0-d tensor ", describe());
   const int64_t w = wrap_dim(d, dim(), "narrow", *this);
-  PRECIS_CHECK_INDEX(start >= 0 && length >= 0 && start + length <= sizes()[w], "narrow: range [", start, ", ",
-                     start + length, ") out of bounds for dim ", w, " of a tensor ", describe());
+  const int64_t n = sizes()[w];
+  // As in PyTorch, a negative start counts from the end.
+  PRECIS_CHECK_INDEX(start >= -n && start <= n, "narrow: start ", start, " out of range for dim ", w,
+                     " of a tensor ", describe());
+  if (start < 0) start += n;
+  PRECIS_CHECK_INDEX(length >= 0 && start + length <= n, "narrow: range [", start, ", ", start + length,
+                     ") out of bounds for dim ", w, " of a tensor ", describe());
   return slice(w, start, start + length);
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  PRECIS_CHECK_INDEX(dim() > 0, "select: cannot select from a 0-d tensor ", describe());
   const int64_t w = wrap_dim(d, dim(), "select", *this);
   const int64_t n = sizes()[w];
   PRECIS_CHECK_INDEX(index >= -n && index < n, "select: index ", index, " out of range for dim ", w,

@@ -21,6 +21,8 @@ Tensor full(const Shape& sizes, Scalar value, TensorOptions options) {
   options.requires_grad = false;
   Tensor t = empty(sizes, options);
   t.fill_(value);
+  // A new tensor starts at version 0 (as in PyTorch); the fill that made it is not a modification.
+  t.impl()->version_counter()->value.store(0, std::memory_order_relaxed);
   if (rg) t.requires_grad_(true);
   return t;
 }
@@ -70,7 +72,7 @@ Tensor generate(const Shape& sizes, TensorOptions options, Generator* gen, int64
   Tensor v = empty(sizes, {.dtype = DType::f64});
   double* out = v.data_ptr<double>();
   parallel_for(0, blocks, 1024, [&](int64_t b0, int64_t b1) {
-    double tmp[4];
+    double tmp[4] = {};
     for (int64_t b = b0; b < b1; ++b) {
       fill(g.block(start + static_cast<uint64_t>(b)), tmp);
       const int64_t base = b * per_block;
@@ -88,9 +90,14 @@ Tensor generate(const Shape& sizes, TensorOptions options, Generator* gen, int64
 
 Tensor rand(const Shape& sizes, TensorOptions options, Generator* gen) {
   PRECIS_CHECK_DTYPE(is_floating(options.dtype), "rand: dtype must be floating, got ", dtype_name(options.dtype));
-  return generate(sizes, options, gen, 2, [](std::array<uint32_t, 4> r, double* o) {
-    o[0] = unit_double(r[0], r[1]);
-    o[1] = unit_double(r[2], r[3]);
+  // Round down to the dtype's significand width before converting: rounding a 53-bit draw to
+  // nearest would turn values just below 1 into exactly 1 (for bf16 about 1 draw in 512).
+  const int digits = options.dtype == DType::f64 ? 53 : options.dtype == DType::f32 ? 24
+                     : options.dtype == DType::f16 ? 11 : 8;
+  const double scale = std::ldexp(1.0, digits);
+  return generate(sizes, options, gen, 2, [scale](std::array<uint32_t, 4> r, double* o) {
+    o[0] = std::floor(unit_double(r[0], r[1]) * scale) / scale;
+    o[1] = std::floor(unit_double(r[2], r[3]) * scale) / scale;
   });
 }
 

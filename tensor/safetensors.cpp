@@ -371,11 +371,6 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   write_file_atomic(path, [&](const ByteSink& sink) { emit(tensors, layout, sink); });
 }
 
-void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  save_safetensors(path, NamedTensors(tensors.begin(), tensors.end()), metadata);
-}
-
 std::string to_safetensors_bytes(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
   const Layout layout = plan(tensors, metadata);
   std::string out;

@@ -41,9 +41,8 @@ struct SafetensorsFile {
 /// old file or the complete new one, never a partial write. I/O failures raise IOError.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
-/// Same, tensors in name order.
-void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+// No std::map<std::string, Tensor> overload on purpose: it makes the natural brace call
+// save_safetensors(path, {{"w", w}}) ambiguous. Pass NamedTensors(map.begin(), map.end()).
 
 /// Reads a safetensors file. Throws IOError naming `path` when it cannot be read or is malformed.
 SafetensorsFile load_safetensors(const std::string& path);

@@ -188,6 +188,137 @@ void var_kernel(const Tensor& out, const Tensor& x, const std::vector<int64_t>& 
   run_reduction<T>(p, xp, SquaredDeviationOp<T>{static_cast<T*>(out.data_ptr()), mean.data(), denom});
 }
 
+
+// Running maximum with its index: the first index of the maximum wins ties, and the first NaN
+// wins over everything (PyTorch's max propagates NaN).
+template <typename A>
+struct Best {
+  A value;
+  int64_t index;
+  bool nan;
+  // Takes (v, i) if it beats the current best; call in increasing index order.
+  void offer(A v, int64_t i) {
+    if (nan) return;
+    if constexpr (std::is_floating_point_v<A>) {
+      if (std::isnan(v)) {
+        value = v;
+        index = i;
+        nan = true;
+        return;
+      }
+    }
+    if (index < 0 || v > value) {
+      value = v;
+      index = i;
+    }
+  }
+  // Merges a best from a later chunk.
+  void merge(const Best& later) {
+    if (later.index < 0 || nan) return;
+    if (later.nan || later.value > value || index < 0) *this = later;
+  }
+};
+
+// Best of a contiguous run (indices offset by `first`) in two branch-free passes that vectorise:
+// the maximum and whether a NaN occurs, then the first index holding the winner.
+template <typename T>
+Best<T> contiguous_best(const T* p, int64_t n, int64_t first) {
+  T m[kLanes];
+  bool nan[kLanes] = {};
+  std::fill(m, m + kLanes, p[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t k = 0; k < kLanes; ++k) {
+      const T v = p[i + k];
+      m[k] = v > m[k] ? v : m[k];
+      nan[k] |= v != v;
+    }
+  for (int64_t k = 0; i + k < n; ++k) {
+    const T v = p[i + k];
+    m[k] = v > m[k] ? v : m[k];
+    nan[k] |= v != v;
+  }
+  T best = m[0];
+  bool any_nan = nan[0];
+  for (int64_t k = 1; k < kLanes; ++k) {
+    best = m[k] > best ? m[k] : best;
+    any_nan |= nan[k];
+  }
+  for (int64_t j = 0; j < n; ++j)
+    if (any_nan ? p[j] != p[j] : p[j] == best) return {p[j], first + j, any_nan};
+  return {best, first, any_nan};  // unreachable: the winner occurs in the run
+}
+
+// x: any shape and strides, reduced along `dim` (size R >= 1); values/indices: keepdim shape,
+// contiguous. Compares in opmath (fp32 for f16/bf16). Long single reductions are chunked with a
+// fixed chunk size and merged in order, so the result never depends on the thread count.
+template <typename T>
+void max_dim_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim) {
+  using A = opmath_t<T>;
+  const ReducePlan p = make_reduce_plan(x, {dim});
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  T* vp = static_cast<T*>(values.data_ptr());
+  int64_t* ip = static_cast<int64_t*>(indices.data_ptr());
+  const int64_t R = p.red_numel;
+  const int64_t rs = p.red_strides[0];
+  if (p.num_out == 0 || R == 0) return;
+  auto store = [&](int64_t o, const Best<A>& b) {
+    vp[o] = convert<T>(b.value);
+    ip[o] = b.index;
+  };
+
+  if (p.columns) {
+    // Contiguous kept dim: a block of columns advances together down the reduced dim.
+    const int64_t cols = p.kept_sizes.back();
+    const int64_t outer = p.num_out / cols;
+    const int64_t n_blocks = (cols + kReduceColumnBlock - 1) / kReduceColumnBlock;
+    const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / (R * std::min(cols, kReduceColumnBlock)));
+    parallel_for(0, outer * n_blocks, grain, [&](int64_t b, int64_t e) {
+      Best<A> best[kReduceColumnBlock];
+      for (int64_t item = b; item < e; ++item) {
+        const int64_t o0 = (item / n_blocks) * cols + (item % n_blocks) * kReduceColumnBlock;
+        const int64_t n = std::min(kReduceColumnBlock, cols - (item % n_blocks) * kReduceColumnBlock);
+        const T* base = xp + kept_offset(p, o0);
+        for (int64_t j = 0; j < n; ++j) best[j] = {A(0), -1, false};
+        for (int64_t r = 0; r < R; ++r) {
+          const T* row = base + r * rs;
+          for (int64_t j = 0; j < n; ++j) best[j].offer(static_cast<A>(row[j]), r);
+        }
+        for (int64_t j = 0; j < n; ++j) store(o0 + j, best[j]);
+      }
+    });
+    return;
+  }
+
+  const int64_t n_chunks = (R + kReduceChunk - 1) / kReduceChunk;
+  auto scan = [&](int64_t o, int64_t c) {
+    const T* base = xp + kept_offset(p, o);
+    const int64_t begin = c * kReduceChunk, end = std::min(R, (c + 1) * kReduceChunk);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      if (rs == 1) return contiguous_best(base + begin, end - begin, begin);
+    }
+    Best<A> best{A(0), -1, false};
+    for (int64_t r = begin; r < end; ++r) best.offer(static_cast<A>(base[r * rs]), r);
+    return best;
+  };
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::min(R, kReduceChunk));
+  if (n_chunks == 1) {
+    parallel_for(0, p.num_out, grain, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) store(o, scan(o, 0));
+    });
+    return;
+  }
+  std::vector<Best<A>> partials(p.num_out * n_chunks);
+  parallel_for(0, p.num_out * n_chunks, grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) partials[i] = scan(i / n_chunks, i % n_chunks);
+  });
+  for (int64_t o = 0; o < p.num_out; ++o) {
+    Best<A> best = partials[o * n_chunks];
+    for (int64_t c = 1; c < n_chunks; ++c) best.merge(partials[o * n_chunks + c]);
+    store(o, best);
+  }
+}
+
 }  // namespace
 
 void register_reduce_kernels() {
@@ -195,6 +326,7 @@ void register_reduce_kernels() {
     const DType dt = static_cast<DType>(i);
     visit_dtype(dt, [&]<typename T>() {
       register_kernel<kernels::ReduceKernel>(OpId::sum, DeviceType::cpu, dt, &sum_kernel<T>);
+      register_kernel<kernels::MaxDimKernel>(OpId::max, DeviceType::cpu, dt, &max_dim_kernel<T>);
       if constexpr (std::is_floating_point_v<opmath_t<T>>) {
         register_kernel<kernels::ReduceKernel>(OpId::mean, DeviceType::cpu, dt, &mean_kernel<T>);
         register_kernel<kernels::VarKernel>(OpId::var, DeviceType::cpu, dt, &var_kernel<T>);

@@ -192,3 +192,215 @@ TEST_CASE("sum rejects bad dims", "[ops][reduce]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(sum(x, {-3}), IndexError, "sum", "[2, 3] f64 cpu");
   PRECIS_REQUIRE_THROWS_WITH_ALL(sum(x, {1, -1}), ValueError, "sum", "more than once", "[2, 3] f64 cpu");
 }
+
+namespace {
+double ref_mean(const std::vector<double>& g) { return ref_sum(g) / static_cast<double>(g.size()); }
+double ref_max(const std::vector<double>& g) {
+  double m = g[0];
+  for (double v : g) {
+    if (std::isnan(v)) return v;
+    m = std::max(m, v);
+  }
+  return m;
+}
+double ref_argmax(const std::vector<double>& g) {
+  size_t best = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(g[i])) return static_cast<double>(i);
+    if (g[i] > g[best]) best = i;
+  }
+  return static_cast<double>(best);
+}
+auto ref_var(int64_t correction) {
+  return [correction](const std::vector<double>& g) {
+    const double m = ref_mean(g);
+    double s = 0;
+    for (double v : g) s += (v - m) * (v - m);
+    return s / static_cast<double>(static_cast<int64_t>(g.size()) - correction);
+  };
+}
+}  // namespace
+
+TEST_CASE("mean and var match f64 references", "[ops][reduce]") {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> dims, wrapped;
+  };
+  const std::vector<Case> cases = {
+      {{9}, {}, {0}},        {{4, 6}, {1}, {1}},           {{4, 6}, {-2}, {0}},
+      {{3, 4, 5}, {0, 2}, {0, 2}}, {{2, 3, 4, 5}, {1, 2}, {1, 2}}, {{400, 3}, {0}, {0}},
+  };
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const Case& c : cases) {
+      for (bool keepdim : {false, true}) {
+        for (bool nc : {false, true}) {
+          Tensor x = randn_input(c.shape, false, 9, dt);
+          if (nc) x = non_contiguous(x);
+          INFO("shape " << shape_str(c.shape) << " dims " << shape_str(c.dims) << " keepdim " << keepdim << " nc " << nc);
+          const Shape out_shape = c.dims.empty() && !keepdim ? Shape{} : kept(x, c.wrapped, keepdim);
+          PRECIS_REQUIRE_CLOSE(mean(x, c.dims, keepdim), expected_tensor(reference_reduce(x, c.wrapped, ref_mean), out_shape), dt);
+          for (int64_t corr : {0, 1, 2}) {
+            PRECIS_REQUIRE_CLOSE(var(x, c.dims, corr, keepdim),
+                                 expected_tensor(reference_reduce(x, c.wrapped, ref_var(corr)), out_shape), dt);
+          }
+        }
+      }
+    }
+  }
+  for (DType dt : {DType::f16, DType::bf16}) {
+    Tensor x = randn_input({5, 40}, false, 6, dt);
+    PRECIS_REQUIRE_CLOSE(mean(x, {1}), expected_tensor(reference_reduce(x, {1}, ref_mean), {5}), dt);
+    PRECIS_REQUIRE_CLOSE(var(x, {0}), expected_tensor(reference_reduce(x, {0}, ref_var(1)), {40}), dt);
+  }
+}
+
+TEST_CASE("var is stable for data with a large mean", "[ops][reduce]") {
+  // 1e4 + randn in fp32: a one-pass E[x^2] - E[x]^2 loses every significant digit here.
+  Tensor noise = randn_input({200000}, false, 21, DType::f64);
+  const std::vector<double> nv = noise.to_vector<double>();
+  std::vector<float> v(nv.size());
+  for (size_t i = 0; i < nv.size(); ++i) v[i] = static_cast<float>(1e4 + nv[i]);
+  Tensor x = from_vector<float>(v, {200000});
+  const double ref = reference_reduce(x, {0}, ref_var(1))[0];
+  REQUIRE(std::fabs(var(x).item<double>() - ref) <= 1e-4 * ref);
+  Tensor cols = x.view({50000, 4});  // outer reduction path
+  const auto refc = reference_reduce(cols, {0}, ref_var(1));
+  const auto got = var(cols, {0}).to_vector<double>();
+  for (size_t i = 0; i < 4; ++i) REQUIRE(std::fabs(got[i] - refc[i]) <= 1e-4 * refc[i]);
+}
+
+TEST_CASE("mean and var of degenerate reductions", "[ops][reduce]") {
+  REQUIRE(std::isnan(mean(zeros({0})).item<double>()));
+  REQUIRE(std::isnan(var(zeros({0, 2}), {0}).to_vector<double>()[0]));
+  // N - correction == 0: 0/0 = NaN; N - correction < 0 gives a negative zero / NaN as PyTorch.
+  REQUIRE(std::isnan(var(ones({1})).item<double>()));
+  REQUIRE(var(ones({3}), {}, 0).item<double>() == 0.0);
+  REQUIRE(std::isnan(var(scalar_tensor(2.0)).item<double>()));
+  PRECIS_REQUIRE_THROWS_WITH_ALL(mean(from_vector<int64_t>({1, 2})), DTypeError, "mean", "[2] i64 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(var(from_vector<int32_t>({1, 2})), DTypeError, "var", "[2] i32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(mean(zeros({2, 2}), {0, 0}), ValueError, "mean", "more than once");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(var(zeros({2, 2}), {5}), IndexError, "var", "[2, 2] f32 cpu");
+}
+
+TEST_CASE("max along a dim gives values and first indices", "[ops][reduce]") {
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const Shape& shape : {Shape{7}, Shape{4, 9}, Shape{3, 4, 5}, Shape{600, 3}, Shape{2, 40000}}) {
+      for (int64_t dim = -static_cast<int64_t>(shape.size()); dim < static_cast<int64_t>(shape.size()); ++dim) {
+        for (bool nc : {false, true}) {
+          Tensor x = randn_input(shape, false, 13, dt);
+          if (nc) x = non_contiguous(x);
+          const int64_t w = dim < 0 ? dim + x.dim() : dim;
+          INFO("shape " << shape_str(shape) << " dim " << dim << " nc " << nc);
+          auto [v, i] = max(x, dim);
+          REQUIRE(i.dtype() == DType::i64);
+          const Shape s = kept(x, {w}, false);
+          PRECIS_REQUIRE_CLOSE(v, expected_tensor(reference_reduce(x, {w}, ref_max), s), dt);
+          PRECIS_REQUIRE_CLOSE(i.to(DType::f64), expected_tensor(reference_reduce(x, {w}, ref_argmax), s), DType::f64);
+          auto [vk, ik] = max(x, dim, true);
+          REQUIRE(vk.sizes() == kept(x, {w}, true));
+        }
+      }
+    }
+  }
+  // Ties: the first index; NaN wins over everything.
+  Tensor t = from_vector<float>({1, 3, 3, 0, 2, 2, 5, 5}, {2, 4});
+  auto [tv, ti] = max(t, 1);
+  REQUIRE(ti.to_vector<int64_t>() == std::vector<int64_t>{1, 2});
+  Tensor n = from_vector<float>({1, NAN, 7, NAN, 3, 4}, {6});
+  auto [nv, ni] = max(n, 0);
+  REQUIRE(std::isnan(nv.item<float>()));
+  REQUIRE(ni.item<int64_t>() == 1);
+  REQUIRE(std::isnan(max(n).item<float>()));
+  // Low precision and integers.
+  for (DType dt : {DType::f16, DType::bf16}) {
+    Tensor x = randn_input({6, 33}, false, 3, dt);
+    auto [v, i] = max(x, 1);
+    PRECIS_REQUIRE_CLOSE(v, expected_tensor(reference_reduce(x, {1}, ref_max), {6}), dt);
+    REQUIRE(i.to_vector<int64_t>().size() == 6);
+  }
+  Tensor xi = from_vector<int32_t>({4, -2, 9, 9, 1, 0}, {3, 2});
+  auto [vi, ii] = max(xi, 0);
+  REQUIRE(vi.dtype() == DType::i32);
+  REQUIRE(vi.to_vector<int32_t>() == std::vector<int32_t>{9, 9});
+  REQUIRE(ii.to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+}
+
+TEST_CASE("max of all elements", "[ops][reduce]") {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    Tensor x = randn_input({37, 29}, false, 8, dt);
+    Tensor m = max(x);
+    REQUIRE(m.dim() == 0);
+    REQUIRE(m.dtype() == dt);
+    PRECIS_REQUIRE_CLOSE(m, expected_tensor(reference_reduce(x, {0, 1}, ref_max), {}), dt);
+    PRECIS_REQUIRE_CLOSE(max(non_contiguous(x)), m, dt);
+  }
+  Tensor big = randn_input({1000003}, false, 1, DType::f32);
+  REQUIRE(max(big).item<double>() == reference_reduce(big, {0}, ref_max)[0]);
+  REQUIRE(max(scalar_tensor(3.0)).item<double>() == 3.0);
+  auto [v0, i0] = max(scalar_tensor(3.0), 0);
+  REQUIRE(v0.item<double>() == 3.0);
+  REQUIRE(i0.item<int64_t>() == 0);
+}
+
+TEST_CASE("max rejects empty reductions and bad dims", "[ops][reduce]") {
+  PRECIS_REQUIRE_THROWS_WITH_ALL(max(zeros({0, 3})), ValueError, "max", "empty", "[0, 3] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(max(zeros({0, 3}), 0), ValueError, "max", "empty", "[0, 3] f32 cpu");
+  auto [v, i] = max(zeros({0, 3}), 1);
+  REQUIRE(v.sizes() == Shape{0});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(max(zeros({2, 3}), 2), IndexError, "max", "[2, 3] f32 cpu");
+}
+
+TEST_CASE("mean, var and max do not depend on the thread count", "[ops][reduce]") {
+  const int saved = get_num_threads();
+  Tensor x = randn_input({5, 100001}, false, 2, DType::f32);
+  auto run = [&] {
+    std::vector<std::vector<float>> r;
+    r.push_back(mean(x).to_vector<float>());
+    r.push_back(var(x, {1}).to_vector<float>());
+    r.push_back(var(x, {0}).to_vector<float>());
+    r.push_back(std::get<0>(max(x, 1)).to_vector<float>());
+    r.push_back(std::get<1>(max(x, 0)).to(DType::f32).to_vector<float>());
+    return r;
+  };
+  set_num_threads(1);
+  const auto a = run();
+  set_num_threads(2);
+  const auto b = run();
+  set_num_threads(saved);
+  REQUIRE(a == b);
+}
+
+// ---- gradient-check cases ---------------------------------------------------------------------
+namespace {
+// Distinct values (no ties for max): a shuffled ramp.
+Tensor distinct_input(const Shape& shape, uint64_t seed) {
+  Tensor r = randn_input(shape, false, seed);
+  std::vector<double> v = r.to_vector<double>();
+  for (size_t i = 0; i < v.size(); ++i) v[i] += 0.37 * static_cast<double>((i * 7919) % v.size());
+  Tensor t = from_vector<double>(v, shape);
+  t.requires_grad_(true);
+  return t;
+}
+}  // namespace
+
+static const bool kReduceGradCases = register_grad_cases({
+    {OpId::sum, "all", [] { return TensorList{randn_input({3, 4})}; }, [](const TensorList& x) { return TensorList{sum(x[0])}; }},
+    {OpId::sum, "dims keepdim", [] { return TensorList{randn_input({2, 3, 4})}; },
+     [](const TensorList& x) { return TensorList{sum(x[0], {0, -1}, true)}; }},
+    {OpId::sum, "non-contiguous", [] { return TensorList{non_contiguous(randn_input({4, 5}))}; },
+     [](const TensorList& x) { return TensorList{sum(x[0], {1})}; }},
+    {OpId::mean, "dims", [] { return TensorList{randn_input({3, 4, 2})}; },
+     [](const TensorList& x) { return TensorList{mean(x[0], {1})}; }},
+    {OpId::mean, "all non-contiguous", [] { return TensorList{non_contiguous(randn_input({4, 3}))}; },
+     [](const TensorList& x) { return TensorList{mean(x[0])}; }},
+    {OpId::var, "dim correction 1", [] { return TensorList{randn_input({3, 5})}; },
+     [](const TensorList& x) { return TensorList{var(x[0], {1})}; }},
+    {OpId::var, "all correction 0 keepdim", [] { return TensorList{non_contiguous(randn_input({4, 3}))}; },
+     [](const TensorList& x) { return TensorList{var(x[0], {}, 0, true)}; }},
+    {OpId::max, "dim", [] { return TensorList{distinct_input({4, 5}, 1)}; },
+     [](const TensorList& x) { return TensorList{std::get<0>(max(x[0], 1))}; }},
+    {OpId::max, "dim 0 non-contiguous keepdim", [] { return TensorList{non_contiguous(distinct_input({4, 5}, 2))}; },
+     [](const TensorList& x) { return TensorList{std::get<0>(max(x[0], 0, true))}; }},
+    {OpId::max, "all", [] { return TensorList{distinct_input({3, 4}, 3)}; },
+     [](const TensorList& x) { return TensorList{max(x[0])}; }},
+});

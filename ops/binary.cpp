@@ -1,0 +1,306 @@
+// Binary element-wise ops, comparisons, where and masked_fill: broadcasting, dtype promotion,
+// scalar operands, forward and backward. Kernels: ops/cpu/binary.cpp.
+//
+// Promotion casts the operands with cast() (differentiable), so a gradient reaching a promoted
+// operand flows back through the cast to the caller's dtype. Backward reduces the gradient of a
+// broadcast operand to its own shape with sum_to.
+#include <cmath>
+
+#include "autograd/record.h"
+#include "ops/broadcast.h"
+#include "ops/functional.h"
+#include "ops/kernels.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+Shape broadcast_shapes(const char* op, std::initializer_list<const Tensor*> operands,
+                       std::initializer_list<const char*> names) {
+  size_t ndim = 0;
+  for (const Tensor* t : operands) ndim = std::max(ndim, t->sizes().size());
+  Shape out(ndim, 1);
+  bool ok = true;
+  for (const Tensor* t : operands) {
+    const Shape& s = t->sizes();
+    const size_t lead = ndim - s.size();
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t& o = out[lead + i];
+      if (s[i] == o || s[i] == 1) continue;
+      if (o == 1) {
+        o = s[i];
+      } else {
+        ok = false;
+      }
+    }
+  }
+  if (!ok) [[unlikely]] {
+    std::string desc;
+    auto name = names.begin();
+    for (const Tensor* t : operands) {
+      if (!desc.empty()) desc += ", ";
+      desc += std::string(name != names.end() ? *name++ : "operand") + " " + t->describe();
+    }
+    throw ShapeError(detail::str_cat(op, ": shapes cannot be broadcast together: ", desc,
+                                     " (sizes must match or be 1 in each dim, aligned from the right)"));
+  }
+  return out;
+}
+
+namespace {
+
+void check_defined(const char* op, const Tensor& t, const char* name) {
+  PRECIS_CHECK(t.defined(), op, ": operand ", name, " is undefined");
+}
+
+void check_same_device(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
+  PRECIS_CHECK_DEVICE(a.device() == b.device(), op, ": operands must be on the same device, got ", an, " ",
+                      a.describe(), " and ", bn, " ", b.describe(), "; move one with .to(", a.device().str(), ")");
+}
+
+// The gradient of a broadcast operand: g summed down to the operand's shape.
+Tensor reduce_to(const Tensor& g, const Shape& shape) { return g.sizes() == shape ? g : sum_to(g, shape); }
+
+// Operands after checks and promotion: both `dtype` (cast differentiably), with their broadcast
+// shape.
+struct Operands {
+  Tensor a, b;
+  Shape shape;
+};
+
+// true_division: integer/bool operands are promoted to f32 (PyTorch's `/`).
+Operands prepare(const char* op, const Tensor& a, const Tensor& b, bool true_division = false) {
+  check_defined(op, a, "a");
+  check_defined(op, b, "b");
+  check_same_device(op, a, "a", b, "b");
+  Shape shape = broadcast_shapes(op, {&a, &b}, {"a", "b"});
+  DType dt = promote_types(a.dtype(), b.dtype());
+  if (true_division && !is_floating(dt)) dt = DType::f32;
+  return {cast(a, dt), cast(b, dt), std::move(shape)};
+}
+
+// Runs op's binary kernel (keyed by the operands' dtype) on a and b expanded to `shape`.
+Tensor run_binary(OpId op, const Tensor& a, const Tensor& b, const Shape& shape, DType out_dtype, double alpha = 1.0) {
+  Tensor out = empty(shape, {.dtype = out_dtype, .device = a.device()});
+  // detach(): the expansion is an implementation detail, not part of the graph.
+  kernel<kernels::BinaryKernel>(op, a.device().type, a.dtype())(out, a.detach().expand(shape),
+                                                                b.detach().expand(shape), alpha);
+  return out;
+}
+
+// The dtype a scalar operand takes next to a tensor of dtype t (PyTorch): the tensor's, unless
+// the scalar is of a higher category (bool < integer < floating), then that category's default
+// (i64 or f32).
+DType scalar_operand_dtype(DType t, Scalar s) {
+  auto rank = [](DType d) { return is_floating(d) ? 2 : is_integral(d) ? 1 : 0; };
+  const DType sd = s.default_dtype();
+  return rank(sd) > rank(t) ? sd : t;
+}
+
+// True when s survives a round trip through a low-precision dtype (always for the others).
+bool exactly_representable(Scalar s, DType dt) {
+  if (!is_low_precision(dt)) return true;
+  const double v = s.to_double();
+  const float f = static_cast<float>(v);
+  if (static_cast<double>(f) != v) return false;
+  return dt == DType::f16 ? static_cast<float>(Half(f)) == f : static_cast<float>(BFloat16(f)) == f;
+}
+
+// Applies fn(tensor, scalar-as-0-d-tensor). A scalar that f16/bf16 cannot hold exactly (0.1, a
+// loss scale of 65536 > the f16 maximum) is applied in f32 and the result rounded once, as
+// PyTorch does by keeping scalars in the compute type; exact scalars take the direct path.
+template <typename F>
+Tensor with_scalar(const char* op, const Tensor& a, Scalar s, F&& fn) {
+  check_defined(op, a, "a");
+  if (!exactly_representable(s, a.dtype())) {
+    Tensor r = fn(a.to(DType::f32), scalar_tensor(s, {.dtype = DType::f32, .device = a.device()}));
+    return r.dtype() == DType::f32 ? r.to(a.dtype()) : r;
+  }
+  return fn(a, scalar_tensor(s, {.dtype = scalar_operand_dtype(a.dtype(), s), .device = a.device()}));
+}
+
+// PyTorch refuses a fractional alpha with integer operands; the default alpha (1.0) is fine.
+void check_alpha(const char* op, const Tensor& a, Scalar alpha) {
+  const double v = alpha.to_double();
+  PRECIS_CHECK_DTYPE(is_floating(a.dtype()) || !alpha.is_floating() || v == std::trunc(v), op,
+                     ": alpha must be an integer for ",
+                     dtype_name(a.dtype()), " operands (got ", alpha.to_double(), "); convert the tensors with .to(DType::f32)");
+}
+
+Tensor add_sub(OpId op, const Tensor& a, const Tensor& b, Scalar alpha) {
+  const char* name = op_name(op);
+  Operands o = prepare(name, a, b);
+  check_alpha(name, o.a, alpha);
+  const double al = alpha.to_double();
+  Tensor out = run_binary(op, o.a, o.b, o.shape, o.a.dtype(), al);
+  if (autograd::needs_grad({&o.a, &o.b})) {
+    const double gb_scale = op == OpId::add ? al : -al;
+    autograd::record(op, {o.a, o.b}, {out},
+                     [sa = o.a.sizes(), sb = o.b.sizes(), need_a = o.a.requires_grad(), need_b = o.b.requires_grad(),
+                      gb_scale](const TensorList& g) -> TensorList {
+                       Tensor ga, gb;
+                       if (need_a) ga = reduce_to(g[0], sa);
+                       if (need_b) gb = reduce_to(gb_scale == 1.0 ? g[0] : mul(g[0], gb_scale), sb);
+                       return {ga, gb};
+                     });
+  }
+  return out;
+}
+
+// maximum / minimum: the gradient goes to the selected operand, split in half on ties (PyTorch).
+Tensor max_min(OpId op, const Tensor& a, const Tensor& b) {
+  Operands o = prepare(op_name(op), a, b);
+  Tensor out = run_binary(op, o.a, o.b, o.shape, o.a.dtype());
+  if (autograd::needs_grad({&o.a, &o.b})) {
+    const bool is_max = op == OpId::maximum;
+    autograd::record(op, {o.a, o.b}, {out},
+                     [sa = SavedTensor(o.a), sb = SavedTensor(o.b), need_a = o.a.requires_grad(),
+                      need_b = o.b.requires_grad(), is_max](const TensorList& g) -> TensorList {
+                       const Tensor a = sa.unpack(), b = sb.unpack();
+                       const Tensor shared = where(eq(a, b), mul(g[0], 0.5), g[0]);
+                       // a loses where it is below (maximum) or above (minimum) b; NaN loses nowhere.
+                       Tensor ga, gb;
+                       if (need_a) ga = reduce_to(masked_fill(shared, is_max ? lt(a, b) : gt(a, b), 0), a.sizes());
+                       if (need_b) gb = reduce_to(masked_fill(shared, is_max ? gt(a, b) : lt(a, b), 0), b.sizes());
+                       return {ga, gb};
+                     });
+  }
+  return out;
+}
+
+Tensor compare(OpId op, const Tensor& a, const Tensor& b) {
+  NoGradGuard no_grad;  // comparisons are not differentiable: the promotion casts need no graph
+  Operands o = prepare(op_name(op), a, b);
+  return run_binary(op, o.a, o.b, o.shape, DType::boolean);
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) { return add_sub(OpId::add, a, b, alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) { return add_sub(OpId::sub, a, b, alpha); }
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Operands o = prepare("mul", a, b);
+  Tensor out = run_binary(OpId::mul, o.a, o.b, o.shape, o.a.dtype());
+  if (autograd::needs_grad({&o.a, &o.b})) {
+    const bool need_a = o.a.requires_grad(), need_b = o.b.requires_grad();
+    // Each gradient needs only the other operand: save just what will be used.
+    autograd::record(OpId::mul, {o.a, o.b}, {out},
+                     [sa = need_b ? SavedTensor(o.a) : SavedTensor(), sb = need_a ? SavedTensor(o.b) : SavedTensor(),
+                      shape_a = o.a.sizes(), shape_b = o.b.sizes()](const TensorList& g) -> TensorList {
+                       Tensor ga, gb;
+                       if (sb.defined()) ga = reduce_to(mul(g[0], sb.unpack("mul")), shape_a);
+                       if (sa.defined()) gb = reduce_to(mul(g[0], sa.unpack("mul")), shape_b);
+                       return {ga, gb};
+                     });
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Operands o = prepare("div", a, b, /*true_division=*/true);
+  Tensor out = run_binary(OpId::div, o.a, o.b, o.shape, o.a.dtype());
+  if (autograd::needs_grad({&o.a, &o.b})) {
+    autograd::record(OpId::div, {o.a, o.b}, {out},
+                     [sa = o.b.requires_grad() ? SavedTensor(o.a) : SavedTensor(), sb = SavedTensor(o.b),
+                      need_a = o.a.requires_grad(), shape_a = o.a.sizes()](const TensorList& g) -> TensorList {
+                       const Tensor b = sb.unpack("div");
+                       Tensor ga, gb;
+                       if (need_a) ga = reduce_to(div(g[0], b), shape_a);
+                       // d(a/b)/db = -a/b²
+                       if (sa.defined()) gb = reduce_to(neg(div(mul(g[0], sa.unpack("div")), mul(b, b))), b.sizes());
+                       return {ga, gb};
+                     });
+  }
+  return out;
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(OpId::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(OpId::minimum, a, b); }
+
+Tensor add(const Tensor& a, Scalar b) {
+  return with_scalar("add", a, b, [](const Tensor& x, const Tensor& s) { return add(x, s); });
+}
+Tensor sub(const Tensor& a, Scalar b) {
+  return with_scalar("sub", a, b, [](const Tensor& x, const Tensor& s) { return sub(x, s); });
+}
+Tensor mul(const Tensor& a, Scalar b) {
+  return with_scalar("mul", a, b, [](const Tensor& x, const Tensor& s) { return mul(x, s); });
+}
+Tensor div(const Tensor& a, Scalar b) {
+  return with_scalar("div", a, b, [](const Tensor& x, const Tensor& s) { return div(x, s); });
+}
+Tensor maximum(const Tensor& a, Scalar b) {
+  return with_scalar("maximum", a, b, [](const Tensor& x, const Tensor& s) { return maximum(x, s); });
+}
+Tensor minimum(const Tensor& a, Scalar b) {
+  return with_scalar("minimum", a, b, [](const Tensor& x, const Tensor& s) { return minimum(x, s); });
+}
+
+#define PRECIS_DEFINE_COMPARISON(name)                                                            \
+  Tensor name(const Tensor& a, const Tensor& b) { return compare(OpId::name, a, b); }             \
+  Tensor name(const Tensor& a, Scalar b) {                                                        \
+    return with_scalar(#name, a, b, [](const Tensor& x, const Tensor& s) { return name(x, s); }); \
+  }
+PRECIS_DEFINE_COMPARISON(eq)
+PRECIS_DEFINE_COMPARISON(ne)
+PRECIS_DEFINE_COMPARISON(lt)
+PRECIS_DEFINE_COMPARISON(le)
+PRECIS_DEFINE_COMPARISON(gt)
+PRECIS_DEFINE_COMPARISON(ge)
+#undef PRECIS_DEFINE_COMPARISON
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_defined("where", cond, "cond");
+  check_defined("where", a, "a");
+  check_defined("where", b, "b");
+  PRECIS_CHECK_DTYPE(cond.dtype() == DType::boolean, "where: cond must be bool, got cond ", cond.describe(),
+                     " (a ", a.describe(), ", b ", b.describe(), "); build it with a comparison or .to(DType::boolean)");
+  check_same_device("where", cond, "cond", a, "a");
+  check_same_device("where", a, "a", b, "b");
+  const Shape shape = broadcast_shapes("where", {&cond, &a, &b}, {"cond", "a", "b"});
+  const DType dt = promote_types(a.dtype(), b.dtype());
+  const Tensor ac = cast(a, dt), bc = cast(b, dt);
+  Tensor out = empty(shape, {.dtype = dt, .device = a.device()});
+  kernel<kernels::WhereKernel>(OpId::where, a.device().type, dt)(out, cond.expand(shape), ac.detach().expand(shape),
+                                                                 bc.detach().expand(shape));
+  if (autograd::needs_grad({&ac, &bc})) {
+    autograd::record(OpId::where, {ac, bc}, {out},
+                     [c = cond.detach(), shape_a = ac.sizes(), shape_b = bc.sizes(), need_a = ac.requires_grad(),
+                      need_b = bc.requires_grad()](const TensorList& g) -> TensorList {
+                       Tensor ga, gb;
+                       if (need_a) ga = reduce_to(where(c, g[0], 0), shape_a);
+                       if (need_b) gb = reduce_to(masked_fill(g[0], c, 0), shape_b);
+                       return {ga, gb};
+                     });
+  }
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  check_defined("where", a, "a");
+  return where(cond, a, scalar_tensor(b, {.dtype = scalar_operand_dtype(a.dtype(), b), .device = a.device()}));
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  check_defined("masked_fill", x, "x");
+  check_defined("masked_fill", mask, "mask");
+  PRECIS_CHECK_DTYPE(mask.dtype() == DType::boolean, "masked_fill: mask must be bool, got mask ", mask.describe(),
+                     " (x ", x.describe(), "); build it with a comparison or .to(DType::boolean)");
+  check_same_device("masked_fill", x, "x", mask, "mask");
+  const Shape shape = broadcast_shapes("masked_fill", {&x, &mask}, {"x", "mask"});
+  Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
+  kernel<kernels::MaskedFillKernel>(OpId::masked_fill, x.device().type, x.dtype())(out, x.detach().expand(shape),
+                                                                                   mask.expand(shape), value);
+  if (autograd::needs_grad({&x})) {
+    autograd::record(OpId::masked_fill, {x}, {out},
+                     [m = mask.detach(), shape_x = x.sizes()](const TensorList& g) -> TensorList {
+                       return {reduce_to(masked_fill(g[0], m, 0), shape_x)};
+                     });
+  }
+  return out;
+}
+
+}  // namespace precis

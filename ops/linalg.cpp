@@ -1,0 +1,236 @@
+// matmul and linear: operand checks, bringing operands to the kernels' 3-D / 2-D forms without
+// copying where strides allow, and their backward.
+#include <algorithm>
+#include <string>
+
+#include "autograd/record.h"
+#include "ops/functional.h"
+#include "ops/kernels.h"
+#include "ops/op_table.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+namespace {
+
+std::string operands(const Tensor& a, const Tensor& b) {
+  return "a is " + a.describe() + ", b is " + b.describe();
+}
+
+// Sizes [begin, end) of t.
+Shape dims_of(const Tensor& t, int64_t begin, int64_t end) {
+  return Shape(t.sizes().begin() + begin, t.sizes().begin() + end);
+}
+
+// Broadcasts two batch shapes (right-aligned, size 1 stretches) or throws naming the operands.
+Shape broadcast_batch(const Shape& x, const Shape& y, const Tensor& a, const Tensor& b) {
+  const size_t nd = std::max(x.size(), y.size());
+  Shape out(nd);
+  for (size_t i = 0; i < nd; ++i) {
+    const int64_t xs = i + x.size() >= nd ? x[i + x.size() - nd] : 1;
+    const int64_t ys = i + y.size() >= nd ? y[i + y.size() - nd] : 1;
+    PRECIS_CHECK_SHAPE(xs == ys || xs == 1 || ys == 1, "matmul: batch dims ", shape_str(x), " and ", shape_str(y),
+                       " do not broadcast: ", operands(a, b));
+    out[i] = xs == 1 ? ys : xs;
+  }
+  return out;
+}
+
+// Stride of dims [0, nd) of t merged into one dim, if they can be without a copy (each non-size-1
+// dim steps over the whole of the next non-size-1 one); -1 otherwise. Size-1 dims don't matter.
+int64_t merged_stride(const Tensor& t, int64_t nd) {
+  int64_t stride = -1, span = 0;  // stride and size of the merged run so far, innermost first
+  for (int64_t d = nd - 1; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (stride < 0) {
+      stride = t.stride(d);
+      span = t.size(d);
+    } else {
+      if (t.stride(d) != stride * span) return -1;
+      span *= t.size(d);
+    }
+  }
+  return stride < 0 ? 0 : stride;
+}
+
+// x: (*batch_x, r, c) brought to (B, r, c) for the kernel, where `batch` is the broadcast batch
+// shape of numel B: a batch of one when x has no batch of its own (kernel broadcasting), else
+// the batch dims merged into one, as a view when the strides allow and a copy otherwise.
+Tensor to_batch3(const Tensor& x, const Shape& batch) {
+  const int64_t nb = x.dim() - 2, r = x.size(-2), c = x.size(-1);
+  const Shape x_batch = dims_of(x, 0, nb);
+  if (shape_numel(x_batch) == 1 || shape_numel(batch) == 0)
+    return detail::make_alias(x, {1, r, c}, {r * c, x.stride(-2), x.stride(-1)}, x.storage_offset());
+  Shape full = batch;
+  full.push_back(r);
+  full.push_back(c);
+  Tensor e = x.expand(full);
+  const int64_t stride = merged_stride(e, static_cast<int64_t>(batch.size()));
+  if (stride >= 0)
+    return detail::make_alias(e, {shape_numel(batch), r, c}, {stride, e.stride(-2), e.stride(-1)}, e.storage_offset());
+  return e.contiguous().view({shape_numel(batch), r, c});  // e.g. batches [3, 1] with [1, 4]
+}
+
+void check_matmul(const Tensor& a, const Tensor& b) {
+  PRECIS_CHECK(a.defined() && b.defined(), "matmul: an operand is an undefined tensor");
+  PRECIS_CHECK_DEVICE(a.device() == b.device(), "matmul: operands are on different devices: ", operands(a, b),
+                      "; move both to one device with .to(device)");
+  PRECIS_CHECK_DTYPE(a.is_floating_point() && b.is_floating_point(), "matmul: expects floating operands, ",
+                     operands(a, b), "; convert with .to(DType::f32)");
+  PRECIS_CHECK_DTYPE(a.dtype() == b.dtype(), "matmul: operands have different dtypes: ", operands(a, b),
+                     "; convert one with .to(DType::", dtype_name(promote_types(a.dtype(), b.dtype())),
+                     ") (or run under autocast)");
+  PRECIS_CHECK_SHAPE(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dim, ", operands(a, b),
+                     "; use mul() to scale by a 0-d tensor");
+  const int64_t kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  PRECIS_CHECK_SHAPE(a.size(-1) == kb, "matmul: incompatible shapes: ", operands(a, b), "; expected a.size(-1) == ",
+                     b.dim() == 1 ? "b.size(0)" : "b.size(-2)");
+}
+
+// The forward without autograd. 1-D operands are made matrices ((k) → (1, k) for a, (k, 1) for
+// b) and the added dim is dropped from the result, as in torch.matmul.
+Tensor matmul_forward(const Tensor& a, const Tensor& b) {
+  NoGradGuard no_grad;  // the views and copies below are internal
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  const int64_t n = a2.size(-2), k = a2.size(-1), m = b2.size(-1);
+  auto* matmul_kernel = kernel<kernels::MatmulKernel>(OpId::matmul, a.device().type, a.dtype());
+  const TensorOptions options{.dtype = a.dtype(), .device = a.device()};
+
+  Shape batch, out3_sizes;
+  Tensor a3, b3;
+  if (b2.dim() == 2 && a2.dim() > 2 && merged_stride(a2, a2.dim() - 1) >= 0) {
+    // (*batch, n, k) @ (k, m): the batch folds into the rows of one GEMM.
+    batch = dims_of(a2, 0, a2.dim() - 2);
+    const int64_t rows = shape_numel(batch) * n;
+    a3 = detail::make_alias(a2, {1, rows, k}, {rows * k, merged_stride(a2, a2.dim() - 1), a2.stride(-1)},
+                            a2.storage_offset());
+    b3 = detail::make_alias(b2, {1, k, m}, {k * m, b2.stride(0), b2.stride(1)}, b2.storage_offset());
+    out3_sizes = {1, rows, m};
+  } else {
+    batch = broadcast_batch(dims_of(a2, 0, a2.dim() - 2), dims_of(b2, 0, b2.dim() - 2), a, b);
+    a3 = to_batch3(a2, batch);
+    b3 = to_batch3(b2, batch);
+    out3_sizes = {shape_numel(batch), n, m};
+  }
+  Tensor out3 = empty(out3_sizes, options);
+  if (out3.numel() > 0) {
+    if (k == 0)
+      out3.zero_();
+    else
+      matmul_kernel(out3, a3, b3);
+  }
+  Shape out_sizes = batch;
+  if (a.dim() > 1) out_sizes.push_back(n);
+  if (b.dim() > 1) out_sizes.push_back(m);
+  return out3.view(out_sizes);
+}
+
+// Sums a gradient computed for the broadcast shape back to `t`'s shape.
+Tensor reduce_to(const Tensor& g, const Tensor& t) { return g.sizes() == t.sizes() ? g : sum_to(g, t.sizes()); }
+
+// grad_a = g·bᵀ, grad_b = aᵀ·g, with broadcast batch dims summed back and 1-D operands' added
+// dims removed. Runs with grad mode off.
+TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool need_a, bool need_b) {
+  Tensor ga, gb;
+  if (a.dim() == 1 && b.dim() == 1) {  // g is 0-d: grad_a = g·b, grad_b = g·a
+    const Tensor g1 = g.expand({1});  // (not reshape: views.cpp cannot yet view a 0-d tensor as [1])
+    if (need_a) ga = matmul(g1, b.unsqueeze(0));
+    if (need_b) gb = matmul(g1, a.unsqueeze(0));
+    return {ga, gb};
+  }
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  Tensor g2 = g;
+  if (a.dim() == 1) g2 = g2.unsqueeze(-2);
+  if (b.dim() == 1) g2 = g2.unsqueeze(-1);
+  if (need_a) ga = reduce_to(matmul(g2, b2.transpose(-1, -2)), a2).reshape(a.sizes());
+  if (need_b) {
+    if (b2.dim() == 2 && a2.dim() > 2) {
+      // Σ over the batch of a_iᵀ·g_i is one GEMM over all rows: (rows, k)ᵀ · (rows, m).
+      const int64_t rows = shape_numel(dims_of(a2, 0, a2.dim() - 1)), k = a2.size(-1), m = g2.size(-1);
+      gb = matmul(a2.reshape({rows, k}).t(), g2.reshape({rows, m}));
+    } else {
+      gb = reduce_to(matmul(a2.transpose(-1, -2), g2), b2);
+    }
+    gb = gb.reshape(b.sizes());
+  }
+  return {ga, gb};
+}
+
+void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  PRECIS_CHECK(x.defined() && w.defined(), "linear: input or weight is an undefined tensor");
+  auto describe_all = [&] {
+    std::string s = "input is " + x.describe() + ", weight is " + w.describe();
+    if (bias.defined()) s += ", bias is " + bias.describe();
+    return s;
+  };
+  const bool same_device = w.device() == x.device() && (!bias.defined() || bias.device() == x.device());
+  PRECIS_CHECK_DEVICE(same_device, "linear: operands are on different devices: ", describe_all(),
+                      "; move them to one device with .to(device)");
+  const bool floating = x.is_floating_point() && w.is_floating_point() && (!bias.defined() || bias.is_floating_point());
+  PRECIS_CHECK_DTYPE(floating, "linear: expects floating operands, ", describe_all(), "; convert with .to(DType::f32)");
+  const bool same_dtype = w.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype());
+  PRECIS_CHECK_DTYPE(same_dtype, "linear: operands have different dtypes: ", describe_all(), "; convert with .to(DType::",
+                     dtype_name(w.dtype()), ") (or run under autocast)");
+  PRECIS_CHECK_SHAPE(w.dim() == 2, "linear: weight must be 2-D (out_features, in_features), ", describe_all());
+  PRECIS_CHECK_SHAPE(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: incompatible shapes: ", describe_all(),
+                     "; expected input.size(-1) == weight.size(1)");
+  PRECIS_CHECK_SHAPE(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), "linear: bias must be (",
+                     w.size(0), "), ", describe_all());
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_matmul(a, b);
+  Tensor out = matmul_forward(a, b);
+  if (autograd::needs_grad({&a, &b})) {
+    autograd::record(OpId::matmul, {a, b}, {out},
+                     [sa = SavedTensor(a), sb = SavedTensor(b), need_a = a.requires_grad(),
+                      need_b = b.requires_grad()](const TensorList& g) -> TensorList {
+                       return matmul_backward(g[0], sa.unpack("matmul"), sb.unpack("matmul"), need_a, need_b);
+                     });
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear(x, weight, bias);
+  const int64_t in = weight.size(1), outs = weight.size(0);
+  const Shape lead = dims_of(x, 0, x.dim() - 1);
+  const int64_t rows = shape_numel(lead);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    const Tensor x2 = x.reshape({rows, in}).contiguous();
+    const Tensor w = weight.contiguous();
+    const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+    Tensor out2 = empty({rows, outs}, {.dtype = x.dtype(), .device = x.device()});
+    kernel<kernels::LinearKernel>(OpId::linear, x.device().type, x.dtype())(out2, x2, w, b);
+    Shape out_sizes = lead;
+    out_sizes.push_back(outs);
+    out = out2.view(out_sizes);
+  }
+  if (autograd::needs_grad({&x, &weight, &bias})) {
+    autograd::record(
+        OpId::linear, {x, weight, bias}, {out},
+        [sx = SavedTensor(x), sw = SavedTensor(weight), need_x = x.requires_grad(), need_w = weight.requires_grad(),
+         need_b = bias.defined() && bias.requires_grad(), rows, in, outs](const TensorList& g) -> TensorList {
+          // g: (*lead, out) seen as (rows, out); the weight and bias gradients sum over all rows.
+          const Tensor g2 = g[0].reshape({rows, outs});
+          Tensor gx, gw, gb;
+          const Tensor x = sx.unpack("linear");
+          if (need_x) gx = matmul(g2, sw.unpack("linear")).reshape(x.sizes());
+          if (need_w) gw = matmul(g2.t(), x.reshape({rows, in}));
+          if (need_b) gb = sum(g2, {0});
+          return {gx, gw, gb};
+        });
+  }
+  return out;
+}
+
+}  // namespace precis
