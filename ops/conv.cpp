@@ -2,6 +2,7 @@
 // bias gradients from the backward kernels). Kernels: ops/cpu/conv*.cpp.
 #include <string>
 
+#include "amp/autocast.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels_conv.h"
@@ -73,8 +74,10 @@ Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
 
 }  // namespace
 
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const std::vector<int64_t>& stride,
-              const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
+Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
+              const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+              const std::vector<int64_t>& dilation, int64_t groups) {
+  const auto [input, weight, bias] = amp::autocast(OpId::conv2d, input_in, weight_in, bias_in);
   const Conv2dParams p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
   const DeviceType dev = input.device().type;
   const DType dtype = input.dtype();

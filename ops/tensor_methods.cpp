@@ -13,6 +13,7 @@ namespace {
 DeviceCopyFn* g_device_copy = nullptr;
 
 void check_inplace_allowed(const char* op, const Tensor& self, const Tensor* src = nullptr) {
+  PRECIS_CHECK(self.defined(), op, ": operation on an undefined tensor");
   if (!is_grad_enabled()) return;
   const bool bad = self.requires_grad() || (src != nullptr && src->requires_grad());
   PRECIS_CHECK_T(StateError, !bad, op, ": in-place modification of ",
@@ -37,9 +38,29 @@ Tensor& Tensor::fill_(Scalar value) {
   return *this;
 }
 
+namespace {
+// True when `from` broadcasts to exactly `to` (trailing dims equal or 1, no extra dims).
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    if (f != t && f != 1) return false;
+  }
+  return true;
+}
+}  // namespace
+
 Tensor& Tensor::copy_(const Tensor& src) {
-  check_inplace_allowed("copy_", *this, &src);
   PRECIS_CHECK_SHAPE(src.defined(), "copy_: source tensor is undefined");
+  check_inplace_allowed("copy_", *this, &src);
+  PRECIS_CHECK_SHAPE(broadcasts_to(src.sizes(), sizes()), "copy_: the source ", src.describe(),
+                     " does not broadcast to the destination ", describe());
+  // Several elements of an expanded destination share one memory location: which source value
+  // lands there would depend on the order of the (parallel) writes. PyTorch refuses this too.
+  for (int64_t d = 0; d < dim(); ++d)
+    PRECIS_CHECK(!(strides()[d] == 0 && sizes()[d] > 1), "copy_: the destination ", describe(),
+                 " is expanded (stride 0 in dim ", d, "), so several of its elements share memory; copy into a "
+                 "clone() or contiguous() of it instead");
   {
     NoGradGuard no_grad;  // the broadcast and conversions below are internal
     if (src.device() == device()) {

@@ -21,6 +21,8 @@ Tensor full(const Shape& sizes, Scalar value, TensorOptions options) {
   options.requires_grad = false;
   Tensor t = empty(sizes, options);
   t.fill_(value);
+  // A new tensor starts at version 0 (as in PyTorch); the fill that made it is not a modification.
+  t.impl()->version_counter()->value.store(0, std::memory_order_relaxed);
   if (rg) t.requires_grad_(true);
   return t;
 }

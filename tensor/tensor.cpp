@@ -81,76 +81,102 @@ namespace {
 constexpr int64_t kSummariseAbove = 1000;  // like PyTorch's print threshold
 constexpr int64_t kEdgeItems = 3;
 
+// Prints nested brackets like PyTorch, eliding the middle of long dims when summarising. The same
+// walk runs twice: once to collect the elements shown (to choose one number format and width for
+// all of them), then to print.
 struct Printer {
-  const std::vector<double>& values;
   const Shape& sizes;
   Shape strides;  // contiguous strides of the value array
-  bool floating;
   bool summarise;
+  std::vector<std::string> cells;  // formatted elements in print order (second pass)
+  size_t next_cell = 0;
   int width = 0;
 
-  std::string format(double v) const {
-    char buf[64];
-    if (!floating) {
-      std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
-    } else if (std::isnan(v)) {
-      std::snprintf(buf, sizeof buf, "nan");
-    } else if (std::isinf(v)) {
-      std::snprintf(buf, sizeof buf, v > 0 ? "inf" : "-inf");
-    } else if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-4)) {
-      std::snprintf(buf, sizeof buf, "%.4e", v);
-    } else {
-      std::snprintf(buf, sizeof buf, "%.4f", v);
-    }
-    return buf;
-  }
-
-  void print(std::ostream& os, size_t dim, int64_t offset, int indent) const {
+  template <typename Visit>
+  void walk(std::ostream* os, size_t dim, int64_t offset, int indent, Visit& visit) {
     if (dim == sizes.size()) {
-      std::string s = format(values[offset]);
-      os << std::string(std::max<int>(0, width - static_cast<int>(s.size())), ' ') << s;
+      if (os == nullptr) {
+        visit(offset);
+      } else {
+        const std::string& c = cells[next_cell++];
+        *os << std::string(std::max<int>(0, width - static_cast<int>(c.size())), ' ') << c;
+      }
       return;
     }
-    os << '[';
+    if (os) *os << '[';
     const int64_t n = sizes[dim];
     for (int64_t i = 0; i < n; ++i) {
       if (summarise && n > 2 * kEdgeItems && i == kEdgeItems) {
-        os << (dim + 1 == sizes.size() ? "..., " : "...,\n" + std::string(indent + 1, ' '));
+        if (os) {
+          *os << "...,";
+          *os << (dim + 1 == sizes.size() ? std::string(" ")
+                                          : std::string(sizes.size() - dim - 1, '\n') + std::string(indent + 1, ' '));
+        }
         i = n - kEdgeItems;
       }
-      print(os, dim + 1, offset + i * strides[dim], indent + 1);
-      if (i + 1 < n) {
+      walk(os, dim + 1, offset + i * strides[dim], indent + 1, visit);
+      if (os && i + 1 < n) {
         if (dim + 1 == sizes.size()) {
-          os << ", ";
+          *os << ", ";
         } else {
-          os << ',' << std::string(sizes.size() - dim - 1, '\n') << std::string(indent + 1, ' ');
+          *os << ',' << std::string(sizes.size() - dim - 1, '\n') << std::string(indent + 1, ' ');
         }
       }
     }
-    os << ']';
+    if (os) *os << ']';
   }
 };
+
+// One format for every shown float: scientific when any magnitude is very large or very small
+// (mixing "%.4f" and "%.4e" in one tensor is hard to read), else fixed with 4 decimals.
+std::vector<std::string> format_floats(const std::vector<double>& v) {
+  bool sci = false;
+  for (double x : v)
+    if (std::isfinite(x) && x != 0 && (std::fabs(x) >= 1e5 || std::fabs(x) < 1e-4)) sci = true;
+  std::vector<std::string> out;
+  char buf[64];
+  for (double x : v) {
+    if (std::isnan(x)) {
+      out.emplace_back("nan");
+    } else if (std::isinf(x)) {
+      out.emplace_back(x > 0 ? "inf" : "-inf");
+    } else {
+      std::snprintf(buf, sizeof buf, sci ? "%.4e" : "%.4f", x);
+      out.emplace_back(buf);
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   std::ostringstream os;
-  std::vector<double> values;
+  Printer p{sizes(), contiguous_strides(sizes()), numel() > kSummariseAbove, {}};
+  // Integers print from int64 (exact beyond 2^53), bools as True/False, floats through f64.
+  std::vector<int64_t> shown;
+  auto collect = [&](int64_t i) { shown.push_back(i); };
+  if (numel() > 0) p.walk(nullptr, 0, 0, 7, collect);
   if (dtype() == DType::boolean) {
-    for (bool b : to_vector<bool>()) values.push_back(b ? 1.0 : 0.0);
-  } else if (dtype() == DType::i64) {
-    for (int64_t v : to_vector<int64_t>()) values.push_back(static_cast<double>(v));
+    const std::vector<bool> v = to_vector<bool>();
+    for (int64_t i : shown) p.cells.emplace_back(v[i] ? "True" : "False");
+  } else if (is_integral(dtype())) {
+    const std::vector<int64_t> v = to_vector<int64_t>();
+    for (int64_t i : shown) p.cells.push_back(std::to_string(v[i]));
   } else {
-    values = to_vector<double>();
+    const std::vector<double> v = to_vector<double>();
+    std::vector<double> picked;
+    for (int64_t i : shown) picked.push_back(v[i]);
+    p.cells = format_floats(picked);
   }
-  Printer p{values, sizes(), contiguous_strides(sizes()), is_floating(dtype()), numel() > kSummariseAbove};
-  for (double v : values) p.width = std::max(p.width, static_cast<int>(p.format(v).size()));
+  for (const std::string& c : p.cells) p.width = std::max(p.width, static_cast<int>(c.size()));
   os << "tensor(";
   if (numel() == 0) {
     os << "[]";
   } else {
-    p.print(os, 0, 0, 7);
+    auto none = [](int64_t) {};
+    p.walk(&os, 0, 0, 7, none);
   }
   os << ", shape=" << shape_str(sizes()) << ", dtype=" << dtype_name(dtype());
   if (!device().is_cpu()) os << ", device=" << device().str();

@@ -12,6 +12,8 @@ void register_index_kernels();      // cat, index_select, gather, index_add, sca
 void register_conv_kernels();       // conv2d and its backward kernels
 void register_pool_kernels();       // max/avg/adaptive_avg pool2d and their backward kernels
 
+void register_unscale_kernels();    // unscale_grads (amp)
+
 void register_cpu_kernels();
 
 }  // namespace precis::cpu

@@ -11,6 +11,7 @@ void register_cpu_kernels() {
   register_index_kernels();
   register_conv_kernels();
   register_pool_kernels();
+  register_unscale_kernels();
 }
 
 }  // namespace precis::cpu

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "amp/autocast.h"
 #include "core/thread_pool.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
@@ -204,6 +205,24 @@ TEST_CASE("conv2d: bf16 and f16 spot checks", "[ops][conv]") {
     check_against_reference(geometries()[2], dtype);
     check_against_reference(geometries()[6], dtype);
   }
+}
+
+TEST_CASE("conv2d: runs in bf16 under autocast, gradients reach fp32 parameters as fp32", "[ops][conv]") {
+  const Tensor x = randn_input({2, 4, 6, 6}, true, 1, DType::f32), w = randn_input({8, 4, 3, 3}, true, 2, DType::f32);
+  const Tensor b = randn_input({8}, true, 3, DType::f32);
+  Tensor y;
+  {
+    amp::Autocast autocast(DType::bf16);
+    y = conv2d(x, w, b, {1}, {1});
+    CHECK(y.dtype() == DType::bf16);
+    // Pooling is Passthrough: it stays in its input's dtype.
+    CHECK(max_pool2d(y, {2}).dtype() == DType::bf16);
+    CHECK(avg_pool2d(x, {2}).dtype() == DType::f32);
+  }
+  sum(y.to(DType::f32)).backward();
+  CHECK(x.grad().dtype() == DType::f32);
+  CHECK(w.grad().dtype() == DType::f32);
+  CHECK(b.grad().dtype() == DType::f32);
 }
 
 TEST_CASE("conv2d: bad input names the operands", "[ops][conv]") {

@@ -13,7 +13,7 @@ constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
 constexpr DType kFloatDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 }  // namespace
 
-TEST_CASE("zeros, ones, full, empty and the _like variants", "[tensor][factory]") {
+TEST_CASE("zeros ones full empty and the _like variants", "[tensor][factory]") {
   for (DType dt : kAllDTypes) {
     INFO(dtype_name(dt));
     Tensor z = zeros({2, 3}, {.dtype = dt});
@@ -68,7 +68,7 @@ TEST_CASE("arange", "[tensor][factory]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(arange(NAN), ValueError, "finite");
 }
 
-TEST_CASE("rand is uniform in the half-open unit interval for every floating dtype", "[tensor][factory][random]") {
+TEST_CASE("rand is uniform in the unit interval for every floating dtype", "[tensor][factory][random]") {
   for (DType dt : kFloatDTypes) {
     INFO(dtype_name(dt));
     Generator g(42);
@@ -117,7 +117,7 @@ TEST_CASE("randn has mean 0 and standard deviation 1", "[tensor][factory][random
   PRECIS_REQUIRE_THROWS_WITH_ALL(randn({2}, {.dtype = DType::boolean}), DTypeError, "randn", "bool");
 }
 
-TEST_CASE("randint draws every value from low up to high (exclusive) and nothing else", "[tensor][factory][random]") {
+TEST_CASE("randint draws every value from low to high-1 and nothing else", "[tensor][factory][random]") {
   Generator g(3);
   Tensor r = randint(-3, 4, {20000}, {.dtype = DType::i64}, &g);
   REQUIRE(r.dtype() == DType::i64);
@@ -189,7 +189,7 @@ TEST_CASE("random values do not depend on the thread count", "[tensor][factory][
   for (size_t i = 1; i < runs.size(); ++i) REQUIRE(runs[i] == runs[0]);
 }
 
-TEST_CASE("from_vector, from_blob and scalar_tensor", "[tensor][factory]") {
+TEST_CASE("from_vector from_blob and scalar_tensor", "[tensor][factory]") {
   Tensor a = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   REQUIRE(a.dtype() == DType::f32);
   REQUIRE(a.sizes() == Shape{2, 3});

@@ -94,7 +94,7 @@ json::Value header_of(const std::string& bytes) {
 
 }  // namespace
 
-TEST_CASE("safetensors round trip keeps every dtype, shape and bit", "[tensor][safetensors]") {
+TEST_CASE("safetensors round trip keeps every dtype and shape bit-exactly", "[tensor][safetensors]") {
   const NamedTensors in = sample_tensors();
   const SafetensorsFile out = from_safetensors_bytes(to_safetensors_bytes(in));
   REQUIRE(out.tensors.size() == in.size());
@@ -118,7 +118,7 @@ TEST_CASE("safetensors loaded tensors own their memory", "[tensor][safetensors]"
   REQUIRE(a.impl()->storage() != b.impl()->storage());
 }
 
-TEST_CASE("safetensors header layout: length, padding, aligned data, insertion order", "[tensor][safetensors]") {
+TEST_CASE("safetensors header layout: length and padding and aligned data in insertion order", "[tensor][safetensors]") {
   const std::string bytes = sample_file();
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);

@@ -98,7 +98,7 @@ TEST_CASE("flatten", "[tensor][views]") {
   REQUIRE(values(x.transpose(0, 3).flatten()) == values(x.transpose(0, 3).contiguous()));
 }
 
-TEST_CASE("transpose, permute, t", "[tensor][views]") {
+TEST_CASE("transpose and permute and t", "[tensor][views]") {
   Tensor x = iota({2, 3, 4});
   Tensor t = x.transpose(0, 2);
   REQUIRE(t.sizes() == Shape{4, 3, 2});
