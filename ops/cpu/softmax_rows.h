@@ -7,9 +7,12 @@
 //
 // Typical use (cross-entropy forward and backward of one row of logits):
 //   const auto [m, log_sum] = row_log_normaliser(logits, n);
-//   loss = log_sum − (logits[target] − m);               // never m + log_sum: that rounds at |m|
-//   row_exp_affine(logits, dlogits, n, m + log_sum, g);  // dlogits = g·softmax, then
-//   dlogits[target] -= g;                                //   minus g at the target
+//   loss = log_sum − (logits[target] − m);                   // never (m + log_sum) − x: that
+//                                                            //   rounds at |m|'s scale
+//   row_exp_affine(logits, dlogits, n, m, g / exp(log_sum)); // dlogits = g·softmax, then
+//   dlogits[target] -= g;                                    //   minus g at the target
+// The exponentials (ops/cpu/vec_exp.h) run on explicit fp32 SIMD (AVX2, or AVX-512 where the
+// CPU has it); f64 rows use the library exp.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -134,7 +137,8 @@ inline opmath_t<T> row_logsumexp(const T* x, int64_t n) {
   return m + std::log(row_sum_exp(x, n, m));
 }
 
-/// y[i] = scale·exp(x[i] − shift) over a row; y may be another storage type U.
+/// y[i] = scale·exp(x[i] − shift) over a row; y may be another storage type U, or alias x.
+/// shift must be >= max(x) (the row max, or a log-sum-exp).
 template <typename T, typename U>
 inline void row_exp_affine(const T* x, U* y, int64_t n, opmath_t<T> shift, opmath_t<T> scale) {
   using A = opmath_t<T>;
