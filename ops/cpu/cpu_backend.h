@@ -13,6 +13,8 @@ void register_conv_kernels();       // conv2d and its backward kernels
 void register_pool_kernels();       // max/avg/adaptive_avg pool2d and their backward kernels
 
 void register_unscale_kernels();    // unscale_grads (amp)
+void register_norm_kernels();       // batch_norm, layer_norm, group_norm (+ backward)
+void register_softmax_kernels();    // softmax, log_softmax (+ backward)
 
 void register_cpu_kernels();
 

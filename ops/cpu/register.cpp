@@ -12,6 +12,8 @@ void register_cpu_kernels() {
   register_conv_kernels();
   register_pool_kernels();
   register_unscale_kernels();
+  register_norm_kernels();
+  register_softmax_kernels();
 }
 
 }  // namespace precis::cpu
