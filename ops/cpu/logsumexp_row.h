@@ -13,6 +13,7 @@
 
 #include "ops/cpu/dispatch.h"
 #include "ops/cpu/elementwise_util.h"
+#include "ops/cpu/vec_exp.h"
 
 namespace precis::cpu {
 
@@ -40,6 +41,9 @@ template <typename T>
 opmath_t<T> row_sum_exp(const T* x, int64_t n, opmath_t<T> shift) {
   using C = opmath_t<T>;
   using Map = Eigen::Map<const Eigen::Array<C, Eigen::Dynamic, 1>>;
+#ifdef PRECIS_HAVE_VEC_EXP
+  if constexpr (std::is_same_v<T, float>) return sum_exp_f32(x, n, shift);
+#endif
   if constexpr (std::is_same_v<T, C>) {
     return n > 0 ? (Map(x, n) - shift).exp().sum() : C(0);
   } else {
@@ -48,7 +52,11 @@ opmath_t<T> row_sum_exp(const T* x, int64_t n, opmath_t<T> shift) {
     for (int64_t b = 0; b < n; b += kBlock) {
       const int64_t k = std::min(kBlock, n - b);
       load_block<C>(x + b, 1, buf, k);
+#ifdef PRECIS_HAVE_VEC_EXP
+      s += sum_exp_f32(buf, k, shift);
+#else
       s += (Map(buf, k) - shift).exp().sum();
+#endif
     }
     return s;
   }

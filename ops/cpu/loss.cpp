@@ -15,6 +15,7 @@
 #include "ops/cpu/dispatch.h"
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/logsumexp_row.h"
+#include "ops/cpu/vec_exp.h"
 #include "ops/kernels_loss.h"
 #include "ops/op_table.h"
 
@@ -114,6 +115,23 @@ void cross_entropy_backward_kernel(const Tensor& grad_x, const Tensor& x, const 
       const C s = g * smooth;                                    // multiplies w_j
       const C hit = g * (C(1) - eps) * wt;                       // subtracted at the target
       const C l = lse[i];
+#ifdef PRECIS_HAVE_VEC_EXP
+      if constexpr (std::is_same_v<C, float>) {
+        if constexpr (std::is_same_v<T, float>) {
+          exp_affine_f32(xr, classes, l, a, s, w, out);
+          out[t] -= hit;
+        } else {
+          for (int64_t c0 = 0; c0 < classes; c0 += kBlock) {
+            const int64_t k = std::min(kBlock, classes - c0);
+            load_block<C>(xr + c0, 1, xbuf, k);
+            exp_affine_f32(xbuf, k, l, a, s, w != nullptr ? w + c0 : nullptr, obuf);
+            if (t >= c0 && t < c0 + k) obuf[t - c0] -= hit;
+            store_block<T>(obuf, out + c0, 1, k);
+          }
+        }
+        continue;
+      }
+#endif
       if constexpr (std::is_same_v<T, C>) {
         Map o(out, classes);
         if (w != nullptr) {
