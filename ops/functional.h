@@ -107,6 +107,37 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 /// x converted to dtype (differentiable; identity when equal).
 Tensor cast(const Tensor& x, DType dtype);
 
+// ---- normalisation and softmax --------------------------------------------------------------
+// Floating inputs (f32, f64, f16, bf16). f16/bf16 inputs are stored in their dtype and computed
+// in fp32; statistics (means, variances) are always fp32 (f64 for f64 inputs). Parameters
+// (weight, bias, running statistics) may be in the input's dtype or fp32 (BatchNorm parameters
+// stay fp32 in low-precision models); parameter gradients come back in each parameter's dtype.
+// All five are FP32 under autocast.
+
+/// torch.nn.functional.batch_norm. input: (N, C, ...) with any number of spatial dims (at least
+/// 2-D). running_mean, running_var, weight, bias: (C) or undefined. training: normalises with the
+/// batch statistics over (N, ...) (biased variance) and, when the running statistics are given,
+/// updates them in place (running = (1 − momentum)·running + momentum·batch, with the unbiased
+/// batch variance; they are buffers and record no gradient); needs more than one value per
+/// channel. Eval (training = false): normalises with the running statistics, which must be given.
+/// Output: input's shape and dtype. FP32.
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
+                  double momentum = 0.1, double eps = 1e-5);
+/// torch.nn.functional.layer_norm: normalises over the trailing dims given by normalized_shape
+/// (input's shape must end with it); weight, bias: normalized_shape or undefined. FP32.
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+/// torch.nn.functional.group_norm. input: (N, C, ...); C divisible by num_groups; statistics per
+/// (sample, group of C / num_groups channels); weight, bias: (C) or undefined. FP32.
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+/// softmax along dim (negative counts from the end), stable (max-subtracted). With dtype given the
+/// input is first cast to it (as PyTorch's dtype=; e.g. fp32 softmax of bf16 scores). FP32.
+Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+/// log(softmax(x)) along dim computed as x − max − log Σ exp(x − max). dtype as softmax. FP32.
+Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
 // ---- losses, embedding, dropout, attention ---------------------------------------------------
 // Implemented in ops/loss.cpp, ops/embedding.cpp, ops/dropout.cpp, ops/attention.cpp.
 
