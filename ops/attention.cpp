@@ -1,6 +1,7 @@
 // scaled_dot_product_attention, composed of public ops (its backward comes from theirs):
 // batched matmul for the scores (in q's dtype: Lower), masking and softmax in fp32, dropout on the
-// weights, and a batched matmul with v.
+// weights, and a batched matmul with v. Causal masking never empties a row (key 0 is visible to
+// every query), so only explicit masks are checked for rows with no visible key.
 #include <cmath>
 #include <limits>
 
@@ -11,17 +12,14 @@ namespace precis {
 
 namespace {
 
-// Softmax over the last dim of fp32 scores that may hold −inf (masked) entries. A row with every
-// entry masked gives zeros rather than NaN (PyTorch's math backend does the same).
-// TODO(norm): use precis::softmax once it lands; keep the all-masked-row behaviour.
-Tensor masked_softmax_last(const Tensor& s) {
-  // The shift carries no gradient (softmax is shift-invariant); an all −inf row's shift is moved
-  // to the lowest finite value so that its exponentials come out 0 instead of NaN.
-  const Tensor m = maximum(std::get<0>(max(s.detach(), -1, true)), -std::numeric_limits<double>::max());
-  const Tensor e = exp(sub(s, m));
-  // Σ e >= 1 on any row with an unmasked entry (its maximum gives e^0), so the floor only acts on
-  // all-masked rows and never ties (which would halve the gradient).
-  return div(e, maximum(sum(e, {-1}, true), 1e-30));
+// True where a query row of the (..., L, S) scores has every key masked: from the bool mask's
+// rows when there is one, else from −inf scores (an additive mask). Undefined when no row is
+// entirely masked, so the common case pays no extra pass over the scores.
+Tensor all_masked_rows(const Tensor& scores, const Tensor& keep) {
+  const Tensor rows = keep.defined()
+                          ? eq(sum(keep, {-1}, true), 0)
+                          : eq(std::get<0>(max(scores.detach(), -1, true)), -std::numeric_limits<double>::infinity());
+  return sum(rows).item<int64_t>() > 0 ? rows : Tensor();
 }
 
 }  // namespace
@@ -72,7 +70,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     scores = attn_mask.dtype() == DType::boolean ? where(attn_mask, scores, neg_inf)
                                                  : add(scores, attn_mask.to(score_dtype));
   }
-  Tensor weights = masked_softmax_last(scores).to(q.dtype());
+  // A row with every key masked gets zero weights (PyTorch's math backend does the same) rather
+  // than the NaN of softmax over −inf: its scores are zeroed before the softmax (so backward sees
+  // finite values) and its weights after (so no gradient flows to them).
+  Tensor empty_rows;
+  if (attn_mask.defined()) empty_rows = all_masked_rows(scores, attn_mask.dtype() == DType::boolean ? attn_mask : Tensor());
+  if (empty_rows.defined()) scores = masked_fill(scores, empty_rows, 0.0);
+  Tensor weights = softmax(scores, -1);
+  if (empty_rows.defined()) weights = masked_fill(weights, empty_rows, 0.0);
+  weights = weights.to(q.dtype());
   if (dropout_p > 0.0) weights = dropout(weights, dropout_p, true, generator);
   return matmul(weights, v);
 }

@@ -15,20 +15,22 @@ namespace precis::kernels {
 // Per-row outputs are (M) contiguous in the accumulation type: f32 for f32/f16/bf16, f64 for f64.
 // Keyed by x's dtype.
 
-/// Fused log-softmax + NLL with label smoothing ε, one pass over each row of logits:
-///   lse_i         = log Σ_c exp(x_ic)
-///   loss_rows_i   = (1 − ε)·w[t_i]·(lse_i − x_{i,t_i}) + (ε / C)·Σ_c w_c·(lse_i − x_ic)
+/// Fused log-softmax + NLL with label smoothing ε, one pass over each row of logits. With
+/// m_i = max_c x_ic and s_i = log Σ_c exp(x_ic − m_i) (so log p_ic = x_ic − m_i − s_i):
+///   row_stats_i   = (m_i, s_i)               (M, 2): what backward needs to rebuild p
+///   loss_rows_i   = (1 − ε)·w[t_i]·(−log p_{i,t_i}) + (ε / C)·Σ_c w_c·(−log p_ic)
 ///   weight_rows_i = w[t_i]
-/// and 0 for both at rows whose target is ignore_index (lse is still written).
-using CrossEntropyKernel = void(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& lse,
+/// and 0 for both at rows whose target is ignore_index (row_stats is still written). m and s
+/// are kept apart because m + s would round at m's magnitude.
+using CrossEntropyKernel = void(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& row_stats,
                                 const Tensor& x, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                                 double label_smoothing);
 
-/// Gradient of Σ_i grad_rows_i·loss_rows_i with respect to x, p = exp(x − lse):
+/// Gradient of Σ_i grad_rows_i·loss_rows_i with respect to x, p = exp(x − m)·exp(−s):
 ///   grad_x_ij = g_i·(((1 − ε)·w[t_i] + (ε / C)·Σ_c w_c)·p_ij − (1 − ε)·w[t_i]·[j = t_i] − (ε / C)·w_j)
 /// and 0 on ignored rows. grad_x: (M, C) contiguous, x's dtype. grad_rows: (M) in the accumulation
 /// type, any stride (stride 0 for a reduced loss's single gradient).
-using CrossEntropyBackwardKernel = void(const Tensor& grad_x, const Tensor& x, const Tensor& lse,
+using CrossEntropyBackwardKernel = void(const Tensor& grad_x, const Tensor& x, const Tensor& row_stats,
                                         const Tensor& target, const Tensor& weight, const Tensor& grad_rows,
                                         int64_t ignore_index, double label_smoothing);
 

@@ -181,9 +181,10 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   const int64_t rows = r.x.size(0);
   const DType acc = acc_type(input.dtype());
   const TensorOptions acc_opts{.dtype = acc, .device = input.device()};
-  Tensor loss_rows = empty({rows}, acc_opts), weight_rows = empty({rows}, acc_opts), lse = empty({rows}, acc_opts);
+  Tensor loss_rows = empty({rows}, acc_opts), weight_rows = empty({rows}, acc_opts),
+         row_stats = empty({rows, 2}, acc_opts);
   kernel<kernels::CrossEntropyKernel>(OpId::cross_entropy, input.device().type, input.dtype())(
-      loss_rows, weight_rows, lse, r.x, r.target, r.weight, ignore_index, label_smoothing);
+      loss_rows, weight_rows, row_stats, r.x, r.target, r.weight, ignore_index, label_smoothing);
   Tensor total;
   Tensor out;
   {
@@ -193,14 +194,14 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   if (autograd::needs_grad({&input})) {
     autograd::record(
         OpId::cross_entropy, {input}, {out},
-        [sx = SavedTensor(input), lse, tgt = r.target, w = r.weight, total, reduction, ignore_index, label_smoothing,
+        [sx = SavedTensor(input), row_stats, tgt = r.target, w = r.weight, total, reduction, ignore_index, label_smoothing,
          rows, acc](const TensorList& g) -> TensorList {
           const Tensor x = sx.unpack("cross_entropy");
           const Tensor x_rows = to_rows(x, /*contiguous=*/true);
           const Tensor gr = grad_rows(g[0], reduction, total, rows, acc);
           Tensor grad = empty(x_rows.sizes(), {.dtype = x.dtype(), .device = x.device()});
           kernel<kernels::CrossEntropyBackwardKernel>(OpId::cross_entropy_backward, x.device().type, x.dtype())(
-              grad, x_rows, lse, tgt, w, gr, ignore_index, label_smoothing);
+              grad, x_rows, row_stats, tgt, w, gr, ignore_index, label_smoothing);
           return {from_rows(grad, x.sizes())};
         });
   }
