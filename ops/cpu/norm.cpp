@@ -6,6 +6,8 @@
 // forward reads its input from memory once and every backward reads grad and x once.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -68,16 +70,62 @@ A* mut_ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr<A>() : nullptr;
 }
 
-// s1 += Σ (x − k), s2 += Σ (x − k)² over a row (f64 folds of fp32 partials).
+// Two sums Σu, Σv over the N rows (length S) of one channel, in A with f64 folds. Short rows
+// (the 4×4 or 8×8 maps of late ResNet stages) accumulate per column across rows, so the inner
+// loop stays a plain vector loop and nothing is reduced horizontally per row; long rows are
+// reduced per row with independent lanes.
 template <typename A>
-void shifted_sums(const A* x, int64_t n, A k, double& s1, double& s2) {
-  for (int64_t b = 0; b < n; b += kFoldBlock) {
-    const int64_t m = std::min(kFoldBlock, n - b);
-    const A* p = x + b;
-    s1 += lanes_sum<A>(m, [&](int64_t i) { return p[i] - k; });
-    s2 += lanes_sum<A>(m, [&](int64_t i) { return (p[i] - k) * (p[i] - k); });
+class ChannelSums {
+ public:
+  static constexpr int64_t kColumnMax = 512;
+  explicit ChannelSums(int64_t S) : S_(S), columns_(S < kColumnMax) {
+    if (columns_) {
+      a1_.assign(static_cast<size_t>(S), A(0));
+      a2_.assign(static_cast<size_t>(S), A(0));
+    }
   }
-}
+  // Adds u(j) and v(j) for j < S (one row).
+  template <typename U, typename V>
+  void add_row(U&& u, V&& v) {
+    if (columns_) {
+      A* a1 = a1_.data();
+      A* a2 = a2_.data();
+      for (int64_t j = 0; j < S_; ++j) {
+        a1[j] += u(j);
+        a2[j] += v(j);
+      }
+      if (++rows_ * S_ >= kFoldBlock) fold();
+    } else {
+      for (int64_t b = 0; b < S_; b += kFoldBlock) {
+        const int64_t m = std::min(kFoldBlock, S_ - b);
+        s1_ += lanes_sum<A>(m, [&](int64_t i) { return u(b + i); });
+        s2_ += lanes_sum<A>(m, [&](int64_t i) { return v(b + i); });
+      }
+    }
+  }
+  // The totals so far; resets for the next channel.
+  std::pair<double, double> take() {
+    fold();
+    const std::pair<double, double> r{s1_, s2_};
+    s1_ = s2_ = 0;
+    return r;
+  }
+
+ private:
+  void fold() {
+    if (!columns_ || rows_ == 0) return;
+    s1_ += lanes_sum<A>(S_, [&](int64_t j) { return a1_[j]; });
+    s2_ += lanes_sum<A>(S_, [&](int64_t j) { return a2_[j]; });
+    std::fill(a1_.begin(), a1_.end(), A(0));
+    std::fill(a2_.begin(), a2_.end(), A(0));
+    rows_ = 0;
+  }
+  int64_t S_;
+  bool columns_;
+  int64_t rows_ = 0;
+  std::vector<A> a1_, a2_;
+  double s1_ = 0, s2_ = 0;
+};
 
 // Mean and biased variance of a row, two passes (the row is in cache for the second).
 template <typename A>
@@ -145,10 +193,16 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
   }
   parallel_for(0, C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(M, 1)), [&](int64_t lo, int64_t hi) {
     RowBuf<T> buf(S);
+    ChannelSums<A> sums(S);
     for (int64_t c = lo; c < hi; ++c) {
+      // Σ (x − k) and Σ (x − k)² with k = the channel's first element: one pass, and a large
+      // mean costs no precision.
       const A k = convert<A>(xp[c * S]);
-      double s1 = 0, s2 = 0;
-      for (int64_t n = 0; n < N; ++n) shifted_sums(buf.load(xp + (n * C + c) * S, S), S, k, s1, s2);
+      for (int64_t n = 0; n < N; ++n) {
+        const A* xr = buf.load(xp + (n * C + c) * S, S);
+        sums.add_row([&](int64_t j) { return xr[j] - k; }, [&](int64_t j) { return (xr[j] - k) * (xr[j] - k); });
+      }
+      const auto [s1, s2] = sums.take();
       const double dm = s1 / static_cast<double>(M);
       const double var = std::max(0.0, s2 / static_cast<double>(M) - dm * dm);
       const double mean = static_cast<double>(k) + dm;
@@ -192,6 +246,7 @@ void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
   const bool need_sums = training ? dp != nullptr || dw || db : dw || db;
   parallel_for(0, C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(M, 1)), [&](int64_t lo, int64_t hi) {
     RowBuf<T> xb(S), gb(S);
+    ChannelSums<A> sums(S);
     for (int64_t c = lo; c < hi; ++c) {
       const A mean = sm[c], rstd = sr[c];
       double sg = 0, sgx = 0;  // Σ g, Σ g·(x − mean)
@@ -200,12 +255,9 @@ void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
           const int64_t off = (n * C + c) * S;
           const A* xr = xb.load(xp + off, S);
           const A* gr = gb.load(gp + off, S);
-          for (int64_t s0 = 0; s0 < S; s0 += kFoldBlock) {
-            const int64_t m = std::min(kFoldBlock, S - s0);
-            sg += lanes_sum<A>(m, [&](int64_t i) { return gr[s0 + i]; });
-            sgx += lanes_sum<A>(m, [&](int64_t i) { return gr[s0 + i] * (xr[s0 + i] - mean); });
-          }
+          sums.add_row([&](int64_t j) { return gr[j]; }, [&](int64_t j) { return gr[j] * (xr[j] - mean); });
         }
+        std::tie(sg, sgx) = sums.take();
       }
       if (db) db[c] = static_cast<A>(sg);
       if (dw) dw[c] = static_cast<A>(sgx * static_cast<double>(rstd));

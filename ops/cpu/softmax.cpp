@@ -87,7 +87,9 @@ void softmax_kernel(const Tensor& y, const Tensor& x, int64_t dim) {
     }
     for (int64_t d = 0; d < l.dim; ++d) {
       load_block<A>(base + d * l.inner, 1, v, nj);
-      for (int64_t j = 0; j < nj; ++j) sum[j] += exp_vec(v[j] - mx[j]);
+      for (int64_t j = 0; j < nj; ++j) v[j] -= mx[j];
+      exp_shift_sum(v, v, nj, A(0), A(1));
+      for (int64_t j = 0; j < nj; ++j) sum[j] += v[j];
     }
     if constexpr (kLog) {
       for (int64_t j = 0; j < nj; ++j) sum[j] = std::log(sum[j]);
@@ -99,7 +101,9 @@ void softmax_kernel(const Tensor& y, const Tensor& x, int64_t dim) {
       if constexpr (kLog) {
         for (int64_t j = 0; j < nj; ++j) v[j] = (v[j] - mx[j]) - sum[j];
       } else {
-        for (int64_t j = 0; j < nj; ++j) v[j] = exp_vec(v[j] - mx[j]) * sum[j];
+        for (int64_t j = 0; j < nj; ++j) v[j] -= mx[j];
+        exp_shift_sum(v, v, nj, A(0), A(1));
+        for (int64_t j = 0; j < nj; ++j) v[j] *= sum[j];
       }
       store_block<T>(v, ybase + d * l.inner, 1, nj);
     }
@@ -141,7 +145,8 @@ void softmax_backward_kernel(const Tensor& dx, const Tensor& grad, const Tensor&
       load_block<A>(gp + base + d * l.inner, 1, gv, nj);
       load_block<A>(yp + base + d * l.inner, 1, yv, nj);
       if constexpr (kLog) {
-        for (int64_t j = 0; j < nj; ++j) gv[j] = gv[j] - exp_vec(yv[j]) * acc[j];
+        exp_shift_sum(yv, yv, nj, A(0), A(1));
+        for (int64_t j = 0; j < nj; ++j) gv[j] = gv[j] - yv[j] * acc[j];
       } else {
         for (int64_t j = 0; j < nj; ++j) gv[j] = yv[j] * (gv[j] - acc[j]);
       }

@@ -7,11 +7,13 @@
 //
 // Typical use (cross-entropy forward and backward of one row of logits):
 //   const auto [m, log_sum] = row_log_normaliser(logits, n);
-//   loss = log_sum − (logits[target] − m);               // never m + log_sum: that rounds at |m|
-//   row_exp_affine(logits, dlogits, n, m + log_sum, g);  // dlogits = g·softmax, then
-//   dlogits[target] -= g;                                //   minus g at the target
+//   loss = log_sum − (logits[target] − m);                   // never (m + log_sum) − x: that
+//                                                            //   rounds at |m|'s scale
+//   row_exp_affine(logits, dlogits, n, m, g / exp(log_sum)); // dlogits = g·softmax, then
+//   dlogits[target] -= g;                                    //   minus g at the target
+// The exponentials (ops/cpu/vec_exp.h) run on explicit fp32 SIMD (AVX2, or AVX-512 where the
+// CPU has it); f64 rows use the library exp.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -19,45 +21,13 @@
 
 #include "ops/cpu/dispatch.h"
 #include "ops/cpu/elementwise_util.h"
+#include "ops/cpu/vec_exp.h"
 
 namespace precis::cpu {
 
-/// Independent accumulators in the row reductions: enough to hide add latency and let the
+/// Independent accumulators in the f64 row reductions: enough to hide add latency and let the
 /// compiler keep them in vector registers (fp reductions do not vectorise otherwise).
 inline constexpr int64_t kRowLanes = 16;
-
-/// exp(x) for fp32, branch-free so that loops over it vectorise (AVX2/AVX-512). Cody-Waite
-/// reduction x = n·ln2 + r, |r| <= ln2/2, degree-7 polynomial (error < 1 ulp + rounding, below
-/// 2e-7 relative); 2^n applied as two factors so that subnormal results come out gradually and
-/// results below the smallest subnormal are exactly 0 (so exp(-inf) = 0); +inf above
-/// ln(FLT_MAX); NaN propagates.
-inline float exp_vec(float x) {
-  constexpr float kLo = -104.0f, kHi = 88.72283905206835f;
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer in the low bits
-  const float xc = std::min(std::max(x, kLo), kHi);
-  const float t = xc * kLog2e + kRound;
-  const float n = t - kRound;
-  const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
-  float r = xc - n * kLn2Hi;
-  r = r - n * kLn2Lo;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t n1 = ni >> 1, n2 = ni - n1;  // each in [-75, 64]: both factors are normal floats
-  const float s1 = std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(n1 + 127) << 23));
-  const float s2 = std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(n2 + 127) << 23));
-  const float v = (p * s1) * s2;
-  return x > kHi ? std::numeric_limits<float>::infinity() : v;
-}
-/// f64 rows use the exact library exp.
-inline double exp_vec(double x) { return std::exp(x); }
 
 namespace rows_detail {
 
@@ -107,6 +77,7 @@ inline A lanes_sum(int64_t n, F&& f) {
   return acc[0];
 }
 
+inline float lanes_max(const float* x, int64_t n) { return row_max_f32(x, n); }
 template <typename A>
 inline A lanes_max(const A* x, int64_t n) {
   A acc[kRowLanes];
@@ -118,16 +89,6 @@ inline A lanes_max(const A* x, int64_t n) {
   for (int64_t w = kRowLanes / 2; w > 0; w /= 2)
     for (int64_t k = 0; k < w; ++k) acc[k] = acc[k + w] > acc[k] ? acc[k + w] : acc[k];
   return acc[0];
-}
-
-// y[i] = scale·exp(x[i] - shift) for a block of the compute type; returns Σ exp(x[i] - shift).
-template <typename A>
-inline A exp_block(const A* x, A* y, int64_t n, A shift, A scale) {
-  for (int64_t i = 0; i < n; ++i) y[i] = exp_vec(x[i] - shift);
-  A s = lanes_sum<A>(n, [&](int64_t i) { return y[i]; });
-  if (scale != A(1))
-    for (int64_t i = 0; i < n; ++i) y[i] *= scale;
-  return s;
 }
 
 }  // namespace rows_detail
@@ -148,7 +109,7 @@ inline opmath_t<T> row_sum_exp(const T* x, int64_t n, opmath_t<T> shift) {
   using A = opmath_t<T>;
   A s = 0;
   rows_detail::for_each_block(x, n, [&](const A* b, int64_t, int64_t k) {
-    s += rows_detail::lanes_sum<A>(k, [&](int64_t i) { return exp_vec(b[i] - shift); });
+    s += exp_shift_sum(b, static_cast<A*>(nullptr), k, shift, A(1));
   });
   return s;
 }
@@ -176,18 +137,19 @@ inline opmath_t<T> row_logsumexp(const T* x, int64_t n) {
   return m + std::log(row_sum_exp(x, n, m));
 }
 
-/// y[i] = scale·exp(x[i] − shift) over a row; y may be another storage type U.
+/// y[i] = scale·exp(x[i] − shift) over a row; y may be another storage type U, or alias x.
+/// shift must be >= max(x) (the row max, or a log-sum-exp).
 template <typename T, typename U>
 inline void row_exp_affine(const T* x, U* y, int64_t n, opmath_t<T> shift, opmath_t<T> scale) {
   using A = opmath_t<T>;
   rows_detail::for_each_block(x, n, [&](const A* b, int64_t off, int64_t k) {
     if constexpr (std::is_same_v<U, A>) {
-      rows_detail::exp_block(b, y + off, k, shift, scale);
+      exp_shift_sum(b, y + off, k, shift, scale);
     } else {
       A out[kBlock];
       for (int64_t j = 0; j < k; j += kBlock) {
         const int64_t m = std::min(kBlock, k - j);
-        rows_detail::exp_block(b + j, out, m, shift, scale);
+        exp_shift_sum(b + j, out, m, shift, scale);
         store_block<U>(out, y + off + j, 1, m);
       }
     }
@@ -201,7 +163,7 @@ inline void row_softmax(const T* x, U* y, int64_t n) {
   const A m = row_max(x, n);
   if constexpr (std::is_same_v<T, A> && std::is_same_v<U, A>) {
     // One exponential per element: write exp(x − max) and sum it, then scale in place.
-    const A s = rows_detail::exp_block(x, y, n, m, A(1));
+    const A s = exp_shift_sum(x, y, n, m, A(1));
     const A inv = A(1) / s;
     for (int64_t i = 0; i < n; ++i) y[i] *= inv;
   } else {
@@ -255,13 +217,22 @@ inline void row_log_softmax_backward(const T* g, const T* y, T* dx, int64_t n) {
   rows_detail::for_each_block(g, n, [&](const A* gb, int64_t, int64_t k) {
     total += rows_detail::lanes_sum<A>(k, [&](int64_t i) { return gb[i]; });
   });
+  if constexpr (std::is_same_v<T, A>) {
+    if (dx != g) {
+      // exp(y) straight into dx, then combined in place.
+      exp_shift_sum(y, dx, n, A(0), A(1));
+      for (int64_t i = 0; i < n; ++i) dx[i] = g[i] - dx[i] * total;
+      return;
+    }
+  }
   rows_detail::for_each_block2(g, y, n, [&](const A* gb, const A* yb, int64_t off, int64_t k) {
-    if constexpr (std::is_same_v<T, A>) {
-      for (int64_t i = 0; i < k; ++i) dx[off + i] = gb[i] - exp_vec(yb[i]) * total;
-    } else {
-      A out[kBlock];
-      for (int64_t i = 0; i < k; ++i) out[i] = gb[i] - exp_vec(yb[i]) * total;
-      store_block<T>(out, dx + off, 1, k);
+    A e[kBlock];
+    for (int64_t j = 0; j < k; j += kBlock) {
+      const int64_t m = std::min(kBlock, k - j);
+      exp_shift_sum(yb + j, e, m, A(0), A(1));
+      for (int64_t i = 0; i < m; ++i) e[i] = gb[j + i] - e[i] * total;
+      if constexpr (std::is_same_v<T, A>) std::copy(e, e + m, dx + off + j);
+      else store_block<T>(e, dx + off + j, 1, m);
     }
   });
 }

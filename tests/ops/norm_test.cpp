@@ -57,7 +57,10 @@ Tensor as_tensor(const std::vector<double>& v, const Shape& s) { return from_vec
 }  // namespace
 
 TEST_CASE("batch_norm training matches a f64 reference and updates the running statistics", "[ops][norm]") {
-  const std::vector<Shape> shapes = {{4, 3}, {2, 3, 5}, {3, 4, 2, 3}, {2, 2, 2, 2, 3}, {5, 2, 1, 1}, {16, 8, 9, 7}};
+  // Short rows summed per column (with f64 folds every 4096 elements: (300, 2, 4, 4)) and long
+  // rows summed per row ((2, 3, 600)).
+  const std::vector<Shape> shapes = {{4, 3},        {2, 3, 5},       {3, 4, 2, 3}, {2, 2, 2, 2, 3},
+                                     {5, 2, 1, 1},  {16, 8, 9, 7},   {300, 2, 4, 4}, {2, 3, 600}};
   for (const Shape& shape : shapes) {
     for (bool affine : {true, false}) {
       for (DType dt : {DType::f64, DType::f32}) {
@@ -245,6 +248,8 @@ TEST_CASE("normalisation backward kernels in f32 and bf16 agree with f64", "[ops
   };
   const std::vector<Case> cases = {
       {"batch_norm training", {16, 8, 6, 5}, {8},
+       [](const Tensor& x, const Tensor& w, const Tensor& b) { return batch_norm(x, Tensor(), Tensor(), w, b, true); }},
+      {"batch_norm training, long rows", {3, 2, 700}, {2},
        [](const Tensor& x, const Tensor& w, const Tensor& b) { return batch_norm(x, Tensor(), Tensor(), w, b, true); }},
       {"batch_norm eval", {4, 3, 7}, {3},
        [](const Tensor& x, const Tensor& w, const Tensor& b) {

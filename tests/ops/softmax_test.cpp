@@ -212,3 +212,46 @@ std::vector<GradCase> softmax_grad_cases() {
 const bool kSoftmaxCases = register_grad_cases(softmax_grad_cases());
 
 }  // namespace
+
+// The vectorised fp32 exponential under the softmax kernels (both instruction-set paths).
+#include "ops/cpu/vec_exp.h"
+
+TEST_CASE("vectorised fp32 exp is accurate, exact at the ends, and the same on both paths", "[ops][softmax]") {
+  std::vector<float> x;
+  for (double v = -110; v <= 90; v += 0.0137) x.push_back(static_cast<float>(v));
+  const float inf = std::numeric_limits<float>::infinity();
+  x.insert(x.end(), {-inf, inf, 0.0f, -0.0f, std::nanf(""), 88.7f, -87.3f, -103.9f, 1e-30f});
+  std::vector<float> y(x.size());
+  cpu::exp_array(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]));
+    INFO("exp(" << x[i] << ") = " << y[i] << ", want " << want);
+    if (std::isnan(x[i])) {
+      CHECK(std::isnan(y[i]));
+    } else if (want > std::numeric_limits<float>::max()) {
+      CHECK(y[i] == inf);
+    } else if (want < std::numeric_limits<float>::min()) {
+      CHECK(std::abs(y[i] - want) <= 1.5e-45);  // gradual underflow: within one subnormal step
+    } else {
+      CHECK(std::abs(y[i] - want) <= 2.5e-7 * want);
+    }
+  }
+  // The shifted sum (x − shift <= 0): the same values on the AVX2 and (where run) AVX-512 paths.
+  std::vector<float> row(1000), e2(1000);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = -static_cast<float>(i % 97) * 0.37f;
+  row[5] = -inf;
+  double want = 0;
+  for (float v : row) want += std::exp(static_cast<double>(v));
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(33), int64_t(1000)}) {
+    const float s = cpu::vec_detail::exp_shift_sum_avx2(row.data(), e2.data(), n, 0.0f, 2.0f);
+    double w = 0;
+    for (int64_t i = 0; i < n; ++i) w += std::exp(static_cast<double>(row[i]));
+    CHECK(std::abs(s - w) <= 1e-6 * w);
+    for (int64_t i = 0; i < n; ++i) CHECK(std::abs(e2[i] - 2 * std::exp(static_cast<double>(row[i]))) <= 5e-7 * 2);
+    CHECK(std::abs(cpu::exp_shift_sum(row.data(), static_cast<float*>(nullptr), n, 0.0f, 1.0f) - w) <= 1e-6 * w);
+    CHECK(cpu::vec_detail::max_avx2(row.data(), n) == 0.0f);
+    CHECK(cpu::row_max_f32(row.data(), n) == 0.0f);
+  }
+  CHECK(e2[5] == 0.0f);
+  CHECK(std::abs(cpu::exp_shift_sum(row.data(), static_cast<float*>(nullptr), 1000, 0.0f, 1.0f) - want) <= 1e-6 * want);
+}
