@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "amp/autocast.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
@@ -102,12 +103,12 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
 
   Shape batch, out3_sizes;
   Tensor a3, b3;
-  if (b2.dim() == 2 && a2.dim() > 2 && merged_stride(a2, a2.dim() - 1) >= 0) {
+  const int64_t row_stride = b2.dim() == 2 && a2.dim() > 2 ? merged_stride(a2, a2.dim() - 1) : -1;
+  if (row_stride >= 0) {
     // (*batch, n, k) @ (k, m): the batch folds into the rows of one GEMM.
     batch = dims_of(a2, 0, a2.dim() - 2);
     const int64_t rows = shape_numel(batch) * n;
-    a3 = detail::make_alias(a2, {1, rows, k}, {rows * k, merged_stride(a2, a2.dim() - 1), a2.stride(-1)},
-                            a2.storage_offset());
+    a3 = detail::make_alias(a2, {1, rows, k}, {rows * k, row_stride, a2.stride(-1)}, a2.storage_offset());
     b3 = detail::make_alias(b2, {1, k, m}, {k * m, b2.stride(0), b2.stride(1)}, b2.storage_offset());
     out3_sizes = {1, rows, m};
   } else {
@@ -185,7 +186,8 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const auto [a, b] = amp::autocast(OpId::matmul, a_in, b_in);
   check_matmul(a, b);
   Tensor out = matmul_forward(a, b);
   if (autograd::needs_grad({&a, &b})) {
@@ -198,7 +200,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const auto [x, weight, bias] = amp::autocast(OpId::linear, x_in, weight_in, bias_in);
   check_linear(x, weight, bias);
   const int64_t in = weight.size(1), outs = weight.size(0);
   const Shape lead = dims_of(x, 0, x.dim() - 1);

@@ -15,6 +15,8 @@ void register_loss_kernels();       // cross_entropy(+_backward), nll_loss
 void register_dropout_kernels();    // dropout
 void register_erf_kernels();        // erf
 
+void register_unscale_kernels();    // unscale_grads (amp)
+
 void register_cpu_kernels();
 
 }  // namespace precis::cpu

@@ -14,6 +14,7 @@ void register_cpu_kernels() {
   register_loss_kernels();
   register_dropout_kernels();
   register_erf_kernels();
+  register_unscale_kernels();
 }
 
 }  // namespace precis::cpu
