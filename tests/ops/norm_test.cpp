@@ -379,3 +379,17 @@ std::vector<GradCase> norm_grad_cases() {
 const bool kNormCases = register_grad_cases(norm_grad_cases());
 
 }  // namespace
+
+#include "amp/autocast.h"
+
+TEST_CASE("normalisation is FP32 under autocast; running statistics stay the caller's buffers", "[ops][norm][amp]") {
+  Tensor x = randn_input({4, 3, 5}, false, 1, DType::f32).to(DType::bf16);
+  Tensor w = ones({3}), b = zeros({3}), rm = zeros({3}), rv = ones({3});
+  amp::Autocast autocast(DType::bf16);
+  Tensor y = batch_norm(x, rm, rv, w, b, true);
+  CHECK(y.dtype() == DType::f32);
+  CHECK(rm.dtype() == DType::f32);
+  CHECK(values(rm) != std::vector<double>{0, 0, 0});  // updated in place
+  CHECK(layer_norm(x, {5}).dtype() == DType::f32);
+  CHECK(group_norm(x, 3).dtype() == DType::f32);
+}

@@ -255,3 +255,12 @@ TEST_CASE("vectorised fp32 exp is accurate, exact at the ends, and the same on b
   CHECK(e2[5] == 0.0f);
   CHECK(std::abs(cpu::exp_shift_sum(row.data(), static_cast<float*>(nullptr), 1000, 0.0f, 1.0f) - want) <= 1e-6 * want);
 }
+
+#include "amp/autocast.h"
+
+TEST_CASE("softmax and log_softmax are FP32 under autocast", "[ops][softmax][amp]") {
+  Tensor x = randn_input({3, 8}, false, 1, DType::f32).to(DType::bf16);
+  amp::Autocast autocast(DType::bf16);
+  CHECK(softmax(x, -1).dtype() == DType::f32);
+  CHECK(log_softmax(x, 0).dtype() == DType::f32);
+}
