@@ -1,6 +1,7 @@
 // embedding: rows of a (V, D) table picked by indices of any shape. Forward runs the index_select
 // kernel; backward adds the output gradient into a dense (V, D) zero table with index_add (so the
 // gradient is differentiable) and zeroes the padding row.
+#include "amp/autocast.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
@@ -11,7 +12,8 @@ namespace precis {
 
 using autograd::TensorList;
 
-Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx) {
+Tensor embedding(const Tensor& indices, const Tensor& weight_in, int64_t padding_idx) {
+  const Tensor weight = amp::autocast(OpId::embedding, weight_in)[0];
   PRECIS_CHECK(indices.defined() && weight.defined(), "embedding: indices and weight must be defined");
   auto operands = [&] { return "indices " + indices.describe() + ", weight " + weight.describe(); };
   PRECIS_CHECK_DTYPE(indices.dtype() == DType::i64 || indices.dtype() == DType::i32,

@@ -6,6 +6,7 @@
 // losses and weights in the accumulation type, and the reduction is taken here on those M values.
 #include <string>
 
+#include "amp/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
@@ -172,8 +173,9 @@ void check_elementwise(const char* op, const Tensor& input, const Tensor& target
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+Tensor cross_entropy(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, int64_t ignore_index,
                      Reduction reduction, double label_smoothing) {
+  const auto [input, weight] = amp::autocast(OpId::cross_entropy, input_in, weight_in);
   check_reduction("cross_entropy", reduction);
   PRECIS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
                "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
@@ -208,8 +210,9 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   return out;
 }
 
-Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, int64_t ignore_index,
                 Reduction reduction) {
+  const auto [input, weight] = amp::autocast(OpId::nll_loss, input_in, weight_in);
   check_reduction("nll_loss", reduction);
   ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false);
   const int64_t rows = r.x.size(0);
@@ -241,15 +244,18 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
   return out;
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  const auto [input, target] = amp::autocast(OpId::mse_loss, input_in, target_in);
   check_reduction("mse_loss", reduction);
   check_elementwise("mse_loss", input, target, {});
   const Tensor d = sub(input, target);
   return reduce_elements(mul(d, d), reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
-                                        const Tensor& pos_weight, Reduction reduction) {
+Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
+                                        const Tensor& pos_weight_in, Reduction reduction) {
+  const auto [input, target, weight, pos_weight] =
+      amp::autocast(OpId::binary_cross_entropy_with_logits, input_in, target_in, weight_in, pos_weight_in);
   const char* op = "binary_cross_entropy_with_logits";
   check_reduction(op, reduction);
   check_elementwise(op, input, target, {{"weight", &weight}, {"pos_weight", &pos_weight}});
@@ -266,7 +272,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   return reduce_elements(loss, reduction);
 }
 
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
+                            Reduction reduction) {
+  // Banned under autocast: throws there, naming binary_cross_entropy_with_logits.
+  const auto [input, target, weight] = amp::autocast(OpId::binary_cross_entropy, input_in, target_in, weight_in);
   const char* op = "binary_cross_entropy";
   check_reduction(op, reduction);
   check_elementwise(op, input, target, {{"weight", &weight}});

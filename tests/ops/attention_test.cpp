@@ -3,6 +3,7 @@
 // and its gradient-check cases.
 #include <cmath>
 
+#include "amp/autocast.h"
 #include "core/rng.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
@@ -149,6 +150,21 @@ TEST_CASE("attention rejects mismatched shapes, dtypes and masks", "[ops][attent
   PRECIS_REQUIRE_THROWS_WITH_ALL(scaled_dot_product_attention(t.q, t.k, t.v, zeros({3, 5}), 0.0, true), ValueError,
                                  "is_causal");
   PRECIS_REQUIRE_THROWS_WITH_ALL(scaled_dot_product_attention(t.q, t.k, t.v, Tensor(), 1.5), ValueError, "dropout_p");
+}
+
+TEST_CASE("attention under autocast runs its matmuls in the low-precision dtype", "[ops][attention][amp]") {
+  const Qkv t = make_qkv(2, 4, 4, 8, 8, 9);
+  const Tensor q = t.q.to(DType::f32), k = t.k.to(DType::f32), v = t.v.to(DType::f32);
+  Tensor y;
+  {
+    amp::Autocast autocast(DType::bf16);
+    y = scaled_dot_product_attention(q, k, v, zeros({4, 4}));
+  }
+  REQUIRE(y.dtype() == DType::bf16);
+  const Tolerance tol{4 * tolerance(DType::bf16).rtol, 4 * tolerance(DType::bf16).atol};
+  const std::string report = allclose_report(y.to(DType::f64), scaled_dot_product_attention(t.q, t.k, t.v), tol);
+  INFO(report);
+  REQUIRE(report.empty());
 }
 
 // ---- gradient checks ---------------------------------------------------------------------------

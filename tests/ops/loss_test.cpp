@@ -3,6 +3,7 @@
 // inputs, and the gradient-check cases of every loss.
 #include <cmath>
 
+#include "amp/autocast.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
@@ -273,6 +274,20 @@ TEST_CASE("element-wise losses reject mismatched shapes and dtypes", "[ops][loss
   PRECIS_REQUIRE_THROWS_WITH_ALL(binary_cross_entropy_with_logits(a, a, Tensor(), zeros({3})), ShapeError,
                                  "pos_weight [3] f32 cpu");
   PRECIS_REQUIRE_THROWS_WITH_ALL(binary_cross_entropy(a, a, zeros({2, 3, 4})), ShapeError, "weight [2, 3, 4] f32 cpu");
+}
+
+TEST_CASE("losses under autocast: fp32 category, binary_cross_entropy banned", "[ops][loss][amp]") {
+  const Tensor logits = randn_input({4, 6}, false, 60, DType::bf16);
+  const Tensor t = random_targets({4}, 6, false, 61);
+  const Tensor p = uniform_input({4}, 0.1, 0.9, false, 62, DType::f32);
+  amp::Autocast autocast(DType::bf16);
+  // FP32: bf16 logits are cast up, so the loss comes out in fp32.
+  REQUIRE(cross_entropy(logits, t).dtype() == DType::f32);
+  REQUIRE(nll_loss(logits, t).dtype() == DType::f32);
+  REQUIRE(mse_loss(p.to(DType::bf16), p.to(DType::bf16)).dtype() == DType::f32);
+  REQUIRE(binary_cross_entropy_with_logits(p.to(DType::bf16), p).dtype() == DType::f32);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(binary_cross_entropy(p, p), DTypeError, "binary_cross_entropy",
+                                 "binary_cross_entropy_with_logits");
 }
 
 // ---- gradient checks ---------------------------------------------------------------------------
