@@ -11,6 +11,11 @@ void register_cpu_kernels() {
   register_index_kernels();
   register_conv_kernels();
   register_pool_kernels();
+  register_norm_kernels();
+  register_softmax_kernels();
+  register_loss_kernels();
+  register_dropout_kernels();
+  register_erf_kernels();
   register_unscale_kernels();
 }
 
