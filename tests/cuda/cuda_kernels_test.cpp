@@ -403,3 +403,25 @@ TEST_CASE("GradScaler on cuda:0 skips an overflowing step on the device, backs o
     PRECIS_REQUIRE_CLOSE(gpu.weights[s], cpu.weights[s], DType::f32);
   }
 }
+
+TEST_CASE("GradScaler on cuda:0: unscale_ is one fused pass and clipping reuses its norms", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  Tensor w = zeros({4}, {.device = kGpu}).requires_grad_();
+  optim::SGD opt({w}, {.lr = 1.0});
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  scaler.scale(scalar_tensor(1.0, {.device = kGpu}));
+  w.set_grad(from_vector<float>({3.0f, 4.0f, 0.0f, 0.0f}).to(kGpu) * 1024.0);
+  scaler.unscale_(opt);
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{3.0f, 4.0f, 0.0f, 0.0f});
+  scaler.unscale_(opt);  // idempotent within the step
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{3.0f, 4.0f, 0.0f, 0.0f});
+  const Tensor norm = scaler.clip_grad_norm_(opt, 1.0);
+  CHECK(norm.item<double>() == Approx(5.0));
+  REQUIRE(w.grad().device() == kGpu);
+  CHECK(w.grad().to_vector<float>()[0] == Approx(0.6f).epsilon(1e-5));
+  const amp::StepResult r = scaler.step(opt);
+  REQUIRE(r.grad_norm().has_value());
+  CHECK(*r.grad_norm() == Approx(5.0));
+  scaler.update();
+  CHECK(w.to_vector<float>()[0] == Approx(-0.6f).epsilon(1e-5));
+}
