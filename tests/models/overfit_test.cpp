@@ -69,6 +69,21 @@ TEST_CASE("overfit: resnet20 (width 8) memorises 8 Fashion-MNIST-sized images", 
   }
 }
 
+TEST_CASE("overfit: resnet20 as a bf16 model (fp32 master weights in the optimizer, BatchNorm fp32)", "[models][overfit]") {
+  Generator gen(42);
+  auto model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 8, .generator = &gen});
+  model->to(DType::bf16);  // DESIGN §3's low-precision model mode
+  const Tensor x = randn({8, 1, 28, 28}, {}, &gen).to(DType::bf16);
+  const Tensor y = randint(0, 10, {8}, {.dtype = DType::i64}, &gen);
+  int steps = 0;
+  const double loss = overfit(*model, Mode::f32, 1e-2, 150, 0.05,
+                              [&] { return cross_entropy((*model)(x).to(DType::f32), y); }, &steps);
+  INFO("bf16 model: loss " << loss << " after " << steps << " steps");
+  CHECK(loss < 0.05);
+  CHECK(model->fc->weight.dtype() == DType::bf16);
+  CHECK(model->bn1->weight.dtype() == DType::f32);
+}
+
 TEST_CASE("overfit: a small BERT (2 layers, hidden 64) memorises a masked-LM batch", "[models][overfit]") {
   models::BertConfig config;
   config.vocab_size = 64;
