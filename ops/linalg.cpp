@@ -102,12 +102,12 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
 
   Shape batch, out3_sizes;
   Tensor a3, b3;
-  if (b2.dim() == 2 && a2.dim() > 2 && merged_stride(a2, a2.dim() - 1) >= 0) {
+  const int64_t row_stride = b2.dim() == 2 && a2.dim() > 2 ? merged_stride(a2, a2.dim() - 1) : -1;
+  if (row_stride >= 0) {
     // (*batch, n, k) @ (k, m): the batch folds into the rows of one GEMM.
     batch = dims_of(a2, 0, a2.dim() - 2);
     const int64_t rows = shape_numel(batch) * n;
-    a3 = detail::make_alias(a2, {1, rows, k}, {rows * k, merged_stride(a2, a2.dim() - 1), a2.stride(-1)},
-                            a2.storage_offset());
+    a3 = detail::make_alias(a2, {1, rows, k}, {rows * k, row_stride, a2.stride(-1)}, a2.storage_offset());
     b3 = detail::make_alias(b2, {1, k, m}, {k * m, b2.stride(0), b2.stride(1)}, b2.storage_offset());
     out3_sizes = {1, rows, m};
   } else {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
@@ -194,6 +195,27 @@ TEST_CASE("matmul: forward matches the naive reference for every shape kind and 
       }
     }
   }
+}
+
+// The primitive cache and the per-thread oneDNN state are shared by every thread that calls
+// matmul; concurrent calls with different and equal shapes must give the serial results.
+TEST_CASE("matmul: concurrent calls from several threads", "[ops][linalg]") {
+  const Tensor a = input({3, 40, 50}, 1, DType::f32), b = input({50, 30}, 2, DType::f32);
+  const Tensor c = input({20, 50}, 3, DType::f32);
+  const std::vector<float> ab = matmul(a, b).to_vector<float>(), cb = matmul(c, b).to_vector<float>();
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const bool first = (t + i) % 2 == 0;
+        const std::vector<float> got = matmul(first ? a : c, b).to_vector<float>();
+        if (got != (first ? ab : cb)) ++mismatches[t];
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int m : mismatches) CHECK(m == 0);
 }
 
 TEST_CASE("matmul: empty operands", "[ops][linalg]") {

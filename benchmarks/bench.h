@@ -1,0 +1,61 @@
+#pragma once
+// precis-bench's shared pieces: options, result records, the timing loop and the suite registry.
+// A suite is one file, benchmarks/suite_<name>.cpp, that registers itself at namespace scope:
+//
+//   static const bool kRegistered = precis::bench::register_suite(
+//       {"matmul", "f32 GEMM: precis::matmul against the oneDNN primitive", &run_matmul_suite});
+//
+// (A static registration is safe here: the suites are object files of the executable itself,
+// which the linker always keeps, unlike members of a static library.)
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace precis::bench {
+
+struct Options {
+  std::vector<int> threads{1, 2};  // --threads 1,2
+  int max_reps = 200;              // --repeat N: stop after N timed repetitions
+  double min_seconds = 0.5;        // ... or once this much time was spent (and min_reps ran)
+  int min_reps = 5;
+  int warmup_reps = 2;
+};
+
+/// One measured (case, impl, dtype, threads) combination.
+struct Record {
+  std::string suite, case_name, impl, dtype;
+  int threads = 1;
+  double median_ms = 0, min_ms = 0;
+  double gflops = 0;  // from the median time; 0 where the suite counts no flops
+  int reps = 0;
+};
+
+struct Timing {
+  double median_ms = 0, min_ms = 0;
+  int reps = 0;
+};
+
+/// Times several implementations of the same case, interleaved (one repetition of each per
+/// round) so that noise from other load hits all of them alike. Each runs `warmup_reps` times
+/// untimed first; rounds continue until every implementation has run for min_seconds and
+/// min_reps, or max_reps rounds were done.
+std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& impls, const Options& options);
+
+/// What a suite prints beside its records: a free-form note (conventions, caveats) and the impl
+/// every other impl of the same case is compared with ("" for none).
+struct SuiteReport {
+  std::vector<Record> records;
+  std::string note;
+  std::string baseline_impl;
+};
+
+struct Suite {
+  std::string name;
+  std::string description;
+  std::function<SuiteReport(const Options&)> run;
+};
+
+bool register_suite(Suite suite);
+const std::vector<Suite>& suites();
+
+}  // namespace precis::bench

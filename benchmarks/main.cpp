@@ -1,0 +1,188 @@
+// precis-bench: runs the benchmark suites named on the command line and prints a markdown table
+// per suite (optionally a JSON file of all records). See benchmarks/README.md.
+//
+//   precis-bench matmul [--threads 1,2] [--repeat N] [--min-time S] [--json FILE]
+//   precis-bench --list
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "benchmarks/bench.h"
+
+namespace {
+
+using precis::bench::Options;
+using precis::bench::Record;
+using precis::bench::Suite;
+using precis::bench::SuiteReport;
+
+void usage(std::ostream& os) {
+  os << "usage: precis-bench SUITE... [--threads 1,2] [--repeat N] [--min-time SECONDS] [--json FILE]\n"
+        "       precis-bench --list\n\n"
+        "  --threads   thread counts to run every case at (default 1,2)\n"
+        "  --repeat    at most N timed repetitions per case (default 200)\n"
+        "  --min-time  repeat until each impl ran this long, at least 5 times (default 0.5)\n"
+        "  --json      also write all records as a JSON array to FILE\n\nsuites:\n";
+  for (const Suite& s : precis::bench::suites()) os << "  " << s.name << "  " << s.description << "\n";
+}
+
+std::vector<int> parse_int_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  if (out.empty()) throw std::invalid_argument("empty list");
+  for (int v : out)
+    if (v < 1) throw std::invalid_argument("thread counts must be >= 1");
+  return out;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return buf;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+void print_table(const Suite& suite, const SuiteReport& report) {
+  std::cout << "\n## " << suite.name << "\n\n";
+  if (!report.note.empty()) std::cout << report.note << "\n\n";
+  // Baseline median time per (case, dtype, threads), for the ratio column.
+  std::map<std::string, double> baseline;
+  auto key = [](const Record& r) { return r.case_name + "|" + r.dtype + "|" + std::to_string(r.threads); };
+  for (const Record& r : report.records)
+    if (r.impl == report.baseline_impl) baseline[key(r)] = r.median_ms;
+  const bool ratio = !report.baseline_impl.empty();
+  std::cout << "| case | dtype | threads | impl | median ms | min ms | GFLOP/s (median) | GFLOP/s (best) |"
+            << (ratio ? " vs " + report.baseline_impl + " |" : "") << "\n";
+  std::cout << "|---|---|---:|---|---:|---:|---:|---:|" << (ratio ? "---:|" : "") << "\n";
+  for (const Record& r : report.records) {
+    const double best_gflops = r.min_ms > 0 ? r.gflops * r.median_ms / r.min_ms : 0;
+    std::cout << "| " << r.case_name << " | " << r.dtype << " | " << r.threads << " | " << r.impl << " | "
+              << fixed(r.median_ms, 3) << " | " << fixed(r.min_ms, 3) << " | " << fixed(r.gflops, 1) << " | "
+              << fixed(best_gflops, 1) << " |";
+    if (ratio) {
+      auto it = baseline.find(key(r));
+      std::cout << " " << (it != baseline.end() && r.median_ms > 0 ? fixed(100.0 * it->second / r.median_ms, 1) + "%" : "")
+                << " |";
+    }
+    std::cout << "\n";
+  }
+  std::cout.flush();
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+void write_json(const std::string& path, const std::vector<Record>& records) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << "[\n";
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Record& r = records[i];
+    out << "  {\"suite\": \"" << json_escape(r.suite) << "\", \"case\": \"" << json_escape(r.case_name)
+        << "\", \"impl\": \"" << json_escape(r.impl) << "\", \"dtype\": \"" << r.dtype << "\", \"threads\": "
+        << r.threads << ", \"median_ms\": " << fixed(r.median_ms, 4) << ", \"min_ms\": " << fixed(r.min_ms, 4)
+        << ", \"gflops\": " << fixed(r.gflops, 2) << ", \"reps\": " << r.reps << "}"
+        << (i + 1 < records.size() ? "," : "") << "\n";
+  }
+  out << "]\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  std::string json_path;
+  std::vector<std::string> names;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+        return argv[++i];
+      };
+      if (arg == "--threads") {
+        options.threads = parse_int_list(value());
+      } else if (arg == "--repeat") {
+        options.max_reps = std::stoi(value());
+        if (options.max_reps < 1) throw std::invalid_argument("--repeat must be >= 1");
+        options.min_reps = std::min(options.min_reps, options.max_reps);
+      } else if (arg == "--min-time") {
+        options.min_seconds = std::stod(value());
+      } else if (arg == "--json") {
+        json_path = value();
+      } else if (arg == "--list" || arg == "-h" || arg == "--help") {
+        usage(std::cout);
+        return 0;
+      } else if (!arg.empty() && arg[0] == '-') {
+        throw std::invalid_argument("unknown option " + arg);
+      } else {
+        names.push_back(arg);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "precis-bench: " << e.what() << "\n\n";
+    usage(std::cerr);
+    return 2;
+  }
+  if (names.empty()) {
+    usage(std::cerr);
+    return 2;
+  }
+  std::vector<const Suite*> selected;
+  for (const std::string& name : names) {
+    const Suite* found = nullptr;
+    for (const Suite& s : precis::bench::suites())
+      if (s.name == name) found = &s;
+    if (found == nullptr) {
+      std::cerr << "precis-bench: no suite named '" << name << "'\n\n";
+      usage(std::cerr);
+      return 2;
+    }
+    selected.push_back(found);
+  }
+
+  std::cout << "# precis-bench\n\n" << utc_now() << ", " << cpu_model() << ", "
+            << std::thread::hardware_concurrency() << " hardware threads\n";
+  std::vector<Record> all;
+  try {
+    for (const Suite* s : selected) {
+      SuiteReport report = s->run(options);
+      print_table(*s, report);
+      all.insert(all.end(), report.records.begin(), report.records.end());
+    }
+    if (!json_path.empty()) write_json(json_path, all);
+  } catch (const std::exception& e) {
+    std::cerr << "precis-bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
