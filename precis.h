@@ -11,6 +11,8 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
+#include "core/warning.h"
 #include "ops/functional.h"
+#include "optim/optim.h"
 #include "tensor/factory.h"
 #include "tensor/tensor.h"

@@ -1,0 +1,162 @@
+#pragma once
+// Learning-rate schedulers. Each computes the lr of every parameter group from its closed form at
+// the current step count and writes it into the optimizer (Optimizer::set_group_lr).
+//
+//   optim::CosineAnnealingLR sched(opt, {.T_max = 1000});
+//   ... StepResult r = scaler.step(opt); sched.step(r.applied);
+//
+// step(applied) advances only when `applied` is true (the default), so a step the loss scaler
+// skipped does not consume schedule: a warmup stays a warmup of real updates. The values equal
+// PyTorch's torch.optim.lr_scheduler classes (closed forms; PyTorch's recursive forms agree to
+// the last bits of double). Like PyTorch, constructing a scheduler sets the step-0 lrs.
+#include <cstdint>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace precis::optim {
+
+class LRScheduler {
+ public:
+  virtual ~LRScheduler() = default;
+  LRScheduler(const LRScheduler&) = delete;
+  LRScheduler& operator=(const LRScheduler&) = delete;
+
+  /// Counts one optimizer step when `applied`, then sets the lrs for the new count. A skipped
+  /// step (applied == false) changes nothing.
+  void step(bool applied = true);
+  /// The lr of each group as last set.
+  const std::vector<double>& get_last_lr() const { return last_lr_; }
+  /// Applied steps counted so far (PyTorch's last_epoch).
+  int64_t last_step() const { return step_; }
+  /// The lrs the schedule starts from (each group's lr when the scheduler was made).
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
+
+  /// "last_step" (0-d i64) and "base_lrs" (1-D f64).
+  StateDict state_dict() const;
+  /// Restores the count and base lrs and sets the lrs they give.
+  void load_state_dict(const StateDict& dict);
+
+ protected:
+  LRScheduler(Optimizer& optimizer, const char* name);
+  /// Sets the lrs of the current step; derived constructors call it once their fields are set.
+  void apply();
+  /// The lr of `group` after `step` applied steps.
+  virtual double lr_at(size_t group, int64_t step) const = 0;
+  /// Other options the schedule drives (OneCycleLR: momentum).
+  virtual void apply_extra(int64_t step) {}
+
+  Optimizer& optimizer_;
+  const char* name_;
+  std::vector<double> base_lrs_;
+  int64_t step_ = 0;
+  std::vector<double> last_lr_;
+};
+
+struct StepLROptions {
+  int64_t step_size = 1;  ///< > 0
+  double gamma = 0.1;
+};
+/// lr = base · gamma^floor(step / step_size).
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, StepLROptions options);
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+
+ private:
+  StepLROptions options_;
+};
+
+struct MultiStepLROptions {
+  std::vector<int64_t> milestones;  ///< step counts at which the lr is multiplied by gamma
+  double gamma = 0.1;
+};
+/// lr = base · gamma^(number of milestones <= step).
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& optimizer, MultiStepLROptions options);
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+
+ private:
+  MultiStepLROptions options_;
+};
+
+struct CosineAnnealingLROptions {
+  int64_t T_max = 1;  ///< > 0; half a cosine period, in steps
+  double eta_min = 0.0;
+};
+/// lr = eta_min + (base − eta_min)·(1 + cos(π·step/T_max))/2 (periodic past T_max, as PyTorch).
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options);
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+
+ private:
+  CosineAnnealingLROptions options_;
+};
+
+enum class Decay { Cosine, Linear };
+
+struct WarmupDecayLROptions {
+  int64_t warmup_steps = 0;  ///< >= 0
+  int64_t total_steps = 1;   ///< > warmup_steps
+  Decay decay = Decay::Cosine;
+  double min_lr = 0.0;       ///< reached at total_steps and held after
+};
+/// Linear warmup from 0 to the base lr over warmup_steps (lr = base·step/warmup_steps), then a
+/// cosine or linear decay from base to min_lr at total_steps; min_lr after that.
+class WarmupDecayLR : public LRScheduler {
+ public:
+  WarmupDecayLR(Optimizer& optimizer, WarmupDecayLROptions options);
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+
+ private:
+  WarmupDecayLROptions options_;
+};
+
+enum class Anneal { Cos, Linear };
+
+struct OneCycleLROptions {
+  double max_lr = 0.0;        ///< > 0, the peak lr of every group
+  int64_t total_steps = 0;    ///< > 0; stepping past it is an error (as in PyTorch)
+  double pct_start = 0.3;     ///< fraction of the cycle spent increasing the lr
+  Anneal anneal_strategy = Anneal::Cos;
+  bool cycle_momentum = true; ///< cycle SGD's momentum / Adam's beta1 inversely to the lr
+  double base_momentum = 0.85;
+  double max_momentum = 0.95;
+  double div_factor = 25.0;         ///< initial lr = max_lr / div_factor
+  double final_div_factor = 1e4;    ///< min lr = initial lr / final_div_factor
+  bool three_phase = false;
+};
+/// The 1cycle policy, torch.optim.lr_scheduler.OneCycleLR with its defaults. The base lrs are
+/// max_lr / div_factor (the scheduler sets them at construction). Steps 0 .. total_steps − 1 equal
+/// PyTorch's; at step total_steps the lr stays at the final value (PyTorch extrapolates past it).
+class OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& optimizer, OneCycleLROptions options);
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+  void apply_extra(int64_t step) override;
+
+ private:
+  struct Phase {
+    double end_step;
+    double start_lr, end_lr;
+    double start_momentum, end_momentum;
+  };
+  /// (lr, momentum) at `step`.
+  std::pair<double, double> values_at(int64_t step) const;
+  OneCycleLROptions options_;
+  std::vector<Phase> phases_;
+};
+
+}  // namespace precis::optim

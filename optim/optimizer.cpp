@@ -1,0 +1,212 @@
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "autograd/grad_mode.h"
+#include "core/warning.h"
+#include "tensor/factory.h"
+
+namespace precis::optim {
+
+namespace detail {
+
+void check_params(const std::string& optimizer, const std::vector<std::vector<Tensor>>& groups) {
+  PRECIS_CHECK(!groups.empty() && !(groups.size() == 1 && groups[0].empty()), optimizer, ": got an empty parameter list; pass the model's parameters");
+  std::set<const TensorImpl*> seen;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    PRECIS_CHECK(!groups[g].empty(), optimizer, ": parameter group ", g, " is empty");
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      const Tensor& p = groups[g][i];
+      PRECIS_CHECK(p.defined(), optimizer, ": parameter ", i, " of group ", g, " is an undefined tensor");
+      PRECIS_CHECK_DTYPE(p.is_floating_point(), optimizer, ": parameter ", i, " of group ", g, " is ", p.describe(),
+                         "; only floating tensors (f32, f64, f16, bf16) can be optimized");
+      PRECIS_CHECK(p.requires_grad(), optimizer, ": parameter ", i, " of group ", g, " (", p.describe(),
+                   ") does not require grad; call requires_grad_() on it or leave it out");
+      PRECIS_CHECK(p.is_leaf(), optimizer, ": parameter ", i, " of group ", g, " (", p.describe(),
+                   ") is not a leaf tensor (it was computed by an op); optimize the leaf it came from, or "
+                   "detach() it and call requires_grad_()");
+      PRECIS_CHECK_T(NotImplementedError, p.is_contiguous(), optimizer, ": parameter ", i, " of group ", g, " (",
+                     p.describe(), ") is not contiguous; the fused updates need contiguous parameters");
+      PRECIS_CHECK(seen.insert(p.impl()).second, optimizer, ": parameter ", i, " of group ", g, " (", p.describe(),
+                   ") appears more than once; each parameter may be in one group only");
+    }
+  }
+}
+
+void check_non_negative(const std::string& optimizer, const char* option, double value) {
+  PRECIS_CHECK(value >= 0.0, optimizer, ": invalid ", option, " ", value, " (must be >= 0)");
+}
+
+}  // namespace detail
+
+Optimizer::Optimizer(std::string name, std::vector<std::vector<Tensor>> groups)
+    : name_(std::move(name)), groups_(std::move(groups)) {
+  detail::check_params(name_, groups_);
+  size_t n = 0;
+  for (const auto& g : groups_) n += g.size();
+  state_.resize(n);
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const auto& group : groups_) {
+    for (const Tensor& p : group) {
+      if (set_to_none) {
+        p.set_grad(Tensor());
+      } else if (Tensor g = p.grad(); g.defined()) {
+        g.zero_();
+      }
+    }
+  }
+}
+
+const std::vector<Tensor>& Optimizer::group_params(size_t group) const {
+  PRECIS_CHECK_INDEX(group < groups_.size(), name_, ": parameter group ", group, " does not exist (there are ",
+                     groups_.size(), ")");
+  return groups_[group];
+}
+
+std::vector<Tensor> Optimizer::parameters() const {
+  std::vector<Tensor> out;
+  for (const auto& g : groups_) out.insert(out.end(), g.begin(), g.end());
+  return out;
+}
+
+void Optimizer::set_lr(double lr) {
+  for (size_t g = 0; g < groups_.size(); ++g) set_group_lr(g, lr);
+}
+
+double Optimizer::group_momentum(size_t) const {
+  throw ValueError(precis::detail::str_cat(name_, " has no momentum to read"));
+}
+
+void Optimizer::set_group_momentum(size_t, double) {
+  throw ValueError(precis::detail::str_cat(name_, " has no momentum to set"));
+}
+
+Tensor Optimizer::state(const Tensor& param, const std::string& key) const {
+  size_t index = 0;
+  for (const auto& g : groups_) {
+    for (const Tensor& p : g) {
+      if (p.is_same(param)) {
+        auto it = state_[index].find(key);
+        return it == state_[index].end() ? Tensor() : it->second;
+      }
+      ++index;
+    }
+  }
+  throw ValueError(precis::detail::str_cat(name_, ".state: ", param.describe(), " is not one of its parameters"));
+}
+
+DType Optimizer::state_dtype(const Tensor& param) {
+  return param.dtype() == DType::f64 ? DType::f64 : DType::f32;
+}
+
+Tensor Optimizer::master_for(size_t index, const Tensor& param) {
+  if (!is_low_precision(param.dtype())) return Tensor();
+  return state_entry(index, "master", [&] { return param.detach().to(DType::f32).contiguous().clone(); });
+}
+
+Tensor Optimizer::checked_grad(const Tensor& p, size_t index) const {
+  Tensor grad = p.grad();
+  if (!grad.defined()) return grad;
+  PRECIS_CHECK_SHAPE(grad.sizes() == p.sizes(), name_, ".step: the gradient of parameter ", index, " is ",
+                     grad.describe(), " but the parameter is ", p.describe());
+  PRECIS_CHECK_DEVICE(grad.device() == p.device(), name_, ".step: the gradient of parameter ", index, " is ",
+                      grad.describe(), " but the parameter is ", p.describe());
+  const bool ok = grad.dtype() == p.dtype() || (is_low_precision(p.dtype()) && grad.dtype() == DType::f32);
+  PRECIS_CHECK_DTYPE(ok, name_, ".step: the gradient of parameter ", index, " is ", grad.describe(),
+                     " but the parameter is ", p.describe(),
+                     "; a gradient must have its parameter's dtype (or f32 for an f16/bf16 parameter)");
+  return grad.is_contiguous() ? grad : grad.contiguous();
+}
+
+void Optimizer::check_step_options(const StepOptions& options, const Tensor& p) const {
+  for (const auto& [what, t] : {std::pair<const char*, const Tensor&>{"grad_scale", options.grad_scale},
+                                std::pair<const char*, const Tensor&>{"found_inf", options.found_inf}}) {
+    if (!t.defined()) continue;
+    PRECIS_CHECK_SHAPE(t.numel() == 1, name_, ".step: ", what, " must hold one value, got ", t.describe());
+    PRECIS_CHECK_DTYPE(t.dtype() == DType::f32, name_, ".step: ", what, " must be f32, got ", t.describe());
+    PRECIS_CHECK_DEVICE(t.device() == p.device(), name_, ".step: ", what, " ", t.describe(),
+                        " is on another device than the parameter ", p.describe());
+  }
+}
+
+StateDict Optimizer::state_dict() const {
+  StateDict out;
+  size_t index = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string prefix = "param_groups." + std::to_string(g) + ".";
+    std::vector<int64_t> ids(groups_[g].size());
+    for (auto& id : ids) id = static_cast<int64_t>(index++);
+    out[prefix + "params"] = from_vector<int64_t>(ids);
+    for (const auto& [key, value] : group_options_as_reals(g)) out[prefix + key] = state_real(value);
+  }
+  for (size_t i = 0; i < state_.size(); ++i) {
+    for (const auto& [key, t] : state_[i]) {
+      if (t.defined()) out["state." + std::to_string(i) + "." + key] = t.detach().clone();
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& dict) {
+  const std::string owner = name_ + ".load_state_dict";
+  // Structure first: the same number of groups, of the same sizes.
+  size_t saved_groups = 0;
+  while (dict.count("param_groups." + std::to_string(saved_groups) + ".params")) ++saved_groups;
+  PRECIS_CHECK(saved_groups == groups_.size(), owner, ": the state dict has ", saved_groups,
+               " parameter groups but this optimizer has ", groups_.size(),
+               saved_groups == 0 ? " (is it an optimizer state dict?)" : "");
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const Tensor ids = state_tensor(dict, "param_groups." + std::to_string(g) + ".params", owner.c_str());
+    PRECIS_CHECK(ids.numel() == static_cast<int64_t>(groups_[g].size()), owner, ": parameter group ", g,
+                 " of the state dict has ", ids.numel(), " parameters but this optimizer's has ", groups_[g].size());
+  }
+  const std::vector<Tensor> params = parameters();
+  const std::vector<std::string> keys = state_keys();
+  std::vector<std::map<std::string, Tensor>> new_state(params.size());
+  // Every state entry must belong to a parameter and a known key, with the parameter's shape.
+  for (auto it = dict.lower_bound("state."); it != dict.end() && it->first.rfind("state.", 0) == 0; ++it) {
+    const std::string rest = it->first.substr(6);
+    const size_t dot = rest.find('.');
+    size_t index = 0;
+    bool parsed = dot != std::string::npos && dot > 0;
+    for (size_t c = 0; parsed && c < dot; ++c) {
+      parsed = rest[c] >= '0' && rest[c] <= '9';
+      index = index * 10 + static_cast<size_t>(rest[c] - '0');
+    }
+    PRECIS_CHECK(parsed, owner, ": malformed state entry '", it->first, "' (expected state.<index>.<key>)");
+    PRECIS_CHECK(index < params.size(), owner, ": state entry '", it->first, "' is for parameter ", index,
+                 " but this optimizer has ", params.size(), " parameters");
+    const std::string key = rest.substr(dot + 1);
+    PRECIS_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(), owner, ": unknown state entry '",
+                 it->first, "' (was it saved by a different optimizer?)");
+    const Tensor& p = params[index];
+    const Tensor& v = it->second;
+    PRECIS_CHECK(v.defined(), owner, ": state entry '", it->first, "' is an undefined tensor");
+    if (key == "step") {
+      PRECIS_CHECK_SHAPE(v.numel() == 1, owner, ": state entry '", it->first, "' should hold one value, got ",
+                         v.describe());
+      new_state[index][key] = v.detach().to(DType::f32).to(p.device()).reshape({}).clone();
+      continue;
+    }
+    PRECIS_CHECK_SHAPE(v.sizes() == p.sizes(), owner, ": state entry '", it->first, "' is ", v.describe(),
+                       " but parameter ", index, " is ", p.describe());
+    if (key == "master" && !is_low_precision(p.dtype())) {
+      warn(precis::detail::str_cat(owner, ": ignoring the fp32 master weights saved for parameter ", index,
+                           ", which is now ", p.describe(), " (masters are kept for f16/bf16 parameters only)"));
+      continue;
+    }
+    const DType dtype = key == "master" ? DType::f32 : state_dtype(p);
+    new_state[index][key] = v.detach().to(dtype).to(p.device()).contiguous().clone();
+  }
+  // Options last, so that a failure above leaves the optimizer as it was.
+  for (size_t g = 0; g < groups_.size(); ++g)
+    load_group_options(g, state_subset(dict, "param_groups." + std::to_string(g) + "."));
+  state_ = std::move(new_state);
+}
+
+}  // namespace precis::optim

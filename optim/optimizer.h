@@ -1,0 +1,167 @@
+#pragma once
+// optim::Optimizer: the base of SGD, Adam and AdamW. Parameters are leaf tensors that require grad,
+// organised in parameter groups, each with its own options (lr, weight decay, momentum, betas...).
+//
+//   optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+//   for (...) { opt.zero_grad(); loss.backward(); opt.step(); }
+//
+// Low-precision model mode (DESIGN §3): an f16/bf16 parameter gets an fp32 master copy (state
+// "master", made from the parameter at its first step) and fp32 states; each step updates the
+// master and writes its rounded value into the parameter in the same pass. f32 and f64 parameters
+// are updated directly (states in their dtype).
+//
+// Steps run under NoGradGuard and bump the version of every updated parameter. Parameters whose
+// .grad is undefined are skipped (as in PyTorch).
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensor/state_dict.h"
+#include "tensor/tensor.h"
+
+namespace precis::optim {
+
+/// Inputs from the loss scaler (amp::GradScaler) for one step. Both are optional 0-d f32 tensors
+/// on the parameters' device:
+/// - grad_scale: the gradients are still multiplied by this scale; the update uses
+///   grad · float(1 / grad_scale) (the gradients themselves are not modified);
+/// - found_inf: when nonzero, the step is a no-op (parameters, states and step counters keep
+///   their bits). It is read by the update kernel itself, so a GPU step needs no host sync.
+struct StepOptions {
+  Tensor grad_scale;
+  Tensor found_inf;
+};
+
+/// A group of parameters with its own options; when `options` is empty the optimizer's defaults
+/// apply. A group's options replace the defaults entirely (they are not merged field by field).
+template <typename Options>
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<Options> options;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// One update of every parameter that has a gradient. See StepOptions for the scaler inputs.
+  virtual void step(const StepOptions& options = {}) = 0;
+
+  /// Clears the gradients: set_to_none drops them (the default, as in PyTorch >= 2.0), otherwise
+  /// they are filled with zeros in place.
+  void zero_grad(bool set_to_none = true);
+
+  /// "SGD", "Adam", "AdamW": used in messages and state-dict errors.
+  const std::string& name() const { return name_; }
+  size_t num_param_groups() const { return groups_.size(); }
+  const std::vector<Tensor>& group_params(size_t group) const;
+  /// Every parameter, group after group (the order state dicts number them in).
+  std::vector<Tensor> parameters() const;
+
+  // Generic access to the options LR schedulers change.
+  virtual double group_lr(size_t group) const = 0;
+  /// lr >= 0 (ValueError otherwise).
+  virtual void set_group_lr(size_t group, double lr) = 0;
+  /// Sets the lr of every group.
+  void set_lr(double lr);
+  /// Whether the optimizer has a momentum-like coefficient OneCycleLR can cycle: SGD's momentum,
+  /// Adam's beta1.
+  virtual bool has_momentum() const { return false; }
+  virtual double group_momentum(size_t group) const;
+  virtual void set_group_momentum(size_t group, double momentum);
+
+  /// A per-parameter state tensor ("step", "master", "momentum_buffer", "exp_avg", "exp_avg_sq",
+  /// "max_exp_avg_sq"); undefined when the parameter has none (yet). The tensor is the live state.
+  Tensor state(const Tensor& param, const std::string& key) const;
+
+  /// Hyperparameters of every group and all per-parameter state, as a StateDict:
+  ///   "param_groups.<g>.params"  1-D i64, the indices of the group's parameters
+  ///   "param_groups.<g>.<option>" 0-d f64 (booleans as 0-d i64)
+  ///   "state.<i>.<key>"          the per-parameter state of parameter i (see parameters())
+  /// The tensors are copies (later steps do not change a returned dict).
+  StateDict state_dict() const;
+  /// Restores what state_dict() returned, into an optimizer over parameters of the same groups,
+  /// counts and shapes (ValueError / ShapeError naming the mismatch otherwise). The group options
+  /// are replaced by the saved ones. A resumed run continues bit for bit.
+  void load_state_dict(const StateDict& dict);
+
+ protected:
+  Optimizer(std::string name, std::vector<std::vector<Tensor>> groups);
+
+  /// Options of a group as named reals (booleans as 0/1), for the state dict.
+  virtual std::vector<std::pair<std::string, double>> group_options_as_reals(size_t group) const = 0;
+  /// Sets group options from the state dict entries (a sub-dict of "param_groups.<g>.").
+  virtual void load_group_options(size_t group, const StateDict& entries) = 0;
+  /// The state keys this optimizer may hold (load_state_dict rejects others).
+  virtual std::vector<std::string> state_keys() const = 0;
+
+  /// Calls fn(group, index, param, grad) for each parameter with a defined gradient, after
+  /// checking the gradient (shape, device, accepted dtype) and the scaler inputs against it.
+  /// `grad` is contiguous.
+  template <typename Fn>
+  void for_each_param_with_grad(const StepOptions& options, Fn&& fn);
+  void check_step_options(const StepOptions& options, const Tensor& param) const;
+  Tensor checked_grad(const Tensor& param, size_t index) const;
+
+  /// The state entry `key` of parameter `index`, created by `make` when absent.
+  template <typename Make>
+  Tensor& state_entry(size_t index, const std::string& key, Make&& make) {
+    Tensor& t = state_[index][key];
+    if (!t.defined()) t = make();
+    return t;
+  }
+  /// The fp32 master of a low-precision parameter (made from its values at first use), else
+  /// undefined.
+  Tensor master_for(size_t index, const Tensor& param);
+  /// The dtype states of `param` are kept in: f64 for f64 parameters, else f32.
+  static DType state_dtype(const Tensor& param);
+
+  std::string name_;
+  std::vector<std::vector<Tensor>> groups_;
+  /// Per-parameter state, indexed as parameters().
+  std::vector<std::map<std::string, Tensor>> state_;
+};
+
+template <typename Fn>
+void Optimizer::for_each_param_with_grad(const StepOptions& options, Fn&& fn) {
+  size_t index = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (const Tensor& p : groups_[g]) {
+      Tensor grad = checked_grad(p, index);
+      if (grad.defined()) {
+        check_step_options(options, p);
+        fn(g, index, p, grad);
+      }
+      ++index;
+    }
+  }
+}
+
+namespace detail {
+/// Checks that `params` are usable by an optimizer (defined, floating, leaf, requires grad,
+/// contiguous, not repeated across groups) and that no group is empty.
+void check_params(const std::string& optimizer, const std::vector<std::vector<Tensor>>& groups);
+/// ValueError naming the optimizer, option and value when !(value >= 0) (or NaN).
+void check_non_negative(const std::string& optimizer, const char* option, double value);
+
+/// The parameters of each group.
+template <typename Options>
+std::vector<std::vector<Tensor>> params_of(const std::vector<ParamGroup<Options>>& groups) {
+  std::vector<std::vector<Tensor>> out;
+  for (const auto& g : groups) out.push_back(g.params);
+  return out;
+}
+/// The options of each group (`defaults` where a group has none).
+template <typename Options>
+std::vector<Options> options_of(const std::vector<ParamGroup<Options>>& groups, const Options& defaults) {
+  std::vector<Options> out;
+  for (const auto& g : groups) out.push_back(g.options.value_or(defaults));
+  return out;
+}
+}  // namespace detail
+
+}  // namespace precis::optim

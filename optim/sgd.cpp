@@ -1,0 +1,121 @@
+#include "optim/sgd.h"
+
+#include <map>
+#include <tuple>
+
+#include "autograd/grad_mode.h"
+#include "optim/fused_update.h"
+#include "optim/step_common.h"
+#include "tensor/factory.h"
+
+#ifdef PRECIS_HAS_CUDA
+#include "optim/cuda/fused_update_cuda.h"
+#endif
+
+namespace precis::optim {
+namespace {
+
+void check_sgd_options(const SGDOptions& o, size_t group) {
+  const std::string who = "SGD (group " + std::to_string(group) + ")";
+  detail::check_non_negative(who, "lr", o.lr);
+  detail::check_non_negative(who, "momentum", o.momentum);
+  detail::check_non_negative(who, "weight_decay", o.weight_decay);
+  PRECIS_CHECK(o.dampening == o.dampening, who, ": invalid dampening ", o.dampening);
+  PRECIS_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), who,
+               ": nesterov momentum requires momentum > 0 and dampening == 0, got momentum ", o.momentum,
+               " and dampening ", o.dampening);
+}
+
+detail::SgdHyper hyper_of(const SGDOptions& o) {
+  return {o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.maximize};
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions defaults) : SGD(std::vector<ParamGroup<SGDOptions>>{{std::move(params), defaults}}) {}
+
+SGD::SGD(std::vector<ParamGroup<SGDOptions>> groups, SGDOptions defaults)
+    : Optimizer("SGD", detail::params_of(groups)), options_(detail::options_of(groups, defaults)) {
+  for (size_t g = 0; g < options_.size(); ++g) check_sgd_options(options_[g], g);
+}
+
+const SGDOptions& SGD::options(size_t group) const {
+  (void)group_params(group);  // range check
+  return options_[group];
+}
+
+void SGD::set_options(size_t group, const SGDOptions& options) {
+  (void)group_params(group);
+  check_sgd_options(options, group);
+  options_[group] = options;
+}
+
+void SGD::set_group_lr(size_t group, double lr) {
+  SGDOptions o = options(group);
+  o.lr = lr;
+  set_options(group, o);
+}
+
+void SGD::set_group_momentum(size_t group, double momentum) {
+  SGDOptions o = options(group);
+  o.momentum = momentum;
+  set_options(group, o);
+}
+
+void SGD::step(const StepOptions& step_options) {
+  NoGradGuard no_grad;
+  const detail::ScalerArgs scaler = detail::scaler_args(step_options);
+  detail::CudaBatches<detail::SgdTensor> cuda_batches;
+  for_each_param_with_grad(step_options, [&](size_t g, size_t index, const Tensor& p, const Tensor& grad) {
+    const SGDOptions& o = options_[g];
+    detail::SgdTensor t;
+    t.param = p.data_ptr();
+    t.grad = grad.data_ptr();
+    t.numel = p.numel();
+    if (Tensor master = master_for(index, p); master.defined()) t.master = master.data_ptr<float>();
+    if (o.momentum != 0.0) {
+      const TensorOptions state_opts{.dtype = state_dtype(p), .device = p.device()};
+      // The kernel fills the buffer from the gradient at the first applied step ("step" == 0, decided
+      // on the device); zeros only keep a state dict saved before that step deterministic.
+      t.momentum_buffer = state_entry(index, "momentum_buffer", [&] { return zeros(p.sizes(), state_opts); }).data_ptr();
+      t.step = state_entry(index, "step", [&] { return zeros({}, {.device = p.device()}); }).data_ptr<float>();
+    }
+    if (p.device().is_cpu()) {
+      detail::sgd_update_cpu(t, static_cast<int>(p.dtype()), static_cast<int>(grad.dtype()), hyper_of(o), scaler);
+    } else {
+      cuda_batches.add(g, p, grad, t);
+    }
+    p.bump_version();
+  });
+#ifdef PRECIS_HAS_CUDA
+  cuda_batches.launch([&](size_t g, int param_dtype, int grad_dtype, const std::vector<detail::SgdTensor>& ts) {
+    detail::sgd_update_cuda(ts.data(), static_cast<int>(ts.size()), param_dtype, grad_dtype, hyper_of(options_[g]),
+                            scaler);
+  });
+#else
+  PRECIS_CHECK_DEVICE(cuda_batches.empty(), "SGD.step: CUDA parameters need a build with the CUDA backend");
+#endif
+}
+
+std::vector<std::pair<std::string, double>> SGD::group_options_as_reals(size_t group) const {
+  const SGDOptions& o = options_[group];
+  return {{"lr", o.lr},
+          {"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov ? 1.0 : 0.0},
+          {"maximize", o.maximize ? 1.0 : 0.0}};
+}
+
+void SGD::load_group_options(size_t group, const StateDict& e) {
+  SGDOptions o;
+  o.lr = state_get_real(e, "lr", "SGD");
+  o.momentum = state_get_real(e, "momentum", "SGD");
+  o.dampening = state_get_real(e, "dampening", "SGD");
+  o.weight_decay = state_get_real(e, "weight_decay", "SGD");
+  o.nesterov = state_get_real(e, "nesterov", "SGD") != 0.0;
+  o.maximize = state_get_real(e, "maximize", "SGD") != 0.0;
+  set_options(group, o);
+}
+
+}  // namespace precis::optim

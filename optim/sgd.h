@@ -1,0 +1,52 @@
+#pragma once
+// Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay, with
+// PyTorch's update rule (torch.optim.SGD):
+//   g ← grad (+ weight_decay·p);   b ← g at the first step, else momentum·b + (1 − dampening)·g;
+//   d ← g + momentum·b (nesterov) or b;   p ← p − lr·d
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace precis::optim {
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;  ///< needs momentum > 0 and dampening == 0
+  bool maximize = false;  ///< ascend instead of descend
+};
+
+/// State per parameter: "momentum_buffer" and "step" (f32 count of applied steps since the buffer
+/// was made; the first applied step fills the buffer with the gradient) when momentum != 0, and
+/// "master" for f16/bf16 parameters.
+class SGD : public Optimizer {
+ public:
+  /// One group with `defaults`. Throws ValueError for invalid options or parameters.
+  explicit SGD(std::vector<Tensor> params, SGDOptions defaults = {});
+  /// Several groups; a group without options uses `defaults`.
+  SGD(std::vector<ParamGroup<SGDOptions>> groups, SGDOptions defaults = {});
+
+  void step(const StepOptions& options = {}) override;
+
+  /// The options of a group (change them with set_options, which validates).
+  const SGDOptions& options(size_t group) const;
+  void set_options(size_t group, const SGDOptions& options);
+
+  double group_lr(size_t group) const override { return options(group).lr; }
+  void set_group_lr(size_t group, double lr) override;
+  bool has_momentum() const override { return true; }
+  double group_momentum(size_t group) const override { return options(group).momentum; }
+  void set_group_momentum(size_t group, double momentum) override;
+
+ protected:
+  std::vector<std::pair<std::string, double>> group_options_as_reals(size_t group) const override;
+  void load_group_options(size_t group, const StateDict& entries) override;
+  std::vector<std::string> state_keys() const override { return {"step", "master", "momentum_buffer"}; }
+
+ private:
+  std::vector<SGDOptions> options_;
+};
+
+}  // namespace precis::optim
