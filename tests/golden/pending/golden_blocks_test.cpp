@@ -18,8 +18,9 @@ namespace {
 
 // Whole blocks chain several long sums (convolutions, GEMMs) with normalisations that divide by
 // small batch deviations: PyTorch's own f32 run misses the plain f32 tolerance against the f64
-// reference by up to 1.8× (the file's "torch_f32_err"), so blocks compare at 10×.
-constexpr double kBlockWiden = 10.0;
+// reference by up to 1.8× (the file's "torch_f32_err"; precis: 2.2× on the BasicBlock), so blocks
+// compare at 5×.
+constexpr double kBlockWiden = 5.0;
 
 struct Params {
   std::map<std::string, Tensor> tensors;  // parameters (leaves requiring grad) and buffers, in the run's dtype
