@@ -14,5 +14,6 @@
 #include "core/warning.h"
 #include "ops/functional.h"
 #include "optim/optim.h"
+#include "amp/amp.h"
 #include "tensor/factory.h"
 #include "tensor/tensor.h"

@@ -63,6 +63,7 @@ struct Capture {
 void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bool retain_graph,
                 const std::vector<Capture>* captures, TensorList* captured) {
   GradModeGuard no_grad(false);
+  BackwardPassGuard backward_pass;
 
   // 1. Dependency counts (iterative DFS).
   std::unordered_map<Node*, int> deps;

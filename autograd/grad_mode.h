@@ -31,4 +31,23 @@ class GradModeGuard {
   bool prev_;
 };
 
+
+namespace autograd {
+/// True on a thread while the engine runs backward functions. Autocast is suspended there:
+/// backward ops run in the dtypes the forward chose (as in PyTorch), not re-cast.
+bool in_backward_pass();
+
+/// Marks the current thread as running backward for its scope (used by the engine).
+class BackwardPassGuard {
+ public:
+  BackwardPassGuard();
+  ~BackwardPassGuard();
+  BackwardPassGuard(const BackwardPassGuard&) = delete;
+  BackwardPassGuard& operator=(const BackwardPassGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+}  // namespace autograd
+
 }  // namespace precis

@@ -6,6 +6,7 @@
 // broadcast operand to its own shape with sum_to.
 #include <cmath>
 
+#include "amp/autocast.h"
 #include "autograd/record.h"
 #include "ops/broadcast.h"
 #include "ops/functional.h"
@@ -71,7 +72,10 @@ struct Operands {
 };
 
 // true_division: integer/bool operands are promoted to f32 (PyTorch's `/`).
-Operands prepare(const char* op, const Tensor& a, const Tensor& b, bool true_division = false) {
+// Checks, autocasts (DESIGN §3: the op's policy category) and promotes the two operands.
+Operands prepare(OpId op_id, const Tensor& a_in, const Tensor& b_in, bool true_division = false) {
+  const char* op = op_name(op_id);
+  const auto [a, b] = amp::autocast(op_id, a_in, b_in);
   check_defined(op, a, "a");
   check_defined(op, b, "b");
   check_same_device(op, a, "a", b, "b");
@@ -131,7 +135,7 @@ void check_alpha(const char* op, const Tensor& a, Scalar alpha) {
 
 Tensor add_sub(OpId op, const Tensor& a, const Tensor& b, Scalar alpha) {
   const char* name = op_name(op);
-  Operands o = prepare(name, a, b);
+  Operands o = prepare(op, a, b);
   check_alpha(name, o.a, alpha);
   const double al = alpha.to_double();
   Tensor out = run_binary(op, o.a, o.b, o.shape, o.a.dtype(), al);
@@ -151,7 +155,7 @@ Tensor add_sub(OpId op, const Tensor& a, const Tensor& b, Scalar alpha) {
 
 // maximum / minimum: the gradient goes to the selected operand, split in half on ties (PyTorch).
 Tensor max_min(OpId op, const Tensor& a, const Tensor& b) {
-  Operands o = prepare(op_name(op), a, b);
+  Operands o = prepare(op, a, b);
   Tensor out = run_binary(op, o.a, o.b, o.shape, o.a.dtype());
   if (autograd::needs_grad({&o.a, &o.b})) {
     const bool is_max = op == OpId::maximum;
@@ -172,7 +176,7 @@ Tensor max_min(OpId op, const Tensor& a, const Tensor& b) {
 
 Tensor compare(OpId op, const Tensor& a, const Tensor& b) {
   NoGradGuard no_grad;  // comparisons are not differentiable: the promotion casts need no graph
-  Operands o = prepare(op_name(op), a, b);
+  Operands o = prepare(op, a, b);
   return run_binary(op, o.a, o.b, o.shape, DType::boolean);
 }
 
@@ -182,7 +186,7 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) { return add_sub(OpId
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) { return add_sub(OpId::sub, a, b, alpha); }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Operands o = prepare("mul", a, b);
+  Operands o = prepare(OpId::mul, a, b);
   Tensor out = run_binary(OpId::mul, o.a, o.b, o.shape, o.a.dtype());
   if (autograd::needs_grad({&o.a, &o.b})) {
     const bool need_a = o.a.requires_grad(), need_b = o.b.requires_grad();
@@ -200,7 +204,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Operands o = prepare("div", a, b, /*true_division=*/true);
+  Operands o = prepare(OpId::div, a, b, /*true_division=*/true);
   Tensor out = run_binary(OpId::div, o.a, o.b, o.shape, o.a.dtype());
   if (autograd::needs_grad({&o.a, &o.b})) {
     autograd::record(OpId::div, {o.a, o.b}, {out},
@@ -252,7 +256,8 @@ PRECIS_DEFINE_COMPARISON(gt)
 PRECIS_DEFINE_COMPARISON(ge)
 #undef PRECIS_DEFINE_COMPARISON
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+  const auto [a, b] = amp::autocast(OpId::where, a_in, b_in);
   check_defined("where", cond, "cond");
   check_defined("where", a, "a");
   check_defined("where", b, "b");
@@ -284,7 +289,8 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   return where(cond, a, scalar_tensor(b, {.dtype = scalar_operand_dtype(a.dtype(), b), .device = a.device()}));
 }
 
-Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+Tensor masked_fill(const Tensor& x_in, const Tensor& mask, Scalar value) {
+  const Tensor x = amp::autocast(OpId::masked_fill, x_in)[0];
   check_defined("masked_fill", x, "x");
   check_defined("masked_fill", mask, "mask");
   PRECIS_CHECK_DTYPE(mask.dtype() == DType::boolean, "masked_fill: mask must be bool, got mask ", mask.describe(),

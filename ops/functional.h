@@ -107,4 +107,143 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 /// x converted to dtype (differentiable; identity when equal).
 Tensor cast(const Tensor& x, DType dtype);
 
+// ---- convolution and pooling ----------------------------------------------------------------
+// Geometry arguments take one value (used for both dims, like PyTorch's int) or two ({h, w}).
+// Inputs are (N, C, H, W) or unbatched (C, H, W) (the result is then unbatched too); any strides.
+// f32, f64, bf16, f16 (low precision stores its dtype and computes in fp32).
+
+/// 2-D convolution (cross-correlation, as torch.nn.functional.conv2d). input: (N, C, H, W),
+/// weight: (O, C/groups, kH, kW), bias: (O) or undefined; out: (N, O, Ho, Wo) with
+/// Ho = (H + 2·padding - dilation·(kH - 1) - 1) / stride + 1 (floor). groups must divide C and O.
+/// All operands of one floating dtype and device. Lower (conv runs in the autocast dtype).
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+              const std::vector<int64_t>& stride = {1, 1}, const std::vector<int64_t>& padding = {0, 0},
+              const std::vector<int64_t>& dilation = {1, 1}, int64_t groups = 1);
+
+/// Max pooling: the maximum of each kernel_size window (dilated, over the input padded with -inf);
+/// stride defaults ({}) to kernel_size; padding at most half the kernel; ceil_mode rounds the
+/// output size up (a window must still start inside the input or its left padding). NaN in a
+/// window propagates. The gradient goes to the position of each maximum. Passthrough.
+Tensor max_pool2d(const Tensor& input, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride = {},
+                  const std::vector<int64_t>& padding = {0, 0}, const std::vector<int64_t>& dilation = {1, 1},
+                  bool ceil_mode = false);
+/// max_pool2d and the i64 indices of the maxima: flat positions h·W + w within each (H, W) input
+/// plane, as PyTorch's return_indices=True. Only the values are differentiable. Passthrough.
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const std::vector<int64_t>& kernel_size,
+                                                   const std::vector<int64_t>& stride = {},
+                                                   const std::vector<int64_t>& padding = {0, 0},
+                                                   const std::vector<int64_t>& dilation = {1, 1},
+                                                   bool ceil_mode = false);
+/// Average pooling over kernel_size windows (stride defaults to kernel_size; padding at most half
+/// the kernel). The divisor is divisor_override when non-zero, else the window area including
+/// the zero padding (count_include_pad) or only the input elements it covers. Accumulates in fp32
+/// (f64 for f64). Passthrough.
+Tensor avg_pool2d(const Tensor& input, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride = {},
+                  const std::vector<int64_t>& padding = {0, 0}, bool ceil_mode = false,
+                  bool count_include_pad = true, int64_t divisor_override = 0);
+/// Average pooling to a fixed output size (Ho, Wo): output (i, j) averages rows
+/// [floor(i·H/Ho), ceil((i+1)·H/Ho)) and the same columns. output_size {1, 1} is global average
+/// pooling. Passthrough.
+Tensor adaptive_avg_pool2d(const Tensor& input, const std::vector<int64_t>& output_size);
+
+// ---- normalisation and softmax --------------------------------------------------------------
+// Floating inputs (f32, f64, f16, bf16). f16/bf16 inputs are stored in their dtype and computed
+// in fp32; statistics (means, variances) are always fp32 (f64 for f64 inputs). Parameters
+// (weight, bias, running statistics) may be in the input's dtype or fp32 (BatchNorm parameters
+// stay fp32 in low-precision models); parameter gradients come back in each parameter's dtype.
+// All five are FP32 under autocast.
+
+/// torch.nn.functional.batch_norm. input: (N, C, ...) with any number of spatial dims (at least
+/// 2-D). running_mean, running_var, weight, bias: (C) or undefined. training: normalises with the
+/// batch statistics over (N, ...) (biased variance) and, when the running statistics are given,
+/// updates them in place (running = (1 − momentum)·running + momentum·batch, with the unbiased
+/// batch variance; they are buffers and record no gradient); needs more than one value per
+/// channel. Eval (training = false): normalises with the running statistics, which must be given.
+/// Output: input's shape and dtype. FP32.
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
+                  double momentum = 0.1, double eps = 1e-5);
+/// torch.nn.functional.layer_norm: normalises over the trailing dims given by normalized_shape
+/// (input's shape must end with it); weight, bias: normalized_shape or undefined. FP32.
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+/// torch.nn.functional.group_norm. input: (N, C, ...); C divisible by num_groups; statistics per
+/// (sample, group of C / num_groups channels); weight, bias: (C) or undefined. FP32.
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+/// softmax along dim (negative counts from the end), stable (max-subtracted). With dtype given the
+/// input is first cast to it (as PyTorch's dtype=; e.g. fp32 softmax of bf16 scores). FP32.
+Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+/// log(softmax(x)) along dim computed as x − max − log Σ exp(x − max). dtype as softmax. FP32.
+Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+// ---- losses, embedding, dropout, attention ---------------------------------------------------
+// Implemented in ops/loss.cpp, ops/embedding.cpp, ops/dropout.cpp, ops/attention.cpp.
+
+class Generator;  // core/rng.h
+
+/// How a loss reduces its per-element values (PyTorch's reduction = "none" | "mean" | "sum").
+enum class Reduction { none, mean, sum };
+
+/// Cross-entropy of logits against class indices, fused (log-softmax + NLL in one pass per row).
+/// input: (N, C), (N, C, d1, ...) or (C); target: i64 (N), (N, d1, ...) or () with values in
+/// [0, C) or ignore_index; weight: optional (C) class weights (not differentiated). With label
+/// smoothing ε the target distribution is (1 − ε)·onehot + ε/C. reduction none gives target's
+/// shape (0 at ignored positions); mean divides by Σ w[target] over the non-ignored positions
+/// (their count without weights; NaN when all are ignored), as PyTorch. Result in input's dtype,
+/// computed in fp32 (f64 for f64). Errors: IndexError for a target outside [0, C) that is not
+/// ignore_index (naming the value and C), DTypeError for a non-i64 target. FP32.
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                     int64_t ignore_index = -100, Reduction reduction = Reduction::mean,
+                     double label_smoothing = 0.0);
+/// Negative log-likelihood of log-probabilities: loss = −weight[t]·input[t] per position. Shapes,
+/// ignore_index, weights and reductions as cross_entropy. FP32.
+Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(), int64_t ignore_index = -100,
+                Reduction reduction = Reduction::mean);
+/// (input − target)² reduced; both floating with the same shape (no silent broadcasting). FP32.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+/// Binary cross-entropy on logits, stable for any magnitude:
+///   loss = (1 − t)·x + (1 + (pos_weight − 1)·t)·(log(1 + exp(−|x|)) + max(−x, 0)), times weight.
+/// target: input's shape, floating; weight: broadcastable to input; pos_weight: broadcastable to
+/// input along the last (class) dim. Both optional. FP32.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                                        const Tensor& pos_weight = Tensor(), Reduction reduction = Reduction::mean);
+/// Binary cross-entropy on probabilities in [0, 1]: −weight·(t·log p + (1 − t)·log(1 − p)) with
+/// each log clamped at −100 (as PyTorch), so p = 0 or 1 gives a finite loss. target: input's shape;
+/// weight broadcastable to it. Banned under autocast: use binary_cross_entropy_with_logits.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                            Reduction reduction = Reduction::mean);
+
+/// Rows of weight (V, D) picked by indices (any shape, i64 or i32): out (..., D) in weight's dtype.
+/// The gradient of weight is dense (index_add of the output gradient). padding_idx in [0, V) marks
+/// a row whose gradient stays zero; any negative value means none (unlike PyTorch, where −1 is the
+/// last row: pass V − 1 for that). IndexError for an index outside [0, V). Passthrough.
+Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx = -1);
+
+/// Zeroes each element with probability p and scales the rest by 1/(1 − p), in training; returns
+/// x itself when !training or p == 0, and zeros when p == 1. The mask is drawn from Philox blocks
+/// reserved from `generator` (the default generator when null), so it depends on the seed and the
+/// generator's offset only (not on the thread count); backward regenerates the same mask from
+/// them. ValueError for p outside [0, 1]. Floating x. Passthrough.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* generator = nullptr);
+
+/// softmax(q·kᵀ·scale + mask)·v over the last dim, as torch's F.scaled_dot_product_attention.
+/// q: (..., L, E), k: (..., S, E), v: (..., S, Ev), batch dims broadcast; out: (..., L, Ev).
+/// attn_mask: bool (true = attend) or floating (added to the scores), broadcastable to (..., L, S).
+/// is_causal masks key positions after the query's (top-left aligned, like PyTorch); it cannot be
+/// combined with attn_mask. scale = 0 means 1/√E. Scores and softmax in fp32 whatever q's dtype,
+/// then dropout_p (training dropout on the attention weights, from `generator`). A query row whose
+/// keys are all masked gets zero weights (PyTorch's math backend). Matmuls Lower.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0,
+                                    bool is_causal = false, double scale = 0.0, Generator* generator = nullptr);
+
+/// Gauss error function; grad 2/√π·exp(−x²). Floating. FP32.
+Tensor erf(const Tensor& x);
+
+/// Constant padding as torch's F.pad: pads = {left, right} for the last dim, then the dim before,
+/// ... (at most 2·x.dim() entries, even count); negative amounts crop. value is converted to x's
+/// dtype. ShapeError when a padded size would be negative. Passthrough.
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, Scalar value = 0.0);
+
 }  // namespace precis

@@ -1,5 +1,6 @@
 // Unary element-wise ops: forward (checks, kernel call) and backward (public ops on the saved
 // input or output). Kernels: ops/cpu/unary.cpp.
+#include "amp/autocast.h"
 #include "autograd/record.h"
 #include "ops/elementwise_backward.h"
 #include "ops/functional.h"
@@ -55,14 +56,16 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& app
   return run_backward(OpId::gelu_backward, grad, x, gelu_flag("gelu_backward", approximate));
 }
 
-Tensor neg(const Tensor& x) {
+Tensor neg(const Tensor& x_in) {
+  const Tensor x = amp::autocast(OpId::neg, x_in)[0];
   Tensor out = run_unary(OpId::neg, x, 0.0, false);
   if (autograd::needs_grad({&x}))
     autograd::record(OpId::neg, {x}, {out}, [](const TensorList& g) -> TensorList { return {neg(g[0])}; });
   return out;
 }
 
-Tensor abs(const Tensor& x) {
+Tensor abs(const Tensor& x_in) {
+  const Tensor x = amp::autocast(OpId::abs, x_in)[0];
   Tensor out = run_unary(OpId::abs, x, 0.0, false);
   if (autograd::needs_grad({&x})) {
     // g·sign(x), with sign(0) = 0 (as PyTorch).
@@ -74,7 +77,8 @@ Tensor abs(const Tensor& x) {
   return out;
 }
 
-Tensor exp(const Tensor& x) {
+Tensor exp(const Tensor& x_in) {
+  const Tensor x = amp::autocast(OpId::exp, x_in)[0];
   Tensor out = run_unary(OpId::exp, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::exp, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
@@ -84,7 +88,8 @@ Tensor exp(const Tensor& x) {
   return out;
 }
 
-Tensor log(const Tensor& x) {
+Tensor log(const Tensor& x_in) {
+  const Tensor x = amp::autocast(OpId::log, x_in)[0];
   Tensor out = run_unary(OpId::log, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::log, {x}, {out}, [sx = SavedTensor(x)](const TensorList& g) -> TensorList {
@@ -94,7 +99,8 @@ Tensor log(const Tensor& x) {
   return out;
 }
 
-Tensor sqrt(const Tensor& x) {
+Tensor sqrt(const Tensor& x_in) {
+  const Tensor x = amp::autocast(OpId::sqrt, x_in)[0];
   Tensor out = run_unary(OpId::sqrt, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     // d√x = 1 / (2√x)
@@ -105,7 +111,8 @@ Tensor sqrt(const Tensor& x) {
   return out;
 }
 
-Tensor rsqrt(const Tensor& x) {
+Tensor rsqrt(const Tensor& x_in) {
+  const Tensor x = amp::autocast(OpId::rsqrt, x_in)[0];
   Tensor out = run_unary(OpId::rsqrt, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     // d x^(-1/2) = -½ x^(-3/2) = -½ y³
@@ -116,7 +123,8 @@ Tensor rsqrt(const Tensor& x) {
   return out;
 }
 
-Tensor tanh(const Tensor& x) {
+Tensor tanh(const Tensor& x_in) {
+  const Tensor x = amp::autocast(OpId::tanh, x_in)[0];
   Tensor out = run_unary(OpId::tanh, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::tanh, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
@@ -127,7 +135,8 @@ Tensor tanh(const Tensor& x) {
   return out;
 }
 
-Tensor sigmoid(const Tensor& x) {
+Tensor sigmoid(const Tensor& x_in) {
+  const Tensor x = amp::autocast(OpId::sigmoid, x_in)[0];
   Tensor out = run_unary(OpId::sigmoid, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::sigmoid, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
@@ -138,7 +147,8 @@ Tensor sigmoid(const Tensor& x) {
   return out;
 }
 
-Tensor relu(const Tensor& x) {
+Tensor relu(const Tensor& x_in) {
+  const Tensor x = amp::autocast(OpId::relu, x_in)[0];
   Tensor out = run_unary(OpId::relu, x, 0.0, false);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::relu, {x}, {out}, [sx = SavedTensor(x)](const TensorList& g) -> TensorList {
@@ -148,7 +158,8 @@ Tensor relu(const Tensor& x) {
   return out;
 }
 
-Tensor gelu(const Tensor& x, const std::string& approximate) {
+Tensor gelu(const Tensor& x_in, const std::string& approximate) {
+  const Tensor x = amp::autocast(OpId::gelu, x_in)[0];
   const double flag = gelu_flag("gelu", approximate);
   Tensor out = run_unary(OpId::gelu, x, flag, true);
   if (autograd::needs_grad({&x})) {
@@ -159,7 +170,8 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   return out;
 }
 
-Tensor pow(const Tensor& x, Scalar exponent) {
+Tensor pow(const Tensor& x_in, Scalar exponent) {
+  const Tensor x = amp::autocast(OpId::pow_scalar, x_in)[0];
   const double e = exponent.to_double();
   Tensor out = run_unary(OpId::pow_scalar, x, e, true);
   if (autograd::needs_grad({&x})) {

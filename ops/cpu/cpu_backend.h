@@ -9,6 +9,14 @@ void register_binary_kernels();     // add ... ge, where, masked_fill
 void register_reduce_kernels();     // sum, mean, max, var
 void register_linalg_kernels();     // matmul, linear
 void register_index_kernels();      // cat, index_select, gather, index_add, scatter_add
+void register_conv_kernels();       // conv2d and its backward kernels
+void register_pool_kernels();       // max/avg/adaptive_avg pool2d and their backward kernels
+void register_norm_kernels();       // batch_norm, layer_norm, group_norm (+ backward)
+void register_softmax_kernels();    // softmax, log_softmax (+ backward)
+void register_loss_kernels();       // cross_entropy(+_backward), nll_loss
+void register_dropout_kernels();    // dropout
+void register_erf_kernels();        // erf
+void register_unscale_kernels();    // unscale_grads (amp)
 
 void register_cpu_kernels();
 

@@ -6,80 +6,24 @@
 // Transposed operands are described to oneDNN through strides, never copied.
 #ifdef PRECIS_HAS_ONEDNN
 
-#include <dlfcn.h>
-
 #include <array>
 #include <memory>
-#include <mutex>
 #include <string_view>
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/onednn_util.h"
 
 namespace precis::cpu {
 
 namespace {
 
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// oneDNN does not promise that one stream may be used from several threads at once; a CPU stream
-// is only a handle, so each thread keeps its own.
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream stream(cpu_engine());
-  return stream;
-}
-
-// ---- thread count ------------------------------------------------------------------------------
-// Debian's libdnnl runs its parallel regions on GNU OpenMP (DNNL_CPU_RUNTIME == OMP), whose
-// thread count is a per-thread setting (omp_set_num_threads). precis's set_num_threads must govern
-// it, but precis is not compiled with OpenMP (its users must not need -fopenmp and its own pool
-// runs the element-wise work), so the two OpenMP entry points are looked up in the runtime that
-// libdnnl already loaded into the process.
-struct OmpControl {
-  void (*set_num_threads)(int) = nullptr;
-  int (*get_max_threads)() = nullptr;
-};
-
-const OmpControl& omp_control() {
-  static const OmpControl control = [] {
-    OmpControl c;
-    if (dnnl_version()->cpu_runtime != DNNL_RUNTIME_OMP) return c;
-    c.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    c.get_max_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-    if (c.set_num_threads == nullptr || c.get_max_threads == nullptr) c = {};
-    return c;
-  }();
-  return control;
-}
-
-// Makes oneDNN on this thread use precis's thread count (one thread inside a parallel_for body,
-// where the pool already occupies the cores) and returns it. A primitive plans its work split for
-// the thread count it was created under, so the count is part of the cache key.
-int sync_thread_count() {
-  const int want = in_parallel_region() ? 1 : get_num_threads();
-  const OmpControl& omp = omp_control();
-  if (omp.set_num_threads != nullptr && omp.get_max_threads() != want) omp.set_num_threads(want);
-  return want;
-}
-
 // ---- primitive cache ---------------------------------------------------------------------------
 // dtype, bias?, threads, batch_a, batch_b, m, k, n, a strides (3), b strides (3).
 using Key = std::array<int64_t, 14>;
-
-struct KeyHash {
-  size_t operator()(const Key& key) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t v : key) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
-    return static_cast<size_t>(h);
-  }
-};
 
 // A ready primitive and the memory descriptors its arguments are wrapped in. An empty primitive
 // records that oneDNN has no fast implementation for the key, so that is not asked again.
@@ -89,46 +33,10 @@ struct CachedMatmul {
   bool supported() const { return static_cast<bool>(primitive); }
 };
 
-class PrimitiveCache {
- public:
-  std::shared_ptr<const CachedMatmul> find(const Key& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = map_.find(key);
-    if (it == map_.end()) return nullptr;
-    it->second.last_use = ++tick_;
-    return it->second.value;
-  }
+using MatmulCache = PrimitiveCache<Key, CachedMatmul>;
 
-  // Keeps the first value inserted for a key (two threads may build the same primitive).
-  std::shared_ptr<const CachedMatmul> insert(const Key& key, std::shared_ptr<const CachedMatmul> value) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = map_.find(key);
-    if (it != map_.end()) return it->second.value;
-    if (map_.size() >= kCapacity) evict_oldest();
-    map_.emplace(key, Slot{value, ++tick_});
-    return value;
-  }
-
- private:
-  // Enough for every distinct GEMM of a large model's forward and backward passes.
-  static constexpr size_t kCapacity = 512;
-  struct Slot {
-    std::shared_ptr<const CachedMatmul> value;
-    uint64_t last_use;
-  };
-  void evict_oldest() {
-    auto oldest = map_.begin();
-    for (auto it = map_.begin(); it != map_.end(); ++it)
-      if (it->second.last_use < oldest->second.last_use) oldest = it;
-    map_.erase(oldest);
-  }
-  std::mutex mutex_;
-  std::unordered_map<Key, Slot, KeyHash> map_;
-  uint64_t tick_ = 0;
-};
-
-PrimitiveCache& primitive_cache() {
-  static auto* cache = new PrimitiveCache();  // never destroyed: used until exit
+MatmulCache& primitive_cache() {
+  static auto* cache = new MatmulCache();  // never destroyed: used until exit
   return *cache;
 }
 
@@ -174,7 +82,7 @@ bool onednn_gemm(const GemmArgs& g) {
                 batch_dim(g.a, g.batch), batch_dim(g.b, g.batch), g.m, g.k, g.n,
                 g.a.batch_stride, g.a.row_stride, g.a.col_stride,
                 g.b.batch_stride, g.b.row_stride, g.b.col_stride};
-  PrimitiveCache& cache = primitive_cache();
+  MatmulCache& cache = primitive_cache();
   std::shared_ptr<const CachedMatmul> p = cache.find(key);
   if (p == nullptr) p = cache.insert(key, build(g));
   if (!p->supported()) return false;

@@ -9,6 +9,14 @@ void register_cpu_kernels() {
   register_reduce_kernels();
   register_linalg_kernels();
   register_index_kernels();
+  register_conv_kernels();
+  register_pool_kernels();
+  register_norm_kernels();
+  register_softmax_kernels();
+  register_loss_kernels();
+  register_dropout_kernels();
+  register_erf_kernels();
+  register_unscale_kernels();
 }
 
 }  // namespace precis::cpu

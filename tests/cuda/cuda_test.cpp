@@ -178,10 +178,11 @@ void check_binary(int op, DType dt) {
   const bool integral = is_integral(dt);
   Tensor a = integral ? testing::uniform_input({3, 1, 4}, -20, 20, false, 1).to(DType::i64).to(dt)
                       : uniform_input({3, 1, 4}, -2, 2, false, 1, dt);
-  // b in [0.5, 2] keeps div away from 0; a few elements equal to a's test the comparisons.
-  Tensor b = integral ? testing::uniform_input({4, 5}, 1, 20, false, 2).to(DType::i64).to(dt)
-                      : uniform_input({4, 5}, 0.5, 2, false, 2, dt);
-  b = b.t();  // (5, 4), non-contiguous
+  // b in [0.5, 2] keeps div away from 0. Transposed on each device, so it is (5, 4) and
+  // non-contiguous on the GPU too (moving a tensor makes it contiguous).
+  Tensor b_base = integral ? testing::uniform_input({4, 5}, 1, 20, false, 2).to(DType::i64).to(dt)
+                           : uniform_input({4, 5}, 0.5, 2, false, 2, dt);
+  Tensor b = b_base.t();
   const Shape out_shape{3, 5, 4};
   const double alpha = op <= 1 ? 2.0 : 1.0;
 
@@ -189,9 +190,9 @@ void check_binary(int op, DType dt) {
   const std::vector<double> av = values(ae), bv = values(be);
   std::vector<double> ref(av.size());
   for (size_t i = 0; i < av.size(); ++i) ref[i] = binary_reference(op, av[i], bv[i], alpha);
-  // Make every 7th element of the comparison inputs equal, so eq/le/ge see ties.
   Tensor out = empty(out_shape, {.dtype = cmp ? DType::boolean : dt, .device = kGpu});
-  Tensor ag = a.to(kGpu).expand(out_shape), bg = b.to(kGpu).expand(out_shape);
+  Tensor ag = a.to(kGpu).expand(out_shape), bg = b_base.to(kGpu).t().expand(out_shape);
+  REQUIRE_FALSE(bg.is_contiguous());
   kernel<kernels::BinaryKernel>(kBinaryOps[op], DeviceType::cuda, dt)(out, ag, bg, alpha);
   Tensor expected = from_vector<double>(ref, out_shape);
   PRECIS_REQUIRE_CLOSE(out, expected, cmp ? DType::boolean : dt);
@@ -256,10 +257,24 @@ Tensor matmul_reference(const Tensor& a, const Tensor& w, int64_t batch) {
   return from_vector<double>(out, {batch, n, m});
 }
 
-void check_matmul(DType dt, const Tensor& a, const Tensor& w, int64_t batch) {
+// a = a_view(a_base), w = w_view(w_base); the views are taken on each device, since moving a
+// tensor to the GPU makes it contiguous.
+using ViewFn = std::function<Tensor(const Tensor&)>;
+const ViewFn kSame = [](const Tensor& t) { return t; };
+
+void check_matmul(DType dt, const Tensor& a_base, const ViewFn& a_view, const Tensor& w_base, const ViewFn& w_view,
+                  int64_t batch) {
+  const Tensor a = a_view(a_base), w = w_view(w_base);
+  const Tensor ag = a_view(a_base.to(kGpu)), wg = w_view(w_base.to(kGpu));
+  REQUIRE(ag.strides() == a.strides());
+  REQUIRE(wg.strides() == w.strides());
   Tensor out = empty({batch, a.size(1), w.size(2)}, {.dtype = dt, .device = kGpu});
-  kernel<kernels::MatmulKernel>(OpId::matmul, DeviceType::cuda, dt)(out, a.to(kGpu), w.to(kGpu));
+  kernel<kernels::MatmulKernel>(OpId::matmul, DeviceType::cuda, dt)(out, ag, wg);
   PRECIS_REQUIRE_CLOSE(out, matmul_reference(a, w, batch), dt);
+}
+
+void check_matmul(DType dt, const Tensor& a, const Tensor& w, int64_t batch) {
+  check_matmul(dt, a, kSame, w, kSame, batch);
 }
 
 }  // namespace
@@ -274,13 +289,14 @@ TEST_CASE("cuBLAS matmul matches an f64 reference for f32, f64, f16 and bf16", "
       check_matmul(dt, randn_input({3, 5, 7}, false, 5, dt), randn_input({1, 7, 3}, false, 6, dt), 3);
     }
     SECTION("transposed operands through the leading dimension") {
-      Tensor a = randn_input({2, 7, 5}, false, 7, dt).transpose(1, 2);  // (2, 5, 7), col-major
-      Tensor w = randn_input({2, 3, 7}, false, 8, dt).transpose(1, 2);  // (2, 7, 3), col-major
-      check_matmul(dt, a, w, 2);
+      const ViewFn tr = [](const Tensor& t) { return t.transpose(1, 2); };
+      // a: (2, 5, 7) and w: (2, 7, 3), both column-major in memory.
+      check_matmul(dt, randn_input({2, 7, 5}, false, 7, dt), tr, randn_input({2, 3, 7}, false, 8, dt), tr, 2);
     }
     SECTION("sliced inner dims are made contiguous") {
-      Tensor a = randn_input({2, 5, 14}, false, 9, dt).slice(2, 0, 14, 2);  // inner stride 2
-      check_matmul(dt, a, randn_input({2, 7, 3}, false, 10, dt), 2);
+      const ViewFn every_other = [](const Tensor& t) { return t.slice(2, 0, 14, 2); };  // inner stride 2
+      check_matmul(dt, randn_input({2, 5, 14}, false, 9, dt), every_other, randn_input({2, 7, 3}, false, 10, dt), kSame,
+                   2);
     }
     SECTION("row and column vectors") {
       check_matmul(dt, randn_input({2, 1, 7}, false, 11, dt), randn_input({2, 7, 1}, false, 12, dt), 2);

@@ -1,0 +1,5 @@
+#pragma once
+// Mixed precision: autocast (the per-op precision policy), the loss scaler and the audit.
+#include "amp/audit.h"
+#include "amp/autocast.h"
+#include "amp/grad_scaler.h"

@@ -1,0 +1,74 @@
+#include "amp/audit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "ops/functional.h"
+
+namespace precis::amp {
+
+namespace {
+thread_local Audit* t_audit = nullptr;
+}
+
+Audit* active_audit() { return autograd::in_backward_pass() ? nullptr : t_audit; }
+
+Audit::Audit() : previous_(t_audit) { t_audit = this; }
+Audit::~Audit() { t_audit = previous_; }
+
+void Audit::observe(const char* op, const std::vector<const Tensor*>& inputs) {
+  // The reductions below are ops themselves: stop recording while they run.
+  t_audit = nullptr;
+  struct Restore {
+    Audit* self;
+    ~Restore() { t_audit = self; }
+  } restore{this};
+  AuditRecord& r = records_[op];
+  r.op = op;
+  ++r.calls;
+  bool dtype_seen = false;
+  NoGradGuard no_grad;
+  for (const Tensor* t : inputs) {
+    if (!t->defined() || !t->is_floating_point() || t->numel() == 0) continue;
+    if (!dtype_seen) {
+      if (std::find(r.dtypes.begin(), r.dtypes.end(), t->dtype()) == r.dtypes.end()) r.dtypes.push_back(t->dtype());
+      dtype_seen = true;
+    }
+    double m = max(abs(t->detach())).item<double>();
+    if (std::isnan(m)) m = std::numeric_limits<double>::infinity();
+    r.max_abs = std::max(r.max_abs, m);
+  }
+}
+
+std::vector<AuditRecord> Audit::records() const {
+  std::vector<AuditRecord> out;
+  for (const auto& [name, r] : records_) out.push_back(r);
+  return out;
+}
+
+std::vector<AuditRecord> Audit::near_fp16_limit(double margin) const {
+  std::vector<AuditRecord> out;
+  for (const auto& [name, r] : records_)
+    if (r.max_abs >= kFp16Max / margin) out.push_back(r);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.max_abs > b.max_abs; });
+  return out;
+}
+
+std::string Audit::report() const {
+  std::ostringstream os;
+  os << std::left << std::setw(32) << "op" << std::setw(8) << "calls" << std::setw(16) << "dtypes" << "max |input|\n";
+  for (const auto& [name, r] : records_) {
+    std::string dts;
+    for (DType d : r.dtypes) dts += (dts.empty() ? "" : ",") + std::string(dtype_name(d));
+    os << std::setw(32) << name << std::setw(8) << r.calls << std::setw(16) << dts << r.max_abs;
+    if (r.max_abs >= kFp16Max / 2) os << "   <-- within 2x of the fp16 maximum (65504): keep this op in fp32 or use bf16";
+    os << '\n';
+  }
+  return os.str();
+}
+
+}  // namespace precis::amp

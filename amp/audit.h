@@ -1,0 +1,61 @@
+#pragma once
+// Audit mode: find the ops whose values approach the fp16 range before training in fp16.
+//
+//   amp::Audit audit;                      // records on this thread while alive
+//   { amp::Autocast ac(DType::bf16); model_forward(x); }
+//   for (const auto& line : audit.near_fp16_limit()) std::cout << line.op << " " << line.max_abs << "\n";
+//   std::cout << audit.report();
+//
+// For every op called while the audit is alive (with or without autocast), it records the dtype
+// the op ran in (after autocast) and the largest magnitude among its floating inputs. An op's
+// output is the next op's input, so a model's intermediate values are all seen; the values that
+// reach an op are what must fit its dtype. Recording reads every input once (a reduction per
+// input), so audit a few steps, not a whole run.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "tensor/tensor.h"
+
+namespace precis::amp {
+
+struct AuditRecord {
+  std::string op;
+  int64_t calls = 0;
+  /// dtypes the op ran in (its first floating input's, after autocast).
+  std::vector<DType> dtypes;
+  /// Largest |x| among the op's floating inputs (NaN/inf count as inf).
+  double max_abs = 0.0;
+};
+
+class Audit {
+ public:
+  /// The fp16 maximum, 65504.
+  static constexpr double kFp16Max = 65504.0;
+
+  Audit();
+  ~Audit();
+  Audit(const Audit&) = delete;
+  Audit& operator=(const Audit&) = delete;
+
+  /// Every op seen, by name.
+  std::vector<AuditRecord> records() const;
+  /// Ops whose inputs reached at least kFp16Max / margin (default: within 2x of the fp16 maximum).
+  std::vector<AuditRecord> near_fp16_limit(double margin = 2.0) const;
+  /// A table of every op (name, calls, dtypes, max |x|), flagging those near the fp16 limit.
+  std::string report() const;
+
+  /// Called by the autocast hook of every op (not by users).
+  void observe(const char* op, const std::vector<const Tensor*>& inputs);
+
+ private:
+  std::map<std::string, AuditRecord> records_;
+  Audit* previous_;
+};
+
+/// The audit recording on this thread, or null.
+Audit* active_audit();
+
+}  // namespace precis::amp

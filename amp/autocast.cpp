@@ -1,0 +1,264 @@
+// Autocast state, the policy table with its run-time overrides, and the weight-cast cache.
+//
+// Note [Autocast cache]: inside a region, a Lower op casts the same fp32 parameter to bf16/f16
+// on every call (a model uses each weight once per forward, but a loop of micro-batches inside
+// one region, or weight sharing, reuses it). The cache keeps the low-precision copy of each fp32
+// leaf that requires grad, keyed by (tensor, its version counter, target dtype, grad mode):
+//  - an in-place update of the parameter (optimizer step, load_state_dict) bumps its version, so
+//    a stale copy is never served;
+//  - a copy made under NoGradGuard has no backward node, so it is never served to grad-mode code
+//    (and vice versa);
+//  - the entry holds a weak reference to the parameter, so a freed tensor's address being reused
+//    cannot alias;
+//  - the cache is dropped when the outermost Autocast guard of the thread exits.
+#include "amp/autocast.h"
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "amp/audit.h"
+#include "autograd/grad_mode.h"
+
+namespace precis::amp {
+
+namespace {
+
+struct DeviceState {
+  bool enabled = false;
+  DType dtype;
+  bool cache = true;
+};
+
+struct CacheKey {
+  const TensorImpl* impl;
+  uint32_t version;
+  DType dtype;
+  bool grad_mode;
+  bool operator==(const CacheKey&) const = default;
+};
+struct CacheKeyHash {
+  size_t operator()(const CacheKey& k) const {
+    return std::hash<const void*>()(k.impl) ^ (static_cast<size_t>(k.version) << 8) ^
+           (static_cast<size_t>(k.dtype) << 1) ^ static_cast<size_t>(k.grad_mode);
+  }
+};
+struct CacheEntry {
+  std::weak_ptr<TensorImpl> source;
+  Tensor copy;
+};
+
+struct ThreadState {
+  DeviceState devices[kNumDeviceTypes] = {{false, DType::bf16, true}, {false, DType::f16, true}};
+  int depth = 0;  // open Autocast guards
+  std::unordered_map<CacheKey, CacheEntry, CacheKeyHash> cache;
+};
+
+thread_local ThreadState t_state;
+
+// Overrides: category per (device type, op); unset means the op table's.
+std::mutex g_override_mutex;
+std::optional<Category> g_overrides[kNumDeviceTypes][kNumOps];
+
+struct CustomOpInfo {
+  std::string name;
+  Category category;
+};
+std::mutex g_custom_mutex;
+std::vector<CustomOpInfo>& custom_ops() {
+  static std::vector<CustomOpInfo> ops;
+  return ops;
+}
+
+const char* banned_alternative(OpId op) {
+  switch (op) {
+    case OpId::binary_cross_entropy:
+      return "binary_cross_entropy_with_logits, which takes logits and is stable in low precision";
+    default:
+      return "an fp32 region (an inner amp::Autocast with enabled=false)";
+  }
+}
+
+}  // namespace
+
+DType default_autocast_dtype(DeviceType device_type) {
+  return device_type == DeviceType::cpu ? DType::bf16 : DType::f16;
+}
+
+Autocast::Autocast(DType dtype, DeviceType device_type, bool enabled)
+    : Autocast(AutocastOptions{.device_type = device_type, .dtype = dtype, .enabled = enabled}) {}
+
+Autocast::Autocast(const AutocastOptions& o) : device_type_(o.device_type) {
+  PRECIS_CHECK_DTYPE(is_low_precision(o.dtype), "Autocast: the autocast dtype must be f16 or bf16, got ",
+                     dtype_name(o.dtype));
+  DeviceState& s = t_state.devices[static_cast<int>(o.device_type)];
+  prev_enabled_ = s.enabled;
+  prev_dtype_ = s.dtype;
+  prev_cache_ = s.cache;
+  s.enabled = o.enabled;
+  s.dtype = o.dtype;
+  s.cache = o.cache_enabled;
+  ++t_state.depth;
+}
+
+Autocast::~Autocast() {
+  DeviceState& s = t_state.devices[static_cast<int>(device_type_)];
+  s.enabled = prev_enabled_;
+  s.dtype = prev_dtype_;
+  s.cache = prev_cache_;
+  if (--t_state.depth == 0) t_state.cache.clear();
+}
+
+bool is_autocast_enabled(DeviceType d) { return t_state.devices[static_cast<int>(d)].enabled; }
+DType autocast_dtype(DeviceType d) { return t_state.devices[static_cast<int>(d)].dtype; }
+bool any_autocast_enabled() {
+  if (autograd::in_backward_pass()) return false;
+  for (const DeviceState& s : t_state.devices)
+    if (s.enabled) return true;
+  return false;
+}
+size_t cache_size() { return t_state.cache.size(); }
+
+Category category(OpId op, DeviceType device_type) {
+  std::lock_guard<std::mutex> lock(g_override_mutex);
+  const auto& o = g_overrides[static_cast<int>(device_type)][static_cast<int>(op)];
+  return o ? *o : op_info(op).category;
+}
+
+void set_category(OpId op, Category c, DeviceType device_type) {
+  std::lock_guard<std::mutex> lock(g_override_mutex);
+  g_overrides[static_cast<int>(device_type)][static_cast<int>(op)] = c;
+}
+
+void reset_categories() {
+  std::lock_guard<std::mutex> lock(g_override_mutex);
+  for (auto& per_device : g_overrides)
+    for (auto& o : per_device) o.reset();
+}
+
+CustomOp register_custom_op(const std::string& name, Category category) {
+  std::lock_guard<std::mutex> lock(g_custom_mutex);
+  custom_ops().push_back({name, category});
+  return {static_cast<int>(custom_ops().size()) - 1};
+}
+
+namespace detail {
+
+Category custom_category(CustomOp op) {
+  std::lock_guard<std::mutex> lock(g_custom_mutex);
+  return custom_ops().at(static_cast<size_t>(op.id)).category;
+}
+
+const std::string& custom_name(CustomOp op) {
+  std::lock_guard<std::mutex> lock(g_custom_mutex);
+  return custom_ops().at(static_cast<size_t>(op.id)).name;
+}
+
+void throw_banned(OpId op) {
+  throw DTypeError(precis::detail::str_cat(op_name(op), " is not allowed under autocast: it is unsafe in low "
+                                           "precision. Use ", banned_alternative(op), "."));
+}
+
+void throw_banned_custom(CustomOp op) {
+  throw DTypeError(precis::detail::str_cat(custom_name(op), " is registered as Banned under autocast; run it in an "
+                                           "fp32 region (an inner amp::Autocast with enabled=false)."));
+}
+
+bool audit_active() { return active_audit() != nullptr; }
+
+void audit_observe(const char* op, std::initializer_list<const Tensor*> inputs) {
+  if (Audit* a = active_audit()) a->observe(op, std::vector<const Tensor*>(inputs));
+}
+
+DeviceType device_of(std::initializer_list<const Tensor*> tensors, bool* found) {
+  for (const Tensor* t : tensors) {
+    if (t->defined() && is_floating(t->dtype())) {
+      *found = true;
+      return t->device().type;
+    }
+  }
+  *found = false;
+  return DeviceType::cpu;
+}
+
+DType widest_floating(std::initializer_list<const Tensor*> tensors) {
+  bool any = false;
+  DType w = DType::f32;
+  for (const Tensor* t : tensors) {
+    if (!t->defined() || !is_floating(t->dtype())) continue;
+    w = any ? promote_types(w, t->dtype()) : t->dtype();
+    any = true;
+  }
+  return w;
+}
+
+namespace {
+// A low-precision copy of `t`, from the region's cache when t is an fp32 leaf parameter.
+Tensor cached_cast(const Tensor& t, DType dtype, const DeviceState& s) {
+  const bool cacheable = s.cache && t.dtype() == DType::f32 && t.is_leaf() && t.requires_grad();
+  if (!cacheable) return t.to(dtype);
+  const CacheKey key{t.impl(), t.version(), dtype, is_grad_enabled()};
+  auto it = t_state.cache.find(key);
+  if (it != t_state.cache.end()) {
+    if (auto src = it->second.source.lock(); src && src.get() == t.impl()) return it->second.copy;
+    t_state.cache.erase(it);
+  }
+  Tensor copy = t.to(dtype);
+  t_state.cache[key] = {t.impl_ptr(), copy};
+  return copy;
+}
+}  // namespace
+
+Tensor cast_for(Category c, const std::string* op_name, const Tensor& t, DType widest, DeviceType device) {
+  (void)op_name;
+  if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == DType::f64) return t;
+  const DeviceState& s = t_state.devices[static_cast<int>(device)];
+  switch (c) {
+    case Category::Lower:
+      return t.dtype() == s.dtype ? t : cached_cast(t, s.dtype, s);
+    case Category::FP32:
+      return t.dtype() == DType::f32 ? t : t.to(DType::f32);
+    case Category::Promote:
+      return t.dtype() == widest || widest == DType::f64 ? t : t.to(widest);
+    default:
+      return t;
+  }
+}
+
+}  // namespace detail
+
+namespace {
+std::vector<Tensor> cast_list(OpId op, const std::vector<Tensor>& inputs) {
+  if (!any_autocast_enabled() || inputs.empty()) return inputs;
+  bool found = false;
+  DeviceType device = DeviceType::cpu;
+  DType widest = DType::f32;
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || !is_floating(t.dtype())) continue;
+    widest = found ? promote_types(widest, t.dtype()) : t.dtype();
+    if (!found) device = t.device().type;
+    found = true;
+  }
+  if (!found || !is_autocast_enabled(device)) return inputs;
+  const Category c = category(op, device);
+  if (c == Category::Banned) detail::throw_banned(op);
+  if (c == Category::Passthrough) return inputs;
+  std::vector<Tensor> out;
+  out.reserve(inputs.size());
+  for (const Tensor& t : inputs) out.push_back(detail::cast_for(c, nullptr, t, widest, device));
+  return out;
+}
+}  // namespace
+
+std::vector<Tensor> autocast_list(OpId op, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out = cast_list(op, inputs);
+  if (Audit* a = active_audit()) [[unlikely]] {
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : out) ptrs.push_back(&t);
+    a->observe(op_name(op), ptrs);
+  }
+  return out;
+}
+
+}  // namespace precis::amp

@@ -1,0 +1,412 @@
+#include "amp/grad_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "ops/functional.h"
+#include "ops/kernels_amp.h"
+#include "ops/op_table.h"
+#include "optim/clip_grad.h"
+#include "tensor/factory.h"
+
+namespace precis::amp {
+
+struct StepResult::Record {
+  int64_t step = 0;
+  Tensor scale_before;    // 0-d f32
+  Tensor scale_after;     // 0-d f32, set by update()
+  Tensor found_inf;       // 0-d f32: non-finite gradients
+  Tensor loss_nonfinite;  // 0-d f32: a non-finite loss since the last update
+  Tensor sq_norm;         // 0-d f64: total squared norm of the unscaled gradients
+};
+
+namespace {
+
+constexpr const char* kOrder =
+    "The order for each optimizer step is: scaler.scale(loss).backward() for every micro-batch, then "
+    "optionally scaler.unscale_(opt) (once, after the last micro-batch) and clipping, then scaler.step(opt) "
+    "for each optimizer, then scaler.update() once.";
+
+double read(const Tensor& t) { return t.defined() ? t.item<double>() : 0.0; }
+
+}  // namespace
+
+// ---- StepResult -------------------------------------------------------------------------------
+bool StepResult::applied() const { return reason() == SkipReason::none; }
+
+SkipReason StepResult::reason() const {
+  if (!record_) return SkipReason::none;
+  if (read(record_->loss_nonfinite) != 0.0) return SkipReason::non_finite_loss;
+  if (read(record_->found_inf) != 0.0) return SkipReason::overflow;
+  return SkipReason::none;
+}
+
+double StepResult::scale_before() const { return record_ ? read(record_->scale_before) : 1.0; }
+
+double StepResult::scale_after() const {
+  if (!record_) return 1.0;
+  return record_->scale_after.defined() ? read(record_->scale_after) : scale_before();
+}
+
+std::optional<double> StepResult::grad_norm() const {
+  if (!record_ || !record_->sq_norm.defined()) return std::nullopt;
+  return std::sqrt(read(record_->sq_norm));
+}
+
+const char* skip_reason_name(SkipReason r) {
+  switch (r) {
+    case SkipReason::none: return "none";
+    case SkipReason::overflow: return "overflow";
+    case SkipReason::non_finite_loss: return "non_finite_loss";
+  }
+  return "?";
+}
+
+// ---- GradScaler -------------------------------------------------------------------------------
+GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
+  const auto& o = options_;
+  PRECIS_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale), "GradScaler: init_scale must be positive and finite, got ",
+               o.init_scale);
+  PRECIS_CHECK(o.growth_factor > 1.0, "GradScaler: growth_factor must be > 1, got ", o.growth_factor);
+  PRECIS_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, "GradScaler: backoff_factor must be in (0, 1), got ",
+               o.backoff_factor);
+  PRECIS_CHECK(o.growth_interval >= 1, "GradScaler: growth_interval must be >= 1, got ", o.growth_interval);
+  PRECIS_CHECK(o.hysteresis >= 1, "GradScaler: hysteresis must be >= 1, got ", o.hysteresis);
+  PRECIS_CHECK(o.min_scale > 0 && o.min_scale <= o.init_scale && o.init_scale <= o.max_scale &&
+                   std::isfinite(o.max_scale) && o.max_scale <= 3.0e38,
+               "GradScaler: need 0 < min_scale <= init_scale <= max_scale < fp32 max, got min_scale ", o.min_scale,
+               ", init_scale ", o.init_scale, ", max_scale ", o.max_scale);
+  PRECIS_CHECK(o.history_size >= 0 && o.max_skips_at_floor >= 0,
+               "GradScaler: history_size and max_skips_at_floor must be >= 0");
+}
+
+void GradScaler::ensure_state(const Tensor& like) {
+  if (initialised_) {
+    PRECIS_CHECK_DEVICE(like.device() == device_, "GradScaler: ", like.describe(), " is on another device than the "
+                        "scaler's state (", device_.str(), "); one scaler serves one device");
+    return;
+  }
+  device_ = like.device();
+  const TensorOptions f32{.dtype = DType::f32, .device = device_};
+  scale_ = full({}, options_.init_scale, f32);
+  growth_tracker_ = zeros({}, f32);
+  hysteresis_tracker_ = full({}, static_cast<double>(options_.hysteresis), f32);
+  floor_skips_ = zeros({}, f32);
+  loss_nonfinite_ = zeros({}, f32);
+  initialised_ = true;
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  if (!options_.enabled) return loss;
+  PRECIS_CHECK_DTYPE(loss.is_floating_point(), "GradScaler::scale: the loss must be floating, got ", loss.describe());
+  ensure_state(loss);
+  for (const auto& [opt, s] : per_optimizer_)
+    PRECIS_CHECK_T(StateError, s.stage != Stage::unscaled, "GradScaler::scale was called after unscale_(opt) in the "
+                   "same optimizer step: this micro-batch's gradients would be added, still scaled, to gradients "
+                   "that were already unscaled. Call unscale_ only after the last micro-batch's backward. ",
+                   kOrder);
+  {
+    NoGradGuard no_grad;
+    Tensor l = loss.detach().to(DType::f32);
+    // Non-finite iff not |l| < inf (NaN fails every comparison).
+    Tensor bad = max(1.0 - lt(abs(l), std::numeric_limits<double>::infinity()).to(DType::f32));
+    loss_nonfinite_ = maximum(loss_nonfinite_, bad);
+    if (l.numel() == 1) {
+      recent_loss_tensors_.push_back(l.reshape({}).clone());
+      if (recent_loss_tensors_.size() > 16) recent_loss_tensors_.pop_front();
+    }
+  }
+  return mul(loss.to(DType::f32), scale_);
+}
+
+GradScaler::OptimizerState& GradScaler::state_of(optim::Optimizer& opt) { return per_optimizer_[&opt]; }
+
+void GradScaler::check_grads(optim::Optimizer& opt, OptimizerState& s, bool write) {
+  s.params.clear();
+  std::vector<Tensor> grads;
+  for (const Tensor& p : opt.parameters()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    ensure_state(g);
+    PRECIS_CHECK_DEVICE(g.device() == device_, "GradScaler: the gradient of ", p.describe(), " is on ",
+                        g.device().str(), " but the scaler's state is on ", device_.str());
+    PRECIS_CHECK(g.is_contiguous(), "GradScaler: the gradient of ", p.describe(), " is not contiguous");
+    s.params.push_back(p);
+    grads.push_back(g);
+  }
+  if (!initialised_) ensure_state(zeros({}));  // no gradients at all: state on the CPU
+  const TensorOptions f32{.dtype = DType::f32, .device = device_};
+  NoGradGuard no_grad;
+  s.found_inf = zeros({}, f32);
+  s.counts = zeros({static_cast<int64_t>(grads.size())}, f32);
+  s.sq_norms = zeros({static_cast<int64_t>(grads.size())}, {.dtype = DType::f64, .device = device_});
+  // 1/scale computed in f64 and rounded once, as the optimizers' grad_scale path does.
+  Tensor inv = (1.0 / scale_.to(DType::f64)).to(DType::f32);
+  if (!grads.empty()) {
+    kernel<kernels::UnscaleKernel>(OpId::unscale_grads, device_.type, DType::f32)(grads, inv, write, s.found_inf,
+                                                                                  s.counts, s.sq_norms);
+    if (write)
+      for (const Tensor& g : grads) g.bump_version();
+  }
+  s.grad_norm = Tensor();
+}
+
+void GradScaler::unscale_(optim::Optimizer& opt) {
+  if (!options_.enabled) return;
+  OptimizerState& s = state_of(opt);
+  if (s.stage == Stage::unscaled) return;  // idempotent within one optimizer step
+  PRECIS_CHECK_T(StateError, s.stage != Stage::stepped, "GradScaler::unscale_ was called after step() for this ",
+                 opt.name(), " optimizer and before update(): its gradients were already used. ", kOrder);
+  check_grads(opt, s, /*write=*/true);
+  s.stage = Stage::unscaled;
+}
+
+Tensor GradScaler::clip_grad_norm_(optim::Optimizer& opt, double max_norm) {
+  if (!options_.enabled) return optim::clip_grad_norm_(opt.parameters(), max_norm);
+  unscale_(opt);
+  OptimizerState& s = state_of(opt);
+  Tensor norm = optim::clip_grad_norm_(s.params, max_norm, s.sq_norms.to(Device::cpu()));
+  s.grad_norm = norm;
+  return norm;
+}
+
+StepResult GradScaler::step(optim::Optimizer& opt) {
+  if (!options_.enabled) {
+    opt.step();
+    return StepResult();
+  }
+  OptimizerState& s = state_of(opt);
+  PRECIS_CHECK_T(StateError, s.stage != Stage::stepped, "GradScaler::step was called twice for this ", opt.name(),
+                 " optimizer without update() in between. ", kOrder);
+  optim::StepOptions step_options;
+  if (s.stage == Stage::ready) {
+    // Read-only check; the optimizer divides by the scale inside its update.
+    check_grads(opt, s, /*write=*/false);
+    step_options.grad_scale = scale_;
+  }
+  Tensor skip;
+  {
+    NoGradGuard no_grad;
+    skip = maximum(s.found_inf, loss_nonfinite_);
+  }
+  step_options.found_inf = skip;
+  opt.step(step_options);
+
+  auto record = std::make_shared<StepResult::Record>();
+  record->step = steps_;
+  record->scale_before = scale_.clone();
+  record->found_inf = s.found_inf;
+  record->loss_nonfinite = loss_nonfinite_.clone();
+  {
+    NoGradGuard no_grad;
+    record->sq_norm = s.sq_norms.numel() > 0 ? sum(s.sq_norms) : zeros({}, {.dtype = DType::f64, .device = device_});
+  }
+  pending_.push_back(record);
+  s.stage = Stage::stepped;
+  last_params_ = s.params;
+  last_counts_ = s.counts;
+  return StepResult(record);
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  PRECIS_CHECK_T(StateError, !pending_.empty(), "GradScaler::update was called without a step() since the last "
+                 "update(). ", kOrder);
+  const auto& o = options_;
+  {
+    NoGradGuard no_grad;
+    Tensor found = pending_.front()->found_inf;
+    for (size_t i = 1; i < pending_.size(); ++i) found = maximum(found, pending_[i]->found_inf);
+    // The state machine, in tensor ops on the state's device (no host read):
+    //   non-finite loss: nothing changes (a model bug, reported, not an overflow);
+    //   overflow:        hysteresis - 1; when it reaches 0: scale · backoff (>= floor), trackers reset;
+    //   clean step:      growth + 1; at growth_interval: scale · growth (<= cap), trackers reset.
+    Tensor loss_bad = loss_nonfinite_;
+    Tensor overflow = found * (1.0 - loss_bad);
+    Tensor clean = (1.0 - found) * (1.0 - loss_bad);
+    Tensor hyst = hysteresis_tracker_ - overflow;
+    Tensor backoff = overflow * le(hyst, 0.0).to(DType::f32);
+    Tensor scale = where(backoff.to(DType::boolean), maximum(scale_ * o.backoff_factor, o.min_scale), scale_);
+    hyst = where(backoff.to(DType::boolean), full({}, static_cast<double>(o.hysteresis), {.device = device_}), hyst);
+    Tensor growth = (growth_tracker_ + 1.0) * clean + growth_tracker_ * loss_bad;  // overflow resets it to 0
+    Tensor grow = clean * ge(growth, static_cast<double>(o.growth_interval)).to(DType::f32);
+    scale = where(grow.to(DType::boolean), minimum(scale * o.growth_factor, o.max_scale), scale);
+    growth = growth * (1.0 - grow);
+    hyst = where(grow.to(DType::boolean), full({}, static_cast<double>(o.hysteresis), {.device = device_}), hyst);
+    Tensor skipped = maximum(found, loss_bad);
+    Tensor at_floor = le(scale, o.min_scale).to(DType::f32);
+    floor_skips_ = (floor_skips_ + 1.0) * skipped * at_floor;
+    scale_ = scale;
+    growth_tracker_ = growth;
+    hysteresis_tracker_ = hyst;
+    loss_nonfinite_ = zeros({}, {.dtype = DType::f32, .device = device_});
+  }
+  for (auto& r : pending_) {
+    r->scale_after = scale_;
+    history_.push_back(r);
+  }
+  while (static_cast<int64_t>(history_.size()) > o.history_size) history_.pop_front();
+  pending_.clear();
+  for (auto& [opt, s] : per_optimizer_) s.stage = Stage::ready;
+  ++steps_;
+
+  // The floor check reads the device, so it runs every few updates (every update on the CPU is
+  // cheap, but the code path is the same on every device).
+  if (o.max_skips_at_floor > 0 && ++updates_since_check_ >= std::min<int64_t>(o.max_skips_at_floor, 8)) {
+    updates_since_check_ = 0;
+    const double skips = floor_skips_.item<double>();
+    if (skips >= static_cast<double>(o.max_skips_at_floor)) {
+      std::ostringstream msg;
+      msg << "GradScaler: " << static_cast<int64_t>(skips) << " consecutive steps were skipped with the loss scale at "
+          << "its floor (" << o.min_scale << "). ";
+      auto offenders = last_overflow();
+      if (!offenders.empty()) {
+        msg << "Parameters with the most non-finite gradients in the last skipped step:";
+        for (size_t i = 0; i < offenders.size() && i < 5; ++i)
+          msg << (i ? "," : "") << " " << offenders[i].first << " (" << offenders[i].second << ")";
+        msg << ". ";
+      }
+      msg << "Recent losses:";
+      for (const Tensor& l : recent_loss_tensors_) msg << " " << l.item<double>();
+      msg << ". The gradients are non-finite even without scaling, so this is not an fp16 range problem: look "
+             "for a bug producing inf/NaN (log of 0, division by 0, exploding activations), lower the learning "
+             "rate, or clip gradients.";
+      throw StateError(msg.str());
+    }
+  }
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled) return 1.0;
+  return initialised_ ? scale_.item<double>() : options_.init_scale;
+}
+
+void GradScaler::set_parameter_names(const std::vector<std::pair<std::string, Tensor>>& named) {
+  names_.clear();
+  for (const auto& [name, t] : named) names_[t.impl()] = name;
+}
+
+std::string GradScaler::name_of(const Tensor& p, size_t fallback_index) const {
+  auto it = names_.find(p.impl());
+  return it != names_.end() ? it->second : "parameter " + std::to_string(fallback_index) + " " + p.describe();
+}
+
+std::vector<std::pair<std::string, int64_t>> GradScaler::last_overflow() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (!last_counts_.defined()) return out;
+  const std::vector<float> counts = last_counts_.to_vector<float>();
+  for (size_t i = 0; i < counts.size(); ++i)
+    if (counts[i] > 0) out.emplace_back(name_of(last_params_[i], i), static_cast<int64_t>(counts[i]));
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+std::vector<HistoryEntry> GradScaler::history() const {
+  std::vector<HistoryEntry> out;
+  for (const auto& r : history_) {
+    StepResult res(r);
+    out.push_back({r->step, res.scale_before(), res.applied(), res.reason(),
+                   res.grad_norm().value_or(std::numeric_limits<double>::quiet_NaN())});
+  }
+  return out;
+}
+
+int64_t GradScaler::skipped_steps() const {
+  int64_t n = 0;
+  for (const auto& e : history()) n += !e.applied;
+  return n;
+}
+
+StateDict GradScaler::state_dict() const {
+  StateDict d;
+  if (!options_.enabled) return d;
+  PRECIS_CHECK_T(StateError, pending_.empty(), "GradScaler::state_dict: save between optimizer steps (after "
+                 "update()), not between step() and update()");
+  auto cpu = [](const Tensor& t) { return t.to(Device::cpu()).clone(); };
+  const double init = options_.init_scale;
+  d["scale"] = initialised_ ? cpu(scale_) : full({}, init);
+  d["growth_tracker"] = initialised_ ? cpu(growth_tracker_) : zeros({});
+  d["hysteresis_tracker"] = initialised_ ? cpu(hysteresis_tracker_) : full({}, static_cast<double>(options_.hysteresis));
+  d["floor_skips"] = initialised_ ? cpu(floor_skips_) : zeros({});
+  d["steps"] = state_int(steps_);
+  d["updates_since_check"] = state_int(updates_since_check_);
+  d["options.init_scale"] = state_real(options_.init_scale);
+  d["options.growth_factor"] = state_real(options_.growth_factor);
+  d["options.backoff_factor"] = state_real(options_.backoff_factor);
+  d["options.growth_interval"] = state_int(options_.growth_interval);
+  d["options.hysteresis"] = state_int(options_.hysteresis);
+  d["options.min_scale"] = state_real(options_.min_scale);
+  d["options.max_scale"] = state_real(options_.max_scale);
+  d["options.max_skips_at_floor"] = state_int(options_.max_skips_at_floor);
+  d["options.history_size"] = state_int(options_.history_size);
+  // The history as parallel 1-D columns.
+  std::vector<int64_t> step, reason;
+  std::vector<double> scale, norm;
+  for (const HistoryEntry& e : history()) {
+    step.push_back(e.step);
+    reason.push_back(static_cast<int64_t>(e.reason));
+    scale.push_back(e.scale);
+    norm.push_back(e.grad_norm);
+  }
+  const int64_t n = static_cast<int64_t>(step.size());
+  d["history.step"] = from_vector<int64_t>(step, {n});
+  d["history.reason"] = from_vector<int64_t>(reason, {n});
+  d["history.scale"] = from_vector<double>(scale, {n});
+  d["history.grad_norm"] = from_vector<double>(norm, {n});
+  return d;
+}
+
+void GradScaler::load_state_dict(const StateDict& d) {
+  PRECIS_CHECK_T(StateError, options_.enabled, "GradScaler::load_state_dict: this scaler is disabled");
+  PRECIS_CHECK_T(StateError, !d.empty(), "GradScaler::load_state_dict: the state dict is empty (saved by a disabled "
+                 "scaler?)");
+  PRECIS_CHECK_T(StateError, pending_.empty(), "GradScaler::load_state_dict: load between optimizer steps");
+  const char* owner = "GradScaler";
+  options_.init_scale = state_get_real(d, "options.init_scale", owner);
+  options_.growth_factor = state_get_real(d, "options.growth_factor", owner);
+  options_.backoff_factor = state_get_real(d, "options.backoff_factor", owner);
+  options_.growth_interval = state_get_int(d, "options.growth_interval", owner);
+  options_.hysteresis = state_get_int(d, "options.hysteresis", owner);
+  options_.min_scale = state_get_real(d, "options.min_scale", owner);
+  options_.max_scale = state_get_real(d, "options.max_scale", owner);
+  options_.max_skips_at_floor = state_get_int(d, "options.max_skips_at_floor", owner);
+  options_.history_size = state_get_int(d, "options.history_size", owner);
+  const Device dev = initialised_ ? device_ : Device::cpu();
+  auto load = [&](const char* key) {
+    Tensor t = state_tensor(d, key, owner);
+    PRECIS_CHECK_SHAPE(t.numel() == 1, owner, ": state entry '", key, "' should hold one value, got ", t.describe());
+    return t.reshape({}).to(DType::f32).to(dev).clone();
+  };
+  device_ = dev;
+  scale_ = load("scale");
+  growth_tracker_ = load("growth_tracker");
+  hysteresis_tracker_ = load("hysteresis_tracker");
+  floor_skips_ = load("floor_skips");
+  loss_nonfinite_ = zeros({}, {.dtype = DType::f32, .device = dev});
+  initialised_ = true;
+  steps_ = state_get_int(d, "steps", owner);
+  updates_since_check_ = state_get_int(d, "updates_since_check", owner);
+  history_.clear();
+  const auto step = state_tensor(d, "history.step", owner).to_vector<int64_t>();
+  const auto reason = state_tensor(d, "history.reason", owner).to_vector<int64_t>();
+  const auto scale = state_tensor(d, "history.scale", owner).to_vector<double>();
+  const auto norm = state_tensor(d, "history.grad_norm", owner).to_vector<double>();
+  PRECIS_CHECK_SHAPE(reason.size() == step.size() && scale.size() == step.size() && norm.size() == step.size(),
+                     owner, ": the history columns have different lengths");
+  for (size_t i = 0; i < step.size(); ++i) {
+    auto r = std::make_shared<StepResult::Record>();
+    r->step = step[i];
+    r->scale_before = full({}, scale[i]);
+    r->scale_after = r->scale_before;
+    r->found_inf = full({}, reason[i] == static_cast<int64_t>(SkipReason::overflow) ? 1.0 : 0.0);
+    r->loss_nonfinite = full({}, reason[i] == static_cast<int64_t>(SkipReason::non_finite_loss) ? 1.0 : 0.0);
+    if (!std::isnan(norm[i])) r->sq_norm = full({}, norm[i] * norm[i], {.dtype = DType::f64});
+    history_.push_back(r);
+  }
+  per_optimizer_.clear();
+}
+
+}  // namespace precis::amp

@@ -1,0 +1,178 @@
+#pragma once
+// amp::GradScaler: dynamic loss scaling for f16 training (DESIGN §4).
+//
+//   amp::GradScaler scaler;
+//   for (...) {
+//     opt.zero_grad();
+//     Tensor loss;
+//     { amp::Autocast ac(DType::f16, DeviceType::cuda); loss = cross_entropy(model(x), y); }
+//     scaler.scale(loss).backward();
+//     scaler.unscale_(opt);                       // optional: needed before clipping
+//     scaler.clip_grad_norm_(opt, 1.0);           // reuses the norms unscale_ computed
+//     amp::StepResult r = scaler.step(opt);       // skipped when non-finite
+//     scaler.update();
+//     sched.step(r.applied());
+//   }
+//
+// What it adds to PyTorch's GradScaler:
+//  - causes told apart: a non-finite loss is a model bug (skip with reason non_finite_loss, keep
+//    the scale); non-finite gradients with a finite loss are an overflow (skip, back off);
+//  - attribution: non-finite counts per parameter, names of the offenders for a skipped step;
+//  - step() returns a StepResult; schedulers advance on applied steps;
+//  - state lives in tensors on the gradients' device and the skip is decided there (the
+//    optimizer reads found_inf in its kernel); the host reads only when a StepResult field, the
+//    history or scale() is asked for;
+//  - gradient accumulation: scaled micro-losses add up; unscale_ is idempotent within one
+//    optimizer step; misuse errors explain the order;
+//  - hysteresis (DeepSpeed-style), a floor and a cap, a bounded history, and an error with a
+//    diagnostic after K consecutive skips at the floor;
+//  - state_dict with every field, so a resumed run continues bit for bit.
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "optim/optimizer.h"
+#include "tensor/state_dict.h"
+#include "tensor/tensor.h"
+
+namespace precis::amp {
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;   // 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;  // clean steps before the scale grows
+  int64_t hysteresis = 1;          // overflows tolerated before a back-off (1: back off at once)
+  double min_scale = 1.0;          // the floor
+  double max_scale = 16777216.0;   // the cap, 2^24
+  /// Stop with a diagnostic after this many consecutive skipped steps at the floor (0: never).
+  int64_t max_skips_at_floor = 20;
+  /// Steps kept in history().
+  int64_t history_size = 1000;
+  /// false: every call is a no-op and training is exactly as without a scaler.
+  bool enabled = true;
+};
+
+enum class SkipReason { none, overflow, non_finite_loss };
+const char* skip_reason_name(SkipReason r);
+
+/// The outcome of one scaler.step(). Fields are read lazily: on a GPU the first read waits for the
+/// step to finish; ignoring the result costs nothing.
+class StepResult {
+ public:
+  StepResult() = default;
+  bool applied() const;
+  SkipReason reason() const;
+  double scale_before() const;
+  /// The scale after update(); equals scale_before() until update() ran.
+  double scale_after() const;
+  /// The total gradient 2-norm (unscaled) when it was computed (unscale_ ran), else empty.
+  std::optional<double> grad_norm() const;
+
+  struct Record;  // internal, shared with the scaler
+  explicit StepResult(std::shared_ptr<Record> r) : record_(std::move(r)) {}
+
+ private:
+  std::shared_ptr<Record> record_;
+};
+
+/// One entry of the bounded history.
+struct HistoryEntry {
+  int64_t step;
+  double scale;  // the scale the step ran with
+  bool applied;
+  SkipReason reason;
+  double grad_norm;  // NaN when not computed
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  /// loss · scale (fp32). Records whether the loss is finite; with gradient accumulation call it
+  /// for each micro-batch (the flags accumulate until update()).
+  Tensor scale(const Tensor& loss);
+
+  /// Unscales the gradients of `opt`'s parameters in place in one fused pass that also finds
+  /// non-finite values, counts them per parameter and computes per-parameter squared norms.
+  /// Idempotent within one optimizer step; after step() and before update() it is an error.
+  void unscale_(optim::Optimizer& opt);
+
+  /// clip_grad_norm_ over opt's parameters using the norms unscale_ computed (no second pass);
+  /// calls unscale_ first if needed. Returns the total norm (non-finite when the gradients are;
+  /// then nothing is clipped and step() will skip).
+  Tensor clip_grad_norm_(optim::Optimizer& opt, double max_norm);
+
+  /// Runs opt.step() unless the gradients or the loss were non-finite. When unscale_ was not
+  /// called, the gradients are checked in a read-only pass and the optimizer unscales them in its
+  /// update (one pass less).
+  StepResult step(optim::Optimizer& opt);
+
+  /// Adjusts the scale once per optimizer step (after every optimizer sharing the scaler stepped):
+  /// back-off on overflow (after `hysteresis` overflows), growth after growth_interval clean
+  /// steps, nothing on a non-finite loss. Throws StateError with a diagnostic after
+  /// max_skips_at_floor consecutive skips at the floor.
+  void update();
+
+  /// The current scale (reads the device).
+  double get_scale() const;
+  bool is_enabled() const { return options_.enabled; }
+  const GradScalerOptions& options() const { return options_; }
+
+  /// Names for messages: (name, parameter) pairs, e.g. a module's named_parameters().
+  void set_parameter_names(const std::vector<std::pair<std::string, Tensor>>& named);
+  /// For the last step with non-finite gradients: (parameter name, non-finite count), largest
+  /// count first.
+  std::vector<std::pair<std::string, int64_t>> last_overflow() const;
+
+  /// The last history_size steps, oldest first (reads the device).
+  std::vector<HistoryEntry> history() const;
+  int64_t steps() const { return steps_; }
+  int64_t skipped_steps() const;
+
+  /// Every field: scale, growth and hysteresis trackers, floor-skip counter, counters, options and
+  /// the history. Empty when disabled.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& dict);
+
+ private:
+  enum class Stage { ready, unscaled, stepped };
+  struct OptimizerState {
+    Stage stage = Stage::ready;
+    Tensor found_inf;  // 0-d f32: non-finite gradients this step
+    Tensor counts;     // 1-D f32 per parameter with a gradient
+    Tensor sq_norms;   // 1-D f64 per parameter with a gradient
+    std::vector<Tensor> params;  // those with gradients, matching counts / sq_norms
+    Tensor grad_norm;  // 0-d, set by clip_grad_norm_ or step
+  };
+
+  void ensure_state(const Tensor& like);
+  OptimizerState& state_of(optim::Optimizer& opt);
+  void check_grads(optim::Optimizer& opt, OptimizerState& s, bool write);
+  std::string name_of(const Tensor& p, size_t fallback_index) const;
+
+  GradScalerOptions options_;
+  Device device_ = Device::cpu();
+  bool initialised_ = false;
+  // Device-resident state (0-d f32).
+  Tensor scale_;
+  Tensor growth_tracker_;
+  Tensor hysteresis_tracker_;
+  Tensor floor_skips_;     // consecutive skips at the floor
+  Tensor loss_nonfinite_;  // set by scale() since the last update()
+  std::map<const optim::Optimizer*, OptimizerState> per_optimizer_;
+  std::vector<std::shared_ptr<StepResult::Record>> pending_;  // steps since the last update()
+  std::deque<std::shared_ptr<StepResult::Record>> history_;
+  std::map<const TensorImpl*, std::string> names_;
+  std::vector<Tensor> last_params_;  // parameters of the last step(), matching last_counts_
+  Tensor last_counts_;
+  std::deque<Tensor> recent_loss_tensors_;  // for the floor diagnostic (read only then)
+  int64_t steps_ = 0;
+  int64_t updates_since_check_ = 0;
+};
+
+}  // namespace precis::amp

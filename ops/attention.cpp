@@ -1,0 +1,90 @@
+// scaled_dot_product_attention, composed of public ops (its backward comes from theirs):
+// batched matmul for the scores (in q's dtype: Lower), masking and softmax in fp32, dropout on the
+// weights, and a batched matmul with v. Causal masking never empties a row (key 0 is visible to
+// every query), so only explicit masks are checked for rows with no visible key.
+#include <cmath>
+#include <limits>
+
+#include "amp/autocast.h"
+#include "ops/functional.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+namespace {
+
+// True where a query row of the (..., L, S) scores has every key masked: from the bool mask's
+// rows when there is one, else from −inf scores (an additive mask). Undefined when no row is
+// entirely masked, so the common case pays no extra pass over the scores.
+Tensor all_masked_rows(const Tensor& scores, const Tensor& keep) {
+  const Tensor rows = keep.defined()
+                          ? eq(sum(keep, {-1}, true), 0)
+                          : eq(std::get<0>(max(scores.detach(), -1, true)), -std::numeric_limits<double>::infinity());
+  return sum(rows).item<int64_t>() > 0 ? rows : Tensor();
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                    const Tensor& attn_mask_in, double dropout_p, bool is_causal, double scale,
+                                    Generator* generator) {
+  const auto [q, k, v, attn_mask] =
+      amp::autocast(OpId::scaled_dot_product_attention, q_in, k_in, v_in, attn_mask_in);
+  const char* op = "scaled_dot_product_attention";
+  PRECIS_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
+  auto operands = [&] {
+    std::string s = "q " + q.describe() + ", k " + k.describe() + ", v " + v.describe();
+    if (attn_mask.defined()) s += ", attn_mask " + attn_mask.describe();
+    return s;
+  };
+  PRECIS_CHECK_DTYPE(q.is_floating_point() && k.dtype() == q.dtype() && v.dtype() == q.dtype(), op,
+                     ": q, k and v must be floating with one dtype, got ", operands());
+  PRECIS_CHECK_DEVICE(k.device() == q.device() && v.device() == q.device() &&
+                          (!attn_mask.defined() || attn_mask.device() == q.device()),
+                      op, ": all operands must be on one device, got ", operands());
+  PRECIS_CHECK_SHAPE(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, op,
+                     ": q, k and v must be (..., L, E), (..., S, E), (..., S, Ev), got ", operands());
+  PRECIS_CHECK_SHAPE(k.size(-1) == q.size(-1), op, ": q and k must share the embedding size E (last dim), got ",
+                     operands());
+  PRECIS_CHECK_SHAPE(v.size(-2) == k.size(-2), op, ": k and v must share the key length S (dim -2), got ",
+                     operands());
+  PRECIS_CHECK(!(is_causal && attn_mask.defined()), op,
+               ": pass either attn_mask or is_causal, not both (fold the causal mask into attn_mask)");
+  PRECIS_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ", dropout_p);
+  PRECIS_CHECK(scale >= 0.0, op, ": scale must be positive (0 means 1/sqrt(E)), got ", scale);
+  const int64_t L = q.size(-2), S = k.size(-2);
+  if (attn_mask.defined()) {
+    PRECIS_CHECK_DTYPE(attn_mask.dtype() == DType::boolean || attn_mask.is_floating_point(), op,
+                       ": attn_mask must be bool (true = attend) or floating (added to the scores), got ", operands());
+    const bool ok = attn_mask.dim() >= 1 && (attn_mask.size(-1) == S || attn_mask.size(-1) == 1) &&
+                    (attn_mask.dim() < 2 || attn_mask.size(-2) == L || attn_mask.size(-2) == 1);
+    PRECIS_CHECK_SHAPE(ok, op, ": attn_mask must broadcast to (..., L, S) = (..., ", L, ", ", S, "), got ", operands());
+  }
+  const double s = scale > 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+
+  const DType score_dtype = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor scores = mul(matmul(q, k.transpose(-2, -1)).to(score_dtype), s);  // (..., L, S)
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (is_causal) {
+    // Key j is visible from query i when j <= i (top-left aligned, as PyTorch).
+    const TensorOptions idx{.dtype = DType::i64, .device = q.device()};
+    const Tensor keep = le(arange(static_cast<double>(S), idx).unsqueeze(0), arange(static_cast<double>(L), idx).unsqueeze(1));
+    scores = where(keep, scores, neg_inf);
+  } else if (attn_mask.defined()) {
+    scores = attn_mask.dtype() == DType::boolean ? where(attn_mask, scores, neg_inf)
+                                                 : add(scores, attn_mask.to(score_dtype));
+  }
+  // A row with every key masked gets zero weights (PyTorch's math backend does the same) rather
+  // than the NaN of softmax over −inf: its scores are zeroed before the softmax (so backward sees
+  // finite values) and its weights after (so no gradient flows to them).
+  Tensor empty_rows;
+  if (attn_mask.defined()) empty_rows = all_masked_rows(scores, attn_mask.dtype() == DType::boolean ? attn_mask : Tensor());
+  if (empty_rows.defined()) scores = masked_fill(scores, empty_rows, 0.0);
+  Tensor weights = softmax(scores, -1);
+  if (empty_rows.defined()) weights = masked_fill(weights, empty_rows, 0.0);
+  weights = weights.to(q.dtype());
+  if (dropout_p > 0.0) weights = dropout(weights, dropout_p, true, generator);
+  return matmul(weights, v);
+}
+
+}  // namespace precis

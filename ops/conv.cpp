@@ -1,0 +1,135 @@
+// conv2d: operand checks, output geometry, unbatched input, and the backward (input, weight and
+// bias gradients from the backward kernels). Kernels: ops/cpu/conv*.cpp.
+#include <string>
+
+#include "amp/autocast.h"
+#include "autograd/record.h"
+#include "ops/functional.h"
+#include "ops/kernels_conv.h"
+#include "ops/op_table.h"
+#include "ops/pair_arg.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+using kernels::Conv2dParams;
+
+namespace {
+
+std::string operands(const Tensor& x, const Tensor& w, const Tensor& b) {
+  std::string s = "input is " + x.describe() + ", weight is " + w.describe();
+  if (b.defined()) s += ", bias is " + b.describe();
+  return s;
+}
+
+// The output height or width, or a value < 1 when the (dilated) kernel does not fit.
+int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+  const int64_t span = in + 2 * pad - dil * (k - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& stride,
+                          const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
+  PRECIS_CHECK(x.defined() && w.defined(), "conv2d: input or weight is an undefined tensor");
+  const bool same_device = w.device() == x.device() && (!b.defined() || b.device() == x.device());
+  PRECIS_CHECK_DEVICE(same_device, "conv2d: operands are on different devices: ", operands(x, w, b),
+                      "; move them to one device with .to(device)");
+  const bool floating = x.is_floating_point() && w.is_floating_point() && (!b.defined() || b.is_floating_point());
+  PRECIS_CHECK_DTYPE(floating, "conv2d: expects floating operands, ", operands(x, w, b),
+                     "; convert with .to(DType::f32)");
+  const bool same_dtype = w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype());
+  PRECIS_CHECK_DTYPE(same_dtype, "conv2d: operands have different dtypes: ", operands(x, w, b),
+                     "; convert them with .to(DType::", dtype_name(w.dtype()), ") (or run under autocast)");
+  PRECIS_CHECK_SHAPE(x.dim() == 3 || x.dim() == 4, "conv2d: input must be 4-D (N, C, H, W) or 3-D (C, H, W), ",
+                     operands(x, w, b));
+  PRECIS_CHECK_SHAPE(w.dim() == 4, "conv2d: weight must be 4-D (out_channels, in_channels / groups, kH, kW), ",
+                     operands(x, w, b));
+  Conv2dParams p;
+  detail::pair_arg("conv2d", "stride", stride, p.stride, 1);
+  detail::pair_arg("conv2d", "padding", padding, p.padding, 0);
+  detail::pair_arg("conv2d", "dilation", dilation, p.dilation, 1);
+  PRECIS_CHECK(groups >= 1, "conv2d: groups must be >= 1, got ", groups);
+  p.groups = groups;
+  const int64_t c = x.size(-3), o = w.size(0);
+  PRECIS_CHECK_SHAPE(o % groups == 0, "conv2d: out_channels (weight.size(0) = ", o,
+                     ") must be divisible by groups = ", groups, ": ", operands(x, w, b));
+  PRECIS_CHECK_SHAPE(c == w.size(1) * groups, "conv2d: input has ", c, " channels but weight expects ",
+                     w.size(1), " · groups (", groups, ") = ", w.size(1) * groups, ": ", operands(x, w, b),
+                     groups > 1 ? "" : "; weight is (out_channels, in_channels / groups, kH, kW)");
+  PRECIS_CHECK_SHAPE(!b.defined() || (b.dim() == 1 && b.size(0) == o), "conv2d: bias must be (", o, "), ",
+                     operands(x, w, b));
+  for (int d = 0; d < 2; ++d) {
+    const int64_t in = x.size(-2 + d), k = w.size(2 + d);
+    const int64_t span = p.dilation[d] * (k - 1) + 1;
+    PRECIS_CHECK_SHAPE(span <= in + 2 * p.padding[d], "conv2d: the kernel (", k, " with dilation ", p.dilation[d],
+                       " spans ", span, ") is larger than the padded input ", d == 0 ? "height" : "width", " (",
+                       in, " + 2·", p.padding[d], "): ", operands(x, w, b));
+  }
+  return p;
+}
+
+Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
+              const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+              const std::vector<int64_t>& dilation, int64_t groups) {
+  const auto [input, weight, bias] = amp::autocast(OpId::conv2d, input_in, weight_in, bias_in);
+  const Conv2dParams p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
+  const DeviceType dev = input.device().type;
+  const DType dtype = input.dtype();
+  Tensor out;
+  {
+    NoGradGuard no_grad;  // the views and copies below are internal
+    const Tensor x = as_4d(input).contiguous();
+    const int64_t n = x.size(0), h = x.size(2), w = x.size(3), o = weight.size(0);
+    const int64_t ho = conv_out_size(h, weight.size(2), p.stride[0], p.padding[0], p.dilation[0]);
+    const int64_t wo = conv_out_size(w, weight.size(3), p.stride[1], p.padding[1], p.dilation[1]);
+    Tensor out4 = empty({n, o, ho, wo}, {.dtype = dtype, .device = input.device()});
+    if (out4.numel() > 0)
+      kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(out4, x, weight.contiguous(),
+                                                               bias.defined() ? bias.contiguous() : Tensor(), p);
+    out = input.dim() == 4 ? out4 : out4.squeeze(0);
+  }
+  if (autograd::needs_grad({&input, &weight, &bias})) {
+    const bool need_x = input.requires_grad(), need_w = weight.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad();
+    autograd::record(
+        OpId::conv2d, {input, weight, bias}, {out},
+        [sx = need_w || need_b ? SavedTensor(input) : SavedTensor(), sw = need_x ? SavedTensor(weight) : SavedTensor(),
+         x_sizes = input.sizes(), w_sizes = weight.sizes(), need_x, need_w, need_b, p, dev,
+         dtype](const TensorList& g) -> TensorList {
+          const Tensor go = as_4d(g[0]).contiguous();
+          const TensorOptions options{.dtype = dtype, .device = go.device()};
+          Tensor gx, gw, gb;
+          if (need_x) {
+            const Tensor w = sw.unpack("conv2d").contiguous();
+            Shape sizes4 = x_sizes;
+            if (sizes4.size() == 3) sizes4.insert(sizes4.begin(), 1);
+            Tensor gx4 = empty(sizes4, options);
+            if (gx4.numel() > 0)
+              kernel<kernels::Conv2dBackwardInputKernel>(OpId::conv2d_backward_input, dev, dtype)(gx4, go, w, p);
+            gx = gx4.view(x_sizes);
+          }
+          if (need_w || need_b) {
+            const Tensor x = as_4d(sx.unpack("conv2d")).contiguous();
+            gw = empty(w_sizes, options);
+            if (need_b) gb = empty({w_sizes[0]}, options);
+            if (go.numel() == 0) {  // an empty batch: nothing to sum
+              gw.zero_();
+              if (need_b) gb.zero_();
+            } else {
+              kernel<kernels::Conv2dBackwardWeightKernel>(OpId::conv2d_backward_weight, dev, dtype)(gw, gb, go, x, p);
+            }
+            if (!need_w) gw = Tensor();
+          }
+          return {gx, gw, gb};
+        });
+  }
+  return out;
+}
+
+}  // namespace precis

@@ -1,0 +1,163 @@
+// conv2d kernels on the CPU (forward, input gradient, weight and bias gradient). They pick the
+// back end per dtype (ops/cpu/conv_impl.h):
+//   f32   oneDNN convolution primitives (im2col + Eigen without oneDNN)
+//   bf16  oneDNN with bf16 operands and fp32 accumulation; where oneDNN has no bf16 kernel (or is
+//         absent), converted to f32 like f16
+//   f16   converted to f32 (bulk conversion), the f32 path, rounded back once
+//   f64   im2col + Eigen (oneDNN has no f64)
+#include "ops/cpu/conv_impl.h"
+#include "ops/cpu/cpu_backend.h"
+#include "ops/kernels.h"
+#include "ops/kernels_conv.h"
+#include "ops/op_table.h"
+#include "tensor/factory.h"
+
+namespace precis::cpu {
+
+ConvShape conv_shape(const Tensor& x, const Tensor& w, const Tensor& out, const kernels::Conv2dParams& p) {
+  return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), out.size(2), out.size(3), p};
+}
+
+namespace {
+
+using kernels::Conv2dParams;
+
+Tensor to_f32(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor out = empty(t.sizes(), {.dtype = DType::f32});
+  kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cpu, DType::f32)(out, t);
+  return out;
+}
+
+void copy_into(const Tensor& dst, const Tensor& src) {
+  if (dst.defined()) kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cpu, dst.dtype())(dst, src);
+}
+
+Tensor f32_like(const Tensor& t) { return t.defined() ? empty(t.sizes(), {.dtype = DType::f32}) : Tensor(); }
+
+template <typename T>
+const T* ptr(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+template <typename T>
+T* mut_ptr(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+// ---- the f32 and f64 paths -------------------------------------------------------------------
+
+template <typename T>
+void forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  const ConvShape s = conv_shape(x, w, out, p);
+#ifdef PRECIS_HAS_ONEDNN
+  if constexpr (std::is_same_v<T, float>)
+    if (onednn_conv_forward(DType::f32, s, x.data_ptr(), w.data_ptr(), ptr<float>(bias), out.data_ptr())) return;
+#endif
+  im2col_conv_forward<T>(s, x.data_ptr<T>(), w.data_ptr<T>(), ptr<T>(bias), out.data_ptr<T>());
+}
+
+template <typename T>
+void backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w, const Conv2dParams& p) {
+  const ConvShape s = conv_shape(grad_x, w, grad_out, p);
+#ifdef PRECIS_HAS_ONEDNN
+  if constexpr (std::is_same_v<T, float>)
+    if (onednn_conv_backward_input(DType::f32, s, grad_out.data_ptr(), w.data_ptr(), grad_x.data_ptr())) return;
+#endif
+  im2col_conv_backward_input<T>(s, grad_out.data_ptr<T>(), w.data_ptr<T>(), grad_x.data_ptr<T>());
+}
+
+template <typename T>
+void backward_weight(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
+                     const Conv2dParams& p) {
+  const ConvShape s = conv_shape(x, grad_w, grad_out, p);
+#ifdef PRECIS_HAS_ONEDNN
+  if constexpr (std::is_same_v<T, float>)
+    if (onednn_conv_backward_weight(DType::f32, s, grad_out.data_ptr(), x.data_ptr(), grad_w.data_ptr(),
+                                    mut_ptr<float>(grad_bias)))
+      return;
+#endif
+  im2col_conv_backward_weight<T>(s, grad_out.data_ptr<T>(), x.data_ptr<T>(), grad_w.data_ptr<T>(),
+                                 mut_ptr<T>(grad_bias));
+}
+
+// ---- the kernels: low precision via oneDNN bf16 or via f32 -------------------------------------
+
+// out: (N, O, Ho, Wo) = conv(x: (N, C, H, W), w: (O, C/g, kH, kW)) + bias: (O).
+template <typename T>
+void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    forward<T>(out, x, w, bias, p);
+  } else {
+#ifdef PRECIS_HAS_ONEDNN
+    if constexpr (std::is_same_v<T, BFloat16>)
+      if (onednn_conv_forward(DType::bf16, conv_shape(x, w, out, p), x.data_ptr(), w.data_ptr(),
+                              bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr()))
+        return;
+#endif
+    Tensor out_f = f32_like(out);
+    forward<float>(out_f, to_f32(x), to_f32(w), to_f32(bias), p);
+    copy_into(out, out_f);
+  }
+}
+
+// grad_x: (N, C, H, W) from grad_out: (N, O, Ho, Wo) and w.
+template <typename T>
+void conv2d_backward_input_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w,
+                                  const Conv2dParams& p) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    backward_input<T>(grad_x, grad_out, w, p);
+  } else {
+#ifdef PRECIS_HAS_ONEDNN
+    if constexpr (std::is_same_v<T, BFloat16>)
+      if (onednn_conv_backward_input(DType::bf16, conv_shape(grad_x, w, grad_out, p), grad_out.data_ptr(),
+                                     w.data_ptr(), grad_x.data_ptr()))
+        return;
+#endif
+    Tensor gx_f = f32_like(grad_x);
+    backward_input<float>(gx_f, to_f32(grad_out), to_f32(w), p);
+    copy_into(grad_x, gx_f);
+  }
+}
+
+// grad_w: (O, C/g, kH, kW), grad_bias: (O) or undefined, from grad_out and x; sums over the batch
+// in fp32 (f64 for f64).
+template <typename T>
+void conv2d_backward_weight_kernel(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out,
+                                   const Tensor& x, const Conv2dParams& p) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    backward_weight<T>(grad_w, grad_bias, grad_out, x, p);
+  } else {
+#ifdef PRECIS_HAS_ONEDNN
+    if constexpr (std::is_same_v<T, BFloat16>)
+      if (onednn_conv_backward_weight(DType::bf16, conv_shape(x, grad_w, grad_out, p), grad_out.data_ptr(),
+                                      x.data_ptr(), grad_w.data_ptr(),
+                                      grad_bias.defined() ? grad_bias.data_ptr() : nullptr))
+        return;
+#endif
+    Tensor gw_f = f32_like(grad_w), gb_f = f32_like(grad_bias);
+    backward_weight<float>(gw_f, gb_f, to_f32(grad_out), to_f32(x), p);
+    copy_into(grad_w, gw_f);
+    copy_into(grad_bias, gb_f);
+  }
+}
+
+template <typename T>
+void register_for() {
+  constexpr DType dt = dtype_of<T>();
+  register_kernel<kernels::Conv2dKernel>(OpId::conv2d, DeviceType::cpu, dt, &conv2d_kernel<T>);
+  register_kernel<kernels::Conv2dBackwardInputKernel>(OpId::conv2d_backward_input, DeviceType::cpu, dt,
+                                                      &conv2d_backward_input_kernel<T>);
+  register_kernel<kernels::Conv2dBackwardWeightKernel>(OpId::conv2d_backward_weight, DeviceType::cpu, dt,
+                                                       &conv2d_backward_weight_kernel<T>);
+}
+
+}  // namespace
+
+void register_conv_kernels() {
+  register_for<float>();
+  register_for<double>();
+  register_for<Half>();
+  register_for<BFloat16>();
+}
+
+}  // namespace precis::cpu

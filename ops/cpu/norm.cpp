@@ -1,0 +1,533 @@
+// CPU normalisation kernels: batch_norm, layer_norm, group_norm, forward and fused backward.
+// Inputs are contiguous (the functional code sees to it). Statistics, parameters and parameter
+// gradients are in A = opmath_t<T> (fp32 for f32/f16/bf16, f64 for f64); f16/bf16 rows are
+// widened to fp32 row buffers. Each kernel parallelises over the unit its statistics belong to
+// (channel, row, sample·group) and finishes that unit while its data is still in cache, so every
+// forward reads its input from memory once and every backward reads grad and x once.
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/dispatch.h"
+#include "ops/cpu/elementwise_util.h"
+#include "ops/cpu/softmax_rows.h"
+#include "ops/kernels_norm.h"
+#include "ops/op_table.h"
+
+namespace precis::cpu {
+
+namespace {
+
+// Elements per parallel chunk: normalisation costs a few cheap passes per element.
+constexpr int64_t kNormGrain = 32768;
+// fp32 partial sums run over at most this many elements before being folded into f64, so the
+// rounding error of a long reduction stays that of a short one.
+constexpr int64_t kFoldBlock = 4096;
+
+using rows_detail::lanes_sum;
+
+// A contiguous row as compute-type values: the row itself for f32/f64, a widened copy in a
+// reusable buffer for f16/bf16. out()/store() give a compute-type destination and write it back.
+template <typename T>
+class RowBuf {
+  using A = opmath_t<T>;
+  static constexpr bool kDirect = std::is_same_v<T, A>;
+
+ public:
+  explicit RowBuf(int64_t n) {
+    if constexpr (!kDirect) buf_.resize(static_cast<size_t>(n));
+  }
+  const A* load(const T* p, int64_t n) {
+    if constexpr (kDirect) {
+      return p;
+    } else {
+      load_block<A>(p, 1, buf_.data(), n);
+      return buf_.data();
+    }
+  }
+  A* out(T* p) {
+    if constexpr (kDirect) return p;
+    else return buf_.data();
+  }
+  void store(T* p, int64_t n) {
+    if constexpr (!kDirect) store_block<T>(buf_.data(), p, 1, n);
+  }
+
+ private:
+  std::vector<A> buf_;
+};
+
+template <typename A>
+const A* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr<A>() : nullptr;
+}
+template <typename A>
+A* mut_ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr<A>() : nullptr;
+}
+
+// Two sums Σu, Σv over the N rows (length S) of one channel, in A with f64 folds. Short rows
+// (the 4×4 or 8×8 maps of late ResNet stages) accumulate per column across rows, so the inner
+// loop stays a plain vector loop and nothing is reduced horizontally per row; long rows are
+// reduced per row with independent lanes.
+template <typename A>
+class ChannelSums {
+ public:
+  static constexpr int64_t kColumnMax = 512;
+  explicit ChannelSums(int64_t S) : S_(S), columns_(S < kColumnMax) {
+    if (columns_) {
+      a1_.assign(static_cast<size_t>(S), A(0));
+      a2_.assign(static_cast<size_t>(S), A(0));
+    }
+  }
+  // Adds u(j) and v(j) for j < S (one row).
+  template <typename U, typename V>
+  void add_row(U&& u, V&& v) {
+    if (columns_) {
+      A* a1 = a1_.data();
+      A* a2 = a2_.data();
+      for (int64_t j = 0; j < S_; ++j) {
+        a1[j] += u(j);
+        a2[j] += v(j);
+      }
+      if (++rows_ * S_ >= kFoldBlock) fold();
+    } else {
+      for (int64_t b = 0; b < S_; b += kFoldBlock) {
+        const int64_t m = std::min(kFoldBlock, S_ - b);
+        s1_ += lanes_sum<A>(m, [&](int64_t i) { return u(b + i); });
+        s2_ += lanes_sum<A>(m, [&](int64_t i) { return v(b + i); });
+      }
+    }
+  }
+  // The totals so far; resets for the next channel.
+  std::pair<double, double> take() {
+    fold();
+    const std::pair<double, double> r{s1_, s2_};
+    s1_ = s2_ = 0;
+    return r;
+  }
+
+ private:
+  void fold() {
+    if (!columns_ || rows_ == 0) return;
+    s1_ += lanes_sum<A>(S_, [&](int64_t j) { return a1_[j]; });
+    s2_ += lanes_sum<A>(S_, [&](int64_t j) { return a2_[j]; });
+    std::fill(a1_.begin(), a1_.end(), A(0));
+    std::fill(a2_.begin(), a2_.end(), A(0));
+    rows_ = 0;
+  }
+  int64_t S_;
+  bool columns_;
+  int64_t rows_ = 0;
+  std::vector<A> a1_, a2_;
+  double s1_ = 0, s2_ = 0;
+};
+
+// Mean and biased variance of a row, two passes (the row is in cache for the second).
+template <typename A>
+void row_moments(const A* x, int64_t n, A& mean, A& var) {
+  double s = 0;
+  for (int64_t b = 0; b < n; b += kFoldBlock) {
+    const int64_t m = std::min(kFoldBlock, n - b);
+    s += lanes_sum<A>(m, [&](int64_t i) { return x[b + i]; });
+  }
+  mean = static_cast<A>(s / static_cast<double>(n));
+  double q = 0;
+  const A mu = mean;
+  for (int64_t b = 0; b < n; b += kFoldBlock) {
+    const int64_t m = std::min(kFoldBlock, n - b);
+    q += lanes_sum<A>(m, [&](int64_t i) { return (x[b + i] - mu) * (x[b + i] - mu); });
+  }
+  var = static_cast<A>(q / static_cast<double>(n));
+}
+
+// y = (x − mean)·scale + shift over a row. Centring first keeps the result exact to a few ulps
+// of itself when |mean| or scale is large (x·scale + (shift − mean·scale) would cancel).
+template <typename A>
+inline void affine_row(const A* x, A* y, int64_t n, A mean, A scale, A shift) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * scale + shift;
+}
+
+// ---- batch norm -------------------------------------------------------------------------------
+
+// x, out: (N, C, S). Training: per channel, shifted one-pass sums for the statistics (shift =
+// the channel's first element, so a large mean costs no precision), then normalise the channel
+// while it is in cache. Eval: one affine pass with the running statistics.
+template <typename T>
+void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_rstd, const Tensor& x,
+                       const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                       const Tensor& running_var, bool training, double momentum, double eps) {
+  using A = opmath_t<T>;
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  const int64_t M = N * S;
+  const T* xp = x.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const A* w = ptr_or_null<A>(weight);
+  const A* b = ptr_or_null<A>(bias);
+  A* rm = mut_ptr_or_null<A>(running_mean);
+  A* rv = mut_ptr_or_null<A>(running_var);
+  A* sm = save_mean.data_ptr<A>();
+  A* sr = save_rstd.data_ptr<A>();
+  if (C == 0) return;
+  if (!training) {
+    for (int64_t c = 0; c < C; ++c) {
+      sm[c] = rm[c];
+      sr[c] = static_cast<A>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
+    }
+    if (M == 0) return;
+    parallel_for(0, N * C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(S, 1)), [&](int64_t lo, int64_t hi) {
+      RowBuf<T> buf(S);
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t c = r % C;
+        const A scale = (w ? w[c] : A(1)) * sr[c];
+        const A* xr = buf.load(xp + r * S, S);
+        affine_row(xr, buf.out(op + r * S), S, sm[c], scale, b ? b[c] : A(0));
+        buf.store(op + r * S, S);
+      }
+    });
+    return;
+  }
+  parallel_for(0, C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(M, 1)), [&](int64_t lo, int64_t hi) {
+    RowBuf<T> buf(S);
+    ChannelSums<A> sums(S);
+    for (int64_t c = lo; c < hi; ++c) {
+      // Σ (x − k) and Σ (x − k)² with k = the channel's first element: one pass, and a large
+      // mean costs no precision.
+      const A k = convert<A>(xp[c * S]);
+      for (int64_t n = 0; n < N; ++n) {
+        const A* xr = buf.load(xp + (n * C + c) * S, S);
+        sums.add_row([&](int64_t j) { return xr[j] - k; }, [&](int64_t j) { return (xr[j] - k) * (xr[j] - k); });
+      }
+      const auto [s1, s2] = sums.take();
+      const double dm = s1 / static_cast<double>(M);
+      const double var = std::max(0.0, s2 / static_cast<double>(M) - dm * dm);
+      const double mean = static_cast<double>(k) + dm;
+      const A rstd = static_cast<A>(1.0 / std::sqrt(var + eps));
+      sm[c] = static_cast<A>(mean);
+      sr[c] = rstd;
+      if (rm) rm[c] = static_cast<A>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean);
+      if (rv) {
+        const double unbiased = var * static_cast<double>(M) / static_cast<double>(M - 1);
+        rv[c] = static_cast<A>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
+      }
+      const A scale = (w ? w[c] : A(1)) * rstd;
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t off = (n * C + c) * S;
+        const A* xr = buf.load(xp + off, S);
+        affine_row(xr, buf.out(op + off), S, sm[c], scale, b ? b[c] : A(0));
+        buf.store(op + off, S);
+      }
+    }
+  });
+}
+
+// grad, x, dx: (N, C, S). Per channel: Σg and Σg·(x − mean) in one pass, then (training)
+// dx = w·rstd·(g − Σg/M − (x − mean)·rstd²·Σg(x − mean)/M), as a·g + b·(x − mean) + c0, or
+// (eval) dx = g·w·rstd.
+template <typename T>
+void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
+                                const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                                const Tensor& save_rstd, bool training) {
+  using A = opmath_t<T>;
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  const int64_t M = N * S;
+  const T* xp = x.data_ptr<T>();
+  const T* gp = grad.data_ptr<T>();
+  T* dp = dx.defined() ? dx.data_ptr<T>() : nullptr;
+  const A* w = ptr_or_null<A>(weight);
+  const A* sm = save_mean.data_ptr<A>();
+  const A* sr = save_rstd.data_ptr<A>();
+  A* dw = mut_ptr_or_null<A>(dweight);
+  A* db = mut_ptr_or_null<A>(dbias);
+  const bool need_sums = training ? dp != nullptr || dw || db : dw || db;
+  parallel_for(0, C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(M, 1)), [&](int64_t lo, int64_t hi) {
+    RowBuf<T> xb(S), gb(S);
+    ChannelSums<A> sums(S);
+    for (int64_t c = lo; c < hi; ++c) {
+      const A mean = sm[c], rstd = sr[c];
+      double sg = 0, sgx = 0;  // Σ g, Σ g·(x − mean)
+      if (need_sums) {
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t off = (n * C + c) * S;
+          const A* xr = xb.load(xp + off, S);
+          const A* gr = gb.load(gp + off, S);
+          sums.add_row([&](int64_t j) { return gr[j]; }, [&](int64_t j) { return gr[j] * (xr[j] - mean); });
+        }
+        std::tie(sg, sgx) = sums.take();
+      }
+      if (db) db[c] = static_cast<A>(sg);
+      if (dw) dw[c] = static_cast<A>(sgx * static_cast<double>(rstd));
+      if (!dp) continue;
+      const double wc = w ? static_cast<double>(w[c]) : 1.0;
+      const double r = rstd;
+      A ca, cb, c0;
+      if (training) {
+        const double bb = -wc * r * r * r * sgx / static_cast<double>(M);
+        ca = static_cast<A>(wc * r);
+        cb = static_cast<A>(bb);
+        c0 = static_cast<A>(-wc * r * sg / static_cast<double>(M));
+      } else {
+        ca = static_cast<A>(wc * r);
+        cb = A(0);
+        c0 = A(0);
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t off = (n * C + c) * S;
+        const A* gr = gb.load(gp + off, S);
+        // f16/bf16: x is widened straight into the output buffer and overwritten in place.
+        A* o = xb.out(dp + off);
+        const A* xr = o;
+        if constexpr (std::is_same_v<T, A>) xr = xp + off;
+        else if (training) load_block<A>(xp + off, 1, o, S);
+        if (training) {
+          for (int64_t i = 0; i < S; ++i) o[i] = ca * gr[i] + cb * (xr[i] - mean) + c0;
+        } else {
+          for (int64_t i = 0; i < S; ++i) o[i] = ca * gr[i];
+        }
+        xb.store(dp + off, S);
+      }
+    }
+  });
+}
+
+// ---- layer norm -------------------------------------------------------------------------------
+
+// x, out: (M, D); per row: two-pass mean/variance, then out = (x − mean)·rstd·w + b.
+template <typename T>
+void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                       const Tensor& weight, const Tensor& bias, double eps) {
+  using A = opmath_t<T>;
+  const int64_t M = x.size(0), D = x.size(1);
+  const T* xp = x.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const A* w = ptr_or_null<A>(weight);
+  const A* b = ptr_or_null<A>(bias);
+  A* mp = mean.data_ptr<A>();
+  A* rp = rstd.data_ptr<A>();
+  parallel_for(0, M, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(D, 1)), [&](int64_t lo, int64_t hi) {
+    RowBuf<T> xb(D), ob(D);
+    for (int64_t r = lo; r < hi; ++r) {
+      const A* xr = xb.load(xp + r * D, D);
+      A mu = 0, var = 0;
+      if (D > 0) row_moments(xr, D, mu, var);
+      const A rs = static_cast<A>(1.0 / std::sqrt(static_cast<double>(var) + eps));
+      mp[r] = mu;
+      rp[r] = rs;
+      A* o = ob.out(op + r * D);
+      if (w && b) {
+        for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mu) * rs * w[i] + b[i];
+      } else if (w) {
+        for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mu) * rs * w[i];
+      } else if (b) {
+        for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mu) * rs + b[i];
+      } else {
+        for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mu) * rs;
+      }
+      ob.store(op + r * D, D);
+    }
+  });
+}
+
+// grad, x, dx: (M, D). Rows are split into one block per worker; each block accumulates its own
+// dweight/dbias partials (fp32 for f32/f16/bf16) that are summed at the end. Per row:
+// x̂ = (x − mean)·rstd, dn = g·w, dx = rstd·(dn − mean(dn) − x̂·mean(dn·x̂)).
+template <typename T>
+void layer_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
+                                const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  using A = opmath_t<T>;
+  const int64_t M = x.size(0), D = x.size(1);
+  const T* xp = x.data_ptr<T>();
+  const T* gp = grad.data_ptr<T>();
+  T* dp = dx.defined() ? dx.data_ptr<T>() : nullptr;
+  const A* w = ptr_or_null<A>(weight);
+  const A* mp = mean.data_ptr<A>();
+  const A* rp = rstd.data_ptr<A>();
+  A* dw = mut_ptr_or_null<A>(dweight);
+  A* db = mut_ptr_or_null<A>(dbias);
+  const bool need_params = dw || db;
+  const int64_t rows_per_block = std::max<int64_t>(1, kNormGrain / std::max<int64_t>(D, 1));
+  const int64_t nblocks =
+      std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), (M + rows_per_block - 1) / rows_per_block));
+  std::vector<A> partial(need_params ? static_cast<size_t>(nblocks * 2 * D) : 0, A(0));
+  parallel_for(0, nblocks, 1, [&](int64_t blo, int64_t bhi) {
+    RowBuf<T> xb(D), gb(D), ob(D);
+    std::vector<A> xhat(static_cast<size_t>(D));
+    for (int64_t blk = blo; blk < bhi; ++blk) {
+      A* pw = need_params ? partial.data() + blk * 2 * D : nullptr;
+      A* pb = need_params ? pw + D : nullptr;
+      for (int64_t r = blk * M / nblocks; r < (blk + 1) * M / nblocks; ++r) {
+        const A* xr = xb.load(xp + r * D, D);
+        const A* gr = gb.load(gp + r * D, D);
+        const A mu = mp[r], rs = rp[r];
+        A* xh = xhat.data();
+        for (int64_t i = 0; i < D; ++i) xh[i] = (xr[i] - mu) * rs;
+        if (need_params) {
+          for (int64_t i = 0; i < D; ++i) {
+            pw[i] += gr[i] * xh[i];
+            pb[i] += gr[i];
+          }
+        }
+        if (!dp) continue;
+        A s1, s2;
+        if (w) {
+          s1 = lanes_sum<A>(D, [&](int64_t i) { return gr[i] * w[i]; });
+          s2 = lanes_sum<A>(D, [&](int64_t i) { return gr[i] * w[i] * xh[i]; });
+        } else {
+          s1 = lanes_sum<A>(D, [&](int64_t i) { return gr[i]; });
+          s2 = lanes_sum<A>(D, [&](int64_t i) { return gr[i] * xh[i]; });
+        }
+        const A m1 = s1 / static_cast<A>(D), m2 = s2 / static_cast<A>(D);
+        A* o = ob.out(dp + r * D);
+        if (w) {
+          for (int64_t i = 0; i < D; ++i) o[i] = rs * (gr[i] * w[i] - m1 - xh[i] * m2);
+        } else {
+          for (int64_t i = 0; i < D; ++i) o[i] = rs * (gr[i] - m1 - xh[i] * m2);
+        }
+        ob.store(dp + r * D, D);
+      }
+    }
+  });
+  if (!need_params) return;
+  for (int64_t i = 0; i < D; ++i) {
+    A sw = 0, sb = 0;
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      sw += partial[blk * 2 * D + i];
+      sb += partial[blk * 2 * D + D + i];
+    }
+    if (dw) dw[i] = sw;
+    if (db) db[i] = sb;
+  }
+}
+
+// ---- group norm -------------------------------------------------------------------------------
+
+// x, out: (N, C, S); the (n, g) block of C/G channels is contiguous. Per block: two-pass
+// moments, then a per-channel affine.
+template <typename T>
+void group_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                       const Tensor& weight, const Tensor& bias, int64_t G, double eps) {
+  using A = opmath_t<T>;
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  const int64_t Cg = C / G, L = Cg * S;
+  const T* xp = x.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const A* w = ptr_or_null<A>(weight);
+  const A* b = ptr_or_null<A>(bias);
+  A* mp = mean.data_ptr<A>();
+  A* rp = rstd.data_ptr<A>();
+  parallel_for(0, N * G, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(L, 1)), [&](int64_t lo, int64_t hi) {
+    RowBuf<T> xb(L), ob(L);
+    for (int64_t t = lo; t < hi; ++t) {
+      const A* xr = xb.load(xp + t * L, L);
+      A mu = 0, var = 0;
+      if (L > 0) row_moments(xr, L, mu, var);
+      const A rs = static_cast<A>(1.0 / std::sqrt(static_cast<double>(var) + eps));
+      mp[t] = mu;
+      rp[t] = rs;
+      A* o = ob.out(op + t * L);
+      const int64_t c0 = (t % G) * Cg;
+      for (int64_t j = 0; j < Cg; ++j) {
+        const A scale = (w ? w[c0 + j] : A(1)) * rs;
+        affine_row(xr + j * S, o + j * S, S, mu, scale, b ? b[c0 + j] : A(0));
+      }
+      ob.store(op + t * L, L);
+    }
+  });
+}
+
+// grad, x, dx: (N, C, S). Per (n, g) block of L = C/G·S elements, with dy = g·w_c:
+// dx = rstd·(dy − Σdy/L − x̂·Σ(dy·x̂)/L), from the per-channel sums Σg and Σg·(x − mean).
+// dweight_c = Σ_n rstd·Σ g(x − mean), dbias_c = Σ_n Σ g, reduced over n after the parallel part.
+template <typename T>
+void group_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
+                                const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                int64_t G) {
+  using A = opmath_t<T>;
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  const int64_t Cg = C / G, L = Cg * S;
+  const T* xp = x.data_ptr<T>();
+  const T* gp = grad.data_ptr<T>();
+  T* dp = dx.defined() ? dx.data_ptr<T>() : nullptr;
+  const A* w = ptr_or_null<A>(weight);
+  const A* mp = mean.data_ptr<A>();
+  const A* rp = rstd.data_ptr<A>();
+  A* dw = mut_ptr_or_null<A>(dweight);
+  A* db = mut_ptr_or_null<A>(dbias);
+  // Per (n, c): rstd·Σ g(x − mean) and Σ g.
+  std::vector<A> chan_gx(static_cast<size_t>(N * C)), chan_g(static_cast<size_t>(N * C));
+  parallel_for(0, N * G, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(L, 1)), [&](int64_t lo, int64_t hi) {
+    RowBuf<T> xb(L), gb(L), ob(L);
+    for (int64_t t = lo; t < hi; ++t) {
+      const A* xr = xb.load(xp + t * L, L);
+      const A* gr = gb.load(gp + t * L, L);
+      const A mu = mp[t], rs = rp[t];
+      const int64_t c0 = (t % G) * Cg, n = t / G;
+      double sdy = 0, sdyx = 0;  // Σ dy, Σ dy·x̂ over the block
+      for (int64_t j = 0; j < Cg; ++j) {
+        const A* xs = xr + j * S;
+        const A* gs = gr + j * S;
+        double sg = 0, sgx = 0;
+        for (int64_t s0 = 0; s0 < S; s0 += kFoldBlock) {
+          const int64_t m = std::min(kFoldBlock, S - s0);
+          sg += lanes_sum<A>(m, [&](int64_t i) { return gs[s0 + i]; });
+          sgx += lanes_sum<A>(m, [&](int64_t i) { return gs[s0 + i] * (xs[s0 + i] - mu); });
+        }
+        const double wc = w ? static_cast<double>(w[c0 + j]) : 1.0;
+        sdy += wc * sg;
+        sdyx += wc * sgx * static_cast<double>(rs);
+        chan_g[n * C + c0 + j] = static_cast<A>(sg);
+        chan_gx[n * C + c0 + j] = static_cast<A>(sgx * static_cast<double>(rs));
+      }
+      if (!dp) continue;
+      const double r = rs;
+      const double cb = -r * r * sdyx / static_cast<double>(L);  // multiplies (x − mean)
+      const double cc = -r * sdy / static_cast<double>(L);
+      A* o = ob.out(dp + t * L);
+      for (int64_t j = 0; j < Cg; ++j) {
+        const A ca = static_cast<A>((w ? static_cast<double>(w[c0 + j]) : 1.0) * r);
+        const A cx = static_cast<A>(cb);
+        const A c1 = static_cast<A>(cc);
+        const A* xs = xr + j * S;
+        const A* gs = gr + j * S;
+        A* os = o + j * S;
+        for (int64_t i = 0; i < S; ++i) os[i] = ca * gs[i] + cx * (xs[i] - mu) + c1;
+      }
+      ob.store(dp + t * L, L);
+    }
+  });
+  for (int64_t c = 0; c < C; ++c) {
+    double sw = 0, sb = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      sw += chan_gx[n * C + c];
+      sb += chan_g[n * C + c];
+    }
+    if (dw) dw[c] = static_cast<A>(sw);
+    if (db) db[c] = static_cast<A>(sb);
+  }
+}
+
+}  // namespace
+
+void register_norm_kernels() {
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    visit_dtype(dt, [&]<typename T>() {
+      if constexpr (std::is_floating_point_v<opmath_t<T>>) {
+        register_kernel<kernels::BatchNormKernel>(OpId::batch_norm, DeviceType::cpu, dt, &batch_norm_kernel<T>);
+        register_kernel<kernels::BatchNormBackwardKernel>(OpId::batch_norm_backward, DeviceType::cpu, dt,
+                                                          &batch_norm_backward_kernel<T>);
+        register_kernel<kernels::LayerNormKernel>(OpId::layer_norm, DeviceType::cpu, dt, &layer_norm_kernel<T>);
+        register_kernel<kernels::LayerNormBackwardKernel>(OpId::layer_norm_backward, DeviceType::cpu, dt,
+                                                          &layer_norm_backward_kernel<T>);
+        register_kernel<kernels::GroupNormKernel>(OpId::group_norm, DeviceType::cpu, dt, &group_norm_kernel<T>);
+        register_kernel<kernels::GroupNormBackwardKernel>(OpId::group_norm_backward, DeviceType::cpu, dt,
+                                                          &group_norm_backward_kernel<T>);
+      }
+    });
+  }
+}
+
+}  // namespace precis::cpu

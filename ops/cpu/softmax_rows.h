@@ -1,0 +1,240 @@
+#pragma once
+// Softmax building blocks on one contiguous row, shared by the softmax / log_softmax kernels
+// (ops/cpu/softmax.cpp) and the fused cross-entropy kernel, so both compute exactly the same
+// numbers. T is the storage type (float, double, Half, BFloat16); math runs in A = opmath_t<T>
+// (fp32 for f16/bf16). Rows of f16/bf16 are widened in kBlock-sized stack blocks, so nothing
+// here allocates. Everything is numerically stable: exponentials are taken of x − max(x) <= 0.
+//
+// Typical use (cross-entropy forward and backward of one row of logits):
+//   const auto [m, log_sum] = row_log_normaliser(logits, n);
+//   loss = log_sum − (logits[target] − m);                   // never (m + log_sum) − x: that
+//                                                            //   rounds at |m|'s scale
+//   row_exp_affine(logits, dlogits, n, m, g / exp(log_sum)); // dlogits = g·softmax, then
+//   dlogits[target] -= g;                                    //   minus g at the target
+// The exponentials (ops/cpu/vec_exp.h) run on explicit fp32 SIMD (AVX2, or AVX-512 where the
+// CPU has it); f64 rows use the library exp.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "ops/cpu/dispatch.h"
+#include "ops/cpu/elementwise_util.h"
+#include "ops/cpu/vec_exp.h"
+
+namespace precis::cpu {
+
+/// Independent accumulators in the f64 row reductions: enough to hide add latency and let the
+/// compiler keep them in vector registers (fp reductions do not vectorise otherwise).
+inline constexpr int64_t kRowLanes = 16;
+
+namespace rows_detail {
+
+// Calls f(block, offset, m) over [0, n) in blocks of the compute type A: the row itself when T is
+// A, else kBlock-sized widened copies.
+template <typename T, typename F>
+inline void for_each_block(const T* x, int64_t n, F&& f) {
+  using A = opmath_t<T>;
+  if constexpr (std::is_same_v<T, A>) {
+    f(x, int64_t(0), n);
+  } else {
+    A buf[kBlock];
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t m = std::min(kBlock, n - b);
+      load_block<A>(x + b, 1, buf, m);
+      f(static_cast<const A*>(buf), b, m);
+    }
+  }
+}
+
+// As for_each_block over two rows of the same length.
+template <typename T, typename F>
+inline void for_each_block2(const T* x, const T* y, int64_t n, F&& f) {
+  using A = opmath_t<T>;
+  if constexpr (std::is_same_v<T, A>) {
+    f(x, y, int64_t(0), n);
+  } else {
+    A bx[kBlock], by[kBlock];
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t m = std::min(kBlock, n - b);
+      load_block<A>(x + b, 1, bx, m);
+      load_block<A>(y + b, 1, by, m);
+      f(static_cast<const A*>(bx), static_cast<const A*>(by), b, m);
+    }
+  }
+}
+
+template <typename A, typename F>
+inline A lanes_sum(int64_t n, F&& f) {
+  A acc[kRowLanes] = {};
+  int64_t i = 0;
+  for (; i + kRowLanes <= n; i += kRowLanes)
+    for (int64_t k = 0; k < kRowLanes; ++k) acc[k] += f(i + k);
+  for (int64_t k = 0; i + k < n; ++k) acc[k] += f(i + k);
+  for (int64_t w = kRowLanes / 2; w > 0; w /= 2)
+    for (int64_t k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
+inline float lanes_max(const float* x, int64_t n) { return row_max_f32(x, n); }
+template <typename A>
+inline A lanes_max(const A* x, int64_t n) {
+  A acc[kRowLanes];
+  for (int64_t k = 0; k < kRowLanes; ++k) acc[k] = -std::numeric_limits<A>::infinity();
+  int64_t i = 0;
+  for (; i + kRowLanes <= n; i += kRowLanes)
+    for (int64_t k = 0; k < kRowLanes; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+  for (int64_t k = 0; i + k < n; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+  for (int64_t w = kRowLanes / 2; w > 0; w /= 2)
+    for (int64_t k = 0; k < w; ++k) acc[k] = acc[k + w] > acc[k] ? acc[k + w] : acc[k];
+  return acc[0];
+}
+
+}  // namespace rows_detail
+
+/// max(x) over a row (−inf for an empty row). NaNs are skipped here; they still make the
+/// softmax of their row NaN through the sum of exponentials.
+template <typename T>
+inline opmath_t<T> row_max(const T* x, int64_t n) {
+  using A = opmath_t<T>;
+  A m = -std::numeric_limits<A>::infinity();
+  rows_detail::for_each_block(x, n, [&](const A* b, int64_t, int64_t k) { m = std::max(m, rows_detail::lanes_max(b, k)); });
+  return m;
+}
+
+/// Σ exp(x − shift) over a row, accumulated in A.
+template <typename T>
+inline opmath_t<T> row_sum_exp(const T* x, int64_t n, opmath_t<T> shift) {
+  using A = opmath_t<T>;
+  A s = 0;
+  rows_detail::for_each_block(x, n, [&](const A* b, int64_t, int64_t k) {
+    s += exp_shift_sum(b, static_cast<A*>(nullptr), k, shift, A(1));
+  });
+  return s;
+}
+
+/// The log-softmax normaliser of a row as {max, log Σ exp(x − max)}, kept apart so that
+/// log_softmax(x)_i = (x_i − max) − log_sum loses nothing when |max| is large (the sum
+/// max + log_sum would round at max's scale). NaN log_sum if x has a NaN or max is ±inf.
+template <typename T>
+struct RowNormaliser {
+  opmath_t<T> max;
+  opmath_t<T> log_sum;
+};
+template <typename T>
+inline RowNormaliser<T> row_log_normaliser(const T* x, int64_t n) {
+  const opmath_t<T> m = row_max(x, n);
+  return {m, std::log(row_sum_exp(x, n, m))};
+}
+
+/// log Σ exp(x) over a row, stably (max-shifted). −inf for a row of −inf; NaN if x has a NaN.
+template <typename T>
+inline opmath_t<T> row_logsumexp(const T* x, int64_t n) {
+  using A = opmath_t<T>;
+  const A m = row_max(x, n);
+  if (m == -std::numeric_limits<A>::infinity()) return m;
+  return m + std::log(row_sum_exp(x, n, m));
+}
+
+/// y[i] = scale·exp(x[i] − shift) over a row; y may be another storage type U, or alias x.
+/// shift must be >= max(x) (the row max, or a log-sum-exp).
+template <typename T, typename U>
+inline void row_exp_affine(const T* x, U* y, int64_t n, opmath_t<T> shift, opmath_t<T> scale) {
+  using A = opmath_t<T>;
+  rows_detail::for_each_block(x, n, [&](const A* b, int64_t off, int64_t k) {
+    if constexpr (std::is_same_v<U, A>) {
+      exp_shift_sum(b, y + off, k, shift, scale);
+    } else {
+      A out[kBlock];
+      for (int64_t j = 0; j < k; j += kBlock) {
+        const int64_t m = std::min(kBlock, k - j);
+        exp_shift_sum(b + j, out, m, shift, scale);
+        store_block<U>(out, y + off + j, 1, m);
+      }
+    }
+  });
+}
+
+/// y = softmax(x) over a row: exp(x − max) / Σ exp(x − max). y may alias x.
+template <typename T, typename U>
+inline void row_softmax(const T* x, U* y, int64_t n) {
+  using A = opmath_t<T>;
+  const A m = row_max(x, n);
+  if constexpr (std::is_same_v<T, A> && std::is_same_v<U, A>) {
+    // One exponential per element: write exp(x − max) and sum it, then scale in place.
+    const A s = exp_shift_sum(x, y, n, m, A(1));
+    const A inv = A(1) / s;
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+  } else {
+    row_exp_affine(x, y, n, m, A(1) / row_sum_exp(x, n, m));
+  }
+}
+
+/// y = log_softmax(x) over a row: (x − max) − log Σ exp(x − max). y may alias x.
+template <typename T, typename U>
+inline void row_log_softmax(const T* x, U* y, int64_t n) {
+  using A = opmath_t<T>;
+  const auto [m, log_sum] = row_log_normaliser(x, n);
+  rows_detail::for_each_block(x, n, [&](const A* b, int64_t off, int64_t k) {
+    if constexpr (std::is_same_v<U, A>) {
+      for (int64_t i = 0; i < k; ++i) y[off + i] = (b[i] - m) - log_sum;
+    } else {
+      A out[kBlock];
+      for (int64_t j = 0; j < k; j += kBlock) {
+        const int64_t mm = std::min(kBlock, k - j);
+        for (int64_t i = 0; i < mm; ++i) out[i] = (b[j + i] - m) - log_sum;
+        store_block<U>(out, y + off + j, 1, mm);
+      }
+    }
+  });
+}
+
+/// Softmax backward over a row: dx = y·(g − Σ g·y), y the forward output. dx may alias g.
+template <typename T>
+inline void row_softmax_backward(const T* g, const T* y, T* dx, int64_t n) {
+  using A = opmath_t<T>;
+  A dot = 0;
+  rows_detail::for_each_block2(g, y, n, [&](const A* gb, const A* yb, int64_t, int64_t k) {
+    dot += rows_detail::lanes_sum<A>(k, [&](int64_t i) { return gb[i] * yb[i]; });
+  });
+  rows_detail::for_each_block2(g, y, n, [&](const A* gb, const A* yb, int64_t off, int64_t k) {
+    if constexpr (std::is_same_v<T, A>) {
+      for (int64_t i = 0; i < k; ++i) dx[off + i] = yb[i] * (gb[i] - dot);
+    } else {
+      A out[kBlock];
+      for (int64_t i = 0; i < k; ++i) out[i] = yb[i] * (gb[i] - dot);
+      store_block<T>(out, dx + off, 1, k);
+    }
+  });
+}
+
+/// Log-softmax backward over a row: dx = g − exp(y)·Σ g, y the forward output. dx may alias g.
+template <typename T>
+inline void row_log_softmax_backward(const T* g, const T* y, T* dx, int64_t n) {
+  using A = opmath_t<T>;
+  A total = 0;
+  rows_detail::for_each_block(g, n, [&](const A* gb, int64_t, int64_t k) {
+    total += rows_detail::lanes_sum<A>(k, [&](int64_t i) { return gb[i]; });
+  });
+  if constexpr (std::is_same_v<T, A>) {
+    if (dx != g) {
+      // exp(y) straight into dx, then combined in place.
+      exp_shift_sum(y, dx, n, A(0), A(1));
+      for (int64_t i = 0; i < n; ++i) dx[i] = g[i] - dx[i] * total;
+      return;
+    }
+  }
+  rows_detail::for_each_block2(g, y, n, [&](const A* gb, const A* yb, int64_t off, int64_t k) {
+    A e[kBlock];
+    for (int64_t j = 0; j < k; j += kBlock) {
+      const int64_t m = std::min(kBlock, k - j);
+      exp_shift_sum(yb + j, e, m, A(0), A(1));
+      for (int64_t i = 0; i < m; ++i) e[i] = gb[j + i] - e[i] * total;
+      if constexpr (std::is_same_v<T, A>) std::copy(e, e + m, dx + off + j);
+      else store_block<T>(e, dx + off + j, 1, m);
+    }
+  });
+}
+
+}  // namespace precis::cpu

@@ -1,0 +1,110 @@
+// The loss scaler's fused unscale / non-finite check / squared-norm pass on the CPU.
+#include <cmath>
+
+#include "core/thread_pool.h"
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/dispatch.h"
+#include "ops/kernels_amp.h"
+#include "ops/op_table.h"
+
+namespace precis::cpu {
+
+namespace {
+
+// Blocks of a fixed size, independent of the thread count, so the f64 sums are reproducible.
+constexpr int64_t kBlock = 16384;
+
+struct BlockResult {
+  double sq = 0;
+  int64_t nonfinite = 0;
+};
+
+template <typename T>
+BlockResult unscale_block(T* g, int64_t n, float inv_scale, bool write) {
+  BlockResult r;
+  // Two accumulators keep the dependency chain short; fp32 products, f64 sums.
+  double s0 = 0, s1 = 0;
+  int64_t bad = 0;
+  int64_t i = 0;
+  for (; i + 1 < n; i += 2) {
+    const float u0 = static_cast<float>(static_cast<opmath_t<T>>(g[i])) * inv_scale;
+    const float u1 = static_cast<float>(static_cast<opmath_t<T>>(g[i + 1])) * inv_scale;
+    bad += !std::isfinite(u0) + !std::isfinite(u1);
+    s0 += static_cast<double>(u0) * u0;
+    s1 += static_cast<double>(u1) * u1;
+    if (write) {
+      g[i] = T(u0);
+      g[i + 1] = T(u1);
+    }
+  }
+  for (; i < n; ++i) {
+    const float u = static_cast<float>(static_cast<opmath_t<T>>(g[i])) * inv_scale;
+    bad += !std::isfinite(u);
+    s0 += static_cast<double>(u) * u;
+    if (write) g[i] = T(u);
+  }
+  r.sq = s0 + s1;
+  r.nonfinite = bad;
+  return r;
+}
+
+// f64 gradients are unscaled in f64.
+template <>
+BlockResult unscale_block<double>(double* g, int64_t n, float inv_scale, bool write) {
+  BlockResult r;
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = g[i] * static_cast<double>(inv_scale);
+    r.nonfinite += !std::isfinite(u);
+    r.sq += u * u;
+    if (write) g[i] = u;
+  }
+  return r;
+}
+
+void unscale_kernel(const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write, const Tensor& found_inf,
+                    const Tensor& counts, const Tensor& sq_norms) {
+  const float inv = *inv_scale.data_ptr<float>();
+  float* counts_out = counts.data_ptr<float>();
+  float* found = found_inf.data_ptr<float>();
+  for (size_t t = 0; t < grads.size(); ++t) {
+    const Tensor& g = grads[t];
+    const int64_t n = g.numel();
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    std::vector<BlockResult> partial(static_cast<size_t>(blocks));
+    visit_dtype(g.dtype(), [&]<typename T>() {
+      if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        T* p = static_cast<T*>(g.data_ptr());
+        parallel_for(0, blocks, 4, [&](int64_t b0, int64_t b1) {
+          for (int64_t b = b0; b < b1; ++b) {
+            const int64_t begin = b * kBlock;
+            partial[b] = unscale_block<T>(p + begin, std::min(kBlock, n - begin), inv, write);
+          }
+        });
+      } else {
+        PRECIS_CHECK_DTYPE(false, "unscale_grads: gradient ", t, " is ", g.describe(), "; gradients are floating");
+      }
+    });
+    double sq = 0;
+    int64_t bad = 0;
+    for (const BlockResult& r : partial) {
+      sq += r.sq;
+      bad += r.nonfinite;
+    }
+    counts_out[t] = static_cast<float>(bad);
+    if (sq_norms.dtype() == DType::f64) {
+      sq_norms.data_ptr<double>()[t] = sq;
+    } else {
+      sq_norms.data_ptr<float>()[t] = static_cast<float>(sq);
+    }
+    if (bad > 0) *found = 1.0f;
+  }
+}
+
+}  // namespace
+
+void register_unscale_kernels() {
+  for (DType dt : {DType::f32, DType::f64})
+    register_kernel<kernels::UnscaleKernel>(OpId::unscale_grads, DeviceType::cpu, dt, &unscale_kernel);
+}
+
+}  // namespace precis::cpu

@@ -1,0 +1,258 @@
+#pragma once
+// Vectorised fp32 exponentials and row maxima for the softmax-family kernels
+// (ops/cpu/softmax_rows.h). Written on GCC/Clang vector extensions (explicit SIMD without
+// intrinsics) rather than left to the auto-vectoriser, which refuses the clamping selects under
+// the default -ftrapping-math. The library is built for AVX2; on CPUs with AVX-512 the row loops
+// run a 16-lane copy compiled for it (chosen once at run time), which halves the cost of the
+// exponential on machines with full-width AVX-512 units. Both paths compute the same value in
+// every lane; only the order of the partial sums differs.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define PRECIS_VEC_EXP_AVX512 1
+#else
+#define PRECIS_VEC_EXP_AVX512 0
+#endif
+
+namespace precis::cpu {
+
+namespace vec_detail {
+
+template <int W> struct Simd;  // W fp32 / int32 lanes
+template <> struct Simd<8> {
+  typedef float F __attribute__((vector_size(32)));
+  typedef int32_t I __attribute__((vector_size(32)));
+};
+template <> struct Simd<16> {
+  typedef float F __attribute__((vector_size(64)));
+  typedef int32_t I __attribute__((vector_size(64)));
+};
+
+// Everything below is inlined into the AVX2 or the AVX-512 entry point, so each is compiled for
+// that entry point's instruction set. Vectors travel by reference: passing 64-byte vectors by
+// value from code not compiled for AVX-512 would be an ABI change (GCC's -Wpsabi).
+#define PRECIS_VEC_INLINE [[gnu::always_inline]] inline
+
+template <int W, typename F = typename Simd<W>::F>
+PRECIS_VEC_INLINE void load(const float* p, F& v) {
+  std::memcpy(&v, p, sizeof v);
+}
+template <int W, typename F = typename Simd<W>::F>
+PRECIS_VEC_INLINE void store(float* p, const F& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+// The first n (< W) lanes from p, the others set to fill.
+template <int W, typename F = typename Simd<W>::F>
+PRECIS_VEC_INLINE void load_partial(const float* p, int64_t n, float fill, F& v) {
+  float tmp[W];
+  for (int k = 0; k < W; ++k) tmp[k] = fill;
+  std::memcpy(tmp, p, static_cast<size_t>(n) * sizeof(float));
+  std::memcpy(&v, tmp, sizeof v);
+}
+template <int W, typename F = typename Simd<W>::F>
+PRECIS_VEC_INLINE void store_partial(float* p, const F& v, int64_t n) {
+  std::memcpy(p, &v, static_cast<size_t>(n) * sizeof(float));
+}
+
+inline constexpr float kRoundMagic = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer in the low bits
+inline constexpr float kLog2e = 1.44269504088896341f;
+
+// exp(x) = 2^n · exp(r): n = round(x·log2 e) and exp(r) for r = x − n·ln2 (Cody-Waite split
+// ln2 = 0.693359375 − 2.12194440e-4, |r| <= ln2/2) as 1 + r + r²·P(r), P the Cephes degree-5
+// minimax polynomial (about 1 ulp).
+template <int W, typename F = typename Simd<W>::F, typename I = typename Simd<W>::I>
+PRECIS_VEC_INLINE void exp_reduced(const F& x, I& n_out, F& out) {
+  const F t = x * kLog2e + kRoundMagic;
+  n_out = (I)t - (I)(F{} + kRoundMagic);
+  const F n = t - kRoundMagic;
+  F r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  F p = F{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  out = p * (r * r) + r + 1.0f;
+}
+
+// Full-range exp: subnormal results come out gradually (2^n applied as two normal factors),
+// results below the smallest subnormal are exactly 0 (exp(−inf) = 0), +inf above ln(FLT_MAX),
+// NaN propagates.
+template <int W, typename F = typename Simd<W>::F, typename I = typename Simd<W>::I>
+PRECIS_VEC_INLINE void exp_full(const F& x, F& out) {
+  const F lo = F{} - 104.0f, hi = F{} + 88.72283905206835f;
+  F xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  I n;
+  F p;
+  exp_reduced<W>(xc, n, p);
+  const I n1 = n >> 1, n2 = n - n1;  // each in [-75, 64]
+  const F v = (p * (F)((n1 + 127) << 23)) * (F)((n2 + 127) << 23);
+  out = x > hi ? F{} + std::numeric_limits<float>::infinity() : v;
+}
+
+// exp for x <= 0 (x − max, log-probabilities): results below FLT_MIN (x < −87.34) flushed to
+// exactly 0, x > 0 treated as 0, NaN propagates. Cheaper than exp_full.
+template <int W, typename F = typename Simd<W>::F, typename I = typename Simd<W>::I>
+PRECIS_VEC_INLINE void exp_nonpositive(const F& x, F& out) {
+  const F lo = F{} - 87.33654475f, zero{};
+  F xc = x < lo ? lo : x;
+  xc = xc > zero ? zero : xc;
+  I n;
+  F p;
+  exp_reduced<W>(xc, n, p);
+  const F v = p * (F)((n + 127) << 23);
+  out = x < lo ? zero : v;
+}
+
+template <int W, typename F = typename Simd<W>::F>
+PRECIS_VEC_INLINE float hsum(const F& v) {
+  float t = 0;
+  for (int k = 0; k < W; ++k) t += v[k];
+  return t;
+}
+
+template <int W>
+PRECIS_VEC_INLINE float exp_shift_sum_impl(const float* x, float* y, int64_t n, float shift, float scale) {
+  using F = typename Simd<W>::F;
+  F acc0{}, acc1{}, a, b, e0, e1;
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    load<W>(x + i, a);
+    load<W>(x + i + W, b);
+    exp_nonpositive<W>(a - shift, e0);
+    exp_nonpositive<W>(b - shift, e1);
+    acc0 += e0;
+    acc1 += e1;
+    if (y) {
+      store<W>(y + i, e0 * scale);
+      store<W>(y + i + W, e1 * scale);
+    }
+  }
+  for (; i < n; i += W) {
+    const int64_t m = std::min<int64_t>(W, n - i);
+    // Padding lanes hold −inf: exp gives exactly 0 there.
+    load_partial<W>(x + i, m, -std::numeric_limits<float>::infinity(), a);
+    exp_nonpositive<W>(a - shift, e0);
+    acc0 += e0;
+    if (y) store_partial<W>(y + i, e0 * scale, m);
+  }
+  return hsum<W>(acc0 + acc1);
+}
+
+template <int W>
+PRECIS_VEC_INLINE float max_impl(const float* x, int64_t n) {
+  using F = typename Simd<W>::F;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  F m0 = F{} + ninf, m1 = F{} + ninf, a, b;
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    load<W>(x + i, a);
+    load<W>(x + i + W, b);
+    m0 = a > m0 ? a : m0;
+    m1 = b > m1 ? b : m1;
+  }
+  for (; i < n; i += W) {
+    load_partial<W>(x + i, std::min<int64_t>(W, n - i), ninf, a);
+    m0 = a > m0 ? a : m0;
+  }
+  m0 = m1 > m0 ? m1 : m0;
+  float m = m0[0];
+  for (int k = 1; k < W; ++k) m = m0[k] > m ? m0[k] : m;
+  return m;
+}
+
+// y[i] = exp(x[i]) − full range.
+template <int W>
+PRECIS_VEC_INLINE void exp_array_impl(const float* x, float* y, int64_t n) {
+  using F = typename Simd<W>::F;
+  F a, e;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    load<W>(x + i, a);
+    exp_full<W>(a, e);
+    store<W>(y + i, e);
+  }
+  if (i < n) {
+    load_partial<W>(x + i, n - i, 0.0f, a);
+    exp_full<W>(a, e);
+    store_partial<W>(y + i, e, n - i);
+  }
+}
+
+#undef PRECIS_VEC_INLINE
+
+inline float exp_shift_sum_avx2(const float* x, float* y, int64_t n, float shift, float scale) {
+  return exp_shift_sum_impl<8>(x, y, n, shift, scale);
+}
+inline float max_avx2(const float* x, int64_t n) { return max_impl<8>(x, n); }
+inline void exp_array_avx2(const float* x, float* y, int64_t n) { exp_array_impl<8>(x, y, n); }
+
+#if PRECIS_VEC_EXP_AVX512
+[[gnu::target("avx512f")]] inline float exp_shift_sum_avx512(const float* x, float* y, int64_t n, float shift,
+                                                             float scale) {
+  return exp_shift_sum_impl<16>(x, y, n, shift, scale);
+}
+[[gnu::target("avx512f")]] inline float max_avx512(const float* x, int64_t n) { return max_impl<16>(x, n); }
+[[gnu::target("avx512f")]] inline void exp_array_avx512(const float* x, float* y, int64_t n) {
+  exp_array_impl<16>(x, y, n);
+}
+
+inline bool use_avx512() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return yes;
+}
+#endif
+
+}  // namespace vec_detail
+
+/// y[i] = scale·exp(x[i] − shift) for i < n (y may be null: sum only; y may alias x); returns
+/// Σ exp(x[i] − shift) in fp32. shift must be >= max(x) (the row max, or a log-sum-exp):
+/// x[i] − shift > 0 is treated as 0. Terms below FLT_MIN are 0.
+inline float exp_shift_sum(const float* x, float* y, int64_t n, float shift, float scale) {
+#if PRECIS_VEC_EXP_AVX512
+  if (vec_detail::use_avx512()) return vec_detail::exp_shift_sum_avx512(x, y, n, shift, scale);
+#endif
+  return vec_detail::exp_shift_sum_avx2(x, y, n, shift, scale);
+}
+/// The f64 form, with the library exp.
+inline double exp_shift_sum(const double* x, double* y, int64_t n, double shift, double scale) {
+  double acc[4] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = std::exp(x[i] - shift);
+    acc[i & 3] += e;
+    if (y) y[i] = e * scale;
+  }
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/// max(x[0..n)) (−inf for n == 0). NaNs are skipped (a NaN row still gives a NaN softmax
+/// through the sum of exponentials).
+inline float row_max_f32(const float* x, int64_t n) {
+#if PRECIS_VEC_EXP_AVX512
+  if (vec_detail::use_avx512()) return vec_detail::max_avx512(x, n);
+#endif
+  return vec_detail::max_avx2(x, n);
+}
+
+/// y[i] = exp(x[i]) over the full fp32 range (y may alias x): about 1 ulp; exp(−inf) = 0,
+/// gradual underflow, +inf on overflow, NaN propagates.
+inline void exp_array(const float* x, float* y, int64_t n) {
+#if PRECIS_VEC_EXP_AVX512
+  if (vec_detail::use_avx512()) return vec_detail::exp_array_avx512(x, y, n);
+#endif
+  vec_detail::exp_array_avx2(x, y, n);
+}
+inline void exp_array(const double* x, double* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
+}  // namespace precis::cpu

@@ -1,0 +1,57 @@
+// embedding: rows of a (V, D) table picked by indices of any shape. Forward runs the index_select
+// kernel; backward adds the output gradient into a dense (V, D) zero table with index_add (so the
+// gradient is differentiable) and zeroes the padding row.
+#include "amp/autocast.h"
+#include "autograd/record.h"
+#include "ops/functional.h"
+#include "ops/kernels.h"
+#include "ops/op_table.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+using autograd::TensorList;
+
+Tensor embedding(const Tensor& indices, const Tensor& weight_in, int64_t padding_idx) {
+  const Tensor weight = amp::autocast(OpId::embedding, weight_in)[0];
+  PRECIS_CHECK(indices.defined() && weight.defined(), "embedding: indices and weight must be defined");
+  auto operands = [&] { return "indices " + indices.describe() + ", weight " + weight.describe(); };
+  PRECIS_CHECK_DTYPE(indices.dtype() == DType::i64 || indices.dtype() == DType::i32,
+                     "embedding: indices must be i64 or i32, got ", operands(),
+                     "; convert them with indices.to(DType::i64)");
+  PRECIS_CHECK_SHAPE(weight.dim() == 2, "embedding: weight must be a (num_embeddings, embedding_dim) table, got ",
+                     operands());
+  PRECIS_CHECK_DEVICE(indices.device() == weight.device(), "embedding: indices and weight must be on one device, got ",
+                      operands());
+  const int64_t rows = weight.size(0), dim = weight.size(1);
+  PRECIS_CHECK_INDEX(padding_idx < rows, "embedding: padding_idx ", padding_idx, " is out of range for ", rows,
+                     " rows (", operands(), "); use a negative value for no padding row");
+  const Tensor flat = indices.detach().reshape({-1}).to(DType::i64).contiguous();
+  for (int64_t v : flat.to_vector<int64_t>())
+    PRECIS_CHECK_INDEX(v >= 0 && v < rows, "embedding: index ", v, " is out of range for a table of ", rows,
+                       " rows (valid: 0 to ", rows - 1, "); ", operands());
+  const int64_t n = flat.numel();
+  Tensor out = empty({n, dim}, {.dtype = weight.dtype(), .device = weight.device()});
+  kernel<kernels::IndexSelectKernel>(OpId::index_select, weight.device().type, weight.dtype())(out, weight.detach(), 0,
+                                                                                              flat);
+  Shape out_shape = indices.sizes();
+  out_shape.push_back(dim);
+  out = out.view(out_shape);
+  if (autograd::needs_grad({&weight})) {
+    autograd::record(OpId::embedding, {weight}, {out},
+                     [flat, rows, dim, n, padding_idx, dtype = weight.dtype(),
+                      device = weight.device()](const TensorList& g) -> TensorList {
+                       Tensor grad = index_add(zeros({rows, dim}, {.dtype = dtype, .device = device}), 0, flat,
+                                               g[0].reshape({n, dim}));
+                       if (padding_idx >= 0) {
+                         const Tensor is_pad = eq(arange(static_cast<double>(rows), {.dtype = DType::i64, .device = device}),
+                                                  padding_idx);
+                         grad = masked_fill(grad, is_pad.unsqueeze(1), 0.0);
+                       }
+                       return {grad};
+                     });
+  }
+  return out;
+}
+
+}  // namespace precis

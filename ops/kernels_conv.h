@@ -1,0 +1,62 @@
+#pragma once
+// Kernel signatures of the convolution and pooling family, shared by every backend (see
+// ops/kernels.h for the conventions). The functional code (ops/conv.cpp, ops/pool.cpp) checks the
+// operands, makes them contiguous and 4-D (N, C, H, W) and allocates contiguous outputs; kernels
+// only compute. Keyed by the input's dtype; f16/bf16 compute in fp32, f64 in f64.
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace precis::kernels {
+
+/// Geometry of a 2-D convolution: [0] is the height, [1] the width. All strides and dilations
+/// >= 1, paddings >= 0, groups >= 1 dividing both channel counts.
+struct Conv2dParams {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  int64_t groups = 1;
+};
+
+/// out = conv(x, w) + bias. x: (N, C, H, W), w: (O, C/groups, kH, kW), bias: (O) or undefined,
+/// out: (N, O, Ho, Wo); all contiguous, one dtype. Accumulates in fp32 (f64 for f64).
+using Conv2dKernel = void(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
+                          const Conv2dParams& p);
+/// grad_x: (N, C, H, W) = the gradient of conv with respect to its input, from grad_out:
+/// (N, O, Ho, Wo) and w: (O, C/groups, kH, kW); all contiguous. grad_x is overwritten.
+using Conv2dBackwardInputKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w,
+                                       const Conv2dParams& p);
+/// grad_w: (O, C/groups, kH, kW) and grad_bias: (O) (undefined: not wanted) from grad_out:
+/// (N, O, Ho, Wo) and x: (N, C, H, W); all contiguous. Both are overwritten (sums over the batch).
+using Conv2dBackwardWeightKernel = void(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out,
+                                        const Tensor& x, const Conv2dParams& p);
+
+/// Geometry of a 2-D pooling window. The output size is computed by the caller (ceil_mode is
+/// already applied); windows may reach past the padded input on the bottom/right in ceil mode.
+struct Pool2dParams {
+  int64_t kernel[2] = {1, 1};
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};   // max pooling only
+  bool count_include_pad = true;  // avg pooling only
+  int64_t divisor_override = 0;   // avg pooling only; 0: none
+};
+
+/// out: (N, C, Ho, Wo) = the maximum of each window of x: (N, C, H, W); indices (i64, same shape as
+/// out, or undefined when not wanted) = the flat position h·W + w of the maximum in its plane.
+/// NaN propagates (a NaN in a window is the result). Contiguous.
+using MaxPool2dKernel = void(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dParams& p);
+/// grad_x: (N, C, H, W) (overwritten) = grad_out: (N, C, Ho, Wo) added at indices. Contiguous.
+using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices);
+/// out: (N, C, Ho, Wo) = the mean of each window of x: (N, C, H, W) (divisor per Pool2dParams, as
+/// PyTorch); accumulates in fp32 (f64 for f64). Contiguous.
+using AvgPool2dKernel = void(const Tensor& out, const Tensor& x, const Pool2dParams& p);
+/// grad_x: (N, C, H, W) (overwritten) from grad_out: (N, C, Ho, Wo). Contiguous.
+using AvgPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Pool2dParams& p);
+/// out: (N, C, Ho, Wo) = the mean of x: (N, C, H, W) over the windows [floor(i·H/Ho), ceil((i+1)·H/Ho))
+/// (same along W). Contiguous; accumulates in fp32 (f64 for f64).
+using AdaptiveAvgPool2dKernel = void(const Tensor& out, const Tensor& x);
+/// grad_x: (N, C, H, W) (overwritten) from grad_out: (N, C, Ho, Wo). Contiguous.
+using AdaptiveAvgPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out);
+
+}  // namespace precis::kernels

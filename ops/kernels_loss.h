@@ -1,0 +1,52 @@
+#pragma once
+// Kernel signatures of the loss, dropout and erf ops, shared by every backend (the rest are in
+// ops/kernels.h). The functional API (ops/loss.cpp, ops/dropout.cpp) checks operands, brings them
+// to the layout the kernel expects and turns the per-row results into the reduction.
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace precis::kernels {
+
+// ---- class-index losses ------------------------------------------------------------------------
+// Rows: x is (M, C) contiguous (the class dim last; K-dim inputs are permuted to this layout by
+// the caller); target is (M) i64 contiguous holding classes in [0, C) or ignore_index (checked by
+// the caller); weight is (C) contiguous in the accumulation type, or undefined for all ones.
+// Per-row outputs are (M) contiguous in the accumulation type: f32 for f32/f16/bf16, f64 for f64.
+// Keyed by x's dtype.
+
+/// Fused log-softmax + NLL with label smoothing ε, one pass over each row of logits. With
+/// m_i = max_c x_ic and s_i = log Σ_c exp(x_ic − m_i) (so log p_ic = x_ic − m_i − s_i):
+///   row_stats_i   = (m_i, s_i)               (M, 2): what backward needs to rebuild p
+///   loss_rows_i   = (1 − ε)·w[t_i]·(−log p_{i,t_i}) + (ε / C)·Σ_c w_c·(−log p_ic)
+///   weight_rows_i = w[t_i]
+/// and 0 for both at rows whose target is ignore_index (row_stats is still written). m and s
+/// are kept apart because m + s would round at m's magnitude.
+using CrossEntropyKernel = void(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& row_stats,
+                                const Tensor& x, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                                double label_smoothing);
+
+/// Gradient of Σ_i grad_rows_i·loss_rows_i with respect to x, p = exp(x − m)·exp(−s):
+///   grad_x_ij = g_i·(((1 − ε)·w[t_i] + (ε / C)·Σ_c w_c)·p_ij − (1 − ε)·w[t_i]·[j = t_i] − (ε / C)·w_j)
+/// and 0 on ignored rows. grad_x: (M, C) contiguous, x's dtype. grad_rows: (M) in the accumulation
+/// type, any stride (stride 0 for a reduced loss's single gradient).
+using CrossEntropyBackwardKernel = void(const Tensor& grad_x, const Tensor& x, const Tensor& row_stats,
+                                        const Tensor& target, const Tensor& weight, const Tensor& grad_rows,
+                                        int64_t ignore_index, double label_smoothing);
+
+/// NLL on log-probabilities: loss_rows_i = −w[t_i]·x_{i,t_i}, weight_rows_i = w[t_i]; 0 for both
+/// at ignored rows. x: (M, C) any strides (only M elements are read).
+using NllLossKernel = void(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& x,
+                           const Tensor& target, const Tensor& weight, int64_t ignore_index);
+
+// ---- dropout ------------------------------------------------------------------------------------
+
+/// out = keep ? x·scale : 0, scale = 1 / (1 − p), where element i (row-major over x's shape) is kept
+/// when the 24 high bits of lane i % 4 of Philox block (offset + i / 4) of `seed`, read as a
+/// fraction of 2^24, are below 1 − p. The mask is a pure function of (seed, offset, i), so backward
+/// regenerates it by running this kernel on the gradient, and the result does not depend on the
+/// thread count. out: contiguous; x: out's shape, any strides. 0 <= p < 1. Computes in fp32 for
+/// f16/bf16 (f64 for f64).
+using DropoutKernel = void(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t offset);
+
+}  // namespace precis::kernels

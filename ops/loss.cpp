@@ -1,0 +1,311 @@
+// Losses: cross_entropy and nll_loss (class indices; kernels in ops/cpu/loss.cpp), and the
+// composite mse_loss, binary_cross_entropy_with_logits and binary_cross_entropy.
+//
+// Class-index losses bring the input to (M, C) rows with the class dim last (a K-dim input
+// (N, C, d1, ...) is permuted, which copies) and the target to (M); the kernel writes per-row
+// losses and weights in the accumulation type, and the reduction is taken here on those M values.
+#include <string>
+
+#include "amp/autocast.h"
+#include "autograd/grad_mode.h"
+#include "autograd/record.h"
+#include "ops/functional.h"
+#include "ops/kernels_loss.h"
+#include "ops/op_table.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+namespace {
+
+DType acc_type(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
+
+std::string class_operands(const Tensor& input, const Tensor& target, const Tensor& weight) {
+  std::string s = "input " + input.describe() + ", target " + target.describe();
+  if (weight.defined()) s += ", weight " + weight.describe();
+  return s;
+}
+
+// The layout the class-index kernels work on.
+struct ClassRows {
+  Tensor x;        // (M, C), contiguous when `contiguous` was asked
+  Tensor target;   // (M) i64 contiguous
+  Tensor weight;   // (C) accumulation type, contiguous, or undefined
+  Shape out_shape;  // the shape of reduction none: target's
+  int64_t classes = 0;
+};
+
+// input (N, C, d...) → (N·d..., C); input (C) → (1, C). A copy only for K-dim inputs (or when a
+// contiguous layout is asked for and input is strided).
+Tensor to_rows(const Tensor& input, bool contiguous) {
+  if (input.dim() == 1) return contiguous ? input.contiguous().reshape({1, input.size(0)}) : input.unsqueeze(0);
+  if (input.dim() == 2) return contiguous ? input.contiguous() : input;
+  Shape perm{0};
+  for (int64_t d = 2; d < input.dim(); ++d) perm.push_back(d);
+  perm.push_back(1);
+  return input.permute(perm).contiguous().reshape({-1, input.size(1)});
+}
+
+// The inverse of to_rows for a gradient of rows (M, C): back to input's shape.
+Tensor from_rows(const Tensor& rows, const Shape& input_shape) {
+  if (input_shape.size() <= 2) return rows.reshape(input_shape);
+  Shape permuted{input_shape[0]};
+  for (size_t d = 2; d < input_shape.size(); ++d) permuted.push_back(input_shape[d]);
+  permuted.push_back(input_shape[1]);
+  Shape perm{0, static_cast<int64_t>(input_shape.size()) - 1};
+  for (size_t d = 1; d + 1 < input_shape.size(); ++d) perm.push_back(static_cast<int64_t>(d));
+  return rows.reshape(permuted).permute(perm).contiguous();
+}
+
+ClassRows class_rows(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
+                     int64_t ignore_index, bool contiguous) {
+  PRECIS_CHECK(input.defined() && target.defined(), op, ": input and target must be defined");
+  PRECIS_CHECK_DTYPE(input.is_floating_point(), op, ": input must be floating (",
+                     std::string(op) == "cross_entropy" ? "logits" : "log-probabilities", "), got ",
+                     class_operands(input, target, weight));
+  PRECIS_CHECK_DTYPE(target.dtype() == DType::i64, op, " expects class indices as i64, got ",
+                     dtype_name(target.dtype()), " (", class_operands(input, target, weight),
+                     "); convert indices with target.to(DType::i64) (probability targets are not supported)");
+  PRECIS_CHECK_DEVICE(target.device() == input.device() && (!weight.defined() || weight.device() == input.device()),
+                      op, ": all operands must be on one device, got ", class_operands(input, target, weight));
+  PRECIS_CHECK_SHAPE(input.dim() >= 1, op, ": input must be (N, C), (N, C, d1, ...) or (C), got ",
+                     class_operands(input, target, weight));
+  ClassRows r;
+  r.classes = input.dim() == 1 ? input.size(0) : input.size(1);
+  Shape expected;
+  if (input.dim() >= 2) {
+    expected.push_back(input.size(0));
+    for (int64_t d = 2; d < input.dim(); ++d) expected.push_back(input.size(d));
+  }
+  PRECIS_CHECK_SHAPE(target.sizes() == expected, op, ": target must have shape ", shape_str(expected),
+                     " (input's without the class dim 1), got ", class_operands(input, target, weight));
+  if (weight.defined()) {
+    PRECIS_CHECK_SHAPE(weight.dim() == 1 && weight.size(0) == r.classes, op, ": weight must have shape [",
+                       r.classes, "] (one per class), got ", class_operands(input, target, weight));
+    PRECIS_CHECK_DTYPE(weight.is_floating_point(), op, ": weight must be floating, got ",
+                       class_operands(input, target, weight));
+    r.weight = weight.detach().to(acc_type(input.dtype())).contiguous();
+  }
+  r.out_shape = target.sizes();
+  r.target = target.detach().reshape({-1}).contiguous();
+  for (int64_t v : r.target.to_vector<int64_t>())
+    PRECIS_CHECK_INDEX(v == ignore_index || (v >= 0 && v < r.classes), op, ": target ", v,
+                       " is out of range for ", r.classes, " classes (valid: 0 to ", r.classes - 1,
+                       ", or ignore_index ", ignore_index, "); ", class_operands(input, target, weight));
+  r.x = to_rows(input.detach(), contiguous);
+  return r;
+}
+
+// The reduced loss in `dtype` from per-row values (accumulation type); `total` receives the
+// divisor of the mean (Σ weight_rows), undefined otherwise.
+Tensor reduce_rows(const Tensor& loss_rows, const Tensor& weight_rows, Reduction reduction, const Shape& out_shape,
+                   DType dtype, Tensor* total) {
+  switch (reduction) {
+    case Reduction::none: return loss_rows.reshape(out_shape).to(dtype);
+    case Reduction::sum: return sum(loss_rows).to(dtype);
+    case Reduction::mean:
+      *total = sum(weight_rows);
+      return div(sum(loss_rows), *total).to(dtype);
+  }
+  return Tensor();
+}
+
+// The per-row gradient (M) in the accumulation type for an output gradient g of the reduction.
+Tensor grad_rows(const Tensor& g, Reduction reduction, const Tensor& total, int64_t rows, DType acc) {
+  Tensor ga = g.to(acc);
+  switch (reduction) {
+    case Reduction::none: return ga.reshape({rows}).contiguous();
+    case Reduction::sum: return ga.reshape({1}).expand({rows});
+    case Reduction::mean: return div(ga, total).reshape({1}).expand({rows});
+  }
+  return Tensor();
+}
+
+void check_reduction(const char* op, Reduction r) {
+  PRECIS_CHECK(r == Reduction::none || r == Reduction::mean || r == Reduction::sum, op, ": unknown reduction ",
+               static_cast<int>(r));
+}
+
+// Element-wise loss values reduced as asked (composite ops; differentiable).
+Tensor reduce_elements(const Tensor& loss, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::none: return loss;
+    case Reduction::mean: return mean(loss);
+    case Reduction::sum: return sum(loss);
+  }
+  return Tensor();
+}
+
+// t broadcastable to `shape` (trailing alignment, size 1 stretches) without growing it.
+bool broadcasts_to(const Tensor& t, const Shape& shape) {
+  if (t.dim() > static_cast<int64_t>(shape.size())) return false;
+  for (int64_t i = 1; i <= t.dim(); ++i) {
+    const int64_t a = t.sizes()[t.dim() - i], b = shape[shape.size() - i];
+    if (a != b && a != 1) return false;
+  }
+  return true;
+}
+
+// The checks shared by the element-wise losses: floating input and target of one shape and
+// device, optional extras broadcastable to input.
+void check_elementwise(const char* op, const Tensor& input, const Tensor& target,
+                       std::initializer_list<std::pair<const char*, const Tensor*>> extras) {
+  PRECIS_CHECK(input.defined() && target.defined(), op, ": input and target must be defined");
+  std::string all = "input " + input.describe() + ", target " + target.describe();
+  for (const auto& [name, t] : extras)
+    if (t->defined()) all += std::string(", ") + name + " " + t->describe();
+  PRECIS_CHECK_DTYPE(input.is_floating_point() && target.is_floating_point(), op,
+                     ": input and target must be floating, got ", all);
+  PRECIS_CHECK_DEVICE(target.device() == input.device(), op, ": all operands must be on one device, got ", all);
+  PRECIS_CHECK_SHAPE(target.sizes() == input.sizes(), op, ": target must have input's shape, got ", all,
+                     "; expand one explicitly if broadcasting is meant");
+  for (const auto& [name, t] : extras) {
+    if (!t->defined()) continue;
+    PRECIS_CHECK_DTYPE(t->is_floating_point(), op, ": ", name, " must be floating, got ", all);
+    PRECIS_CHECK_DEVICE(t->device() == input.device(), op, ": all operands must be on one device, got ", all);
+    PRECIS_CHECK_SHAPE(broadcasts_to(*t, input.sizes()), op, ": ", name, " must broadcast to input's shape ",
+                       shape_str(input.sizes()), ", got ", all);
+  }
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, int64_t ignore_index,
+                     Reduction reduction, double label_smoothing) {
+  const auto [input, weight] = amp::autocast(OpId::cross_entropy, input_in, weight_in);
+  check_reduction("cross_entropy", reduction);
+  PRECIS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+               "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  ClassRows r = class_rows("cross_entropy", input, target, weight, ignore_index, /*contiguous=*/true);
+  const int64_t rows = r.x.size(0);
+  const DType acc = acc_type(input.dtype());
+  const TensorOptions acc_opts{.dtype = acc, .device = input.device()};
+  Tensor loss_rows = empty({rows}, acc_opts), weight_rows = empty({rows}, acc_opts),
+         row_stats = empty({rows, 2}, acc_opts);
+  kernel<kernels::CrossEntropyKernel>(OpId::cross_entropy, input.device().type, input.dtype())(
+      loss_rows, weight_rows, row_stats, r.x, r.target, r.weight, ignore_index, label_smoothing);
+  Tensor total;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = reduce_rows(loss_rows, weight_rows, reduction, r.out_shape, input.dtype(), &total);
+  }
+  if (autograd::needs_grad({&input})) {
+    autograd::record(
+        OpId::cross_entropy, {input}, {out},
+        [sx = SavedTensor(input), row_stats, tgt = r.target, w = r.weight, total, reduction, ignore_index, label_smoothing,
+         rows, acc](const TensorList& g) -> TensorList {
+          const Tensor x = sx.unpack("cross_entropy");
+          const Tensor x_rows = to_rows(x, /*contiguous=*/true);
+          const Tensor gr = grad_rows(g[0], reduction, total, rows, acc);
+          Tensor grad = empty(x_rows.sizes(), {.dtype = x.dtype(), .device = x.device()});
+          kernel<kernels::CrossEntropyBackwardKernel>(OpId::cross_entropy_backward, x.device().type, x.dtype())(
+              grad, x_rows, row_stats, tgt, w, gr, ignore_index, label_smoothing);
+          return {from_rows(grad, x.sizes())};
+        });
+  }
+  return out;
+}
+
+Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, int64_t ignore_index,
+                Reduction reduction) {
+  const auto [input, weight] = amp::autocast(OpId::nll_loss, input_in, weight_in);
+  check_reduction("nll_loss", reduction);
+  ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false);
+  const int64_t rows = r.x.size(0);
+  const DType acc = acc_type(input.dtype());
+  const TensorOptions acc_opts{.dtype = acc, .device = input.device()};
+  Tensor loss_rows = empty({rows}, acc_opts), weight_rows = empty({rows}, acc_opts);
+  kernel<kernels::NllLossKernel>(OpId::nll_loss, input.device().type, input.dtype())(loss_rows, weight_rows, r.x,
+                                                                                     r.target, r.weight, ignore_index);
+  Tensor total;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = reduce_rows(loss_rows, weight_rows, reduction, r.out_shape, input.dtype(), &total);
+  }
+  if (autograd::needs_grad({&input})) {
+    // d loss / d x[i, t_i] = −g_i·w[t_i] (weight_rows is 0 on ignored rows), scattered into zeros
+    // with public ops, so the gradient is itself differentiable.
+    autograd::record(OpId::nll_loss, {input}, {out},
+                     [shape = input.sizes(), dtype = input.dtype(), device = input.device(), tgt = r.target,
+                      weight_rows, total, reduction, ignore_index, rows, classes = r.classes,
+                      acc](const TensorList& g) -> TensorList {
+                       const Tensor coef = neg(mul(grad_rows(g[0], reduction, total, rows, acc), weight_rows));
+                       const Tensor index = where(ne(tgt, ignore_index), tgt, 0).unsqueeze(1);
+                       const Tensor grad = scatter_add(zeros({rows, classes}, {.dtype = dtype, .device = device}), 1,
+                                                       index, coef.to(dtype).unsqueeze(1));
+                       return {from_rows(grad, shape)};
+                     });
+  }
+  return out;
+}
+
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  const auto [input, target] = amp::autocast(OpId::mse_loss, input_in, target_in);
+  check_reduction("mse_loss", reduction);
+  check_elementwise("mse_loss", input, target, {});
+  const Tensor d = sub(input, target);
+  return reduce_elements(mul(d, d), reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
+                                        const Tensor& pos_weight_in, Reduction reduction) {
+  const auto [input, target, weight, pos_weight] =
+      amp::autocast(OpId::binary_cross_entropy_with_logits, input_in, target_in, weight_in, pos_weight_in);
+  const char* op = "binary_cross_entropy_with_logits";
+  check_reduction(op, reduction);
+  check_elementwise(op, input, target, {{"weight", &weight}, {"pos_weight", &pos_weight}});
+  // softplus(−x) = log(1 + e^(−|x|)) + max(−x, 0): no overflow for any x. maximum() splits the
+  // gradient at x = 0 evenly and abs() gives 0 there, so the gradient at 0 is σ(0) − t exactly.
+  const Tensor softplus_neg = add(log(add(exp(neg(abs(input))), 1.0)), maximum(neg(input), 0.0));
+  Tensor loss;
+  if (pos_weight.defined()) {
+    loss = add(mul((1.0 - target), input), mul(add(mul(sub(pos_weight, 1.0), target), 1.0), softplus_neg));
+  } else {
+    loss = add(sub(input, mul(input, target)), softplus_neg);
+  }
+  if (weight.defined()) loss = mul(loss, weight);
+  return reduce_elements(loss, reduction);
+}
+
+Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
+                            Reduction reduction) {
+  // Banned under autocast: throws there, naming binary_cross_entropy_with_logits.
+  const auto [input, target, weight] = amp::autocast(OpId::binary_cross_entropy, input_in, target_in, weight_in);
+  const char* op = "binary_cross_entropy";
+  check_reduction(op, reduction);
+  check_elementwise(op, input, target, {{"weight", &weight}});
+  Tensor out, log_p, log_1mp;
+  const Tensor p = input.detach(), t = target.detach(), w = weight.defined() ? weight.detach() : Tensor();
+  {
+    NoGradGuard no_grad;
+    // Logs clamped at −100 as PyTorch, so p = 0 or 1 gives a finite loss.
+    log_p = maximum(log(p), -100.0);
+    log_1mp = maximum(log((1.0 - p)), -100.0);
+    Tensor loss = neg(add(mul(t, log_p), mul((1.0 - t), log_1mp)));
+    if (w.defined()) loss = mul(loss, w);
+    out = reduce_elements(loss, reduction);
+  }
+  if (autograd::needs_grad({&input, &target})) {
+    // d/dp = w·(p − t) / max(p·(1 − p), 1e-12) (PyTorch's clamp keeps p = 0 or 1 finite);
+    // d/dt = w·(log(1 − p) − log p) with the clamped logs. weight gets no gradient.
+    autograd::record(OpId::binary_cross_entropy, {input, target}, {out},
+                     [sp = SavedTensor(input), st = SavedTensor(target), w, log_p, log_1mp, reduction,
+                      shape = input.sizes()](const TensorList& g) -> TensorList {
+                       const Tensor pv = sp.unpack("binary_cross_entropy"), tv = st.unpack("binary_cross_entropy");
+                       Tensor ge = g[0];
+                       if (reduction == Reduction::mean) ge = div(ge, static_cast<double>(pv.numel()));
+                       if (w.defined()) ge = mul(ge, w);
+                       const Tensor gp = div(mul(ge, sub(pv, tv)), maximum(mul(pv, (1.0 - pv)), 1e-12));
+                       const Tensor gt = mul(ge, sub(log_1mp, log_p));
+                       return {sum_to(gp, shape), sum_to(gt, shape)};
+                     });
+  }
+  return out;
+}
+
+}  // namespace precis

@@ -1,0 +1,234 @@
+// batch_norm, layer_norm, group_norm: operand checks, the kernel call on contiguous (N, C, S) /
+// (M, D) views, and a backward that runs the op's fused *_backward kernel with the mean / rstd
+// the forward saved. Kernels: ops/cpu/norm.cpp.
+#include "amp/autocast.h"
+#include "autograd/record.h"
+#include "ops/functional.h"
+#include "ops/kernels_norm.h"
+#include "ops/op_table.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+namespace {
+
+// The statistics dtype of an input: f64 for f64, fp32 otherwise (DESIGN §3).
+DType acc_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
+
+void check_input(const char* op, const Tensor& input, int64_t min_dim) {
+  PRECIS_CHECK(input.defined(), op, ": the input tensor is undefined");
+  PRECIS_CHECK_DTYPE(input.is_floating_point(), op, ": expected a floating input, got ", input.describe(),
+                     "; convert it first, e.g. input.to(DType::f32)");
+  PRECIS_CHECK_SHAPE(input.dim() >= min_dim, op, ": expected an input with at least ", min_dim,
+                     " dims, got ", input.describe());
+}
+
+// A per-channel (or per-feature) operand: undefined, or floating of `shape` on input's device.
+void check_param(const char* op, const char* what, const Tensor& p, const Shape& shape, const Tensor& input,
+                 const char* shape_hint) {
+  if (!p.defined()) return;
+  PRECIS_CHECK_SHAPE(p.sizes() == shape, op, ": ", what, " ", p.describe(), " must have shape ", shape_str(shape),
+                     " ", shape_hint, " for an input ", input.describe());
+  PRECIS_CHECK_DTYPE(p.is_floating_point(), op, ": ", what, " ", p.describe(), " must be floating (input ",
+                     input.describe(), ")");
+  PRECIS_CHECK_DEVICE(p.device() == input.device(), op, ": ", what, " ", p.describe(),
+                      " must be on the input's device (input ", input.describe(), ")");
+}
+
+// A parameter as the kernels want it: contiguous, in the statistics dtype, out of the graph.
+Tensor kernel_param(const Tensor& p, DType acc) {
+  if (!p.defined()) return Tensor();
+  NoGradGuard no_grad;
+  return p.detach().to(acc).contiguous();
+}
+
+// A parameter gradient computed in the statistics dtype, returned in the parameter's dtype.
+Tensor param_grad(const Tensor& g, DType dtype) { return g.defined() && g.dtype() != dtype ? g.to(dtype) : g; }
+
+int64_t prod(const Shape& s, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i) p *= s[i];
+  return p;
+}
+
+Tensor grad_as(const Tensor& g, const Tensor& like, const Shape& kernel_shape) {
+  const Tensor gc = g.dtype() == like.dtype() ? g : g.to(like.dtype());
+  return gc.contiguous().view(kernel_shape);
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight_in, const Tensor& bias_in, bool training, double momentum, double eps) {
+  // The running statistics are buffers updated in place: autocast never touches them.
+  const auto ac = amp::autocast(OpId::batch_norm, input_in, weight_in, bias_in);
+  const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
+  check_input("batch_norm", input, 2);
+  const int64_t N = input.size(0), C = input.size(1);
+  const Shape cshape{C};
+  const char* hint = "(C = input.size(1))";
+  check_param("batch_norm", "weight", weight, cshape, input, hint);
+  check_param("batch_norm", "bias", bias, cshape, input, hint);
+  check_param("batch_norm", "running_mean", running_mean, cshape, input, hint);
+  check_param("batch_norm", "running_var", running_var, cshape, input, hint);
+  PRECIS_CHECK(training || (running_mean.defined() && running_var.defined()),
+               "batch_norm: eval mode (training = false) normalises with the running statistics, but running_mean ",
+               running_mean.defined() ? running_mean.describe() : "(undefined)", " and running_var ",
+               running_var.defined() ? running_var.describe() : "(undefined)",
+               " are not both given; pass them, or use training = true for batch statistics");
+  PRECIS_CHECK(running_mean.defined() == running_var.defined(), "batch_norm: running_mean ",
+               running_mean.defined() ? running_mean.describe() : "(undefined)", " and running_var ",
+               running_var.defined() ? running_var.describe() : "(undefined)", " must be given together");
+  const int64_t S = C == 0 || N == 0 ? 0 : input.numel() / (N * C);
+  PRECIS_CHECK(!training || N * S > 1, "batch_norm: expected more than 1 value per channel when training, got an input ",
+               input.describe(), "; use a batch of more than one sample (or eval mode)");
+  const DType acc = acc_dtype(input.dtype());
+  const Shape kshape{N, C, S};
+  const Tensor x = input.detach().contiguous().view(kshape);
+  const Tensor w = kernel_param(weight, acc), b = kernel_param(bias, acc);
+  // Running statistics: updated in place by the kernel when they are contiguous fp32 (f64 for f64
+  // inputs), else through a temporary copied back. They are buffers: no graph, but a version bump.
+  Tensor rm, rv;
+  const bool update = training && running_mean.defined();
+  if (running_mean.defined()) {
+    rm = kernel_param(running_mean, acc);
+    rv = kernel_param(running_var, acc);
+  }
+  Tensor out = empty(kshape, {.dtype = input.dtype(), .device = input.device()});
+  Tensor save_mean = empty(cshape, {.dtype = acc, .device = input.device()});
+  Tensor save_rstd = empty(cshape, {.dtype = acc, .device = input.device()});
+  kernel<kernels::BatchNormKernel>(OpId::batch_norm, input.device().type, input.dtype())(
+      out, save_mean, save_rstd, x, w, b, rm, rv, training, momentum, eps);
+  if (update) {
+    NoGradGuard no_grad;
+    for (auto [buffer, value] : {std::pair{running_mean, rm}, std::pair{running_var, rv}}) {
+      if (value.data_ptr() == buffer.data_ptr() && value.dtype() == buffer.dtype())
+        buffer.bump_version();  // written in place by the kernel
+      else
+        buffer.copy_(value);
+    }
+  }
+  Tensor result = out.view(input.sizes());
+  if (autograd::needs_grad({&input, &weight, &bias})) {
+    const bool need_dx = input.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
+               need_db = bias.defined() && bias.requires_grad();
+    autograd::record(
+        OpId::batch_norm, {input, weight, bias}, {result},
+        [sx = SavedTensor(x), sw = SavedTensor(w), save_mean, save_rstd, training, need_dx, need_dw, need_db, kshape,
+         in_shape = input.sizes(), w_dtype = weight.defined() ? weight.dtype() : acc,
+         b_dtype = bias.defined() ? bias.dtype() : acc, acc](const TensorList& g) -> TensorList {
+          const Tensor xv = sx.unpack("batch_norm");
+          const Tensor gv = grad_as(g[0], xv, kshape);
+          const Shape cs{kshape[1]};
+          Tensor dx = need_dx ? empty(kshape, {.dtype = xv.dtype(), .device = xv.device()}) : Tensor();
+          Tensor dw = need_dw ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
+          Tensor db = need_db ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
+          kernel<kernels::BatchNormBackwardKernel>(OpId::batch_norm_backward, xv.device().type, xv.dtype())(
+              dx, dw, db, gv, xv, sw.defined() ? sw.unpack("batch_norm") : Tensor(), save_mean, save_rstd, training);
+          return {dx.defined() ? dx.view(in_shape) : dx, param_grad(dw, w_dtype), param_grad(db, b_dtype)};
+        });
+  }
+  return result;
+}
+
+Tensor layer_norm(const Tensor& input_in, const Shape& normalized_shape, const Tensor& weight_in,
+                  const Tensor& bias_in, double eps) {
+  const auto ac = amp::autocast(OpId::layer_norm, input_in, weight_in, bias_in);
+  const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
+  check_input("layer_norm", input, 0);
+  const size_t k = normalized_shape.size();
+  const size_t nd = static_cast<size_t>(input.dim());
+  const auto matches = [&] {
+    if (k == 0 || k > nd) return false;
+    for (size_t i = 0; i < k; ++i)
+      if (input.sizes()[nd - k + i] != normalized_shape[i]) return false;
+    return true;
+  };
+  PRECIS_CHECK_SHAPE(matches(), "layer_norm: normalized_shape ", shape_str(normalized_shape),
+                     " must be non-empty and equal the trailing dims of the input ", input.describe(),
+                     " (e.g. normalized_shape = {input.size(-1)})");
+  const char* hint = "(normalized_shape)";
+  check_param("layer_norm", "weight", weight, normalized_shape, input, hint);
+  check_param("layer_norm", "bias", bias, normalized_shape, input, hint);
+  const int64_t M = prod(input.sizes(), 0, nd - k), D = prod(input.sizes(), nd - k, nd);
+  const DType acc = acc_dtype(input.dtype());
+  const Shape kshape{M, D};
+  const Tensor x = input.detach().contiguous().view(kshape);
+  const Tensor w = kernel_param(weight, acc), b = kernel_param(bias, acc);
+  Tensor out = empty(kshape, {.dtype = input.dtype(), .device = input.device()});
+  Tensor mean = empty({M}, {.dtype = acc, .device = input.device()});
+  Tensor rstd = empty({M}, {.dtype = acc, .device = input.device()});
+  kernel<kernels::LayerNormKernel>(OpId::layer_norm, input.device().type, input.dtype())(out, mean, rstd, x, w, b, eps);
+  Tensor result = out.view(input.sizes());
+  if (autograd::needs_grad({&input, &weight, &bias})) {
+    const bool need_dx = input.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
+               need_db = bias.defined() && bias.requires_grad();
+    autograd::record(
+        OpId::layer_norm, {input, weight, bias}, {result},
+        [sx = SavedTensor(x), sw = SavedTensor(w), mean, rstd, need_dx, need_dw, need_db, kshape,
+         in_shape = input.sizes(), p_shape = normalized_shape, w_dtype = weight.defined() ? weight.dtype() : acc,
+         b_dtype = bias.defined() ? bias.dtype() : acc, acc](const TensorList& g) -> TensorList {
+          const Tensor xv = sx.unpack("layer_norm");
+          const Tensor gv = grad_as(g[0], xv, kshape);
+          const Shape ds{kshape[1]};
+          Tensor dx = need_dx ? empty(kshape, {.dtype = xv.dtype(), .device = xv.device()}) : Tensor();
+          Tensor dw = need_dw ? empty(ds, {.dtype = acc, .device = xv.device()}) : Tensor();
+          Tensor db = need_db ? empty(ds, {.dtype = acc, .device = xv.device()}) : Tensor();
+          kernel<kernels::LayerNormBackwardKernel>(OpId::layer_norm_backward, xv.device().type, xv.dtype())(
+              dx, dw, db, gv, xv, sw.defined() ? sw.unpack("layer_norm") : Tensor(), mean, rstd);
+          return {dx.defined() ? dx.view(in_shape) : dx, dw.defined() ? param_grad(dw, w_dtype).view(p_shape) : dw,
+                  db.defined() ? param_grad(db, b_dtype).view(p_shape) : db};
+        });
+  }
+  return result;
+}
+
+Tensor group_norm(const Tensor& input_in, int64_t num_groups, const Tensor& weight_in, const Tensor& bias_in,
+                  double eps) {
+  const auto ac = amp::autocast(OpId::group_norm, input_in, weight_in, bias_in);
+  const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
+  check_input("group_norm", input, 2);
+  const int64_t N = input.size(0), C = input.size(1);
+  PRECIS_CHECK(num_groups > 0 && C % num_groups == 0, "group_norm: num_groups = ", num_groups,
+               " must be positive and divide the channel count C = ", C, " of the input ", input.describe());
+  const Shape cshape{C};
+  const char* hint = "(C = input.size(1))";
+  check_param("group_norm", "weight", weight, cshape, input, hint);
+  check_param("group_norm", "bias", bias, cshape, input, hint);
+  const int64_t S = C == 0 || N == 0 ? 0 : input.numel() / (N * C);
+  const DType acc = acc_dtype(input.dtype());
+  const Shape kshape{N, C, S};
+  const Tensor x = input.detach().contiguous().view(kshape);
+  const Tensor w = kernel_param(weight, acc), b = kernel_param(bias, acc);
+  Tensor out = empty(kshape, {.dtype = input.dtype(), .device = input.device()});
+  Tensor mean = empty({N, num_groups}, {.dtype = acc, .device = input.device()});
+  Tensor rstd = empty({N, num_groups}, {.dtype = acc, .device = input.device()});
+  kernel<kernels::GroupNormKernel>(OpId::group_norm, input.device().type, input.dtype())(out, mean, rstd, x, w, b,
+                                                                                        num_groups, eps);
+  Tensor result = out.view(input.sizes());
+  if (autograd::needs_grad({&input, &weight, &bias})) {
+    const bool need_dx = input.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
+               need_db = bias.defined() && bias.requires_grad();
+    autograd::record(
+        OpId::group_norm, {input, weight, bias}, {result},
+        [sx = SavedTensor(x), sw = SavedTensor(w), mean, rstd, num_groups, need_dx, need_dw, need_db, kshape,
+         in_shape = input.sizes(), w_dtype = weight.defined() ? weight.dtype() : acc,
+         b_dtype = bias.defined() ? bias.dtype() : acc, acc](const TensorList& g) -> TensorList {
+          const Tensor xv = sx.unpack("group_norm");
+          const Tensor gv = grad_as(g[0], xv, kshape);
+          const Shape cs{kshape[1]};
+          Tensor dx = need_dx ? empty(kshape, {.dtype = xv.dtype(), .device = xv.device()}) : Tensor();
+          Tensor dw = need_dw ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
+          Tensor db = need_db ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
+          kernel<kernels::GroupNormBackwardKernel>(OpId::group_norm_backward, xv.device().type, xv.dtype())(
+              dx, dw, db, gv, xv, sw.defined() ? sw.unpack("group_norm") : Tensor(), mean, rstd, num_groups);
+          return {dx.defined() ? dx.view(in_shape) : dx, param_grad(dw, w_dtype), param_grad(db, b_dtype)};
+        });
+  }
+  return result;
+}
+
+}  // namespace precis

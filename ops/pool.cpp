@@ -1,0 +1,177 @@
+// max_pool2d, avg_pool2d, adaptive_avg_pool2d: argument checks, output geometry (ceil_mode as
+// PyTorch), unbatched input, and their backward through the *_backward kernels. Kernels:
+// ops/cpu/pool.cpp.
+#include <string>
+
+#include "amp/autocast.h"
+#include "autograd/record.h"
+#include "ops/functional.h"
+#include "ops/kernels_conv.h"
+#include "ops/op_table.h"
+#include "ops/pair_arg.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+using kernels::Pool2dParams;
+
+namespace {
+
+void check_input(const char* op, const Tensor& x) {
+  PRECIS_CHECK(x.defined(), op, ": input is an undefined tensor");
+  PRECIS_CHECK_DTYPE(x.is_floating_point(), op, ": expects a floating input, input is ", x.describe(),
+                     "; convert with .to(DType::f32)");
+  PRECIS_CHECK_SHAPE(x.dim() == 3 || x.dim() == 4, op, ": input must be 4-D (N, C, H, W) or 3-D (C, H, W), input is ",
+                     x.describe());
+  PRECIS_CHECK_SHAPE(x.size(-1) > 0 && x.size(-2) > 0, op, ": input has an empty spatial dim, input is ",
+                     x.describe());
+}
+
+// Output size along one dim: floor (or ceil) of the window count, where in ceil mode the last
+// window must start inside the input or its left padding (as PyTorch).
+int64_t pool_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil, bool ceil_mode) {
+  const int64_t span = in + 2 * pad - dil * (k - 1) - 1;
+  if (span < 0) return 0;
+  int64_t out = (span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// Fills p's window geometry from the arguments and returns the 4-D output shape.
+Shape pool_geometry(const char* op, const Tensor& x, const std::vector<int64_t>& kernel_size,
+                    const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                    const std::vector<int64_t>& dilation, bool ceil_mode, Pool2dParams& p) {
+  detail::pair_arg(op, "kernel_size", kernel_size, p.kernel, 1);
+  detail::pair_arg(op, "stride", stride.empty() ? kernel_size : stride, p.stride, 1);
+  detail::pair_arg(op, "padding", padding, p.padding, 0);
+  detail::pair_arg(op, "dilation", dilation, p.dilation, 1);
+  Shape out{x.dim() == 4 ? x.size(0) : 1, x.size(-3), 0, 0};
+  for (int d = 0; d < 2; ++d) {
+    PRECIS_CHECK(p.padding[d] <= p.kernel[d] / 2, op, ": padding (", p.padding[0], ", ", p.padding[1],
+                 ") must be at most half the kernel size (", p.kernel[0], ", ", p.kernel[1], ")");
+    const int64_t in = x.size(-2 + d);
+    out[2 + d] = pool_out_size(in, p.kernel[d], p.stride[d], p.padding[d], p.dilation[d], ceil_mode);
+    PRECIS_CHECK_SHAPE(out[2 + d] >= 1, op, ": the window (kernel_size ", p.kernel[d], ", dilation ", p.dilation[d],
+                       ") is larger than the padded input ", d == 0 ? "height" : "width", " (", in, " + 2·",
+                       p.padding[d], "), input is ", x.describe());
+  }
+  return out;
+}
+
+Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
+
+// The 4-D result brought back to the input's rank.
+Tensor like_input(const Tensor& out4, const Tensor& x) { return x.dim() == 4 ? out4 : out4.squeeze(0); }
+
+Shape shape_4d(const Shape& s) {
+  Shape r = s;
+  if (r.size() == 3) r.insert(r.begin(), 1);
+  return r;
+}
+
+std::tuple<Tensor, Tensor> max_pool2d_impl(const Tensor& input_in, const std::vector<int64_t>& kernel_size,
+                                           const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                           const std::vector<int64_t>& dilation, bool ceil_mode, bool want_indices) {
+  const Tensor input = amp::autocast(OpId::max_pool2d, input_in)[0];
+  check_input("max_pool2d", input);
+  Pool2dParams p;
+  const Shape out_shape = pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, p);
+  const bool grad = autograd::needs_grad({&input});
+  const DeviceType dev = input.device().type;
+  Tensor values, indices;
+  {
+    NoGradGuard no_grad;
+    const Tensor x = as_4d(input).contiguous();
+    Tensor out4 = empty(out_shape, {.dtype = input.dtype(), .device = input.device()});
+    Tensor idx4 = grad || want_indices ? empty(out_shape, {.dtype = DType::i64, .device = input.device()}) : Tensor();
+    if (out4.numel() > 0) kernel<kernels::MaxPool2dKernel>(OpId::max_pool2d, dev, input.dtype())(out4, idx4, x, p);
+    values = like_input(out4, input);
+    if (idx4.defined()) indices = like_input(idx4, input);
+  }
+  if (grad) {
+    autograd::record(OpId::max_pool2d, {input}, {values},
+                     [si = SavedTensor(indices), x_sizes = input.sizes(), dev](const TensorList& g) -> TensorList {
+                       const Tensor go = as_4d(g[0]).contiguous();
+                       const Tensor idx = as_4d(si.unpack("max_pool2d")).contiguous();
+                       Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
+                       kernel<kernels::MaxPool2dBackwardKernel>(OpId::max_pool2d_backward, dev, go.dtype())(gx, go, idx);
+                       return {gx.view(x_sizes)};
+                     });
+  }
+  return {values, indices};
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& input, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride,
+                  const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode) {
+  return std::get<0>(max_pool2d_impl(input, kernel_size, stride, padding, dilation, ceil_mode, false));
+}
+
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const std::vector<int64_t>& kernel_size,
+                                                   const std::vector<int64_t>& stride,
+                                                   const std::vector<int64_t>& padding,
+                                                   const std::vector<int64_t>& dilation, bool ceil_mode) {
+  return max_pool2d_impl(input, kernel_size, stride, padding, dilation, ceil_mode, true);
+}
+
+Tensor avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride,
+                  const std::vector<int64_t>& padding, bool ceil_mode, bool count_include_pad,
+                  int64_t divisor_override) {
+  const Tensor input = amp::autocast(OpId::avg_pool2d, input_in)[0];
+  check_input("avg_pool2d", input);
+  PRECIS_CHECK(divisor_override >= 0, "avg_pool2d: divisor_override must be positive (or 0 for none), got ",
+               divisor_override);
+  Pool2dParams p;
+  const Shape out_shape = pool_geometry("avg_pool2d", input, kernel_size, stride, padding, {1, 1}, ceil_mode, p);
+  p.count_include_pad = count_include_pad;
+  p.divisor_override = divisor_override;
+  const DeviceType dev = input.device().type;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    Tensor out4 = empty(out_shape, {.dtype = input.dtype(), .device = input.device()});
+    if (out4.numel() > 0)
+      kernel<kernels::AvgPool2dKernel>(OpId::avg_pool2d, dev, input.dtype())(out4, as_4d(input).contiguous(), p);
+    out = like_input(out4, input);
+  }
+  if (autograd::needs_grad({&input})) {
+    autograd::record(OpId::avg_pool2d, {input}, {out}, [x_sizes = input.sizes(), p, dev](const TensorList& g) -> TensorList {
+      const Tensor go = as_4d(g[0]).contiguous();
+      Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
+      kernel<kernels::AvgPool2dBackwardKernel>(OpId::avg_pool2d_backward, dev, go.dtype())(gx, go, p);
+      return {gx.view(x_sizes)};
+    });
+  }
+  return out;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& output_size) {
+  const Tensor input = amp::autocast(OpId::adaptive_avg_pool2d, input_in)[0];
+  check_input("adaptive_avg_pool2d", input);
+  int64_t os[2];
+  detail::pair_arg("adaptive_avg_pool2d", "output_size", output_size, os, 1);
+  const DeviceType dev = input.device().type;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    const Tensor x = as_4d(input).contiguous();
+    Tensor out4 = empty({x.size(0), x.size(1), os[0], os[1]}, {.dtype = input.dtype(), .device = input.device()});
+    if (out4.numel() > 0)
+      kernel<kernels::AdaptiveAvgPool2dKernel>(OpId::adaptive_avg_pool2d, dev, input.dtype())(out4, x);
+    out = like_input(out4, input);
+  }
+  if (autograd::needs_grad({&input})) {
+    autograd::record(OpId::adaptive_avg_pool2d, {input}, {out}, [x_sizes = input.sizes(), dev](const TensorList& g) -> TensorList {
+      const Tensor go = as_4d(g[0]).contiguous();
+      Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
+      kernel<kernels::AdaptiveAvgPool2dBackwardKernel>(OpId::adaptive_avg_pool2d_backward, dev, go.dtype())(gx, go);
+      return {gx.view(x_sizes)};
+    });
+  }
+  return out;
+}
+
+}  // namespace precis

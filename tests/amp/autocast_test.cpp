@@ -1,0 +1,204 @@
+// Autocast: output dtypes per category, the weight-cast cache, nesting, overrides, custom ops,
+// and gradients reaching fp32 parameters.
+#include <catch2/catch.hpp>
+
+#include "amp/audit.h"
+#include "amp/autocast.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "ops/functional.h"
+#include "tests/support/tensor_testing.h"
+
+namespace precis::amp {
+namespace {
+
+Tensor f32(const Shape& s) { return testing::randn_input(s, false, 3, DType::f32); }
+
+TEST_CASE("each category gives its dtype under a bf16 region", "[amp][autocast]") {
+  Tensor a = f32({4, 4}), b = f32({4, 4});
+  Tensor lowp = a.to(DType::bf16);
+  Autocast ac(DType::bf16);
+  CHECK(is_autocast_enabled(DeviceType::cpu));
+  CHECK(matmul(a, b).dtype() == DType::bf16);                 // Lower
+  CHECK(linear(a, b, f32({4})).dtype() == DType::bf16);       // Lower
+  CHECK(exp(lowp).dtype() == DType::f32);                     // FP32
+  CHECK(sum(lowp).dtype() == DType::f32);                     // FP32
+  CHECK(mean(lowp, {1}).dtype() == DType::f32);               // FP32
+  CHECK(add(lowp, a).dtype() == DType::f32);                  // Promote: widest
+  CHECK(add(lowp, lowp).dtype() == DType::bf16);              // Promote: already equal
+  CHECK(cat({lowp, a}, 0).dtype() == DType::f32);             // Promote (list)
+  CHECK(relu(lowp).dtype() == DType::bf16);                   // Passthrough
+  CHECK(relu(a).dtype() == DType::f32);                       // Passthrough
+  CHECK(matmul(a.to(DType::f64), b.to(DType::f64)).dtype() == DType::f64);  // f64 is never cast
+}
+
+TEST_CASE("f16 regions and disabled inner regions", "[amp][autocast]") {
+  Tensor a = f32({2, 3}), b = f32({3, 2});
+  {
+    Autocast ac(DType::f16);
+    CHECK(matmul(a, b).dtype() == DType::f16);
+    {
+      Autocast off(DType::f16, DeviceType::cpu, /*enabled=*/false);
+      CHECK_FALSE(is_autocast_enabled(DeviceType::cpu));
+      CHECK(matmul(a, b).dtype() == DType::f32);
+    }
+    CHECK(matmul(a, b).dtype() == DType::f16);
+  }
+  CHECK_FALSE(is_autocast_enabled(DeviceType::cpu));
+  CHECK(matmul(a, b).dtype() == DType::f32);
+  CHECK_THROWS_AS(Autocast(DType::f32), DTypeError);
+  CHECK(default_autocast_dtype(DeviceType::cpu) == DType::bf16);
+  CHECK(default_autocast_dtype(DeviceType::cuda) == DType::f16);
+}
+
+TEST_CASE("a CUDA region does not touch CPU ops", "[amp][autocast]") {
+  Autocast ac(DType::f16, DeviceType::cuda);
+  CHECK(matmul(f32({2, 2}), f32({2, 2})).dtype() == DType::f32);
+}
+
+TEST_CASE("gradients reach fp32 parameters as fp32 through the casts", "[amp][autocast]") {
+  Tensor w = f32({3, 3}).requires_grad_();
+  Tensor x = f32({2, 3});
+  Tensor loss;
+  {
+    Autocast ac(DType::bf16);
+    Tensor y = matmul(x, w);
+    CHECK(y.dtype() == DType::bf16);
+    loss = sum(y);  // FP32 category: fp32 loss
+    CHECK(loss.dtype() == DType::f32);
+  }
+  loss.backward();
+  REQUIRE(w.grad().defined());
+  CHECK(w.grad().dtype() == DType::f32);
+  // d sum(x w) / dw = xᵀ 1, computed from bf16-rounded x (the forward's inputs).
+  Tensor expected = matmul(x.to(DType::bf16).to(DType::f32).t(), ones({2, 3}));
+  PRECIS_REQUIRE_CLOSE(w.grad(), expected, DType::bf16);
+}
+
+TEST_CASE("the weight cache serves one copy per parameter and never a stale one", "[amp][autocast]") {
+  Tensor w = f32({4, 4}).requires_grad_();
+  Tensor x = f32({2, 4});
+  {
+    Autocast ac(DType::bf16);
+    Tensor y1 = matmul(x, w), y2 = matmul(x, w);
+    CHECK(cache_size() == 1);
+    // Same cached bf16 copy of w in both graphs: the cast node is shared.
+    CHECK(y1.grad_fn()->next_edges()[1].fn == y2.grad_fn()->next_edges()[1].fn);
+    const float before = matmul(x, w).to_vector<float>()[0];
+    {
+      NoGradGuard g;  // an in-place update (an optimizer step) bumps the version
+      w.fill_(0.5);
+    }
+    const float after = matmul(x, w).to_vector<float>()[0];
+    CHECK(after != before);
+    CHECK(cache_size() == 2);
+    // A copy made under no_grad has no backward node and is not served to grad-mode code.
+    Tensor y_nograd;
+    {
+      NoGradGuard g;
+      y_nograd = matmul(x, w);
+    }
+    CHECK_FALSE(y_nograd.requires_grad());
+    Tensor y_grad = matmul(x, w);
+    CHECK(y_grad.requires_grad());
+    {
+      Autocast inner(DType::bf16);
+      CHECK(cache_size() == 3);  // the inner region shares the outer's cache
+    }
+    CHECK(cache_size() == 3);
+  }
+  CHECK(cache_size() == 0);  // dropped when the outermost region exits
+}
+
+TEST_CASE("only fp32 leaves that require grad are cached", "[amp][autocast]") {
+  Autocast ac(DType::bf16);
+  Tensor activation = f32({2, 2});
+  matmul(activation, activation);
+  CHECK(cache_size() == 0);
+}
+
+TEST_CASE("categories can be overridden at run time", "[amp][autocast]") {
+  Tensor a = f32({2, 2});
+  set_category(OpId::matmul, Category::FP32);
+  {
+    Autocast ac(DType::bf16);
+    CHECK(category(OpId::matmul) == Category::FP32);
+    CHECK(matmul(a.to(DType::bf16), a).dtype() == DType::f32);
+    set_category(OpId::relu, Category::Lower);
+    CHECK(relu(a).dtype() == DType::bf16);
+  }
+  reset_categories();
+  CHECK(category(OpId::matmul) == Category::Lower);
+  CHECK(category(OpId::relu) == Category::Passthrough);
+}
+
+TEST_CASE("user ops declare a category", "[amp][autocast]") {
+  static const CustomOp my_gemm = register_custom_op("my_gemm", Category::Lower);
+  static const CustomOp my_unsafe = register_custom_op("my_unsafe", Category::Banned);
+  Tensor a = f32({2});
+  CHECK(autocast(my_gemm, a)[0].dtype() == DType::f32);  // outside a region: unchanged
+  Autocast ac(DType::f16);
+  auto [x, y] = autocast(my_gemm, a, a);
+  CHECK(x.dtype() == DType::f16);
+  CHECK(y.dtype() == DType::f16);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(autocast(my_unsafe, a), DTypeError, "my_unsafe", "Banned");
+}
+
+TEST_CASE("backward inside a region runs in the forward's dtypes", "[amp][autocast]") {
+  Tensor w = f32({3, 3}).requires_grad_();
+  Autocast ac(DType::bf16);
+  Tensor loss = sum(matmul(f32({2, 3}), w));
+  loss.backward();  // the engine suspends autocast; the grad arrives as f32
+  CHECK(w.grad().dtype() == DType::f32);
+}
+
+}  // namespace
+}  // namespace precis::amp
+
+namespace precis::amp {
+namespace {
+
+TEST_CASE("the audit records dtypes and magnitudes and flags values near the fp16 limit", "[amp][audit]") {
+  Tensor w = full({4, 4}, 100.0).requires_grad_();
+  Tensor x = full({2, 4}, 200.0);
+  Audit audit;
+  {
+    Autocast ac(DType::bf16);
+    Tensor y = matmul(x, w);      // inputs up to 200; output 4·200·100 = 80000 > 65504
+    Tensor z = relu(y);           // sees 80000 (bf16)
+    (void)sum(z * 0.001);
+  }
+  const auto recs = audit.records();
+  auto find = [&](const std::string& name) {
+    for (const auto& r : recs)
+      if (r.op == name) return r;
+    FAIL("op " << name << " not recorded");
+    return AuditRecord{};
+  };
+  const AuditRecord mm = find("matmul");
+  CHECK(mm.calls == 1);
+  CHECK(mm.dtypes == std::vector<DType>{DType::bf16});
+  CHECK(mm.max_abs == 200.0);
+  const AuditRecord r = find("relu");
+  CHECK(r.max_abs == Approx(80000.0).epsilon(0.01));
+  const auto near = audit.near_fp16_limit();
+  REQUIRE_FALSE(near.empty());
+  CHECK((near[0].op == "relu" || near[0].op == "mul"));
+  CHECK(audit.report().find("within 2x of the fp16 maximum") != std::string::npos);
+}
+
+TEST_CASE("without an audit nothing is recorded, and audits nest", "[amp][audit]") {
+  CHECK(active_audit() == nullptr);
+  Audit outer;
+  {
+    Audit inner;
+    CHECK(active_audit() == &inner);
+    relu(full({2}, 1.0));
+    CHECK(inner.records().size() == 1);
+  }
+  CHECK(active_audit() == &outer);
+  CHECK(outer.records().empty());
+}
+
+}  // namespace
+}  // namespace precis::amp

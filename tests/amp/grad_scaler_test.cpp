@@ -1,0 +1,280 @@
+// The loss scaler's state machine, driven by scripted sequences of finite / non-finite gradients
+// and losses, and its misuse errors, accumulation, several optimizers and checkpointing.
+#include <cmath>
+#include <limits>
+
+#include <catch2/catch.hpp>
+
+#include "amp/grad_scaler.h"
+#include "autograd/grad_mode.h"
+#include "ops/functional.h"
+#include "optim/sgd.h"
+#include "tensor/safetensors.h"
+#include "tests/support/tensor_testing.h"
+
+namespace precis::amp {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Rig {
+  Tensor w = from_vector<float>({1.0f, 2.0f, 3.0f, 4.0f}).requires_grad_();
+  optim::SGD opt{{w}, {.lr = 0.5}};
+  GradScaler scaler;
+  explicit Rig(GradScalerOptions o = {}) : scaler(o) {}
+
+  // One optimizer step: loss value `loss` (scaled through the scaler), gradient `grad_value` per
+  // element, already multiplied by the current scale as a real backward would.
+  StepResult run(double loss, double grad_value) {
+    Tensor l = scalar_tensor(loss);
+    Tensor scaled = scaler.scale(l);
+    REQUIRE(scaled.dtype() == DType::f32);
+    w.set_grad(full({4}, grad_value * scaler.get_scale()));
+    StepResult r = scaler.step(opt);
+    scaler.update();
+    return r;
+  }
+};
+
+TEST_CASE("defaults are PyTorch's plus hysteresis 1, floor 1 and cap 2^24", "[amp][scaler]") {
+  GradScalerOptions o;
+  CHECK(o.init_scale == 65536.0);
+  CHECK(o.growth_factor == 2.0);
+  CHECK(o.backoff_factor == 0.5);
+  CHECK(o.growth_interval == 2000);
+  CHECK(o.hysteresis == 1);
+  CHECK(o.min_scale == 1.0);
+  CHECK(o.max_scale == 16777216.0);
+  GradScaler s;
+  CHECK(s.get_scale() == 65536.0);
+}
+
+TEST_CASE("an overflow at step k skips that step and halves the scale; clean steps apply", "[amp][scaler]") {
+  Rig rig;
+  StepResult r0 = rig.run(1.0, 0.25);
+  CHECK(r0.applied());
+  CHECK(rig.w.to_vector<float>() == std::vector<float>{0.875f, 1.875f, 2.875f, 3.875f});  // w - 0.5 * 0.25
+  StepResult r1 = rig.run(1.0, kInf);
+  CHECK_FALSE(r1.applied());
+  CHECK(r1.reason() == SkipReason::overflow);
+  CHECK(r1.scale_before() == 65536.0);
+  CHECK(r1.scale_after() == 32768.0);
+  CHECK(rig.w.to_vector<float>() == std::vector<float>{0.875f, 1.875f, 2.875f, 3.875f});  // untouched
+  StepResult r2 = rig.run(1.0, 0.25);
+  CHECK(r2.applied());
+  CHECK(rig.scaler.get_scale() == 32768.0);
+  CHECK(rig.scaler.skipped_steps() == 1);
+}
+
+TEST_CASE("the scale grows after growth_interval clean steps, and an overflow resets the count", "[amp][scaler]") {
+  Rig rig({.init_scale = 8.0, .growth_interval = 3});
+  std::vector<double> scales;
+  // clean, clean, overflow, clean, clean, clean, clean
+  for (double g : {0.1, 0.1, kInf, 0.1, 0.1, 0.1, 0.1}) {
+    rig.run(1.0, g);
+    scales.push_back(rig.scaler.get_scale());
+  }
+  CHECK(scales == std::vector<double>{8, 8, 4, 4, 4, 8, 8});
+}
+
+TEST_CASE("hysteresis tolerates overflows before backing off", "[amp][scaler]") {
+  Rig rig({.init_scale = 64.0, .growth_interval = 100, .hysteresis = 2});
+  std::vector<double> scales;
+  std::vector<bool> applied;
+  for (double g : {kInf, kInf, kInf, 0.1, kInf}) {
+    applied.push_back(rig.run(1.0, g).applied());
+    scales.push_back(rig.scaler.get_scale());
+  }
+  // Every overflow skips; the scale halves on the 2nd overflow, the hysteresis is restored, then
+  // the 3rd overflow only spends it, and the 5th (after a clean step) halves again.
+  CHECK(applied == std::vector<bool>{false, false, false, true, false});
+  CHECK(scales == std::vector<double>{64, 32, 32, 32, 16});
+}
+
+TEST_CASE("the scale stays within its floor and cap", "[amp][scaler]") {
+  Rig low({.init_scale = 2.0, .min_scale = 1.0, .max_skips_at_floor = 0});
+  for (int i = 0; i < 4; ++i) low.run(1.0, kInf);
+  CHECK(low.scaler.get_scale() == 1.0);
+  Rig high({.init_scale = 4.0, .growth_interval = 1, .max_scale = 16.0});
+  for (int i = 0; i < 5; ++i) high.run(1.0, 0.1);
+  CHECK(high.scaler.get_scale() == 16.0);
+}
+
+TEST_CASE("a non-finite loss skips with its own reason and leaves the scale alone", "[amp][scaler]") {
+  Rig rig({.init_scale = 16.0, .growth_interval = 2});
+  rig.run(1.0, 0.1);  // growth count 1
+  StepResult r = rig.run(kNaN, 0.1);
+  CHECK_FALSE(r.applied());
+  CHECK(r.reason() == SkipReason::non_finite_loss);
+  CHECK(rig.scaler.get_scale() == 16.0);
+  CHECK(rig.w.to_vector<float>()[0] == Approx(1.0f - 0.05f));
+  // The growth count survived the skipped step: one more clean step grows the scale.
+  rig.run(1.0, 0.1);
+  CHECK(rig.scaler.get_scale() == 32.0);
+  StepResult both = rig.run(kInf, kInf);
+  CHECK(both.reason() == SkipReason::non_finite_loss);
+  CHECK(rig.scaler.get_scale() == 32.0);
+}
+
+TEST_CASE("consecutive skips at the floor stop training with a diagnostic", "[amp][scaler]") {
+  Rig rig({.init_scale = 1.0, .min_scale = 1.0, .max_skips_at_floor = 3});
+  rig.scaler.set_parameter_names({{"encoder.weight", rig.w}});
+  bool thrown = false;
+  try {
+    for (int i = 0; i < 10; ++i) rig.run(2.5, kInf);
+  } catch (const StateError& e) {
+    thrown = true;
+    const std::string msg = e.what();
+    CHECK(msg.find("floor") != std::string::npos);
+    CHECK(msg.find("encoder.weight (4)") != std::string::npos);
+    CHECK(msg.find("2.5") != std::string::npos);  // the recent losses
+  }
+  CHECK(thrown);
+}
+
+TEST_CASE("overflow attribution names the parameters with non-finite gradients", "[amp][scaler]") {
+  Tensor a = zeros({3}).requires_grad_(), b = zeros({2}).requires_grad_();
+  optim::SGD opt({a, b}, {.lr = 0.1});
+  GradScaler scaler;
+  scaler.set_parameter_names({{"fc1.weight", a}, {"fc2.bias", b}});
+  scaler.scale(scalar_tensor(1.0));
+  a.set_grad(from_vector<float>({1.0f, INFINITY, NAN}));
+  b.set_grad(from_vector<float>({1.0f, INFINITY}));
+  StepResult r = scaler.step(opt);
+  CHECK(r.reason() == SkipReason::overflow);
+  auto offenders = scaler.last_overflow();
+  REQUIRE(offenders.size() == 2);
+  CHECK(offenders[0] == std::pair<std::string, int64_t>{"fc1.weight", 2});
+  CHECK(offenders[1] == std::pair<std::string, int64_t>{"fc2.bias", 1});
+  scaler.update();
+}
+
+TEST_CASE("unscale_ is one fused pass: gradients, norms, and clipping reuses the norms", "[amp][scaler]") {
+  Tensor w = zeros({4}).requires_grad_();
+  optim::SGD opt({w}, {.lr = 1.0});
+  GradScaler scaler({.init_scale = 1024.0});
+  scaler.scale(scalar_tensor(1.0));
+  w.set_grad(from_vector<float>({3.0f, 4.0f, 0.0f, 0.0f}) * 1024.0);
+  scaler.unscale_(opt);
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{3.0f, 4.0f, 0.0f, 0.0f});
+  scaler.unscale_(opt);  // idempotent within the step
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{3.0f, 4.0f, 0.0f, 0.0f});
+  Tensor norm = scaler.clip_grad_norm_(opt, 1.0);
+  CHECK(norm.item<double>() == Approx(5.0));
+  CHECK(w.grad().to_vector<float>()[0] == Approx(0.6f).epsilon(1e-5));
+  StepResult r = scaler.step(opt);
+  REQUIRE(r.grad_norm().has_value());
+  CHECK(*r.grad_norm() == Approx(5.0));
+  scaler.update();
+  CHECK(w.to_vector<float>()[0] == Approx(-0.6f).epsilon(1e-5));
+}
+
+TEST_CASE("misuse errors explain the order of calls", "[amp][scaler]") {
+  Rig rig;
+  rig.scaler.scale(scalar_tensor(1.0));
+  rig.w.set_grad(full({4}, 1.0));
+  rig.scaler.step(rig.opt);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(rig.scaler.unscale_(rig.opt), StateError, "after step()", "The order");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(rig.scaler.step(rig.opt), StateError, "twice", "update()");
+  rig.scaler.update();
+  PRECIS_REQUIRE_THROWS_WITH_ALL(rig.scaler.update(), StateError, "without a step()");
+  rig.scaler.scale(scalar_tensor(1.0));
+  rig.scaler.unscale_(rig.opt);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(rig.scaler.scale(scalar_tensor(1.0)), StateError, "after unscale_",
+                                 "last micro-batch");
+}
+
+TEST_CASE("gradient accumulation: scaled micro-losses add up, unscale once", "[amp][scaler]") {
+  Tensor w = from_vector<float>({1.0f, -1.0f}).requires_grad_();
+  optim::SGD opt({w}, {.lr = 0.1});
+  GradScaler scaler({.init_scale = 256.0});
+  Tensor x1 = from_vector<float>({1.0f, 2.0f}), x2 = from_vector<float>({3.0f, 5.0f});
+  for (const Tensor& x : {x1, x2}) scaler.scale(sum(w * x) * 0.5).backward();  // loss averaged over 2
+  scaler.unscale_(opt);
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{2.0f, 3.5f});
+  CHECK(scaler.step(opt).applied());
+  scaler.update();
+}
+
+TEST_CASE("several optimizers share one scaler and one update", "[amp][scaler]") {
+  Tensor a = zeros({2}).requires_grad_(), b = zeros({2}).requires_grad_();
+  optim::SGD oa({a}, {.lr = 1.0}), ob({b}, {.lr = 1.0});
+  GradScaler scaler({.init_scale = 4.0});
+  scaler.scale(scalar_tensor(1.0));
+  a.set_grad(full({2}, 4.0));
+  b.set_grad(full({2}, kInf));
+  CHECK(scaler.step(oa).applied());
+  CHECK_FALSE(scaler.step(ob).applied());
+  scaler.update();
+  CHECK(scaler.get_scale() == 2.0);  // one overflow anywhere backs off once
+  CHECK(a.to_vector<float>() == std::vector<float>{-1.0f, -1.0f});
+  CHECK(b.to_vector<float>() == std::vector<float>{0.0f, 0.0f});
+}
+
+TEST_CASE("a disabled scaler is a no-op: identical to training without it", "[amp][scaler]") {
+  auto train = [](bool with_scaler) {
+    Tensor w = from_vector<float>({0.5f, -0.25f}).requires_grad_();
+    optim::SGD opt({w}, {.lr = 0.1, .momentum = 0.9});
+    GradScaler scaler({.enabled = false});
+    for (int i = 0; i < 5; ++i) {
+      opt.zero_grad();
+      Tensor loss = sum(w * w * (1.0 + i));
+      if (with_scaler) {
+        scaler.scale(loss).backward();
+        scaler.unscale_(opt);
+        CHECK(scaler.step(opt).applied());
+        scaler.update();
+      } else {
+        loss.backward();
+        opt.step();
+      }
+    }
+    return w.to_vector<float>();
+  };
+  CHECK(train(true) == train(false));
+  GradScaler off({.enabled = false});
+  CHECK(off.state_dict().empty());
+  CHECK(off.get_scale() == 1.0);
+}
+
+TEST_CASE("state_dict restores every field: a resumed run continues bit for bit", "[amp][scaler]") {
+  const std::vector<double> grads = {0.1, kInf, 0.2, 0.3, kInf, kInf, 0.1, 0.2, 0.4, 0.1};
+  GradScalerOptions o{.init_scale = 32.0, .growth_interval = 2, .hysteresis = 2};
+  Rig full_run(o);
+  std::vector<double> expected;
+  for (double g : grads) {
+    full_run.run(1.0, g);
+    expected.push_back(full_run.scaler.get_scale());
+  }
+  Rig first(o);
+  for (size_t i = 0; i < 5; ++i) first.run(1.0, grads[i]);
+  // Round-trip scaler and optimizer state through safetensors bytes.
+  StateDict saved = first.scaler.state_dict();
+  std::vector<std::pair<std::string, Tensor>> named(saved.begin(), saved.end());
+  SafetensorsFile file = from_safetensors_bytes(to_safetensors_bytes(named));
+  StateDict loaded(file.tensors.begin(), file.tensors.end());
+  Rig resumed(GradScalerOptions{});  // options come from the state dict
+  resumed.scaler.load_state_dict(loaded);
+  resumed.opt.load_state_dict(first.opt.state_dict());
+  {
+    NoGradGuard g;
+    resumed.w.copy_(first.w);
+  }
+  CHECK(resumed.scaler.history().size() == 5);
+  std::vector<double> got(expected.begin(), expected.begin() + 5);
+  for (size_t i = 5; i < grads.size(); ++i) {
+    resumed.run(1.0, grads[i]);
+    got.push_back(resumed.scaler.get_scale());
+  }
+  CHECK(got == expected);
+  CHECK(resumed.w.to_vector<float>() == full_run.w.to_vector<float>());
+  const auto h = resumed.scaler.history();
+  REQUIRE(h.size() == grads.size());
+  CHECK_FALSE(h[1].applied);
+  CHECK(h[1].reason == SkipReason::overflow);
+  CHECK(h[0].grad_norm == Approx(0.2));  // |(0.1, 0.1, 0.1, 0.1)|
+}
+
+}  // namespace
+}  // namespace precis::amp

@@ -1,0 +1,295 @@
+// conv2d: forward and all three gradients against a naive f64 reference over many geometries
+// (stride, padding, dilation, groups incl. depthwise, 1×1, bias or not, non-contiguous and
+// unbatched input), low-precision spot checks, gradient-check cases, and bad input.
+#include <cmath>
+#include <string>
+
+#include "amp/autocast.h"
+#include "core/thread_pool.h"
+#include "ops/functional.h"
+#include "tests/support/op_cases.h"
+#include "tests/support/tensor_testing.h"
+
+namespace precis {
+namespace {
+
+using testing::randn_input;
+using testing::TensorList;
+
+struct Geometry {
+  int64_t n, c, h, w, o, kh, kw;
+  std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+std::string describe(const Geometry& g) {
+  return "x (" + std::to_string(g.n) + ", " + std::to_string(g.c) + ", " + std::to_string(g.h) + ", " +
+         std::to_string(g.w) + ") w (" + std::to_string(g.o) + ", " + std::to_string(g.c / g.groups) + ", " +
+         std::to_string(g.kh) + ", " + std::to_string(g.kw) + ") stride " + shape_str(g.stride) + " padding " +
+         shape_str(g.padding) + " dilation " + shape_str(g.dilation) + " groups " + std::to_string(g.groups) +
+         (g.bias ? " bias" : "");
+}
+
+int64_t pair(const std::vector<int64_t>& v, int d) { return v.size() == 1 ? v[0] : v[d]; }
+
+// The convolution written out as its definition, in f64: out, and for an upstream gradient g the
+// gradients of x, w and b. Called with |x|, |w|, |b|, |g| it gives the scale that bounds the
+// rounding error of each element (terms cancel, so the error is not bounded relative to the value).
+struct Reference {
+  std::vector<double> out, gx, gw, gb;
+  Shape out_shape;
+};
+
+Reference reference_conv(const Geometry& g, const std::vector<double>& x, const std::vector<double>& w,
+                         const std::vector<double>& b, const std::vector<double>& go) {
+  const int64_t sh = pair(g.stride, 0), sw = pair(g.stride, 1), ph = pair(g.padding, 0), pw = pair(g.padding, 1);
+  const int64_t dh = pair(g.dilation, 0), dw = pair(g.dilation, 1);
+  const int64_t ho = (g.h + 2 * ph - dh * (g.kh - 1) - 1) / sh + 1, wo = (g.w + 2 * pw - dw * (g.kw - 1) - 1) / sw + 1;
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  Reference r;
+  r.out_shape = {g.n, g.o, ho, wo};
+  r.out.assign(g.n * g.o * ho * wo, 0.0);
+  r.gx.assign(x.size(), 0.0);
+  r.gw.assign(w.size(), 0.0);
+  r.gb.assign(g.o, 0.0);
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t o = 0; o < g.o; ++o)
+      for (int64_t i = 0; i < ho; ++i)
+        for (int64_t j = 0; j < wo; ++j) {
+          const int64_t oi = ((n * g.o + o) * ho + i) * wo + j;
+          double acc = b.empty() ? 0.0 : b[o];
+          const double gv = go.empty() ? 0.0 : go[oi];
+          r.gb[o] += gv;
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t u = 0; u < g.kh; ++u)
+              for (int64_t v = 0; v < g.kw; ++v) {
+                const int64_t ih = i * sh - ph + u * dh, iw = j * sw - pw + v * dw;
+                if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+                const int64_t xi = ((n * g.c + (o / og) * cg + c) * g.h + ih) * g.w + iw;
+                const int64_t wi = ((o * cg + c) * g.kh + u) * g.kw + v;
+                acc += x[xi] * w[wi];
+                r.gx[xi] += gv * w[wi];
+                r.gw[wi] += gv * x[xi];
+              }
+          r.out[oi] = acc;
+        }
+  return r;
+}
+
+std::vector<double> abs_of(std::vector<double> v) {
+  for (double& e : v) e = std::fabs(e);
+  return v;
+}
+
+// |actual - expected| <= atol + rtol·scale elementwise under dtype's row of the tolerance table.
+void require_close_scaled(const Tensor& actual, const std::vector<double>& expected, const std::vector<double>& scale,
+                          DType dtype, const char* what) {
+  INFO(what);
+  const std::vector<double> a = actual.to_vector<double>();
+  REQUIRE(a.size() == expected.size());
+  const testing::Tolerance tol = testing::tolerance(dtype);
+  double worst = 0;
+  size_t worst_i = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double err = std::fabs(a[i] - expected[i]) / (tol.atol + tol.rtol * scale[i]);
+    if (!(err <= worst)) {
+      worst = std::isnan(err) ? INFINITY : err;
+      worst_i = i;
+    }
+  }
+  INFO("worst element " << worst_i << ": actual " << a[worst_i] << ", expected " << expected[worst_i] << " ("
+                        << worst << "x the tolerance)");
+  REQUIRE(worst <= 1.0);
+}
+
+// Runs conv2d forward and backward in `dtype` on inputs drawn in f64 and rounded to dtype, and
+// compares everything with the reference on the rounded values. `prepare` may re-lay the input
+// out (non-contiguous) without changing its values.
+void check_against_reference(const Geometry& g, DType dtype, bool non_contiguous_input = false) {
+  INFO(describe(g) << " " << dtype_name(dtype) << (non_contiguous_input ? " non-contiguous" : ""));
+  const Tensor x64 = randn_input({g.n, g.c, g.h, g.w}, false, 1).to(dtype).to(DType::f64);
+  const Tensor w64 = randn_input({g.o, g.c / g.groups, g.kh, g.kw}, false, 2).to(dtype).to(DType::f64);
+  const Tensor b64 = g.bias ? randn_input({g.o}, false, 3).to(dtype).to(DType::f64) : Tensor();
+  const std::vector<double> xv = x64.to_vector<double>(), wv = w64.to_vector<double>(),
+                            bv = g.bias ? b64.to_vector<double>() : std::vector<double>();
+  Reference probe = reference_conv(g, xv, wv, bv, {});
+  const Tensor go64 = randn_input(probe.out_shape, false, 4).to(dtype).to(DType::f64);
+  const std::vector<double> gov = go64.to_vector<double>();
+  const Reference ref = reference_conv(g, xv, wv, bv, gov);
+  const Reference scale = reference_conv(g, abs_of(xv), abs_of(wv), abs_of(bv), abs_of(gov));
+
+  Tensor x = x64.to(dtype);
+  if (non_contiguous_input) x = testing::non_contiguous(x);
+  x.requires_grad_(true);
+  Tensor w = w64.to(dtype).requires_grad_(true);
+  Tensor b = g.bias ? b64.to(dtype).requires_grad_(true) : Tensor();
+  const Tensor out = conv2d(x, w, b, g.stride, g.padding, g.dilation, g.groups);
+  REQUIRE(out.sizes() == ref.out_shape);
+  REQUIRE(out.dtype() == dtype);
+  require_close_scaled(out, ref.out, scale.out, dtype, "output");
+  out.backward(go64.to(dtype));
+  require_close_scaled(x.grad(), ref.gx, scale.gx, dtype, "input gradient");
+  require_close_scaled(w.grad(), ref.gw, scale.gw, dtype, "weight gradient");
+  if (g.bias) require_close_scaled(b.grad(), ref.gb, scale.gb, dtype, "bias gradient");
+}
+
+const std::vector<Geometry>& geometries() {
+  static const std::vector<Geometry> all = {
+      {2, 3, 7, 6, 4, 3, 3},
+      {2, 4, 8, 8, 6, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, false},
+      {1, 4, 9, 7, 4, 3, 2, {1, 2}, {2, 1}, {2, 1}, 2, true},           // groups, asymmetric everything
+      {2, 6, 8, 8, 6, 3, 3, {1}, {1}, {1}, 6, true},                    // depthwise, 1-value geometry
+      {1, 3, 6, 6, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, 3, false},          // depthwise with multiplier 2
+      {2, 8, 5, 5, 16, 1, 1},                                           // 1×1
+      {2, 8, 6, 7, 4, 1, 1, {2, 2}, {0, 0}, {1, 1}, 1, false},          // 1×1 stride 2
+      {1, 2, 3, 3, 3, 5, 5, {1, 1}, {1, 1}},                            // kernel as large as the padded input
+      {2, 3, 11, 10, 5, 5, 5, {3, 3}, {2, 2}},                          // windows left over at the end
+      {2, 32, 10, 10, 32, 3, 3, {1, 1}, {1, 1}},                        // blocked-layout sizes
+      {3, 17, 9, 9, 33, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, false},        // odd channel counts
+      {4, 3, 16, 16, 16, 3, 3, {1, 1}, {1, 1}},                         // a first layer
+      {2, 16, 8, 8, 32, 3, 3, {1, 1}, {2, 2}, {2, 2}, 4, true},         // dilated groups
+  };
+  return all;
+}
+
+TEST_CASE("conv2d: forward and gradients match a naive reference", "[ops][conv]") {
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Geometry& g : geometries()) check_against_reference(g, dtype);
+}
+
+TEST_CASE("conv2d: non-contiguous input", "[ops][conv]") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    check_against_reference(geometries()[0], dtype, true);
+    check_against_reference(geometries()[9], dtype, true);
+  }
+}
+
+TEST_CASE("conv2d: one thread and several give the same results", "[ops][conv]") {
+  const int saved = get_num_threads();
+  set_num_threads(1);
+  check_against_reference(geometries()[9], DType::f32);
+  check_against_reference(geometries()[2], DType::f64);
+  set_num_threads(saved);
+}
+
+TEST_CASE("conv2d: unbatched (C, H, W) input", "[ops][conv]") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const Tensor x = randn_input({3, 6, 5}, true, 1, dtype), w = randn_input({4, 3, 3, 3}, true, 2, dtype);
+    const Tensor b = randn_input({4}, true, 3, dtype);
+    const Tensor out = conv2d(x, w, b, {1}, {1});
+    REQUIRE(out.sizes() == Shape{4, 6, 5});
+    const Tensor batched = conv2d(x.detach().unsqueeze(0), w.detach(), b.detach(), {1}, {1});
+    PRECIS_REQUIRE_CLOSE(out, batched.squeeze(0), dtype);
+    out.backward(ones_like(out));
+    REQUIRE(x.grad().sizes() == x.sizes());
+  }
+}
+
+TEST_CASE("conv2d: an empty batch gives an empty output and zero weight gradients", "[ops][conv]") {
+  const Tensor x = randn_input({0, 3, 5, 5}, true, 1, DType::f32), w = randn_input({4, 3, 3, 3}, true, 2, DType::f32);
+  const Tensor b = randn_input({4}, true, 3, DType::f32);
+  const Tensor out = conv2d(x, w, b);
+  REQUIRE(out.sizes() == Shape{0, 4, 3, 3});
+  sum(out).backward();
+  CHECK(sum(abs(w.grad())).item<float>() == 0.0f);
+  CHECK(sum(abs(b.grad())).item<float>() == 0.0f);
+}
+
+// Low-precision results are compared with the reference on the rounded inputs: what remains is the
+// kernel's own error (fp32 accumulation, one rounding of each result), bounded by the tolerance
+// table's bf16/f16 rows.
+TEST_CASE("conv2d: bf16 and f16 spot checks", "[ops][conv]") {
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    check_against_reference(geometries()[9], dtype);
+    check_against_reference(geometries()[2], dtype);
+    check_against_reference(geometries()[6], dtype);
+  }
+}
+
+TEST_CASE("conv2d: runs in bf16 under autocast, gradients reach fp32 parameters as fp32", "[ops][conv]") {
+  const Tensor x = randn_input({2, 4, 6, 6}, true, 1, DType::f32), w = randn_input({8, 4, 3, 3}, true, 2, DType::f32);
+  const Tensor b = randn_input({8}, true, 3, DType::f32);
+  Tensor y;
+  {
+    amp::Autocast autocast(DType::bf16);
+    y = conv2d(x, w, b, {1}, {1});
+    CHECK(y.dtype() == DType::bf16);
+    // Pooling is Passthrough: it stays in its input's dtype.
+    CHECK(max_pool2d(y, {2}).dtype() == DType::bf16);
+    CHECK(avg_pool2d(x, {2}).dtype() == DType::f32);
+  }
+  sum(y.to(DType::f32)).backward();
+  CHECK(x.grad().dtype() == DType::f32);
+  CHECK(w.grad().dtype() == DType::f32);
+  CHECK(b.grad().dtype() == DType::f32);
+}
+
+TEST_CASE("conv2d: bad input names the operands", "[ops][conv]") {
+  const Tensor x = zeros({2, 4, 8, 8});
+  SECTION("channel mismatch") {
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({6, 3, 3, 3})), ShapeError, "conv2d", "input has 4 channels",
+                                   "[2, 4, 8, 8] f32 cpu", "[6, 3, 3, 3] f32 cpu");
+  }
+  SECTION("groups not dividing the channels") {
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({6, 2, 3, 3}), Tensor(), {1}, {0}, {1}, 4), ShapeError, "conv2d",
+                                   "divisible by groups", "[6, 2, 3, 3] f32 cpu");
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(zeros({2, 5, 8, 8}), zeros({4, 2, 3, 3}), Tensor(), {1}, {0}, {1}, 2),
+                                   ShapeError, "conv2d", "input has 5 channels", "[2, 5, 8, 8] f32 cpu");
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({4, 4, 3, 3}), Tensor(), {1}, {0}, {1}, 0), ValueError, "groups");
+  }
+  SECTION("kernel larger than the padded input") {
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({2, 4, 11, 3}), Tensor(), {1}, {1}), ShapeError, "conv2d",
+                                   "larger than the padded input height", "[2, 4, 11, 3] f32 cpu");
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({2, 4, 3, 3}), Tensor(), {1}, {0}, {5}), ShapeError,
+                                   "padded input", "dilation 5");
+  }
+  SECTION("wrong ndim") {
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(zeros({4, 8}), zeros({2, 4, 3, 3})), ShapeError, "conv2d", "4-D",
+                                   "[4, 8] f32 cpu");
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({2, 4, 3})), ShapeError, "conv2d", "weight must be 4-D",
+                                   "[2, 4, 3] f32 cpu");
+  }
+  SECTION("bias, dtype, geometry") {
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({2, 4, 3, 3}), zeros({3})), ShapeError, "bias must be (2)",
+                                   "[3] f32 cpu");
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({2, 4, 3, 3}, {.dtype = DType::f64})), DTypeError,
+                                   "different dtypes", "[2, 4, 3, 3] f64 cpu", "[2, 4, 8, 8] f32 cpu");
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(zeros({2, 4, 8, 8}, {.dtype = DType::i64}), zeros({2, 4, 3, 3},
+                                          {.dtype = DType::i64})),
+                                   DTypeError, "floating");
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({2, 4, 3, 3}), Tensor(), {0}), ValueError, "stride", ">= 1");
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({2, 4, 3, 3}), Tensor(), {1, 1, 1}), ValueError, "stride",
+                                   "1 or 2 values");
+    PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({2, 4, 3, 3}), Tensor(), {1}, {-1}), ValueError, "padding");
+  }
+}
+
+Tensor grad_input(const Shape& s, uint64_t seed) { return randn_input(s, true, seed); }
+
+testing::GradCase conv_case(const std::string& label, const Geometry& g) {
+  return {OpId::conv2d, label,
+          [g] {
+            TensorList in{grad_input({g.n, g.c, g.h, g.w}, 11), grad_input({g.o, g.c / g.groups, g.kh, g.kw}, 12)};
+            if (g.bias) in.push_back(grad_input({g.o}, 13));
+            return in;
+          },
+          [g](const TensorList& x) {
+            return TensorList{conv2d(x[0], x[1], g.bias ? x[2] : Tensor(), g.stride, g.padding, g.dilation, g.groups)};
+          }};
+}
+
+const bool kConvCases = testing::register_grad_cases({
+    conv_case("3x3 with bias", {2, 2, 5, 4, 3, 3, 3}),
+    conv_case("stride 2 padding 1 no bias", {1, 3, 6, 5, 2, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, false}),
+    conv_case("dilation and asymmetric geometry", {1, 2, 6, 7, 2, 2, 3, {1, 2}, {1, 0}, {2, 1}}),
+    conv_case("groups 2", {1, 4, 4, 4, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 2, true}),
+    conv_case("depthwise", {2, 3, 4, 4, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, 3, true}),
+    conv_case("1x1 stride 2", {2, 3, 4, 4, 2, 1, 1, {2, 2}, {0, 0}, {1, 1}, 1, true}),
+    {OpId::conv2d, "unbatched non-contiguous input",
+     [] { return TensorList{testing::non_contiguous(grad_input({2, 5, 4}, 14)), grad_input({3, 2, 2, 2}, 15)}; },
+     [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {1}, {1})}; }},
+});
+
+}  // namespace
+}  // namespace precis

@@ -1,0 +1,395 @@
+// batch_norm, layer_norm, group_norm: forward against naive f64 references (training and eval,
+// affine or not, running-statistics updates), stability with a large mean, mixed-dtype
+// parameters, f16/bf16, the fused backward kernels in f32 against f64, bad inputs, and the
+// gradient-check cases.
+#include <cmath>
+
+#include "ops/functional.h"
+#include "tests/support/op_cases.h"
+#include "tests/support/tensor_testing.h"
+
+using namespace precis;
+using namespace precis::testing;
+
+namespace {
+
+std::vector<double> values(const Tensor& t) { return t.defined() ? t.to_vector<double>() : std::vector<double>{}; }
+
+// Normalises x seen as (outer, C, inner) blocks: statistics per (block of `stat_of` index) over
+// the elements for which stat_of returns the same index; then y = (x − mean)·rstd·w[p] + b[p]
+// with p = param_of(element). Biased variance. Returns y and the per-statistic mean and variance.
+struct NormRef {
+  std::vector<double> y, mean, var;
+};
+template <typename StatOf, typename ParamOf>
+NormRef reference_norm(const std::vector<double>& x, int64_t num_stats, StatOf stat_of, ParamOf param_of,
+                       const std::vector<double>& w, const std::vector<double>& b, double eps) {
+  NormRef r;
+  r.mean.assign(num_stats, 0);
+  r.var.assign(num_stats, 0);
+  std::vector<double> count(num_stats, 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    r.mean[stat_of(i)] += x[i];
+    count[stat_of(i)] += 1;
+  }
+  for (int64_t s = 0; s < num_stats; ++s) r.mean[s] /= count[s];
+  for (size_t i = 0; i < x.size(); ++i) r.var[stat_of(i)] += (x[i] - r.mean[stat_of(i)]) * (x[i] - r.mean[stat_of(i)]);
+  for (int64_t s = 0; s < num_stats; ++s) r.var[s] /= count[s];
+  r.y.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t s = stat_of(i), p = param_of(i);
+    double v = (x[i] - r.mean[s]) / std::sqrt(r.var[s] + eps);
+    if (!w.empty()) v *= w[p];
+    if (!b.empty()) v += b[p];
+    r.y[i] = v;
+  }
+  return r;
+}
+
+int64_t spatial(const Shape& s) {
+  int64_t p = 1;
+  for (size_t d = 2; d < s.size(); ++d) p *= s[d];
+  return p;
+}
+
+Tensor as_tensor(const std::vector<double>& v, const Shape& s) { return from_vector<double>(v, s); }
+
+}  // namespace
+
+TEST_CASE("batch_norm training matches a f64 reference and updates the running statistics", "[ops][norm]") {
+  // Short rows summed per column (with f64 folds every 4096 elements: (300, 2, 4, 4)) and long
+  // rows summed per row ((2, 3, 600)).
+  const std::vector<Shape> shapes = {{4, 3},        {2, 3, 5},       {3, 4, 2, 3}, {2, 2, 2, 2, 3},
+                                     {5, 2, 1, 1},  {16, 8, 9, 7},   {300, 2, 4, 4}, {2, 3, 600}};
+  for (const Shape& shape : shapes) {
+    for (bool affine : {true, false}) {
+      for (DType dt : {DType::f64, DType::f32}) {
+        const int64_t C = shape[1], S = spatial(shape), M = shape[0] * S;
+        Tensor x = randn_input(shape, false, 1, DType::f64);
+        Tensor w = affine ? uniform_input({C}, 0.5, 1.5, false, 2) : Tensor();
+        Tensor b = affine ? randn_input({C}, false, 3) : Tensor();
+        Tensor rm = randn_input({C}, false, 4, dt), rv = uniform_input({C}, 0.5, 2, false, 5, dt);
+        const std::vector<double> rm0 = values(rm), rv0 = values(rv);
+        const double momentum = 0.3;
+        Tensor y = batch_norm(x.to(dt), rm, rv, affine ? w.to(dt) : w, affine ? b.to(dt) : b, true, momentum, 1e-5);
+        NormRef ref = reference_norm(
+            values(x), C, [&](size_t i) { return static_cast<int64_t>(i / S) % C; },
+            [&](size_t i) { return static_cast<int64_t>(i / S) % C; }, values(w), values(b), 1e-5);
+        INFO(shape_str(shape) << (affine ? " affine " : " ") << dtype_name(dt));
+        REQUIRE(y.dtype() == dt);
+        REQUIRE(y.sizes() == shape);
+        PRECIS_REQUIRE_CLOSE(y, as_tensor(ref.y, shape), dt);
+        std::vector<double> rm1(C), rv1(C);
+        for (int64_t c = 0; c < C; ++c) {
+          rm1[c] = (1 - momentum) * rm0[c] + momentum * ref.mean[c];
+          rv1[c] = (1 - momentum) * rv0[c] + momentum * ref.var[c] * M / (M - 1);  // unbiased
+        }
+        PRECIS_REQUIRE_CLOSE(rm, as_tensor(rm1, {C}), dt);
+        PRECIS_REQUIRE_CLOSE(rv, as_tensor(rv1, {C}), dt);
+      }
+    }
+  }
+}
+
+TEST_CASE("batch_norm running statistics: optional, bumped, and in any layout and dtype", "[ops][norm]") {
+  Tensor x = randn_input({6, 3, 4}, false, 1, DType::f32);
+  // Undefined running statistics: batch statistics, nothing updated.
+  Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
+  NormRef ref = reference_norm(
+      values(x), 3, [](size_t i) { return static_cast<int64_t>(i / 4) % 3; },
+      [](size_t i) { return static_cast<int64_t>(i / 4) % 3; }, {}, {}, 1e-5);
+  PRECIS_REQUIRE_CLOSE(y, as_tensor(ref.y, {6, 3, 4}), DType::f32);
+  // The in-place update bumps the buffers' versions.
+  Tensor rm = zeros({3}), rv = ones({3});
+  const uint32_t v0 = rm.version();
+  batch_norm(x, rm, rv, Tensor(), Tensor(), true);
+  REQUIRE(rm.version() > v0);
+  // A strided f64 running mean with an f32 input is updated through a copy.
+  Tensor wide = zeros({6}, {.dtype = DType::f64});
+  Tensor rm_strided = wide.slice(0, 0, 6, 2);
+  Tensor rv64 = ones({3}, {.dtype = DType::f64});
+  batch_norm(x, rm_strided, rv64, Tensor(), Tensor(), true, 1.0);
+  const std::vector<double> got = values(rm_strided);
+  for (int64_t c = 0; c < 3; ++c) CHECK(std::abs(got[c] - ref.mean[c]) < 1e-6);
+  CHECK(values(wide)[1] == 0.0);  // the gaps are untouched
+  // Eval mode: normalises with the running statistics and leaves them alone.
+  Tensor erm = from_vector<double>({0.5, -1, 2}, {3}).to(DType::f32), erv = from_vector<double>({1, 4, 0.25}, {3}).to(DType::f32);
+  Tensor w = from_vector<double>({1, 2, 3}, {3}).to(DType::f32), b = from_vector<double>({0, 1, -1}, {3}).to(DType::f32);
+  Tensor ye = batch_norm(x, erm, erv, w, b, false);
+  std::vector<double> xe = values(x), expect(xe.size());
+  const double m[3] = {0.5, -1, 2}, v[3] = {1, 4, 0.25}, wv[3] = {1, 2, 3}, bv[3] = {0, 1, -1};
+  for (size_t i = 0; i < xe.size(); ++i) {
+    const int64_t c = static_cast<int64_t>(i / 4) % 3;
+    expect[i] = (xe[i] - m[c]) / std::sqrt(v[c] + 1e-5) * wv[c] + bv[c];
+  }
+  PRECIS_REQUIRE_CLOSE(ye, as_tensor(expect, {6, 3, 4}), DType::f32);
+  REQUIRE(values(erm) == std::vector<double>{0.5, -1, 2});
+}
+
+TEST_CASE("normalisation is stable for data with a large mean", "[ops][norm]") {
+  // 1e4 + N(0, 1) in f32: a naive E[x²] − E[x]² in fp32 would lose every digit of the variance.
+  Tensor x = add(randn_input({32, 4, 8, 8}, false, 9, DType::f64), 1e4).to(DType::f32);
+  const std::vector<double> xv = values(x);  // the f32 values, exactly
+  NormRef bn = reference_norm(
+      xv, 4, [](size_t i) { return static_cast<int64_t>(i / 64) % 4; },
+      [](size_t i) { return static_cast<int64_t>(i / 64) % 4; }, {}, {}, 1e-5);
+  // The output of a normalisation inherits the input's own rounding (~1e4·2^-24 / σ ≈ 6e-4
+  // absolute); a precision loss in the statistics would show as errors of order 1.
+  const Tolerance tol{1e-3, 2e-3};
+  INFO(allclose_report(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true), as_tensor(bn.y, x.sizes()), tol));
+  CHECK(allclose(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true), as_tensor(bn.y, x.sizes()), tol));
+  NormRef ln = reference_norm(
+      xv, 32 * 4, [](size_t i) { return static_cast<int64_t>(i / 64); }, [](size_t i) { return int64_t(0); }, {}, {},
+      1e-5);
+  CHECK(allclose(layer_norm(x, {8, 8}), as_tensor(ln.y, x.sizes()), tol));
+  NormRef gn = reference_norm(
+      xv, 32 * 2, [](size_t i) { return static_cast<int64_t>(i / 128); }, [](size_t i) { return int64_t(0); }, {}, {},
+      1e-5);
+  CHECK(allclose(group_norm(x, 2), as_tensor(gn.y, x.sizes()), tol));
+}
+
+TEST_CASE("layer_norm matches a f64 reference over trailing dims", "[ops][norm]") {
+  struct Case {
+    Shape shape, normalized;
+  };
+  const std::vector<Case> cases = {{{4, 6}, {6}}, {{2, 3, 5}, {5}}, {{2, 3, 5}, {3, 5}}, {{7}, {7}},
+                                   {{64, 256}, {256}}, {{3, 2, 1000}, {1000}}};
+  for (const Case& c : cases) {
+    for (bool affine : {true, false}) {
+      for (DType dt : {DType::f64, DType::f32}) {
+        int64_t D = 1;
+        for (int64_t s : c.normalized) D *= s;
+        Tensor x = randn_input(c.shape, false, 1, DType::f64);
+        Tensor w = affine ? uniform_input(c.normalized, 0.5, 1.5, false, 2) : Tensor();
+        Tensor b = affine ? randn_input(c.normalized, false, 3) : Tensor();
+        Tensor y = layer_norm(x.to(dt), c.normalized, affine ? w.to(dt) : w, affine ? b.to(dt) : b);
+        NormRef ref = reference_norm(
+            values(x), x.numel() / D, [&](size_t i) { return static_cast<int64_t>(i) / D; },
+            [&](size_t i) { return static_cast<int64_t>(i) % D; }, values(w), values(b), 1e-5);
+        INFO(shape_str(c.shape) << " over " << shape_str(c.normalized) << (affine ? " affine " : " ") << dtype_name(dt));
+        PRECIS_REQUIRE_CLOSE(y, as_tensor(ref.y, c.shape), dt);
+      }
+    }
+  }
+}
+
+TEST_CASE("group_norm matches a f64 reference", "[ops][norm]") {
+  struct Case {
+    Shape shape;
+    int64_t groups;
+  };
+  const std::vector<Case> cases = {{{2, 4, 3}, 2}, {{2, 6, 2, 3}, 3}, {{3, 4}, 4}, {{2, 6, 5}, 1}, {{4, 32, 8, 8}, 8}};
+  for (const Case& c : cases) {
+    for (bool affine : {true, false}) {
+      for (DType dt : {DType::f64, DType::f32}) {
+        const int64_t C = c.shape[1], S = spatial(c.shape), L = C / c.groups * S;
+        Tensor x = randn_input(c.shape, false, 1, DType::f64);
+        Tensor w = affine ? uniform_input({C}, 0.5, 1.5, false, 2) : Tensor();
+        Tensor b = affine ? randn_input({C}, false, 3) : Tensor();
+        Tensor y = group_norm(x.to(dt), c.groups, affine ? w.to(dt) : w, affine ? b.to(dt) : b);
+        NormRef ref = reference_norm(
+            values(x), x.numel() / L, [&](size_t i) { return static_cast<int64_t>(i) / L; },
+            [&](size_t i) { return static_cast<int64_t>(i / S) % C; }, values(w), values(b), 1e-5);
+        INFO(shape_str(c.shape) << " groups " << c.groups << (affine ? " affine " : " ") << dtype_name(dt));
+        PRECIS_REQUIRE_CLOSE(y, as_tensor(ref.y, c.shape), dt);
+      }
+    }
+  }
+}
+
+TEST_CASE("normalisation of f16/bf16 inputs computes in fp32, with fp32 parameters allowed", "[ops][norm]") {
+  for (DType low : {DType::f16, DType::bf16}) {
+    Tensor x = randn_input({8, 4, 5}, false, 1, DType::f64).to(low);
+    const std::vector<double> xv = values(x);
+    Tensor w = uniform_input({4}, 0.5, 1.5, false, 2, DType::f32), b = randn_input({4}, false, 3, DType::f32);
+    Tensor rm = zeros({4}), rv = ones({4});  // fp32 buffers, as a BatchNorm in a bf16 model keeps them
+    Tensor y = batch_norm(x, rm, rv, w, b, true);
+    REQUIRE(y.dtype() == low);
+    REQUIRE(rm.dtype() == DType::f32);
+    NormRef bn = reference_norm(
+        xv, 4, [](size_t i) { return static_cast<int64_t>(i / 5) % 4; },
+        [](size_t i) { return static_cast<int64_t>(i / 5) % 4; }, values(w), values(b), 1e-5);
+    INFO(dtype_name(low));
+    PRECIS_REQUIRE_CLOSE(y, as_tensor(bn.y, x.sizes()), low);
+    for (int64_t c = 0; c < 4; ++c) CHECK(std::abs(values(rm)[c] - 0.1 * bn.mean[c]) < 1e-6);
+    Tensor w5 = uniform_input({5}, 0.5, 1.5, false, 4, low);
+    NormRef ln = reference_norm(
+        xv, 32, [](size_t i) { return static_cast<int64_t>(i / 5); }, [](size_t i) { return static_cast<int64_t>(i % 5); },
+        values(w5), {}, 1e-5);
+    PRECIS_REQUIRE_CLOSE(layer_norm(x, {5}, w5), as_tensor(ln.y, x.sizes()), low);
+    NormRef gn = reference_norm(
+        xv, 16, [](size_t i) { return static_cast<int64_t>(i / 10); },
+        [](size_t i) { return static_cast<int64_t>(i / 5) % 4; }, values(w), {}, 1e-5);
+    PRECIS_REQUIRE_CLOSE(group_norm(x, 2, w), as_tensor(gn.y, x.sizes()), low);
+  }
+}
+
+namespace {
+
+// Gradients of fn(x, w, b) weighted by a fixed upstream gradient: {dx, dw, db} as f64.
+template <typename Fn>
+std::vector<Tensor> grads_of(Fn fn, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& up, DType dt) {
+  Tensor xd = x.detach().to(dt), wd = w.detach(), bd = b.detach();
+  xd.requires_grad_(true);
+  wd.requires_grad_(true);
+  bd.requires_grad_(true);
+  Tensor y = fn(xd, wd, bd);
+  y.backward(up.to(dt));
+  return {xd.grad().to(DType::f64), wd.grad().to(DType::f64), bd.grad().to(DType::f64)};
+}
+
+}  // namespace
+
+TEST_CASE("normalisation backward kernels in f32 and bf16 agree with f64", "[ops][norm]") {
+  struct Case {
+    const char* name;
+    Shape shape, param;
+    std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> fn;
+  };
+  const std::vector<Case> cases = {
+      {"batch_norm training", {16, 8, 6, 5}, {8},
+       [](const Tensor& x, const Tensor& w, const Tensor& b) { return batch_norm(x, Tensor(), Tensor(), w, b, true); }},
+      {"batch_norm training, long rows", {3, 2, 700}, {2},
+       [](const Tensor& x, const Tensor& w, const Tensor& b) { return batch_norm(x, Tensor(), Tensor(), w, b, true); }},
+      {"batch_norm eval", {4, 3, 7}, {3},
+       [](const Tensor& x, const Tensor& w, const Tensor& b) {
+         return batch_norm(x, full({3}, 0.3), full({3}, 2.0), w, b, false);
+       }},
+      {"layer_norm", {300, 64}, {64},
+       [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, {64}, w, b); }},
+      {"group_norm", {6, 8, 9}, {8},
+       [](const Tensor& x, const Tensor& w, const Tensor& b) { return group_norm(x, 4, w, b); }},
+  };
+  for (const Case& c : cases) {
+    Tensor x = randn_input(c.shape, false, 1, DType::f64);
+    Tensor up = randn_input(c.shape, false, 2, DType::f64);
+    Tensor w = uniform_input(c.param, 0.5, 1.5, false, 3, DType::f32), b = randn_input(c.param, false, 4, DType::f32);
+    // The f64 run sees the same (f32-representable) parameters.
+    const std::vector<Tensor> ref = grads_of(c.fn, x, w.to(DType::f64), b.to(DType::f64), up, DType::f64);
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const std::vector<Tensor> got = grads_of(c.fn, x.to(dt).to(DType::f64), w, b, up, dt);
+      const std::vector<Tensor> want =
+          dt == DType::f32 ? ref
+                           : grads_of(c.fn, x.to(dt).to(DType::f64), w.to(DType::f64), b.to(DType::f64),
+                                      up.to(dt).to(DType::f64), DType::f64);
+      for (int k = 0; k < 3; ++k) {
+        // Parameter gradients are sums over many elements: compare relative to their scale.
+        Tolerance tol = tolerance(dt);
+        if (dt == DType::f32) tol = {2e-5, 2e-5};
+        else tol.atol = 5e-2;
+        INFO(c.name << " " << dtype_name(dt) << " gradient " << k);
+        const std::string report = allclose_report(got[k], want[k], tol);
+        INFO(report);
+        CHECK(report.empty());
+      }
+    }
+  }
+}
+
+TEST_CASE("normalisation rejects bad input, naming the operands", "[ops][norm]") {
+  Tensor x = zeros({2, 4, 5});
+  Tensor c3 = zeros({3}), c4 = zeros({4}), o4 = ones({4});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(x, c4, o4, c3, c4, true), ShapeError, "batch_norm", "weight",
+                                 "[3] f32 cpu", "[2, 4, 5] f32 cpu", "[4]");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(x, c3, o4, c4, c4, true), ShapeError, "batch_norm", "running_mean",
+                                 "[3] f32 cpu", "[2, 4, 5] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(x, c4, ones({5}), Tensor(), Tensor(), false), ShapeError, "running_var",
+                                 "[5] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(x, c4, o4, Tensor(), zeros({4, 1}), true), ShapeError, "bias", "[4, 1]");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false), ValueError,
+                                 "batch_norm", "eval", "running_mean");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(zeros({1, 4}), Tensor(), Tensor(), Tensor(), Tensor(), true), ValueError,
+                                 "batch_norm", "more than 1 value per channel", "[1, 4] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true), ShapeError,
+                                 "batch_norm", "at least 2 dims", "[4] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(zeros({2, 4}, {.dtype = DType::i64}), c4, o4), DTypeError, "batch_norm",
+                                 "i64");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(layer_norm(x, {4}), ShapeError, "layer_norm", "normalized_shape [4]",
+                                 "[2, 4, 5] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(layer_norm(x, {2, 4, 5, 1}), ShapeError, "layer_norm", "[2, 4, 5, 1]");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(layer_norm(x, {}), ShapeError, "layer_norm", "normalized_shape []");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(layer_norm(x, {4, 5}, zeros({5})), ShapeError, "layer_norm", "weight", "[5] f32 cpu",
+                                 "[4, 5]");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(group_norm(x, 3), ValueError, "group_norm", "num_groups = 3", "C = 4",
+                                 "[2, 4, 5] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(group_norm(x, 0), ValueError, "group_norm", "num_groups = 0");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(group_norm(x, 2, c3), ShapeError, "group_norm", "weight", "[3] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(x, c4, o4, zeros({4}, {.dtype = DType::i32}), Tensor(), true),
+                                 DTypeError, "batch_norm", "weight", "i32");
+}
+
+namespace {
+
+Tensor nc(const Tensor& t) { return non_contiguous(t); }
+
+std::vector<GradCase> norm_grad_cases() {
+  std::vector<GradCase> cases;
+  auto xwb = [](Shape x, Shape p, bool noncontig = false) {
+    return [x, p, noncontig] {
+      Tensor xi = randn_input(x, true, 1);
+      return TensorList{noncontig ? nc(xi) : xi, uniform_input(p, 0.5, 1.5, true, 2), randn_input(p, true, 3)};
+    };
+  };
+  // batch_norm: running statistics are buffers made inside the case (updated on every call).
+  cases.push_back({OpId::batch_norm, "training, affine, (4, 3, 5)", xwb({4, 3, 5}, {3}), [](const TensorList& t) {
+                     return TensorList{batch_norm(t[0], zeros({3}, {.dtype = DType::f64}),
+                                                  ones({3}, {.dtype = DType::f64}), t[1], t[2], true, 0.1, 1e-5)};
+                   }});
+  cases.push_back({OpId::batch_norm, "training, no affine, (5, 2, 2, 3)",
+                   [] { return TensorList{randn_input({5, 2, 2, 3}, true, 4)}; },
+                   [](const TensorList& t) {
+                     return TensorList{batch_norm(t[0], Tensor(), Tensor(), Tensor(), Tensor(), true)};
+                   }});
+  cases.push_back({OpId::batch_norm, "training, affine, 2-D non-contiguous", xwb({6, 4}, {4}, true),
+                   [](const TensorList& t) {
+                     return TensorList{batch_norm(t[0], Tensor(), Tensor(), t[1], t[2], true)};
+                   }});
+  cases.push_back({OpId::batch_norm, "eval, affine, (3, 4, 5) non-contiguous", xwb({3, 4, 5}, {4}, true),
+                   [](const TensorList& t) {
+                     const Tensor rm = from_vector<double>({0.1, -0.2, 0.3, 0.0}, {4});
+                     const Tensor rv = from_vector<double>({0.5, 1.0, 2.0, 1.5}, {4});
+                     return TensorList{batch_norm(t[0], rm, rv, t[1], t[2], false)};
+                   }});
+  cases.push_back({OpId::batch_norm, "eval, no affine", [] { return TensorList{randn_input({3, 2, 4}, true, 5)}; },
+                   [](const TensorList& t) {
+                     return TensorList{batch_norm(t[0], from_vector<double>({0.2, -0.1}, {2}),
+                                                  from_vector<double>({0.7, 1.3}, {2}), Tensor(), Tensor(), false)};
+                   }});
+  // layer_norm
+  cases.push_back({OpId::layer_norm, "affine, over [5]", xwb({3, 5}, {5}), [](const TensorList& t) {
+                     return TensorList{layer_norm(t[0], {5}, t[1], t[2])};
+                   }});
+  cases.push_back({OpId::layer_norm, "affine, over [3, 4], non-contiguous", xwb({2, 3, 4}, {3, 4}, true),
+                   [](const TensorList& t) { return TensorList{layer_norm(t[0], {3, 4}, t[1], t[2])}; }});
+  cases.push_back({OpId::layer_norm, "no affine", [] { return TensorList{randn_input({4, 6}, true, 6)}; },
+                   [](const TensorList& t) { return TensorList{layer_norm(t[0], {6})}; }});
+  cases.push_back({OpId::layer_norm, "weight only", xwb({3, 4}, {4}), [](const TensorList& t) {
+                     return TensorList{layer_norm(t[0], {4}, t[1], Tensor())};
+                   }});
+  // group_norm
+  cases.push_back({OpId::group_norm, "affine, 2 groups of 2, (3, 4, 3)", xwb({3, 4, 3}, {4}),
+                   [](const TensorList& t) { return TensorList{group_norm(t[0], 2, t[1], t[2])}; }});
+  cases.push_back({OpId::group_norm, "affine, non-contiguous (2, 6, 2, 2), 3 groups", xwb({2, 6, 2, 2}, {6}, true),
+                   [](const TensorList& t) { return TensorList{group_norm(t[0], 3, t[1], t[2])}; }});
+  cases.push_back({OpId::group_norm, "no affine, 1 group", [] { return TensorList{randn_input({2, 3, 4}, true, 7)}; },
+                   [](const TensorList& t) { return TensorList{group_norm(t[0], 1)}; }});
+  return cases;
+}
+
+const bool kNormCases = register_grad_cases(norm_grad_cases());
+
+}  // namespace
+
+#include "amp/autocast.h"
+
+TEST_CASE("normalisation is FP32 under autocast; running statistics stay the caller's buffers", "[ops][norm][amp]") {
+  Tensor x = randn_input({4, 3, 5}, false, 1, DType::f32).to(DType::bf16);
+  Tensor w = ones({3}), b = zeros({3}), rm = zeros({3}), rv = ones({3});
+  amp::Autocast autocast(DType::bf16);
+  Tensor y = batch_norm(x, rm, rv, w, b, true);
+  CHECK(y.dtype() == DType::f32);
+  CHECK(rm.dtype() == DType::f32);
+  CHECK(values(rm) != std::vector<double>{0, 0, 0});  // updated in place
+  CHECK(layer_norm(x, {5}).dtype() == DType::f32);
+  CHECK(group_norm(x, 3).dtype() == DType::f32);
+}
