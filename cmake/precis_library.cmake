@@ -38,6 +38,9 @@ target_compile_features(precis PUBLIC cxx_std_20)
 # Eigen is header-only and private: BUILD_INTERFACE keeps it out of the exported link interface,
 # so a static libprecis.a does not make its consumers find Eigen.
 target_link_libraries(precis PUBLIC Threads::Threads PRIVATE $<BUILD_INTERFACE:Eigen3::Eigen>)
+# zlib: data/ reads gzip-compressed dataset files (MNIST's *.gz) in memory.
+find_package(ZLIB REQUIRED)
+target_link_libraries(precis PRIVATE ZLIB::ZLIB)
 target_compile_options(precis PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
 
 # Vectorised kernels: the library is built for x86-64 with AVX-512 detection at run time where it

@@ -12,7 +12,7 @@ namespace precis {
 
 using autograd::TensorList;
 
-Tensor embedding(const Tensor& indices, const Tensor& weight_in, int64_t padding_idx) {
+Tensor embedding(const Tensor& indices, const Tensor& weight_in, std::optional<int64_t> padding_row) {
   const Tensor weight = amp::autocast(OpId::embedding, weight_in)[0];
   PRECIS_CHECK(indices.defined() && weight.defined(), "embedding: indices and weight must be defined");
   auto operands = [&] { return "indices " + indices.describe() + ", weight " + weight.describe(); };
@@ -24,8 +24,13 @@ Tensor embedding(const Tensor& indices, const Tensor& weight_in, int64_t padding
   PRECIS_CHECK_DEVICE(indices.device() == weight.device(), "embedding: indices and weight must be on one device, got ",
                       operands());
   const int64_t rows = weight.size(0), dim = weight.size(1);
-  PRECIS_CHECK_INDEX(padding_idx < rows, "embedding: padding_idx ", padding_idx, " is out of range for ", rows,
-                     " rows (", operands(), "); use a negative value for no padding row");
+  // As PyTorch: padding_idx in [-V, V), negative counting from the end; none when absent.
+  int64_t padding_idx = -1;
+  if (padding_row) {
+    PRECIS_CHECK_INDEX(*padding_row >= -rows && *padding_row < rows, "embedding: padding_idx ", *padding_row,
+                       " is out of range for ", rows, " rows (", operands(), "); valid: ", -rows, " to ", rows - 1);
+    padding_idx = *padding_row < 0 ? *padding_row + rows : *padding_row;
+  }
   const Tensor flat = indices.detach().reshape({-1}).to(DType::i64).contiguous();
   for (int64_t v : flat.to_vector<int64_t>())
     PRECIS_CHECK_INDEX(v >= 0 && v < rows, "embedding: index ", v, " is out of range for a table of ", rows,

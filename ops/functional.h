@@ -215,10 +215,10 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
                             Reduction reduction = Reduction::mean);
 
 /// Rows of weight (V, D) picked by indices (any shape, i64 or i32): out (..., D) in weight's dtype.
-/// The gradient of weight is dense (index_add of the output gradient). padding_idx in [0, V) marks
-/// a row whose gradient stays zero; any negative value means none (unlike PyTorch, where −1 is the
-/// last row: pass V − 1 for that). IndexError for an index outside [0, V). Passthrough.
-Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx = -1);
+/// The gradient of weight is dense (index_add of the output gradient). padding_idx marks a row
+/// whose gradient stays zero: in [-V, V), negative counting from the end (as PyTorch); none when
+/// empty. IndexError for an index outside [0, V). Passthrough.
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
 
 /// Zeroes each element with probability p and scales the rest by 1/(1 − p), in training; returns
 /// x itself when !training or p == 0, and zeros when p == 1. The mask is drawn from Philox blocks

@@ -4,7 +4,7 @@
 namespace precis::cpu {
 
 void register_copy_kernels();       // copy, fill
-void register_unary_kernels();      // neg ... pow_scalar, relu/gelu backward
+void register_unary_kernels();      // neg ... pow_scalar, erf, relu/gelu backward
 void register_binary_kernels();     // add ... ge, where, masked_fill
 void register_reduce_kernels();     // sum, mean, max, var
 void register_linalg_kernels();     // matmul, linear
@@ -15,7 +15,6 @@ void register_norm_kernels();       // batch_norm, layer_norm, group_norm (+ bac
 void register_softmax_kernels();    // softmax, log_softmax (+ backward)
 void register_loss_kernels();       // cross_entropy(+_backward), nll_loss
 void register_dropout_kernels();    // dropout
-void register_erf_kernels();        // erf
 void register_unscale_kernels();    // unscale_grads (amp)
 
 void register_cpu_kernels();

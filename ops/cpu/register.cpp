@@ -15,7 +15,6 @@ void register_cpu_kernels() {
   register_softmax_kernels();
   register_loss_kernels();
   register_dropout_kernels();
-  register_erf_kernels();
   register_unscale_kernels();
 }
 

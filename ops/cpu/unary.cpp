@@ -119,6 +119,13 @@ struct GeluOp {
   }
 };
 
+struct ErfOp {
+  static constexpr bool kIntegers = false;
+  explicit ErfOp(double) {}
+  // Eigen's vectorised erf: a rational approximation for f32, about 1e-7 relative to |x|.
+  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.erf(); }
+};
+
 struct PowOp {
   static constexpr bool kIntegers = false;
   explicit PowOp(double e) : e(e) {}
@@ -299,6 +306,7 @@ void register_unary_kernels() {
   register_unary<SigmoidOp, kCostly>(OpId::sigmoid, kFloating);
   register_unary<GeluOp, kCostly>(OpId::gelu, kFloating);
   register_unary<PowOp, kCostly>(OpId::pow_scalar, kFloating);
+  register_unary<ErfOp, kCostly>(OpId::erf, kFloating);
   register_backward<ReluBackwardOp>(OpId::relu_backward);
   register_backward<GeluBackwardOp>(OpId::gelu_backward);
 }

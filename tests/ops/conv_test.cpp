@@ -3,6 +3,7 @@
 // unbatched input), low-precision spot checks, gradient-check cases, and bad input.
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "amp/autocast.h"
 #include "core/thread_pool.h"
@@ -171,6 +172,29 @@ TEST_CASE("conv2d: one thread and several give the same results", "[ops][conv]")
   check_against_reference(geometries()[9], DType::f32);
   check_against_reference(geometries()[2], DType::f64);
   set_num_threads(saved);
+}
+
+// The primitive cache is shared by all threads and each thread has its own oneDNN stream;
+// concurrent calls with different and equal shapes must give the serial results.
+TEST_CASE("conv2d: concurrent calls from several threads", "[ops][conv]") {
+  const Tensor x1 = randn_input({2, 16, 8, 8}, false, 1, DType::f32), w1 = randn_input({16, 16, 3, 3}, false, 2, DType::f32);
+  const Tensor x2 = randn_input({3, 8, 6, 6}, false, 3, DType::f32), w2 = randn_input({32, 8, 1, 1}, false, 4, DType::f32);
+  const std::vector<float> r1 = conv2d(x1, w1, Tensor(), {1}, {1}).to_vector<float>();
+  const std::vector<float> r2 = conv2d(x2, w2, Tensor(), {2}).to_vector<float>();
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 30; ++i) {
+        const bool first = (t + i) % 2 == 0;
+        const std::vector<float> got = first ? conv2d(x1, w1, Tensor(), {1}, {1}).to_vector<float>()
+                                             : conv2d(x2, w2, Tensor(), {2}).to_vector<float>();
+        if (got != (first ? r1 : r2)) ++mismatches[t];
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int m : mismatches) CHECK(m == 0);
 }
 
 TEST_CASE("conv2d: unbatched (C, H, W) input", "[ops][conv]") {

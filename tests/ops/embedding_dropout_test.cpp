@@ -31,6 +31,12 @@ TEST_CASE("embedding picks rows for indices of any shape and dtype", "[ops][embe
                        DType::f64);
 }
 
+TEST_CASE("a negative padding_idx counts from the end, as in PyTorch", "[ops][embedding]") {
+  Tensor w = testing::randn_input({4, 2});
+  embedding(from_vector<int64_t>({3, 0}), w, /*padding_idx=*/-1).backward(ones({2, 2}, {.dtype = DType::f64}));
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{1, 1, 0, 0, 0, 0, 0, 0});
+}
+
 TEST_CASE("embedding gradient adds repeated rows and skips the padding row", "[ops][embedding]") {
   Tensor w = randn_input({4, 2}, true, 2);
   const Tensor i = from_vector<int64_t>({1, 3, 1, 0, 3, 1}, {3, 2});
@@ -52,6 +58,7 @@ TEST_CASE("embedding rejects bad indices and tables", "[ops][embedding]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(embedding(from_vector<int64_t>({0}), zeros({4})), ShapeError, "embedding",
                                  "weight [4] f32 cpu");
   PRECIS_REQUIRE_THROWS_WITH_ALL(embedding(from_vector<int64_t>({0}), w, 4), IndexError, "padding_idx 4");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(embedding(from_vector<int64_t>({0}), w, -5), IndexError, "padding_idx -5");
 }
 
 // ---- dropout ----------------------------------------------------------------------------------

@@ -1,0 +1,123 @@
+#pragma once
+// DataLoader: batches of a Dataset, loaded ahead by worker threads into a bounded queue.
+//
+//   auto train = std::make_shared<data::MnistDataset>(data::kFashionMnistDir, /*train=*/true);
+//   data::DataLoader loader(train, {.batch_size = 64, .shuffle = true, .seed = 1, .num_workers = 2});
+//   for (int64_t e = 0; e < epochs; ++e)
+//     for (data::Batch& b : loader.epoch(e)) step(b[0], b[1]);   // images (64, 1, 28, 28), labels (64,)
+//
+// Determinism: an epoch's batches are fixed index lists computed from (seed, epoch) before any
+// worker starts, and example i of epoch e is loaded with the random stream SampleRng(seed, i, e).
+// Workers may finish out of order, but the loader yields batch 0, 1, 2, ... in order, so the
+// batches (order and contents) are the same for any num_workers and prefetch.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "data/collate.h"
+#include "data/dataset.h"
+
+namespace precis::data {
+
+/// The index lists of one epoch's batches, in the order they are yielded.
+using BatchSampler = std::function<std::vector<std::vector<int64_t>>(int64_t epoch)>;
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  /// Reshuffle every epoch: epoch e uses a permutation drawn from (seed, e).
+  bool shuffle = false;
+  /// Seeds the shuffle and every example's SampleRng.
+  uint64_t seed = 0;
+  /// Drop the last batch when it has fewer than batch_size examples.
+  bool drop_last = false;
+  /// Worker threads; 0 loads each batch on the consumer's thread when it is asked for.
+  int num_workers = 0;
+  /// Most batches loaded (or being loaded) ahead of the consumer; 0 means 2 * num_workers.
+  int prefetch = 0;
+  /// Builds a batch's tensors from its examples (runs on a worker thread).
+  CollateFn collate = stack_examples;
+  /// When set, gives each epoch's index lists and replaces batch_size/shuffle/drop_last
+  /// (e.g. token_budget_batches for text).
+  BatchSampler batch_sampler = nullptr;
+};
+
+/// Where a loader stands: the next batch it yields is batch `batch` of epoch `epoch`. Saved in a
+/// checkpoint, it resumes the data stream exactly (set_position).
+struct DataPosition {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  bool operator==(const DataPosition&) const = default;
+};
+
+class DataLoader {
+  struct Run;
+
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
+  /// Stops and joins the workers of an iteration still in progress.
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  /// Input iterator over the batches of one epoch. Dereferencing hands the batch to the caller
+  /// (and advances position()); destroying the iterator (loop end, break, exception) stops and
+  /// joins the workers. An exception thrown while loading a batch (in get/sample or collate, on
+  /// any thread) is rethrown here when that batch is reached.
+  class Iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Batch& operator*() const;
+    Batch* operator->() const { return &**this; }
+    Iterator& operator++();
+    void operator++(int) { ++*this; }
+    bool operator==(const Iterator& other) const { return done() == other.done(); }
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(std::shared_ptr<Run> run) : run_(std::move(run)) {}
+    bool done() const;
+    std::shared_ptr<Run> run_;
+  };
+
+  /// Starts iterating the epoch of position() from its batch; at the epoch's end position()
+  /// becomes {epoch + 1, 0}. One iteration at a time (StateError otherwise).
+  Iterator begin();
+  Iterator end() { return Iterator(); }
+  /// set_position(e, 0) and returns *this, for `for (Batch& b : loader.epoch(e))`.
+  DataLoader& epoch(int64_t e);
+
+  DataPosition position() const { return position_; }
+  /// The next batch yielded will be batch `batch` of epoch `epoch` (resuming from a checkpoint).
+  void set_position(int64_t epoch, int64_t batch);
+
+  /// The index lists of epoch e's batches (what the iteration will load).
+  std::vector<std::vector<int64_t>> batch_indices(int64_t epoch) const;
+  /// Number of batches in epoch e.
+  int64_t num_batches(int64_t epoch = 0) const { return static_cast<int64_t>(batch_indices(epoch).size()); }
+
+  /// Share of the current (or last) iteration's wall time the consumer spent waiting for a batch
+  /// (loading it itself when num_workers is 0): near 1 means the data pipeline is the bottleneck.
+  double wait_fraction() const;
+  /// Seconds the consumer has waited for data in the current (or last) iteration.
+  double wait_seconds() const { return wait_s_; }
+
+  const DataLoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const { return *dataset_; }
+
+ private:
+  Batch load_batch(int64_t epoch, int64_t index, const std::vector<int64_t>& indices) const;
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  DataPosition position_;
+  std::weak_ptr<Run> active_;
+  std::chrono::steady_clock::time_point run_start_{};
+  std::chrono::steady_clock::time_point run_last_{};
+  double wait_s_ = 0.0;
+};
+
+}  // namespace precis::data

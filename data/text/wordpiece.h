@@ -1,0 +1,115 @@
+#pragma once
+// A BERT-compatible WordPiece tokenizer: the same ids as Google's BERT tokenizer (and Hugging
+// Face's BertWordPieceTokenizer) for a given vocab.txt.
+//
+//   auto tok = data::WordPieceTokenizer::from_file("vocab.txt");     // lower-cases by default
+//   data::Encoding e = tok.encode("Héllo, world!");                  // [CLS] hello , world ! [SEP]
+//   data::Encoding p = tok.encode_pair("a question?", "an answer", {.truncate_to = 128, .pad_to = 128});
+//
+// The pipeline: special tokens ([CLS], [MASK], … written in the text) are matched first and kept
+// whole; the rest is normalised (control characters removed, whitespace unified, spaces put
+// around CJK ideographs, accents stripped by NFD minus nonspacing marks, lower-cased), split on
+// whitespace and punctuation (every punctuation character is a word), and each word is cut
+// into the longest vocabulary pieces from the left, continuation pieces prefixed "##"; a word
+// with an unmatched rest or over 100 characters becomes [UNK]. Unicode coverage: see unicode.h.
+// All const member functions are thread-safe.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace precis::data {
+
+struct WordPieceOptions {
+  bool lowercase = true;
+  /// Accent stripping; unset means "same as lowercase" (BERT's rule).
+  std::optional<bool> strip_accents = std::nullopt;
+  /// Drop control characters and map every whitespace character to a space.
+  bool clean_text = true;
+  /// Put spaces around CJK ideographs so each is a word.
+  bool split_cjk = true;
+  int64_t max_input_chars_per_word = 100;
+  std::string continuation_prefix = "##";
+  std::string unk_token = "[UNK]";
+  std::string cls_token = "[CLS]";
+  std::string sep_token = "[SEP]";
+  std::string pad_token = "[PAD]";
+  std::string mask_token = "[MASK]";
+};
+
+struct EncodeOptions {
+  /// Add [CLS] … [SEP] (and … [SEP] for the second sequence of a pair).
+  bool add_special_tokens = true;
+  /// When > 0: at most this many ids, special tokens included. A pair is cut "longest first"
+  /// (Hugging Face's default): the shorter sequence keeps up to half the room, the longer the rest.
+  int64_t truncate_to = 0;
+  /// When > 0: right-pad with [PAD] (type id 0, attention 0) up to this many ids.
+  int64_t pad_to = 0;
+};
+
+/// Ids of one encoded sequence or pair; the three vectors have the same length.
+struct Encoding {
+  std::vector<int64_t> ids;
+  std::vector<int64_t> type_ids;        ///< 0 for the first sequence, 1 for the second
+  std::vector<int64_t> attention_mask;  ///< 1 for tokens, 0 for padding
+};
+
+class WordPieceTokenizer {
+ public:
+  /// `vocab[i]` is the token of id i. ValueError for an empty vocabulary, an empty or duplicate
+  /// token, invalid UTF-8, or a missing special token (naming them).
+  explicit WordPieceTokenizer(std::vector<std::string> vocab, WordPieceOptions options = {});
+  /// Loads a vocab.txt (one token per line, id = line number). IOError naming the file and the
+  /// line for the problems listed above, or when it cannot be read.
+  static WordPieceTokenizer from_file(const std::string& path, WordPieceOptions options = {});
+
+  /// Normalised words (before WordPiece), special tokens kept whole.
+  std::vector<std::string> basic_tokenize(std::string_view text) const;
+  /// The normalised text (clean, CJK spacing, accent stripping, lower case), without splitting.
+  std::string normalize(std::string_view text) const;
+  /// WordPiece pieces of one normalised word ({unk} when it cannot be covered).
+  std::vector<std::string> wordpiece(std::string_view word) const;
+  /// Pieces of a text: basic_tokenize then wordpiece.
+  std::vector<std::string> tokenize(std::string_view text) const;
+  /// Ids of tokenize(text), without special tokens.
+  std::vector<int64_t> token_ids(std::string_view text) const;
+
+  Encoding encode(std::string_view text, const EncodeOptions& options = {}) const;
+  Encoding encode_pair(std::string_view first, std::string_view second, const EncodeOptions& options = {}) const;
+  /// The text of ids: pieces joined by spaces, "##" pieces glued to the previous one.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = true) const;
+
+  int64_t vocab_size() const { return static_cast<int64_t>(vocab_.size()); }
+  /// Id of `token`, or -1 when absent.
+  int64_t token_to_id(std::string_view token) const;
+  /// IndexError when id is out of range.
+  const std::string& id_to_token(int64_t id) const;
+  const std::vector<std::string>& vocab() const { return vocab_; }
+  bool is_special(int64_t id) const;
+  int64_t unk_id() const { return unk_id_; }
+  int64_t cls_id() const { return cls_id_; }
+  int64_t sep_id() const { return sep_id_; }
+  int64_t pad_id() const { return pad_id_; }
+  int64_t mask_id() const { return mask_id_; }
+  const WordPieceOptions& options() const { return options_; }
+
+ private:
+  void split_words(std::string_view text, std::vector<std::string>& out) const;
+  void append_pieces(std::string_view word, std::vector<int64_t>& ids) const;
+
+  WordPieceOptions options_;
+  std::vector<std::string> vocab_;
+  std::unordered_map<std::string, int64_t> ids_;
+  std::vector<std::string> specials_;  // matched in raw text, longest first
+  int64_t unk_id_ = -1, cls_id_ = -1, sep_id_ = -1, pad_id_ = -1, mask_id_ = -1;
+};
+
+/// Reads a vocab.txt: one token per line (a trailing "\r" is removed). IOError naming the file and
+/// line for an unreadable file, an empty file, an empty line, invalid UTF-8 or a duplicate token.
+std::vector<std::string> read_vocab(const std::string& path);
+/// Writes one token per line. IOError when the file cannot be written.
+void write_vocab(const std::string& path, const std::vector<std::string>& vocab);
+
+}  // namespace precis::data
