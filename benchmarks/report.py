@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Puts precis-bench records and a peer's records side by side in one markdown table.
 
-    python3 benchmarks/report.py PRECIS.json PEER.json [--suite ops] [--by median|min] [--out FILE]
+    python3 benchmarks/report.py PRECIS.json[,MORE.json...] PEER.json[,MORE.json...]
+                                 [--suite ops] [--by median|min] [--out FILE] [--merged FILE]
 
 Both files hold JSON arrays of records {"suite", "case", "impl", "dtype", "threads", "median_ms",
 "min_ms", "gflops", ...} (precis-bench --json, benchmarks/peers/*.py --json). Rows pair records by
@@ -11,6 +12,9 @@ ratios precis/peer of each (below 1 = precis faster). The verdict uses the ratio
   - "resnet18 conv total": ok when precis <= peer (the issue's target for the conv sum);
   - every other case: "SLOWER" when precis/peer > 1.25, else ok (a single conv shape over 1.25x
     is marked but not counted: the conv target is the total).
+Several runs per side (comma-separated files, e.g. precis and peer runs alternated on a loaded
+machine) are combined as best-of-N: per (case, dtype, threads) the lowest median and the lowest
+minimum over the runs. --merged writes the combined records of both sides as one JSON array.
 Only the standard library is needed.
 """
 import argparse
@@ -21,9 +25,36 @@ LIMIT = 1.25
 CONV_TOTAL = "resnet18 conv total"
 
 
-def load(path, suite):
-    with open(path) as f:
-        return [r for r in json.load(f) if suite is None or r.get("suite") == suite]
+def load(paths, suite):
+    """Records of the comma-separated files; repeated (case, dtype, threads, impl) keep the best
+    median and the best minimum over the files (best-of-N)."""
+    best, order = {}, []
+    for path in paths.split(","):
+        with open(path) as f:
+            for r in json.load(f):
+                if suite is not None and r.get("suite") != suite:
+                    continue
+                key = (r["case"], r["dtype"], r["threads"], r["impl"])
+                if key not in best:
+                    best[key] = dict(r, runs=1)
+                    order.append(key)
+                    continue
+                b = best[key]
+                b["runs"] += 1
+                if r["median_ms"] < b["median_ms"]:
+                    b.update(median_ms=r["median_ms"], gflops=r["gflops"])
+                b["min_ms"] = min(b["min_ms"], r["min_ms"])
+    # The conv total of the best runs is the sum of the best conv cases (not the best total).
+    for key in order:
+        case, dtype, threads, impl = key
+        if case != CONV_TOTAL or best[key]["runs"] == 1:
+            continue
+        convs = [best[k] for k in order if k[0].startswith("conv2d ") and k[1:] == key[1:]]
+        flops = sum(r["gflops"] * r["median_ms"] * 1e6 for r in convs)
+        median = sum(r["median_ms"] for r in convs)
+        best[key].update(median_ms=round(median, 4), min_ms=round(sum(r["min_ms"] for r in convs), 4),
+                         gflops=round(flops / (median * 1e6), 2) if median else 0.0)
+    return [best[k] for k in order]
 
 
 def fmt(v, digits=3):
@@ -81,9 +112,15 @@ def main():
     ap.add_argument("--suite", default="ops", help="suite to report (default ops; 'all' for every record)")
     ap.add_argument("--by", choices=["median", "min"], default="median")
     ap.add_argument("--out", help="write the markdown here instead of stdout")
+    ap.add_argument("--merged", help="write the combined records of both sides here (JSON)")
     args = ap.parse_args()
     suite = None if args.suite == "all" else args.suite
-    text = report(load(args.precis, suite), load(args.peer, suite), args.by)
+    precis, peer = load(args.precis, suite), load(args.peer, suite)
+    text = report(precis, peer, args.by)
+    if args.merged:
+        with open(args.merged, "w") as f:
+            json.dump(precis + peer, f, indent=1)
+            f.write("\n")
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
