@@ -3,7 +3,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
-#include <set>
 
 #include "autograd/engine.h"
 #include "core/error.h"
