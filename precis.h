@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "core/warning.h"
+#include "data/data.h"
 #include "ops/functional.h"
 #include "optim/optim.h"
 #include "amp/amp.h"

@@ -198,7 +198,8 @@ TEST_CASE("data loader: an exception while loading reaches the consumer at its b
       REQUIRE_THAT(e.what(), Catch::Contains("example 17 is broken"));
     }
     REQUIRE(got == std::vector<int64_t>{0, 1, 2, 3});  // batch 4 holds example 17
-    // The failure ended that iteration; the next one starts after the failed batch.
+    // The failure ended that iteration; the position still points at the failed batch, so the
+    // next iteration retries it.
     REQUIRE(loader.position() == DataPosition{0, 4});
   }
 }
