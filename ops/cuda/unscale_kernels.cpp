@@ -54,8 +54,9 @@ void unscale_kernel(const std::vector<Tensor>& grads, const Tensor& inv_scale, b
 }  // namespace
 
 void register_unscale_kernels() {
-  // Keyed by found_inf's dtype (f32), as on the CPU; f64 too so a lookup by either works the same.
-  for (DType dt : {DType::f32, DType::f64})
+  // Looked up by found_inf's dtype (f32); registered under every floating dtype as on the CPU, so
+  // a lookup by a gradient's dtype finds it too.
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
     register_kernel<kernels::UnscaleKernel>(OpId::unscale_grads, DeviceType::cuda, dt, &unscale_kernel);
 }
 
