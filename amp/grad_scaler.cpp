@@ -138,6 +138,13 @@ void GradScaler::check_grads(optim::Optimizer& opt, OptimizerState& s, bool writ
     grads.push_back(g);
   }
   if (!initialised_) ensure_state(zeros({}));  // no gradients at all: state on the CPU
+  // Unscaled f16 gradients would be rounded back to f16, flushing every value below its smallest
+  // subnormal (6e-8) to zero: the very underflow the scale protects against. Those stay scaled in
+  // storage and the optimizer divides by the scale in its fp32 update (Note in grad_scaler.h).
+  // bf16 has fp32's exponent range, so its gradients are unscaled in place like fp32's.
+  const bool any_f16 = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.dtype() == DType::f16; });
+  s.deferred = write && any_f16;
+  write = write && !any_f16;
   const TensorOptions f32{.dtype = DType::f32, .device = device_};
   NoGradGuard no_grad;
   s.found_inf = zeros({}, f32);
@@ -186,6 +193,8 @@ StepResult GradScaler::step(optim::Optimizer& opt) {
     // Read-only check; the optimizer divides by the scale inside its update.
     check_grads(opt, s, /*write=*/false);
     step_options.grad_scale = scale_;
+  } else if (s.deferred) {
+    step_options.grad_scale = scale_;  // unscale_ left f16 gradients scaled
   }
   Tensor skip;
   {
