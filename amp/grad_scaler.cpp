@@ -412,7 +412,9 @@ void GradScaler::load_state_dict(const StateDict& d) {
     r->scale_after = r->scale_before;
     r->found_inf = full({}, reason[i] == static_cast<int64_t>(SkipReason::overflow) ? 1.0 : 0.0);
     r->loss_nonfinite = full({}, reason[i] == static_cast<int64_t>(SkipReason::non_finite_loss) ? 1.0 : 0.0);
-    if (!std::isnan(norm[i])) r->sq_norm = full({}, norm[i] * norm[i], {.dtype = DType::f64});
+    // A NaN norm (a step with NaN gradients) is kept as it was, sign and payload included (NaN · NaN
+    // propagates its operand), so a resumed run's history() equals the uninterrupted run's bits.
+    r->sq_norm = full({}, norm[i] * norm[i], {.dtype = DType::f64});
     history_.push_back(r);
   }
   per_optimizer_.clear();
