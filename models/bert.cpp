@@ -1,0 +1,217 @@
+#include "models/bert.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "autograd/grad_mode.h"
+#include "ops/functional.h"
+#include "tensor/factory.h"
+
+namespace precis::models {
+
+namespace {
+
+// A parameter-free module that only groups children under a name, for HF's nesting
+// ("encoder.layer", "intermediate.dense", "cls.predictions.transform").
+class Group : public nn::Module {
+ public:
+  explicit Group(std::string type) : type_(std::move(type)) {}
+  std::string type_name() const override { return type_; }
+
+ private:
+  std::string type_;
+};
+
+nn::Linear dense(int64_t in, int64_t out, const BertConfig& c) { return nn::Linear(in, out, {.generator = c.generator}); }
+
+// (B, L) attention mask → bool (B, 1, 1, L), true = attend.
+Tensor key_mask(const Tensor& attention_mask, const Tensor& input_ids) {
+  if (!attention_mask.defined()) return Tensor();
+  PRECIS_CHECK_SHAPE(attention_mask.sizes() == input_ids.sizes(), "BertModel: attention_mask ",
+                     attention_mask.describe(), " must have input_ids' shape ", input_ids.describe());
+  Tensor keep = attention_mask.dtype() == DType::boolean ? attention_mask : ne(attention_mask, 0);
+  return keep.view({attention_mask.size(0), 1, 1, attention_mask.size(1)});
+}
+
+}  // namespace
+
+BertConfig BertConfig::mini(int64_t vocab_size) {
+  BertConfig c;
+  c.vocab_size = vocab_size;
+  return c;
+}
+
+BertConfig BertConfig::mini_from_vocab_file(const std::string& path) {
+  std::ifstream in(path);
+  PRECIS_CHECK_T(IOError, in.good(), "BertConfig: cannot read the vocabulary file '", path, "'");
+  int64_t n = 0;
+  std::string line;
+  while (std::getline(in, line)) ++n;
+  PRECIS_CHECK(n > 0, "BertConfig: the vocabulary file '", path, "' is empty");
+  return mini(n);
+}
+
+Tensor attention_mask_from_lengths(const Tensor& lengths, int64_t seq_len) {
+  PRECIS_CHECK_SHAPE(lengths.dim() == 1, "attention_mask_from_lengths: lengths ", lengths.describe(), " must be 1-D");
+  Tensor positions = arange(static_cast<double>(seq_len), {.dtype = DType::i64, .device = lengths.device()});
+  return lt(positions.unsqueeze(0), lengths.to(DType::i64).unsqueeze(1));
+}
+
+// ---- embeddings ---------------------------------------------------------------------------------
+
+BertEmbeddings::BertEmbeddings(const BertConfig& c)
+    : word_embeddings(add("word_embeddings", nn::Embedding(c.vocab_size, c.hidden_size,
+                                                           {.padding_idx = c.pad_token_id, .generator = c.generator}))),
+      position_embeddings(add("position_embeddings",
+                              nn::Embedding(c.max_position_embeddings, c.hidden_size, {.generator = c.generator}))),
+      token_type_embeddings(add("token_type_embeddings",
+                                nn::Embedding(c.type_vocab_size, c.hidden_size, {.generator = c.generator}))),
+      LayerNorm(add("LayerNorm", nn::LayerNorm(c.hidden_size, {.eps = c.layer_norm_eps}))),
+      dropout(add("dropout", nn::Dropout(c.hidden_dropout_prob))) {}
+
+Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+  PRECIS_CHECK_SHAPE(input_ids.dim() == 2, "BertEmbeddings: input_ids ", input_ids.describe(), " must be (B, L)");
+  const int64_t len = input_ids.size(1);
+  PRECIS_CHECK_SHAPE(len <= position_embeddings->num_embeddings(), "BertEmbeddings: sequence length ", len,
+                     " exceeds max_position_embeddings ", position_embeddings->num_embeddings());
+  Tensor positions = arange(static_cast<double>(len), {.dtype = DType::i64, .device = input_ids.device()});
+  Tensor types = token_type_ids.defined() ? token_type_ids
+                                          : zeros(input_ids.sizes(), {.dtype = DType::i64, .device = input_ids.device()});
+  Tensor e = word_embeddings(input_ids) + token_type_embeddings(types) + position_embeddings(positions);
+  return dropout(LayerNorm(e));
+}
+
+// ---- encoder layer ------------------------------------------------------------------------------
+
+BertSelfAttention::BertSelfAttention(const BertConfig& c)
+    : query(add("query", dense(c.hidden_size, c.hidden_size, c))),
+      key(add("key", dense(c.hidden_size, c.hidden_size, c))),
+      value(add("value", dense(c.hidden_size, c.hidden_size, c))),
+      heads_(c.num_attention_heads),
+      dropout_p_(c.attention_probs_dropout_prob) {
+  PRECIS_CHECK(c.hidden_size % c.num_attention_heads == 0, "BertSelfAttention: hidden_size ", c.hidden_size,
+               " is not a multiple of num_attention_heads ", c.num_attention_heads);
+}
+
+Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& mask) {
+  PRECIS_CHECK_SHAPE(x.dim() == 3 && x.size(2) == query->in_features(), "BertSelfAttention: input ", x.describe(),
+                     " must be (B, L, ", query->in_features(), ")");
+  const int64_t b = x.size(0), l = x.size(1), hidden = x.size(2), d = hidden / heads_;
+  auto split = [&](const Tensor& t) { return t.view({b, l, heads_, d}).transpose(1, 2); };  // (B, H, L, D)
+  Tensor ctx = scaled_dot_product_attention(split(query(x)), split(key(x)), split(value(x)), mask,
+                                            is_training() ? dropout_p_ : 0.0);
+  return ctx.transpose(1, 2).reshape({b, l, hidden});
+}
+
+BertResidualOutput::BertResidualOutput(int64_t in, const BertConfig& c, std::string name)
+    : dense(add("dense", models::dense(in, c.hidden_size, c))),
+      LayerNorm(add("LayerNorm", nn::LayerNorm(c.hidden_size, {.eps = c.layer_norm_eps}))),
+      dropout(add("dropout", nn::Dropout(c.hidden_dropout_prob))),
+      name_(std::move(name)) {}
+
+Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
+  return LayerNorm(dropout(dense(h)) + residual);
+}
+
+BertAttention::BertAttention(const BertConfig& c)
+    : self(add("self", BertSelfAttention(c))),
+      output(add("output", BertResidualOutput(c.hidden_size, c, "BertSelfOutput"))) {}
+
+Tensor BertAttention::forward(const Tensor& x, const Tensor& mask) { return output->forward(self->forward(x, mask), x); }
+
+BertLayer::BertLayer(const BertConfig& c) : attention(add("attention", BertAttention(c))) {
+  auto inter = add("intermediate", Group("BertIntermediate"));
+  intermediate_dense = inter->add("dense", dense(c.hidden_size, c.intermediate_size, c));
+  output = add("output", BertResidualOutput(c.intermediate_size, c, "BertOutput"));
+}
+
+Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
+  Tensor a = attention->forward(x, mask);
+  return output->forward(gelu(intermediate_dense(a)), a);
+}
+
+// ---- whole model --------------------------------------------------------------------------------
+
+BertModel::BertModel(const BertConfig& c, bool add_pooling_layer) : config_(c) {
+  config_.generator = nullptr;  // used during construction only
+  embeddings = add("embeddings", BertEmbeddings(c));
+  auto encoder = add("encoder", Group("BertEncoder"));
+  auto list = encoder->add("layer", nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers.push_back(list->push_back(BertLayer(c)));
+  if (add_pooling_layer) {
+    auto pooler = add("pooler", Group("BertPooler"));
+    pooler_dense = pooler->add("dense", dense(c.hidden_size, c.hidden_size, c));
+  }
+  bert_init_weights(*this, c.initializer_range, c.generator);
+}
+
+Tensor BertModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) {
+  const Tensor mask = key_mask(attention_mask, input_ids);
+  Tensor h = embeddings->forward(input_ids, token_type_ids);
+  for (auto& layer : layers) h = layer->forward(h, mask);
+  return h;
+}
+
+Tensor BertModel::pool(const Tensor& sequence_output) {
+  PRECIS_CHECK(static_cast<bool>(pooler_dense), "BertModel::pool: the model was built without the pooling layer");
+  return tanh(pooler_dense(sequence_output.select(1, 0)));
+}
+
+BertForMaskedLM::BertForMaskedLM(const BertConfig& c) : bert(add("bert", BertModel(c, /*add_pooling_layer=*/false))) {
+  auto cls = add("cls", Group("BertOnlyMLMHead"));
+  auto predictions = cls->add("predictions", Group("BertLMPredictionHead"));
+  auto transform = predictions->add("transform", Group("BertPredictionHeadTransform"));
+  transform_dense = transform->add("dense", dense(c.hidden_size, c.hidden_size, c));
+  transform_norm = transform->add("LayerNorm", nn::LayerNorm(c.hidden_size, {.eps = c.layer_norm_eps}));
+  Tensor& bias = predictions->register_parameter("bias", zeros({c.vocab_size}));
+  decoder = predictions->add("decoder", nn::Linear(c.hidden_size, c.vocab_size, {.generator = c.generator}));
+  decoder->weight = bert->embeddings->word_embeddings->weight;
+  decoder->bias = bias;  // zeros, as HF
+  bert_init_weights(*transform, c.initializer_range, c.generator);
+}
+
+Tensor BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) {
+  Tensor h = bert->forward(input_ids, attention_mask, token_type_ids);
+  h = transform_norm(gelu(transform_dense(h)));
+  return decoder(h);
+}
+
+Tensor BertForMaskedLM::loss(const Tensor& logits, const Tensor& labels) {
+  PRECIS_CHECK_SHAPE(logits.dim() == 3 && labels.dim() == 2 && logits.size(0) == labels.size(0) &&
+                         logits.size(1) == labels.size(1),
+                     "BertForMaskedLM::loss: logits ", logits.describe(), " must be (B, L, V) and labels ",
+                     labels.describe(), " (B, L)");
+  return cross_entropy(logits.reshape({-1, logits.size(2)}), labels.reshape({-1}), Tensor(), -100);
+}
+
+BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c, int64_t num_labels)
+    : bert(add("bert", BertModel(c))),
+      dropout(add("dropout", nn::Dropout(c.hidden_dropout_prob))),
+      classifier(add("classifier", dense(c.hidden_size, num_labels, c))) {
+  bert_init_weights(*classifier, c.initializer_range, c.generator);
+}
+
+Tensor BertForSequenceClassification::forward(const Tensor& input_ids, const Tensor& attention_mask,
+                                              const Tensor& token_type_ids) {
+  Tensor h = bert->forward(input_ids, attention_mask, token_type_ids);
+  return classifier(dropout(bert->pool(h)));
+}
+
+void bert_init_weights(nn::Module& module, double range, Generator* gen) {
+  for (auto& [name, m] : module.named_modules()) {
+    if (auto* l = dynamic_cast<nn::Linear*>(m)) {
+      nn::init::normal_(l->weight, 0.0, range, gen);
+      if (l->bias.defined()) nn::init::zeros_(l->bias);
+    } else if (auto* e = dynamic_cast<nn::Embedding*>(m)) {
+      nn::init::normal_(e->weight, 0.0, range, gen);
+      if (e->padding_idx() >= 0) {
+        NoGradGuard no_grad;
+        e->weight.detach().select(0, e->padding_idx()).zero_();
+      }
+    } else if (auto* n = dynamic_cast<nn::LayerNorm*>(m)) {
+      n->reset_parameters();
+    }
+  }
+}
+
+}  // namespace precis::models

@@ -1,0 +1,29 @@
+#include "models/nn/activation.h"
+
+#include <sstream>
+
+#include "ops/functional.h"
+
+namespace precis::nn {
+
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+
+GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
+  PRECIS_CHECK(approximate_ == "none" || approximate_ == "tanh", "nn::GELU: approximate must be 'none' or 'tanh', got '",
+               approximate_, "'");
+}
+Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate_); }
+
+Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
+
+Dropout::Dropout(double p, Generator* generator) : p_(p), generator_(generator) {
+  PRECIS_CHECK(p >= 0.0 && p <= 1.0, "nn::Dropout: p must be in [0, 1], got ", p);
+}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training(), generator_); }
+std::string Dropout::extra_repr() const {
+  std::ostringstream s;
+  s << "p=" << p_;
+  return s.str();
+}
+
+}  // namespace precis::nn

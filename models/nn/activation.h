@@ -1,0 +1,70 @@
+#pragma once
+// Parameter-free layers: ReLU, GELU, Tanh, Dropout, Identity, Flatten (torch.nn names).
+#include <string>
+
+#include "core/rng.h"
+#include "models/nn/module.h"
+
+namespace precis::nn {
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;  ///< Passthrough.
+  std::string type_name() const override { return "ReLU"; }
+};
+
+class GELU : public Module {
+ public:
+  /// approximate: "none" (exact erf form, BERT's) or "tanh".
+  explicit GELU(std::string approximate = "none");
+  Tensor forward(const Tensor& x) override;  ///< Passthrough.
+  std::string type_name() const override { return "GELU"; }
+  std::string extra_repr() const override { return "approximate='" + approximate_ + "'"; }
+
+ private:
+  std::string approximate_;
+};
+
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Tanh"; }
+};
+
+/// Zeroes elements with probability p and scales the rest by 1/(1 − p) in training mode; the
+/// identity in eval mode. The mask comes from `generator` (the default generator when null).
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, Generator* generator = nullptr);
+  Tensor forward(const Tensor& x) override;  ///< Passthrough.
+  std::string type_name() const override { return "Dropout"; }
+  std::string extra_repr() const override;
+  double p() const { return p_; }
+
+ private:
+  double p_;
+  Generator* generator_;
+};
+
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string type_name() const override { return "Identity"; }
+};
+
+/// Flattens dims start_dim..end_dim into one (default: all but the batch dim).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim_(start_dim), end_dim_(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start_dim_, end_dim_); }
+  std::string type_name() const override { return "Flatten"; }
+  std::string extra_repr() const override {
+    return "start_dim=" + std::to_string(start_dim_) + ", end_dim=" + std::to_string(end_dim_);
+  }
+
+ private:
+  int64_t start_dim_;
+  int64_t end_dim_;
+};
+
+}  // namespace precis::nn

@@ -1,0 +1,71 @@
+#include "models/nn/conv.h"
+
+#include <cmath>
+
+#include "models/nn/init.h"
+#include "ops/functional.h"
+#include "tensor/factory.h"
+
+namespace precis::nn {
+
+std::string Size2::str() const { return "(" + std::to_string(h) + ", " + std::to_string(w) + ")"; }
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Options options)
+    : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size), options_(options) {
+  PRECIS_CHECK(in_channels > 0 && out_channels > 0 && kernel_size.h > 0 && kernel_size.w > 0 && options.groups > 0,
+               "nn::Conv2d: channels, kernel size and groups must be positive, got in ", in_channels, ", out ",
+               out_channels, ", kernel ", kernel_size.str(), ", groups ", options.groups);
+  PRECIS_CHECK(in_channels % options.groups == 0 && out_channels % options.groups == 0, "nn::Conv2d: groups (",
+               options.groups, ") must divide in_channels (", in_channels, ") and out_channels (", out_channels, ")");
+  weight = empty({out_channels, in_channels / options.groups, kernel_size.h, kernel_size.w});
+  if (options.bias) bias = empty({out_channels});
+  reset_parameters(options.generator);
+  options_.generator = nullptr;  // used once; a copy must not keep a pointer to it
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+void Conv2d::reset_parameters(Generator* gen) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0), init::FanMode::fan_in, "leaky_relu", gen);
+  if (bias.defined()) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(init::calculate_fans(weight).fan_in));
+    init::uniform_(bias, -bound, bound, gen);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  PRECIS_CHECK_SHAPE((x.dim() == 4 || x.dim() == 3) && x.size(-3) == in_channels_, "nn::Conv2d(", in_channels_, ", ",
+                     out_channels_, "): input ", x.describe(), " must be (N, ", in_channels_, ", H, W)");
+  return conv2d(x, weight, bias, options_.stride.vec(), options_.padding.vec(), options_.dilation.vec(),
+                options_.groups);
+}
+
+std::string Conv2d::extra_repr() const {
+  std::string s = std::to_string(in_channels_) + ", " + std::to_string(out_channels_) +
+                  ", kernel_size=" + kernel_size_.str() + ", stride=" + options_.stride.str();
+  if (options_.padding.h || options_.padding.w) s += ", padding=" + options_.padding.str();
+  if (options_.dilation.h != 1 || options_.dilation.w != 1) s += ", dilation=" + options_.dilation.str();
+  if (options_.groups != 1) s += ", groups=" + std::to_string(options_.groups);
+  if (!bias.defined()) s += ", bias=false";
+  return s;
+}
+
+MaxPool2d::MaxPool2d(Size2 kernel_size, Options options) : kernel_size_(kernel_size), options_(options) {
+  PRECIS_CHECK(kernel_size.h > 0 && kernel_size.w > 0, "nn::MaxPool2d: kernel size must be positive, got ",
+               kernel_size.str());
+}
+
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return max_pool2d(x, kernel_size_.vec(), options_.stride.value_or(kernel_size_).vec(), options_.padding.vec(),
+                    options_.dilation.vec(), options_.ceil_mode);
+}
+
+std::string MaxPool2d::extra_repr() const {
+  return "kernel_size=" + kernel_size_.str() + ", stride=" + options_.stride.value_or(kernel_size_).str() +
+         ", padding=" + options_.padding.str() + ", dilation=" + options_.dilation.str() +
+         ", ceil_mode=" + (options_.ceil_mode ? "true" : "false");
+}
+
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, output_size_.vec()); }
+
+}  // namespace precis::nn

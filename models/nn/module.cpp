@@ -1,0 +1,494 @@
+#include "models/nn/module.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <typeinfo>
+#include <unordered_set>
+
+#include "autograd/grad_mode.h"
+
+namespace precis::nn {
+
+namespace {
+
+using CloneMap = std::unordered_map<const Module*, std::shared_ptr<Module>>;
+thread_local CloneMap* t_clone_map = nullptr;
+
+// A registered member must lie inside the object being built, after the Module base (members of
+// a derived class follow its bases). The bound only catches gross mistakes (a local variable).
+constexpr std::ptrdiff_t kMaxMemberOffset = std::ptrdiff_t{1} << 20;
+
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), size_t{0});
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The closest candidate within a third of the name's length (at least 2 edits), or "".
+std::string closest(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(name, c);
+    if (d < best_d) { best_d = d; best = c; }
+  }
+  return best;
+}
+
+std::string join_name(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+// A common leading component that, removed from every checkpoint key, would match the model
+// (a checkpoint saved from a wrapper: "module.", "model.", "bert.").
+std::string prefix_hint(const std::vector<std::string>& unexpected, const std::set<std::string>& expected) {
+  if (unexpected.empty()) return "";
+  const auto dot = unexpected[0].find('.');
+  if (dot == std::string::npos) return "";
+  const std::string prefix = unexpected[0].substr(0, dot + 1);
+  size_t hits = 0;
+  for (const auto& k : unexpected) {
+    if (k.rfind(prefix, 0) != 0) return "";
+    hits += expected.count(k.substr(prefix.size()));
+  }
+  if (hits == 0) return "";
+  return "\n  hint: the checkpoint's keys carry the prefix '" + prefix +
+         "'; strip it (state_subset(dict, \"" + prefix + "\")) before loading";
+}
+
+}  // namespace
+
+namespace detail {
+std::shared_ptr<Module> clone_lookup(const Module* original) {
+  if (t_clone_map == nullptr) return nullptr;
+  auto it = t_clone_map->find(original);
+  return it == t_clone_map->end() ? nullptr : it->second;
+}
+}  // namespace detail
+
+// ---- construction -------------------------------------------------------------------------------
+
+Module::Module(const Module& other)
+    : training_(other.training_), params_(other.params_), buffers_(other.buffers_), owned_(other.owned_) {
+  for (const ChildSlot& c : other.children_) {
+    std::shared_ptr<Module> m = c.module;
+    if (t_clone_map != nullptr) {
+      if (auto it = t_clone_map->find(c.module.get()); it != t_clone_map->end()) {
+        m = it->second;
+      } else {
+        m = c.clone(*c.module);
+        t_clone_map->emplace(c.module.get(), m);
+      }
+    }
+    children_.push_back({c.name, std::move(m), c.clone});
+  }
+}
+
+Tensor Module::forward(const Tensor&) {
+  PRECIS_CHECK_T(NotImplementedError, false, type_name(),
+                 " has no single-tensor forward(x); call its own forward overload");
+  return Tensor();
+}
+
+void Module::check_new_name(const std::string& name, const char* what) const {
+  PRECIS_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name(), ": ", what, " name '", name,
+               "' must be non-empty and contain no '.'");
+  auto taken = [&](const std::vector<TensorSlot>& slots) {
+    return std::any_of(slots.begin(), slots.end(), [&](const TensorSlot& s) { return s.name == name; });
+  };
+  const bool child = std::any_of(children_.begin(), children_.end(), [&](const ChildSlot& c) { return c.name == name; });
+  PRECIS_CHECK(!taken(params_) && !taken(buffers_) && !child, type_name(), ": cannot register ", what, " '", name,
+               "': the name is already taken by a parameter, buffer or child of this module");
+}
+
+Tensor& Module::register_tensor(std::vector<TensorSlot>& slots, const std::string& name, Tensor* member, Tensor* value,
+                                bool persistent, const char* what) {
+  check_new_name(name, what);
+  TensorSlot slot{name, -1, 0, persistent};
+  if (member != nullptr) {
+    const std::ptrdiff_t offset = reinterpret_cast<const char*>(member) - reinterpret_cast<const char*>(this);
+    PRECIS_CHECK(offset >= static_cast<std::ptrdiff_t>(sizeof(Module)) && offset < kMaxMemberOffset, type_name(),
+                 ": register_", what, "('", name,
+                 "', member) needs a data member of this module; for any other tensor pass it as an rvalue "
+                 "(register_", what, "(name, std::move(t))) so the module owns it");
+    slot.offset = offset;
+  } else {
+    slot.owned_index = owned_.size();
+    owned_.push_back(std::move(*value));
+  }
+  slots.push_back(slot);
+  Tensor& t = slot_tensor(slots.back());
+  if (&slots == &params_ && t.defined() && t.is_floating_point() && !t.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+
+Tensor& Module::register_parameter(const std::string& name, Tensor& member) {
+  if (!member.defined()) return member;  // an absent optional parameter (bias = false)
+  return register_tensor(params_, name, &member, nullptr, true, "parameter");
+}
+Tensor& Module::register_parameter(const std::string& name, Tensor&& value) {
+  PRECIS_CHECK(value.defined(), type_name(), ": register_parameter('", name, "') of an undefined tensor");
+  return register_tensor(params_, name, nullptr, &value, true, "parameter");
+}
+Tensor& Module::register_buffer(const std::string& name, Tensor& member, bool persistent) {
+  if (!member.defined()) return member;
+  return register_tensor(buffers_, name, &member, nullptr, persistent, "buffer");
+}
+Tensor& Module::register_buffer(const std::string& name, Tensor&& value, bool persistent) {
+  PRECIS_CHECK(value.defined(), type_name(), ": register_buffer('", name, "') of an undefined tensor");
+  return register_tensor(buffers_, name, nullptr, &value, persistent, "buffer");
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module,
+                       std::shared_ptr<Module> (*clone)(const Module&)) {
+  check_new_name(name, "child module");
+  PRECIS_CHECK(module.get() != this, type_name(), ": a module cannot be its own child ('", name, "')");
+  children_.push_back({name, std::move(module), clone});
+}
+
+Tensor& Module::slot_tensor(const TensorSlot& slot) {
+  if (slot.offset < 0) return owned_[slot.owned_index];
+  return *reinterpret_cast<Tensor*>(reinterpret_cast<char*>(this) + slot.offset);
+}
+const Tensor& Module::slot_tensor(const TensorSlot& slot) const {
+  if (slot.offset < 0) return owned_[slot.owned_index];
+  return *reinterpret_cast<const Tensor*>(reinterpret_cast<const char*>(this) + slot.offset);
+}
+
+// ---- traversal ----------------------------------------------------------------------------------
+
+void Module::collect(std::vector<std::pair<std::string, const Module*>>& out, const std::string& prefix,
+                     std::vector<const Module*>& seen) const {
+  if (std::find(seen.begin(), seen.end(), this) != seen.end()) return;
+  seen.push_back(this);
+  out.emplace_back(prefix, this);
+  for (const ChildSlot& c : children_) c.module->collect(out, join_name(prefix, c.name), seen);
+}
+
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+  std::vector<std::pair<std::string, const Module*>> out;
+  std::vector<const Module*> seen;
+  collect(out, "", seen);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  for (auto& [name, m] : static_cast<const Module*>(this)->named_modules())
+    out.emplace_back(name, const_cast<Module*>(m));  // the tree is ours: this call is non-const
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  std::unordered_set<const TensorImpl*> seen;
+  auto modules = recurse ? named_modules() : std::vector<std::pair<std::string, const Module*>>{{"", this}};
+  for (const auto& [prefix, m] : modules)
+    for (const TensorSlot& s : m->params_) {
+      const Tensor& t = m->slot_tensor(s);
+      if (t.defined() && seen.insert(t.impl()).second) out.emplace_back(join_name(prefix, s.name), t);
+    }
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  std::unordered_set<const TensorImpl*> seen;
+  auto modules = recurse ? named_modules() : std::vector<std::pair<std::string, const Module*>>{{"", this}};
+  for (const auto& [prefix, m] : modules)
+    for (const TensorSlot& s : m->buffers_) {
+      const Tensor& t = m->slot_tensor(s);
+      if (t.defined() && seen.insert(t.impl()).second) out.emplace_back(join_name(prefix, s.name), t);
+    }
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_buffers(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (const ChildSlot& c : children_) out.emplace_back(c.name, c.module);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (const ChildSlot& c : children_) out.push_back(c.module);
+  return out;
+}
+
+template <typename Fn>
+void Module::for_each_tensor_slot(Fn&& fn) {
+  for (auto& [prefix, m] : named_modules()) {
+    for (const TensorSlot& s : m->params_) fn(*m, m->slot_tensor(s));
+    for (const TensorSlot& s : m->buffers_) fn(*m, m->slot_tensor(s));
+  }
+}
+
+// ---- modes and placement ------------------------------------------------------------------------
+
+Module& Module::train(bool on) {
+  training_ = on;
+  for (ChildSlot& c : children_) c.module->train(on);
+  return *this;
+}
+
+namespace {
+// Replaces t by convert(t) (a new leaf with the same requires_grad and a converted grad); tensors
+// shared by several slots are converted once. The memo keeps the old tensors alive, so no freed
+// TensorImpl address can be reused while it is a key.
+using ConvertMemo = std::unordered_map<const TensorImpl*, std::pair<Tensor, Tensor>>;
+template <typename Convert>
+void convert_slot(Tensor& t, ConvertMemo& memo, Convert&& convert) {
+  if (auto it = memo.find(t.impl()); it != memo.end()) { t = it->second.second; return; }
+  Tensor n = convert(t.detach());
+  if (t.requires_grad()) n.requires_grad_(true);
+  if (Tensor g = t.grad(); g.defined()) n.set_grad(convert(g));
+  memo.emplace(t.impl(), std::make_pair(t, n));
+  t = n;
+}
+}  // namespace
+
+Module& Module::to(Device device) {
+  NoGradGuard no_grad;
+  ConvertMemo memo;
+  for_each_tensor_slot([&](Module&, Tensor& t) {
+    if (!t.defined() || t.device() == device) return;
+    convert_slot(t, memo, [&](const Tensor& x) { return x.to(device); });
+  });
+  return *this;
+}
+
+Module& Module::to(DType dtype) {
+  PRECIS_CHECK_DTYPE(is_floating(dtype), type_name(), ".to(", dtype_name(dtype),
+                     "): modules convert to a floating dtype (f32, f64, f16, bf16)");
+  NoGradGuard no_grad;
+  ConvertMemo memo;
+  for_each_tensor_slot([&](Module& m, Tensor& t) {
+    if (!t.defined() || !t.is_floating_point()) return;
+    const DType target = (m.keep_fp32_params() && is_low_precision(dtype)) ? DType::f32 : dtype;
+    if (t.dtype() == target) return;
+    convert_slot(t, memo, [&](const Tensor& x) { return x.to(target); });
+  });
+  return *this;
+}
+
+void Module::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (Tensor& p : parameters()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (set_to_none) p.set_grad(Tensor());
+    else g.zero_();
+  }
+}
+
+// ---- state --------------------------------------------------------------------------------------
+
+std::vector<std::pair<std::string, Tensor>> Module::state_entries() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  // Recurse without deduplicating modules: a shared child appears under every path (PyTorch).
+  std::function<void(const Module&, const std::string&)> rec = [&](const Module& m, const std::string& prefix) {
+    for (const TensorSlot& s : m.params_)
+      if (const Tensor& t = m.slot_tensor(s); t.defined()) out.emplace_back(join_name(prefix, s.name), t);
+    for (const TensorSlot& s : m.buffers_)
+      if (const Tensor& t = m.slot_tensor(s); t.defined() && s.persistent) out.emplace_back(join_name(prefix, s.name), t);
+    for (const ChildSlot& c : m.children_) rec(*c.module, join_name(prefix, c.name));
+  };
+  rec(*this, "");
+  return out;
+}
+
+StateDict Module::state_dict() const {
+  StateDict out;
+  for (const auto& [name, t] : state_entries()) out[name] = t.detach();
+  return out;
+}
+
+LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
+  const StateDict own = state_dict();
+  // A tied tensor (one TensorImpl under several names) is loaded when any of its names is present:
+  // checkpoints that store tied weights once (Hugging Face) load strictly.
+  std::unordered_map<const TensorImpl*, std::vector<std::string>> aliases;
+  std::map<std::string, const TensorImpl*> impl_of;
+  for (const auto& [name, t] : state_entries()) {
+    aliases[t.impl()].push_back(name);
+    impl_of[name] = t.impl();
+  }
+  auto present = [&](const std::string& key) {
+    for (const auto& alias : aliases[impl_of[key]])
+      if (dict.count(alias)) return true;
+    return false;
+  };
+  LoadResult result;
+  std::vector<std::string> shape_errors;
+  std::vector<std::string> own_keys, dict_keys;
+  for (const auto& [k, t] : own) own_keys.push_back(k);
+  for (const auto& [k, t] : dict) dict_keys.push_back(k);
+  for (const auto& k : own_keys)
+    if (!present(k)) result.missing_keys.push_back(k);
+  for (const auto& k : dict_keys)
+    if (!own.count(k)) result.unexpected_keys.push_back(k);
+  for (const auto& [k, t] : own) {
+    auto it = dict.find(k);
+    if (it == dict.end()) continue;
+    PRECIS_CHECK(it->second.defined(), type_name(), ".load_state_dict: entry '", k, "' is an undefined tensor");
+    if (it->second.sizes() != t.sizes())
+      shape_errors.push_back(k + ": checkpoint " + shape_str(it->second.sizes()) + ", model " + shape_str(t.sizes()));
+  }
+  const bool fail = !shape_errors.empty() || (strict && !result.ok());
+  if (fail) {
+    std::ostringstream msg;
+    msg << type_name() << ".load_state_dict" << (strict ? " (strict)" : "") << ": ";
+    std::vector<std::string> counts;
+    if (strict && !result.missing_keys.empty())
+      counts.push_back(std::to_string(result.missing_keys.size()) + " missing key" +
+                       (result.missing_keys.size() > 1 ? "s" : ""));
+    if (strict && !result.unexpected_keys.empty())
+      counts.push_back(std::to_string(result.unexpected_keys.size()) + " unexpected key" +
+                       (result.unexpected_keys.size() > 1 ? "s" : ""));
+    if (!shape_errors.empty())
+      counts.push_back(std::to_string(shape_errors.size()) + " shape mismatch" + (shape_errors.size() > 1 ? "es" : ""));
+    for (size_t i = 0; i < counts.size(); ++i) msg << (i ? ", " : "") << counts[i];
+    if (strict) {
+      for (const auto& k : result.missing_keys) {
+        msg << "\n  missing in the checkpoint: " << k;
+        if (auto c = closest(k, result.unexpected_keys); !c.empty()) msg << " (did you mean '" << c << "'?)";
+      }
+      for (const auto& k : result.unexpected_keys) {
+        msg << "\n  unexpected (not in the model): " << k;
+        if (auto c = closest(k, result.missing_keys); !c.empty()) msg << " (did you mean '" << c << "'?)";
+      }
+    }
+    for (const auto& s : shape_errors) msg << "\n  shape mismatch: " << s;
+    if (strict) msg << prefix_hint(result.unexpected_keys, std::set<std::string>(own_keys.begin(), own_keys.end()));
+    if (strict && !result.ok())
+      msg << "\n  (load_state_dict(dict, /*strict=*/false) loads the matching keys and returns the others)";
+    if (strict && result.ok()) PRECIS_CHECK_SHAPE(false, msg.str());
+    PRECIS_CHECK(false, msg.str());
+  }
+  NoGradGuard no_grad;
+  for (const auto& [k, t] : own) {
+    auto it = dict.find(k);
+    if (it == dict.end()) continue;
+    Tensor dst = t;
+    dst.copy_(it->second);
+  }
+  return result;
+}
+
+// ---- clone --------------------------------------------------------------------------------------
+
+Module::CloneSession::CloneSession(const Module& original) : previous_(t_clone_map) {
+  std::vector<const Module*> seen;
+  std::function<void(const Module&, const std::string&)> rec = [&](const Module& m, const std::string& prefix) {
+    for (const ChildSlot& c : m.children_) {
+      if (std::find(seen.begin(), seen.end(), c.module.get()) != seen.end()) continue;
+      seen.push_back(c.module.get());
+      originals_.emplace_back(join_name(prefix, c.name), c.module);
+      rec(*c.module, join_name(prefix, c.name));
+    }
+  };
+  rec(original, "");
+  for (const auto& o : originals_) counts_.push_back(o.second.use_count());
+  t_clone_map = new CloneMap();
+}
+
+Module::CloneSession::~CloneSession() {
+  if (t_clone_map != previous_) {
+    delete t_clone_map;
+    t_clone_map = static_cast<CloneMap*>(previous_);
+  }
+}
+
+void Module::CloneSession::finish(Module& copy) {
+  delete t_clone_map;
+  t_clone_map = static_cast<CloneMap*>(previous_);
+  for (size_t i = 0; i < originals_.size(); ++i) {
+    PRECIS_CHECK_T(StateError, originals_[i].second.use_count() == counts_[i], "clone<", copy.type_name(),
+                   ">: the copy still points at the original's child module '", originals_[i].first,
+                   "' (and so would share its parameters). Keep child modules in nn::Child<M> members, which "
+                   "clone relinks; a std::shared_ptr member cannot be redirected.");
+  }
+  NoGradGuard no_grad;
+  ConvertMemo memo;
+  copy.for_each_tensor_slot([&](Module&, Tensor& t) {
+    if (!t.defined()) return;
+    if (auto it = memo.find(t.impl()); it != memo.end()) { t = it->second.second; return; }
+    Tensor n = t.detach().clone();
+    if (t.requires_grad()) n.requires_grad_(true);
+    memo.emplace(t.impl(), std::make_pair(t, n));
+    t = n;
+  });
+}
+
+// ---- description --------------------------------------------------------------------------------
+
+std::string Module::type_name() const {
+  const char* mangled = typeid(*this).name();
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = (status == 0 && demangled) ? demangled : mangled;
+  std::free(demangled);
+  // Drop namespaces (but not inside template arguments).
+  const auto angle = name.find('<');
+  const auto colon = name.rfind("::", angle == std::string::npos ? std::string::npos : angle);
+  if (colon != std::string::npos) name = name.substr(colon + 2);
+  return name;
+}
+
+void Module::str_into(std::string& out, int indent) const {
+  out += type_name() + "(" + extra_repr();
+  if (!children_.empty()) {
+    out += "\n";
+    for (const ChildSlot& c : children_) {
+      out += std::string(indent + 2, ' ') + "(" + c.name + "): ";
+      c.module->str_into(out, indent + 2);
+      out += "\n";
+    }
+    out += std::string(indent, ' ');
+  }
+  out += ")";
+}
+
+std::string Module::str() const {
+  std::string out;
+  str_into(out, 0);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+}  // namespace precis::nn

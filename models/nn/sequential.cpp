@@ -1,0 +1,27 @@
+#include "models/nn/sequential.h"
+
+namespace precis::nn {
+
+Sequential::Sequential(const Sequential& other) : Module(other) {
+  // The copy's children may be clones (Module::clone): point at this module's own children.
+  for (const auto& c : children()) modules_.push_back(c.get());
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (Module* m : modules_) y = m->forward(y);
+  return y;
+}
+
+Module& Sequential::operator[](size_t i) const {
+  PRECIS_CHECK_INDEX(i < modules_.size(), "nn::Sequential: index ", i, " is out of range for ", modules_.size(),
+                     " modules");
+  return *modules_[i];
+}
+
+Module& ModuleList::operator[](size_t i) const {
+  PRECIS_CHECK_INDEX(i < size_, "nn::ModuleList: index ", i, " is out of range for ", size_, " modules");
+  return *children()[i];
+}
+
+}  // namespace precis::nn

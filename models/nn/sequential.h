@@ -1,0 +1,80 @@
+#pragma once
+// nn::Sequential (a chain of single-tensor modules, children named "0", "1", ...) and
+// nn::ModuleList (an indexed list of modules with no forward of its own), as torch.nn.
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "models/nn/module.h"
+
+namespace precis::nn {
+
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  /// nn::Sequential{nn::Conv2d(...), nn::BatchNorm2d(c), nn::ReLU()}: modules by value (rvalues).
+  template <typename... M>
+    requires(sizeof...(M) >= 1 && (std::is_base_of_v<Module, std::remove_cvref_t<M>> && ...) &&
+             !(sizeof...(M) == 1 && (std::is_same_v<std::remove_cvref_t<M>, Sequential> && ...)))
+  explicit Sequential(M&&... modules) {
+    static_assert((!std::is_lvalue_reference_v<M> && ...),
+                  "nn::Sequential takes modules by value: nn::Sequential{nn::Linear(4, 8), std::move(m)}");
+    (push_back(std::move(modules)), ...);
+  }
+
+  /// Appends a module under the next index; returns the typed pointer.
+  template <typename M>
+  std::shared_ptr<std::remove_cvref_t<M>> push_back(M&& module) {
+    static_assert(!std::is_lvalue_reference_v<M>, "nn::Sequential::push_back takes the module by value (std::move it)");
+    auto ptr = add(std::to_string(modules_.size()), std::move(module));
+    modules_.push_back(ptr.get());
+    return ptr;
+  }
+  template <typename M>
+  std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
+    auto ptr = add(std::to_string(modules_.size()), std::move(module));
+    modules_.push_back(ptr.get());
+    return ptr;
+  }
+
+  /// Runs the modules in order.
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return modules_.size(); }
+  bool empty() const { return modules_.empty(); }
+  Module& operator[](size_t i) const;
+  /// The module at i as M (ValueError when it is another type).
+  template <typename M>
+  M& at(size_t i) const {
+    auto* m = dynamic_cast<M*>(&(*this)[i]);
+    PRECIS_CHECK(m != nullptr, "nn::Sequential::at<T>(", i, "): the module there is a ", (*this)[i].type_name());
+    return *m;
+  }
+  std::string type_name() const override { return "Sequential"; }
+
+  /// Shares the children outside Module::clone (which deep-copies them); see Note [Child handles].
+  Sequential(const Sequential& other);
+  Sequential(Sequential&&) = default;
+
+ private:
+  std::vector<Module*> modules_;  // = children() in order; raw pointers for a cheap forward
+};
+
+class ModuleList : public Module {
+ public:
+  ModuleList() = default;
+  template <typename M>
+  std::shared_ptr<std::remove_cvref_t<M>> push_back(M&& module) {
+    static_assert(!std::is_lvalue_reference_v<M>, "nn::ModuleList::push_back takes the module by value (std::move it)");
+    auto ptr = add(std::to_string(size_), std::move(module));
+    ++size_;
+    return ptr;
+  }
+  size_t size() const { return size_; }
+  Module& operator[](size_t i) const;
+  std::string type_name() const override { return "ModuleList"; }
+
+ private:
+  size_t size_ = 0;
+};
+
+}  // namespace precis::nn

@@ -1,0 +1,105 @@
+#pragma once
+// The ResNet family with torchvision's layout and parameter names (conv1.weight, bn1.running_mean,
+// layer1.0.conv1.weight, layer2.0.downsample.0.weight, fc.weight), so torchvision checkpoints map
+// 1:1 onto these modules.
+//
+// ImageNet layout (resnet18/34/50): 7×7 stride-2 stem conv, BatchNorm, ReLU, 3×3 stride-2 max-pool,
+// four stages of width·{1, 2, 4, 8} channels (·4 for Bottleneck), global average pool, fc.
+// CIFAR layout (resnet18_cifar, resnet20/32/56): 3×3 stride-1 stem conv and no max-pool, for
+// 28×28 or 32×32 images. resnet20/32/56 are He et al.'s 3-stage CIFAR ResNets (16/32/64
+// channels, (depth − 2)/6 BasicBlocks per stage). Their shortcut is option B (a 1×1 conv + BN
+// projection where the shape changes, torchvision's downsample) rather than the paper's option A
+// (zero-padded identity): it keeps one block class and torchvision's names, for 0.4% more
+// parameters on resnet20.
+#include <memory>
+#include <vector>
+
+#include "core/rng.h"
+#include "models/nn/nn.h"
+
+namespace precis::models {
+
+struct ResNetOptions {
+  int64_t num_classes = 1000;
+  int64_t in_channels = 3;   ///< 1 for grey-scale images (MNIST, Fashion-MNIST)
+  /// Channels of the first stage; 0 = the model's standard (64, or 16 for resnet20/32/56). A small
+  /// width keeps the topology and names with fewer parameters (tests, quick experiments).
+  int64_t width = 0;
+  bool zero_init_residual = false;  ///< zero the last BN weight of each block (Goyal et al.)
+  Generator* generator = nullptr;   ///< initialisation (the default generator when null)
+};
+
+/// Two 3×3 convs; expansion 1.
+class BasicBlock : public nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 1;
+  /// in_planes → planes channels; stride on conv1; a 1×1 conv + BN downsample when the stride or
+  /// the channel count changes.
+  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride = 1, Generator* gen = nullptr);
+  /// relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)). x: (N, in_planes, H, W).
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BasicBlock"; }
+
+  nn::Child<nn::Conv2d> conv1;
+  nn::Child<nn::BatchNorm2d> bn1;
+  nn::Child<nn::Conv2d> conv2;
+  nn::Child<nn::BatchNorm2d> bn2;
+  nn::Child<nn::Sequential> downsample;  ///< empty for the identity shortcut
+};
+
+/// 1×1 reduce, 3×3 (with the stride, torchvision's "v1.5"), 1×1 expand ×4.
+class Bottleneck : public nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride = 1, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Bottleneck"; }
+
+  nn::Child<nn::Conv2d> conv1;
+  nn::Child<nn::BatchNorm2d> bn1;
+  nn::Child<nn::Conv2d> conv2;
+  nn::Child<nn::BatchNorm2d> bn2;
+  nn::Child<nn::Conv2d> conv3;
+  nn::Child<nn::BatchNorm2d> bn3;
+  nn::Child<nn::Sequential> downsample;
+};
+
+enum class BlockKind { basic, bottleneck };
+enum class Stem { imagenet, cifar };
+
+class ResNet : public nn::Module {
+ public:
+  /// blocks_per_stage: e.g. {2, 2, 2, 2} (resnet18) or {3, 3, 3} (resnet20); stage i has
+  /// width·2^i planes and stride 2 except the first. options.width must be set (> 0).
+  ResNet(BlockKind block, std::vector<int64_t> blocks_per_stage, Stem stem, const ResNetOptions& options);
+  /// x: (N, in_channels, H, W) → logits (N, num_classes).
+  Tensor forward(const Tensor& x) override;
+  /// The features before fc: (N, fc.in_features).
+  Tensor features(const Tensor& x);
+  std::string type_name() const override { return "ResNet"; }
+
+  nn::Child<nn::Conv2d> conv1;
+  nn::Child<nn::BatchNorm2d> bn1;
+  nn::Child<nn::MaxPool2d> maxpool;  ///< empty in the CIFAR layout
+  std::vector<nn::Child<nn::Sequential>> layers;  ///< "layer1", "layer2", ...
+  nn::Child<nn::Linear> fc;
+
+ private:
+  Stem stem_;
+};
+
+/// ImageNet layout. Parameters: resnet18 11.7M, resnet34 21.8M, resnet50 25.6M (1000 classes).
+std::shared_ptr<ResNet> resnet18(const ResNetOptions& options = {});
+std::shared_ptr<ResNet> resnet34(const ResNetOptions& options = {});
+std::shared_ptr<ResNet> resnet50(const ResNetOptions& options = {});
+/// resnet18's four stages behind the CIFAR stem (3×3 conv, no max-pool).
+std::shared_ptr<ResNet> resnet18_cifar(const ResNetOptions& options = {});
+/// He et al.'s CIFAR ResNets (width 16 by default; shortcut option B, see above).
+std::shared_ptr<ResNet> resnet20(const ResNetOptions& options = {});
+std::shared_ptr<ResNet> resnet32(const ResNetOptions& options = {});
+std::shared_ptr<ResNet> resnet56(const ResNetOptions& options = {});
+/// By name: "resnet18", "resnet34", "resnet50", "resnet18_cifar", "resnet20", "resnet32", "resnet56"
+/// (ValueError listing them otherwise).
+std::shared_ptr<ResNet> resnet(const std::string& name, const ResNetOptions& options = {});
+
+}  // namespace precis::models
