@@ -142,7 +142,8 @@ std::optional<TrainOptions> parse_train_cli(int argc, const char* const* argv, s
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    *exit_code = app.exit(e, out, err);
+    // CLI11 has an exit code per kind of error; precis-train's contract is 2 for any usage error.
+    *exit_code = app.exit(e, out, err) == 0 ? 0 : 2;
     return std::nullopt;
   }
   const bool is_resnet = resnet->parsed();
