@@ -16,5 +16,8 @@
 #include "ops/functional.h"
 #include "optim/optim.h"
 #include "amp/amp.h"
+#include "models/bert.h"
+#include "models/nn/nn.h"
+#include "models/resnet.h"
 #include "tensor/factory.h"
 #include "tensor/tensor.h"

@@ -12,7 +12,8 @@ namespace precis::kernels {
 ///   counts[i]   = number of non-finite elements of u_i        (1-D f32, one per gradient)
 ///   sq_norms[i] = Σ u_i²  accumulated in f64 (f32 on CUDA)     (1-D f32/f64, one per gradient)
 ///   found_inf   = max(found_inf, any counts[i] > 0)            (0-d f32, updated in place)
-/// Keyed by the dtype of found_inf (f32); the gradients' own dtypes are dispatched inside.
+/// Looked up by the dtype of found_inf (f32); the gradients' own dtypes are dispatched inside, so
+/// backends register the one kernel under every floating dtype.
 using UnscaleKernel = void(const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write,
                            const Tensor& found_inf, const Tensor& counts, const Tensor& sq_norms);
 

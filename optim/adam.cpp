@@ -122,8 +122,8 @@ void Adam::step(const StepOptions& step_options) {
     p.bump_version();
   });
 #ifdef PRECIS_HAS_CUDA
-  cuda_batches.launch([&](size_t g, int param_dtype, int grad_dtype, const std::vector<detail::AdamTensor>& ts) {
-    detail::adam_update_cuda(ts.data(), static_cast<int>(ts.size()), param_dtype, grad_dtype, hyper_of(options_[g]),
+  cuda_batches.launch([&](size_t g, int device, int param_dtype, int grad_dtype, const std::vector<detail::AdamTensor>& ts) {
+    detail::adam_update_cuda(device, ts.data(), static_cast<int>(ts.size()), param_dtype, grad_dtype, hyper_of(options_[g]),
                              scaler);
   });
 #else

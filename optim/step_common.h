@@ -27,10 +27,11 @@ class CudaBatches {
     batches_[key].push_back(args);
     keep_alive_.push_back(grad);
   }
-  /// Calls launch(group, param_dtype, grad_dtype, tensors) for each batch.
+  /// Calls launch(group, device_index, param_dtype, grad_dtype, tensors) for each batch.
   template <typename Fn>
   void launch(Fn&& fn) const {
-    for (const auto& [key, tensors] : batches_) fn(std::get<0>(key), std::get<2>(key), std::get<3>(key), tensors);
+    for (const auto& [key, tensors] : batches_)
+      fn(std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key), tensors);
   }
   bool empty() const { return batches_.empty(); }
 

@@ -56,7 +56,7 @@ class Conv2d : public Module {
 };
 
 struct MaxPool2dOptions {
-  std::optional<Size2> stride;  ///< defaults to the kernel size
+  std::optional<Size2> stride = std::nullopt;  ///< defaults to the kernel size
   Size2 padding = 0;
   Size2 dilation = 1;
   bool ceil_mode = false;

@@ -30,7 +30,9 @@ void Embedding::reset_parameters(Generator* gen) {
   }
 }
 
-Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight, padding_idx_); }
+Tensor Embedding::forward(const Tensor& indices) {
+  return embedding(indices, weight, padding_idx_ >= 0 ? std::optional<int64_t>(padding_idx_) : std::nullopt);
+}
 
 std::string Embedding::extra_repr() const {
   std::string s = std::to_string(num_embeddings_) + ", " + std::to_string(embedding_dim_);

@@ -10,7 +10,7 @@ namespace precis::nn {
 struct EmbeddingOptions {
   /// A row whose gradient stays zero and which is initialised to zeros (the padding token);
   /// negative values count from the end, as PyTorch.
-  std::optional<int64_t> padding_idx;
+  std::optional<int64_t> padding_idx = std::nullopt;
   Generator* generator = nullptr;
 };
 

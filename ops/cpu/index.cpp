@@ -9,6 +9,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
+#include "tensor/factory.h"
 
 namespace precis::cpu {
 
@@ -61,14 +62,15 @@ void gather_kernel(const Tensor& out, const Tensor& x, int64_t dim, const Tensor
 }
 
 // out[pos with dim coordinate replaced by index[pos]] += src[pos] for every pos of index's shape.
-// out: contiguous (a copy of x); src and index: any strides, at least 1-D. Two positions can hit
+// out: contiguous, element type O (T itself, or the fp32 accumulator of an f16/bf16 out: see
+// scatter_add_accumulate); src (T) and index: any strides, at least 1-D. Two positions can hit
 // the same output element only when they differ in the dim coordinate alone, so the pool is split
 // over the other coordinates: no two threads ever add into one element, and every element gets
 // its additions in increasing order of the dim coordinate whatever the split: deterministic.
-template <typename T>
+template <typename T, typename O>
 void scatter_add_impl(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   using A = opmath_t<T>;
-  T* o = static_cast<T*>(out.data_ptr());
+  O* o = static_cast<O*>(out.data_ptr());
   const T* sp = static_cast<const T*>(src.data_ptr());
   const int64_t* ip = static_cast<const int64_t*>(index.data_ptr());
   const int64_t numel = index.numel();
@@ -85,18 +87,18 @@ void scatter_add_impl(const Tensor& out, int64_t dim, const Tensor& index, const
     strides[1].push_back(index.strides()[d]);
     strides[2].push_back(src.strides()[d]);
   };
-  auto add_row = [&](T* op, const int64_t* idx, const T* s, int64_t n, std::array<int64_t, 3> st) {
+  auto add_row = [&](O* op, const int64_t* idx, const T* s, int64_t n, std::array<int64_t, 3> st) {
     if (st[1] == 0) {  // one target row for the whole run (index_add)
-      T* d = op + idx[0] * dim_stride;
+      O* d = op + idx[0] * dim_stride;
       if (st[0] == 1 && st[2] == 1) {
-        for (int64_t i = 0; i < n; ++i) d[i] = convert<T>(static_cast<A>(d[i]) + static_cast<A>(s[i]));
+        for (int64_t i = 0; i < n; ++i) d[i] = convert<O>(static_cast<A>(d[i]) + static_cast<A>(s[i]));
       } else {
-        for (int64_t i = 0; i < n; ++i) d[i * st[0]] = convert<T>(static_cast<A>(d[i * st[0]]) + static_cast<A>(s[i * st[2]]));
+        for (int64_t i = 0; i < n; ++i) d[i * st[0]] = convert<O>(static_cast<A>(d[i * st[0]]) + static_cast<A>(s[i * st[2]]));
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
-        T& dst = op[i * st[0] + idx[i * st[1]] * dim_stride];
-        dst = convert<T>(static_cast<A>(dst) + static_cast<A>(s[i * st[2]]));
+        O& dst = op[i * st[0] + idx[i * st[1]] * dim_stride];
+        dst = convert<O>(static_cast<A>(dst) + static_cast<A>(s[i * st[2]]));
       }
     }
   };
@@ -140,15 +142,30 @@ void index_select_kernel(const Tensor& out, const Tensor& x, int64_t dim, const 
   gather_kernel<T>(out, x, dim, broadcast_index(index, out.sizes(), dim));
 }
 
+// scatter_add_impl with the additions accumulated in opmath_t<T>: an f16/bf16 out is widened to an
+// fp32 buffer, added into, and rounded back once, so an element hit many times (the embedding
+// row of a frequent token) does not lose its small contributions to a rounding per addition.
+template <typename T>
+void scatter_add_accumulate(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  if constexpr (std::is_same_v<opmath_t<T>, T>) {
+    scatter_add_impl<T, T>(out, dim, index, src);
+  } else {
+    Tensor acc = empty(out.sizes(), {.dtype = DType::f32});  // contiguous, as out
+    kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cpu, DType::f32)(acc, out);
+    scatter_add_impl<T, float>(acc, dim, index, src);
+    kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cpu, out.dtype())(out, acc);
+  }
+}
+
 template <typename T>
 void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
-  scatter_add_impl<T>(out, dim, index, src);
+  scatter_add_accumulate<T>(out, dim, index, src);
 }
 
 // src: index.numel() along dim, out's sizes elsewhere.
 template <typename T>
 void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
-  scatter_add_impl<T>(out, dim, broadcast_index(index, src.sizes(), dim), src);
+  scatter_add_accumulate<T>(out, dim, broadcast_index(index, src.sizes(), dim), src);
 }
 
 // Each input is copied into its slab of out (a strided view) by the parallel copy kernel.

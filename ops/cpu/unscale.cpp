@@ -103,7 +103,10 @@ void unscale_kernel(const std::vector<Tensor>& grads, const Tensor& inv_scale, b
 }  // namespace
 
 void register_unscale_kernels() {
-  for (DType dt : {DType::f32, DType::f64})
+  // One kernel handles gradients of every floating dtype (dispatched per gradient inside); it is
+  // registered under each floating key so a lookup by a gradient's dtype finds it as well as the
+  // scaler's lookup by found_inf's (f32).
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
     register_kernel<kernels::UnscaleKernel>(OpId::unscale_grads, DeviceType::cpu, dt, &unscale_kernel);
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cuda/cuda_context.h"
 #include "core/error.h"
 #include "optim/cuda/fused_update_cuda.h"
 
@@ -155,7 +156,8 @@ void check_launch(const char* what) {
 /// Splits the tensors into launches of at most kMaxTensors tensors / kMaxBlocks chunks, then bumps
 /// every step counter once all updates are queued.
 template <typename Args, typename Launch>
-void multi_tensor_apply(const Args* tensors, int count, const ScalerArgs& sc, const char* what, Launch&& launch) {
+void multi_tensor_apply(const Args* tensors, int count, const ScalerArgs& sc, const char* what, cudaStream_t stream,
+                        Launch&& launch) {
   LaunchArgs<Args> args;
   int ntensors = 0, nblocks = 0;
   auto flush = [&] {
@@ -186,13 +188,13 @@ void multi_tensor_apply(const Args* tensors, int count, const ScalerArgs& sc, co
     if (tensors[i].step == nullptr || tensors[i].numel == 0) continue;
     steps.step[steps.count++] = tensors[i].step;
     if (steps.count == kMaxSteps) {
-      bump_steps_kernel<<<(steps.count + 127) / 128, 128>>>(steps, sc);
+      bump_steps_kernel<<<(steps.count + 127) / 128, 128, 0, stream>>>(steps, sc);
       check_launch(what);
       steps.count = 0;
     }
   }
   if (steps.count > 0) {
-    bump_steps_kernel<<<(steps.count + 127) / 128, 128>>>(steps, sc);
+    bump_steps_kernel<<<(steps.count + 127) / 128, 128, 0, stream>>>(steps, sc);
     check_launch(what);
   }
 }
@@ -215,20 +217,24 @@ void visit_pair(int param_dtype, int grad_dtype, F&& f) {
 
 }  // namespace
 
-void sgd_update_cuda(const SgdTensor* tensors, int count, int param_dtype, int grad_dtype, const SgdHyper& h,
-                     const ScalerArgs& s) {
+void sgd_update_cuda(int device, const SgdTensor* tensors, int count, int param_dtype, int grad_dtype,
+                     const SgdHyper& h, const ScalerArgs& s) {
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::device_stream(device);
   visit_pair(param_dtype, grad_dtype, [&]<typename P, typename G>() {
-    multi_tensor_apply(tensors, count, s, "SGD.step", [&](const LaunchArgs<SgdTensor>& a, int blocks) {
-      sgd_kernel<P, G><<<blocks, kThreads>>>(a, h, s);
+    multi_tensor_apply(tensors, count, s, "SGD.step", stream, [&](const LaunchArgs<SgdTensor>& a, int blocks) {
+      sgd_kernel<P, G><<<blocks, kThreads, 0, stream>>>(a, h, s);
     });
   });
 }
 
-void adam_update_cuda(const AdamTensor* tensors, int count, int param_dtype, int grad_dtype, const AdamHyper& h,
-                      const ScalerArgs& s) {
+void adam_update_cuda(int device, const AdamTensor* tensors, int count, int param_dtype, int grad_dtype,
+                      const AdamHyper& h, const ScalerArgs& s) {
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::device_stream(device);
   visit_pair(param_dtype, grad_dtype, [&]<typename P, typename G>() {
-    multi_tensor_apply(tensors, count, s, "Adam.step", [&](const LaunchArgs<AdamTensor>& a, int blocks) {
-      adam_kernel<P, G><<<blocks, kThreads>>>(a, h, s);
+    multi_tensor_apply(tensors, count, s, "Adam.step", stream, [&](const LaunchArgs<AdamTensor>& a, int blocks) {
+      adam_kernel<P, G><<<blocks, kThreads, 0, stream>>>(a, h, s);
     });
   });
 }

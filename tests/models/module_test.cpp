@@ -320,6 +320,14 @@ TEST_CASE("nn::init: distributions and fans as PyTorch", "[models]") {
   nn::Embedding e(10, 4, {.padding_idx = -1});
   CHECK(e.padding_idx() == 9);
   CHECK(e.weight.select(0, 9).to_vector<float>() == std::vector<float>{0, 0, 0, 0});
+  // The padding row gets no gradient; without padding_idx every row (the last included) does.
+  nn::Embedding plain(10, 4);
+  const Tensor idx = from_vector<int64_t>({9, 1, 9});
+  sum(e(idx)).backward();
+  sum(plain(idx)).backward();
+  CHECK(sum(abs(e.weight.grad().select(0, 9))).item<float>() == 0.0f);
+  CHECK(sum(abs(e.weight.grad().select(0, 1))).item<float>() == 4.0f);
+  CHECK(sum(abs(plain.weight.grad().select(0, 9))).item<float>() == 8.0f);
   PRECIS_REQUIRE_THROWS_WITH_ALL(nn::init::calculate_gain("swish"), ValueError, "unknown nonlinearity 'swish'");
 }
 

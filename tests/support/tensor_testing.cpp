@@ -1,5 +1,6 @@
 #include "tests/support/tensor_testing.h"
 
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -13,6 +14,40 @@ Tolerance tolerance(DType dtype) {
     case DType::f16: return {2e-3, 1e-4};     // 11-bit mantissa: 2^-10 relative, plus accumulation
     default: return {0.0, 0.0};              // integers and bool compare exactly
   }
+}
+
+// Widening of the f16/bf16 tolerance, the one place it may live: a test never scales a
+// tolerance itself. Each factor says why.
+namespace {
+
+// An input gradient computed in f16/bf16 is rounded more often than a forward result: every
+// backward node stores its gradient in the low dtype, saved forward values are rounded outputs
+// (tanh' = 1 − y², softmax from a rounded log-probability), and broadcast reductions sum rounded
+// products whose cancellation makes the result small relative to its terms. Measured worst case
+// over the registered cases: 3.3× the output tolerance (f16 permute·sum, a 24-term sum).
+constexpr double kLowpGradientFactor = 4.0;
+
+struct LowpMultiplier {
+  OpId op;
+  double factor;
+};
+// Ops whose f16/bf16 results carry more roundings than the table assumes, on top of the above:
+// {OpId::x, factor}, // reason. Empty today: with fp32 accumulation every op, including the
+// reductions over 4096 elements and attention over 1024 keys in tests/ops/lowp_test.cpp, meets
+// the table (outputs) and the gradient factor (gradients).
+constexpr std::array<LowpMultiplier, 0> kLowpMultipliers{};
+
+}  // namespace
+
+Tolerance tolerance(DType dtype, OpId op, Compared what) {
+  Tolerance t = tolerance(dtype);
+  if (dtype != DType::f16 && dtype != DType::bf16) return t;
+  double factor = what == Compared::gradient ? kLowpGradientFactor : 1.0;
+  for (const LowpMultiplier& m : kLowpMultipliers)
+    if (m.op == op) factor *= m.factor;
+  t.rtol *= factor;
+  t.atol *= factor;
+  return t;
 }
 
 Tensor randn_input(const Shape& sizes, bool requires_grad, uint64_t seed, DType dtype) {

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "ops/op_table.h"
 #include "tensor/factory.h"
 #include "tensor/tensor.h"
 
@@ -19,6 +20,14 @@ struct Tolerance {
   double atol;
 };
 Tolerance tolerance(DType dtype);
+/// What a low-precision comparison looks at: an op's output, or an input gradient computed by
+/// backward in the low dtype (which passes through more rounded intermediates).
+enum class Compared { output, gradient };
+/// The tolerance for comparing `op`'s f16/bf16 result with the f64 reference computed on the same
+/// rounded inputs: tolerance(dtype) widened by the gradient factor and the op's entry in the
+/// per-op multiplier table (both in tensor_testing.cpp, with their reasons); f32/f64 are never
+/// widened.
+Tolerance tolerance(DType dtype, OpId op, Compared what = Compared::output);
 
 /// Seeded standard-normal f64 tensor (requires_grad as asked).
 Tensor randn_input(const Shape& sizes, bool requires_grad = true, uint64_t seed = 0, DType dtype = DType::f64);

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""PyTorch peer of `precis-bench ops`: the same cases (forward + backward, f32, CPU) under the same
+case names, written as the same JSON records with "impl": "torch".
+
+    python benchmarks/peers/torch_ops.py [--threads 2] [--repeat 200] [--min-time 0.5] [--json FILE]
+                                         [--cases SUBSTRING]
+
+Each repetition runs the op and torch.autograd.grad of its inputs and parameters for a fixed
+upstream gradient (for a scalar loss: 1), like precis-bench's autograd::grad. Timing as
+precis-bench: 2 untimed warm-up runs, then repetitions until --min-time seconds and at least 5
+repetitions, or --repeat repetitions; median and min in ms.
+
+glibc returns freed memory to the system by default, which costs PyTorch its time in page faults
+on these machines (docs: /work/shared/MACHINE.md); the peer is measured as there, with
+GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=68719476736. The
+script re-executes itself with that setting unless it is already set or --no-malloc-tuning is
+given.
+
+Compare with benchmarks/report.py PRECIS.json TORCH.json.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+TUNABLES = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=68719476736"
+
+BATCH = 64
+# Every distinct ResNet-18 (CIFAR layout) conv shape: (cin, cout, k, stride, input hw).
+CONV_SHAPES = [(3, 64, 3, 1, 32), (64, 64, 3, 1, 32), (64, 128, 3, 2, 32), (128, 128, 3, 1, 16),
+               (64, 128, 1, 2, 32), (128, 256, 3, 2, 16), (256, 256, 3, 1, 8), (128, 256, 1, 2, 16),
+               (256, 512, 3, 2, 8), (512, 512, 3, 1, 4), (256, 512, 1, 2, 8)]
+
+
+def make_cases(torch, F):
+    """(name, flops, maker, is_conv); maker() allocates the inputs and returns the timed step."""
+
+    def step(forward, wrt, grad_out=None):
+        def run():
+            y = forward()
+            torch.autograd.grad(y, wrt, grad_out)
+        return run
+
+    def leaf(gen, *shape, scale=1.0):
+        t = torch.randn(*shape, generator=gen) * scale
+        return t.requires_grad_(True)
+
+    cases = []
+    for cin, cout, k, s, hw in CONV_SHAPES:
+        pad = 1 if k == 3 else 0
+        ohw = (hw + 2 * pad - k) // s + 1
+        flops = 3.0 * 2.0 * BATCH * cout * ohw * ohw * cin * k * k
+
+        def make(cin=cin, cout=cout, k=k, s=s, hw=hw, pad=pad, ohw=ohw):
+            g = torch.Generator().manual_seed(1)
+            x, w = leaf(g, BATCH, cin, hw, hw), leaf(g, cout, cin, k, k, scale=0.05)
+            gy = torch.randn(BATCH, cout, ohw, ohw, generator=g)
+            return step(lambda: F.conv2d(x, w, None, s, pad), [x, w], gy)
+        cases.append((f"conv2d {cin}->{cout} k{k} s{s} {hw}x{hw}", flops, make, True))
+
+    for c, hw in [(64, 32), (128, 16), (256, 8), (512, 4)]:
+        def make(c=c, hw=hw):
+            g = torch.Generator().manual_seed(2)
+            x, w, b = leaf(g, BATCH, c, hw, hw), leaf(g, c), leaf(g, c)
+            rm, rv = torch.zeros(c), torch.ones(c)
+            gy = torch.randn(BATCH, c, hw, hw, generator=g)
+            return step(lambda: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5), [x, w, b], gy)
+        cases.append((f"batch_norm {BATCH}x{c}x{hw}x{hw}", 0.0, make, False))
+
+    def make_layer_norm():
+        g = torch.Generator().manual_seed(3)
+        x, w, b = leaf(g, 2048, 256), leaf(g, 256), leaf(g, 256)
+        gy = torch.randn(2048, 256, generator=g)
+        return step(lambda: F.layer_norm(x, [256], w, b, 1e-12), [x, w, b], gy)
+    cases.append(("layer_norm 2048x256", 0.0, make_layer_norm, False))
+
+    def make_softmax():
+        g = torch.Generator().manual_seed(4)
+        x = leaf(g, 16, 4, 128, 128)
+        gy = torch.randn(16, 4, 128, 128, generator=g)
+        return step(lambda: F.softmax(x, dim=-1), [x], gy)
+    cases.append(("softmax 16x4x128x128", 0.0, make_softmax, False))
+
+    def make_cross_entropy():
+        g = torch.Generator().manual_seed(5)
+        logits = leaf(g, 2048, 30522)
+        target = torch.randint(0, 30522, (2048,), generator=g)
+        return step(lambda: F.cross_entropy(logits, target), [logits])
+    cases.append(("cross_entropy 2048x30522", 0.0, make_cross_entropy, False))
+
+    attention_flops = 3.0 * 4.0 * 16 * 4 * 128 * 128 * 64
+    for masked in (False, True):
+        def make(masked=masked):
+            g = torch.Generator().manual_seed(6)
+            q, k, v = (leaf(g, 16, 4, 128, 64) for _ in range(3))
+            gy = torch.randn(16, 4, 128, 64, generator=g)
+            mask = None
+            if masked:  # (B, 1, 1, L) key padding, true = attend; sample b pads its last 4·(b % 8)
+                lengths = torch.tensor([128 - 4 * (b % 8) for b in range(16)])
+                mask = (torch.arange(128)[None, :] < lengths[:, None]).view(16, 1, 1, 128)
+            return step(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), [q, k, v], gy)
+        name = "attention 16x4x128x64 padding mask" if masked else "attention 16x4x128x64"
+        cases.append((name, attention_flops, make, False))
+    return cases
+
+
+def time_step(run, repeat, min_time, min_reps=5, warmup=2):
+    for _ in range(warmup):
+        run()
+    times, spent = [], 0.0
+    while len(times) < repeat and (spent < min_time or len(times) < min(min_reps, repeat)):
+        t0 = time.perf_counter()
+        run()
+        dt = time.perf_counter() - t0
+        times.append(dt * 1e3)
+        spent += dt
+    return statistics.median(times), min(times), len(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", default="2", help="comma-separated thread counts (default 2)")
+    p.add_argument("--repeat", type=int, default=200)
+    p.add_argument("--min-time", type=float, default=0.5)
+    p.add_argument("--json", help="write the records to this file")
+    p.add_argument("--cases", default="", help="only cases whose name contains this")
+    p.add_argument("--no-malloc-tuning", action="store_true")
+    args = p.parse_args()
+
+    if not args.no_malloc_tuning and "GLIBC_TUNABLES" not in os.environ:
+        os.environ["GLIBC_TUNABLES"] = TUNABLES
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+
+    import torch
+    import torch.nn.functional as F
+
+    threads = [int(t) for t in args.threads.split(",")]
+    records = []
+    print(f"torch {torch.__version__}, GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')}", file=sys.stderr)
+    for name, flops, make, _ in make_cases(torch, F):
+        if args.cases not in name:
+            continue
+        run = make()
+        for n in threads:
+            torch.set_num_threads(n)
+            median, best, reps = time_step(run, args.repeat, args.min_time)
+            records.append({"suite": "ops", "case": name, "impl": "torch", "dtype": "f32", "threads": n,
+                            "median_ms": round(median, 4), "min_ms": round(best, 4),
+                            "gflops": round(flops / (median * 1e6), 2) if flops else 0.0, "reps": reps})
+            print(f"{name:40s} {n} threads  median {median:9.3f} ms  min {best:9.3f} ms", file=sys.stderr)
+        del run
+    for n in threads:
+        conv = [r for r in records if r["threads"] == n and r["case"].startswith("conv2d ")]
+        if not conv:
+            continue
+        median = sum(r["median_ms"] for r in conv)
+        flops = sum(r["gflops"] * r["median_ms"] * 1e6 for r in conv)
+        records.append({"suite": "ops", "case": "resnet18 conv total", "impl": "torch", "dtype": "f32", "threads": n,
+                        "median_ms": round(median, 4), "min_ms": round(sum(r["min_ms"] for r in conv), 4),
+                        "gflops": round(flops / (median * 1e6), 2), "reps": min(r["reps"] for r in conv)})
+    text = json.dumps(records, indent=1)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

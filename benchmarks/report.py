@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Puts precis-bench records and a peer's records side by side in one markdown table.
+
+    python3 benchmarks/report.py PRECIS.json[,MORE.json...] PEER.json[,MORE.json...]
+                                 [--suite ops] [--by median|min] [--out FILE] [--merged FILE]
+
+Both files hold JSON arrays of records {"suite", "case", "impl", "dtype", "threads", "median_ms",
+"min_ms", "gflops", ...} (precis-bench --json, benchmarks/peers/*.py --json). Rows pair records by
+(case, dtype, threads), in the precis file's order. Columns: both medians and minima, and the
+ratios precis/peer of each (below 1 = precis faster). The verdict uses the ratio chosen by --by
+(median by default; on a loaded 2-vCPU machine `--by min` is the steadier figure, MACHINE.md):
+  - "resnet18 conv total": ok when precis <= peer (the issue's target for the conv sum);
+  - every other case: "SLOWER" when precis/peer > 1.25, else ok (a single conv shape over 1.25x
+    is marked but not counted: the conv target is the total).
+Several runs per side (comma-separated files, e.g. precis and peer runs alternated on a loaded
+machine) are combined as best-of-N: per (case, dtype, threads) the lowest median and the lowest
+minimum over the runs. --merged writes the combined records of both sides as one JSON array.
+Only the standard library is needed.
+"""
+import argparse
+import json
+import sys
+
+LIMIT = 1.25
+CONV_TOTAL = "resnet18 conv total"
+
+
+def load(paths, suite):
+    """Records of the comma-separated files; repeated (case, dtype, threads, impl) keep the best
+    median and the best minimum over the files (best-of-N)."""
+    best, order = {}, []
+    for path in paths.split(","):
+        with open(path) as f:
+            for r in json.load(f):
+                if suite is not None and r.get("suite") != suite:
+                    continue
+                key = (r["case"], r["dtype"], r["threads"], r["impl"])
+                if key not in best:
+                    best[key] = dict(r, runs=1)
+                    order.append(key)
+                    continue
+                b = best[key]
+                b["runs"] += 1
+                if r["median_ms"] < b["median_ms"]:
+                    b.update(median_ms=r["median_ms"], gflops=r["gflops"])
+                b["min_ms"] = min(b["min_ms"], r["min_ms"])
+    # The conv total of the best runs is the sum of the best conv cases (not the best total).
+    for key in order:
+        case, dtype, threads, impl = key
+        if case != CONV_TOTAL or best[key]["runs"] == 1:
+            continue
+        convs = [best[k] for k in order if k[0].startswith("conv2d ") and k[1:] == key[1:]]
+        flops = sum(r["gflops"] * r["median_ms"] * 1e6 for r in convs)
+        median = sum(r["median_ms"] for r in convs)
+        best[key].update(median_ms=round(median, 4), min_ms=round(sum(r["min_ms"] for r in convs), 4),
+                         gflops=round(flops / (median * 1e6), 2) if median else 0.0)
+    return [best[k] for k in order]
+
+
+def fmt(v, digits=3):
+    return f"{v:.{digits}f}" if v is not None else "—"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def report(precis, peer, by):
+    peer_impls = sorted({r["impl"] for r in peer})
+    peer_name = peer_impls[0] if len(peer_impls) == 1 else "peer"
+    index = {(r["case"], r["dtype"], r["threads"]): r for r in peer}
+    lines = [f"| case | threads | precis median ms | {peer_name} median ms | precis/{peer_name} (median) | "
+             f"precis min ms | {peer_name} min ms | precis/{peer_name} (min) | verdict (by {by}) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    failures, seen = [], set()
+    mine = [r for r in precis if r["impl"] == "precis"]
+    for r in mine:
+        key = (r["case"], r["dtype"], r["threads"])
+        seen.add(key)
+        p = index.get(key)
+        rm = ratio(r["median_ms"], p and p["median_ms"])
+        rn = ratio(r["min_ms"], p and p["min_ms"])
+        judged = rm if by == "median" else rn
+        if judged is None:
+            verdict = "no peer"
+        elif r["case"] == CONV_TOTAL:
+            verdict = "ok (<= peer)" if judged <= 1.0 else "OVER PEER"
+        elif judged <= LIMIT:
+            verdict = "ok"
+        elif r["case"].startswith("conv2d "):
+            verdict = f">{LIMIT}x (the conv target is the total)"
+        else:
+            verdict = f"SLOWER (>{LIMIT}x)"
+        if verdict.startswith(("SLOWER", "OVER")):
+            failures.append(f"{r['case']} ({r['threads']} threads): {judged:.2f}x")
+        name = f"**{r['case']}**" if r["case"] == CONV_TOTAL else r["case"]
+        lines.append(f"| {name} | {r['threads']} | {fmt(r['median_ms'])} | {fmt(p and p['median_ms'])} | "
+                     f"{fmt(rm, 2)} | {fmt(r['min_ms'])} | {fmt(p and p['min_ms'])} | {fmt(rn, 2)} | {verdict} |")
+    for key, p in index.items():
+        if key not in seen:
+            lines.append(f"| {p['case']} | {p['threads']} | — | {fmt(p['median_ms'])} | — | — | {fmt(p['min_ms'])} | — | "
+                         "no precis record |")
+    summary = ("All cases within target." if not failures else
+               "Over target: " + "; ".join(failures) + ".")
+    return "\n".join(lines) + "\n\n" + summary + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("precis")
+    ap.add_argument("peer")
+    ap.add_argument("--suite", default="ops", help="suite to report (default ops; 'all' for every record)")
+    ap.add_argument("--by", choices=["median", "min"], default="median")
+    ap.add_argument("--out", help="write the markdown here instead of stdout")
+    ap.add_argument("--merged", help="write the combined records of both sides here (JSON)")
+    args = ap.parse_args()
+    suite = None if args.suite == "all" else args.suite
+    precis, peer = load(args.precis, suite), load(args.peer, suite)
+    text = report(precis, peer, args.by)
+    if args.merged:
+        with open(args.merged, "w") as f:
+            json.dump(precis + peer, f, indent=1)
+            f.write("\n")
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()

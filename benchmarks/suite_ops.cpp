@@ -1,0 +1,208 @@
+// The ops suite: forward + backward of the neural-network ops at the shapes ResNet-18 (CIFAR layout,
+// batch 64) and BERT-mini (batch 16, seq 128, hidden 256, 4 heads, vocabulary 30522) use. Its peer,
+// benchmarks/peers/torch_ops.py, times the same cases in PyTorch under the same case names, and
+// benchmarks/report.py puts both JSON files side by side.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "benchmarks/bench.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "ops/functional.h"
+#include "tensor/factory.h"
+
+#ifdef PRECIS_BENCH_HAS_OPENMP
+#include <omp.h>
+#endif
+
+namespace precis::bench {
+namespace {
+
+constexpr int64_t kBatch = 64;  // ResNet-18 CIFAR batch
+
+// One ResNet-18 (CIFAR layout) convolution: input (64, cin, hw, hw), weight (cout, cin, k, k),
+// no bias, padding 1 for 3×3 and 0 for 1×1.
+struct ConvShape {
+  int64_t cin, cout, k, stride, hw;
+};
+
+// Every distinct conv shape of ResNet-18 on 32×32 inputs (stem, the four stages, the three 1×1
+// downsamples).
+const ConvShape kConvShapes[] = {
+    {3, 64, 3, 1, 32},    {64, 64, 3, 1, 32},   {64, 128, 3, 2, 32}, {128, 128, 3, 1, 16},
+    {64, 128, 1, 2, 32},  {128, 256, 3, 2, 16}, {256, 256, 3, 1, 8}, {128, 256, 1, 2, 16},
+    {256, 512, 3, 2, 8},  {512, 512, 3, 1, 4},  {256, 512, 1, 2, 8},
+};
+
+std::string conv_name(const ConvShape& c) {
+  return "conv2d " + std::to_string(c.cin) + "->" + std::to_string(c.cout) + " k" + std::to_string(c.k) + " s" +
+         std::to_string(c.stride) + " " + std::to_string(c.hw) + "x" + std::to_string(c.hw);
+}
+
+// A case: its name, its forward+backward flop count (0 when not counted) and a maker that
+// allocates the inputs and returns the timed step.
+struct OpCase {
+  std::string name;
+  double flops = 0;
+  std::function<std::function<void()>()> make;
+  bool conv = false;
+};
+
+// One timed step: forward, then the gradients of `wrt` for `grad_out` (undefined for a scalar
+// loss) through autograd::grad, which leaves .grad alone (as torch.autograd.grad in the peer).
+std::function<void()> step(std::function<Tensor()> forward, std::vector<Tensor> wrt, Tensor grad_out) {
+  return [forward = std::move(forward), wrt = std::move(wrt), grad_out = std::move(grad_out)] {
+    const Tensor y = forward();
+    const autograd::TensorList grads =
+        grad_out.defined() ? autograd::grad({y}, wrt, {grad_out}) : autograd::grad({y}, wrt);
+    (void)grads;
+  };
+}
+
+Tensor leaf(const Shape& sizes, Generator& gen, double scale = 1.0) {
+  Tensor t = randn(sizes, {}, &gen);
+  if (scale != 1.0) t = mul(t, scale);
+  t.requires_grad_(true);
+  return t;
+}
+
+std::vector<OpCase> make_cases() {
+  std::vector<OpCase> cases;
+  for (const ConvShape& c : kConvShapes) {
+    const int64_t pad = c.k == 3 ? 1 : 0;
+    const int64_t out_hw = (c.hw + 2 * pad - c.k) / c.stride + 1;
+    // Forward 2·N·Cout·Ho·Wo·Cin·k², backward the same twice (input and weight gradients).
+    const double flops = 3.0 * 2.0 * kBatch * c.cout * out_hw * out_hw * c.cin * c.k * c.k;
+    cases.push_back({conv_name(c), flops, [c, pad, out_hw] {
+                       Generator gen(1);
+                       const Tensor x = leaf({kBatch, c.cin, c.hw, c.hw}, gen);
+                       const Tensor w = leaf({c.cout, c.cin, c.k, c.k}, gen, 0.05);
+                       const Tensor gy = randn({kBatch, c.cout, out_hw, out_hw}, {}, &gen);
+                       return step([=] { return conv2d(x, w, Tensor(), {c.stride, c.stride}, {pad, pad}); }, {x, w}, gy);
+                     },
+                     true});
+  }
+  // batch_norm in training mode on every ResNet-18 activation shape (running statistics updated).
+  for (const auto& [channels, hw] : std::vector<std::pair<int64_t, int64_t>>{{64, 32}, {128, 16}, {256, 8}, {512, 4}}) {
+    const std::string name = "batch_norm " + std::to_string(kBatch) + "x" + std::to_string(channels) + "x" +
+                             std::to_string(hw) + "x" + std::to_string(hw);
+    cases.push_back({name, 0, [channels, hw] {
+                       Generator gen(2);
+                       const Tensor x = leaf({kBatch, channels, hw, hw}, gen);
+                       const Tensor w = leaf({channels}, gen), b = leaf({channels}, gen);
+                       const Tensor rm = zeros({channels}), rv = ones({channels});
+                       const Tensor gy = randn({kBatch, channels, hw, hw}, {}, &gen);
+                       return step([=] { return batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5); }, {x, w, b}, gy);
+                     }});
+  }
+  cases.push_back({"layer_norm 2048x256", 0, [] {
+                     Generator gen(3);
+                     const Tensor x = leaf({2048, 256}, gen), w = leaf({256}, gen), b = leaf({256}, gen);
+                     const Tensor gy = randn({2048, 256}, {}, &gen);
+                     return step([=] { return layer_norm(x, {256}, w, b, 1e-12); }, {x, w, b}, gy);
+                   }});
+  cases.push_back({"softmax 16x4x128x128", 0, [] {
+                     Generator gen(4);
+                     const Tensor x = leaf({16, 4, 128, 128}, gen);
+                     const Tensor gy = randn({16, 4, 128, 128}, {}, &gen);
+                     return step([=] { return softmax(x, -1); }, {x}, gy);
+                   }});
+  cases.push_back({"cross_entropy 2048x30522", 0, [] {
+                     Generator gen(5);
+                     const Tensor logits = leaf({2048, 30522}, gen);
+                     const Tensor target = randint(0, 30522, {2048}, {.dtype = DType::i64}, &gen);
+                     return step([=] { return cross_entropy(logits, target); }, {logits}, Tensor());
+                   }});
+  // BERT-mini attention: q, k, v (16, 4, 128, 64); scores and outputs 2·2·B·H·L²·d forward, twice
+  // that backward.
+  const double attention_flops = 3.0 * 4.0 * 16 * 4 * 128.0 * 128.0 * 64;
+  for (const bool masked : {false, true}) {
+    cases.push_back({masked ? "attention 16x4x128x64 padding mask" : "attention 16x4x128x64", attention_flops, [masked] {
+                       Generator gen(6);
+                       const Tensor q = leaf({16, 4, 128, 64}, gen), k = leaf({16, 4, 128, 64}, gen),
+                                    v = leaf({16, 4, 128, 64}, gen);
+                       const Tensor gy = randn({16, 4, 128, 64}, {}, &gen);
+                       // A key-padding mask as BERT builds it: (B, 1, 1, L), true = attend; sample b
+                       // has its last 4·(b % 8) positions padded.
+                       Tensor mask;
+                       if (masked) {
+                         std::vector<int64_t> keep(16 * 128);
+                         for (int64_t b = 0; b < 16; ++b)
+                           for (int64_t l = 0; l < 128; ++l) keep[b * 128 + l] = l < 128 - 4 * (b % 8);
+                         mask = ne(from_vector<int64_t>(keep, {16, 1, 1, 128}), Scalar(0));
+                       }
+                       return step([=] { return scaled_dot_product_attention(q, k, v, mask); }, {q, k, v}, gy);
+                     }});
+  }
+  return cases;
+}
+
+void set_threads(int n) {
+  set_num_threads(n);  // precis's pool, and through it the OpenMP count precis gives oneDNN
+#ifdef PRECIS_BENCH_HAS_OPENMP
+  omp_set_num_threads(n);
+#endif
+}
+
+SuiteReport run_ops(const Options& options) {
+  SuiteReport report;
+  report.note =
+      "Forward + backward, f32: each repetition runs the op and then autograd::grad of its inputs and "
+      "parameters for a fixed upstream gradient (the loss: for a scalar 1). conv2d: ResNet-18 CIFAR "
+      "shapes, batch 64, case 'conv2d Cin->Cout kK sS HxW' (HxW = input size), no bias, padding 1 for "
+      "3x3; input and weight gradients; GFLOP/s counts 3x the forward flops. 'resnet18 conv total' sums "
+      "the conv cases' times (each distinct shape once). batch_norm: training, running statistics "
+      "updated. attention: scaled_dot_product_attention, q, k, v (16, 4, 128, 64), GFLOP/s = 12·B·H·L²·d "
+      "/ time; 'padding mask' adds a bool (16, 1, 1, 128) key mask. GFLOP/s is 0 for the memory-bound ops. "
+      "benchmarks/peers/torch_ops.py times the same cases in PyTorch.";
+  const int initial_threads = get_num_threads();
+  for (const OpCase& c : make_cases()) {
+    const std::function<void()> run = c.make();
+    for (int threads : options.threads) {
+      set_threads(threads);
+      const Timing t = time_interleaved({run}, options)[0];
+      Record r;
+      r.suite = "ops";
+      r.case_name = c.name;
+      r.impl = "precis";
+      r.dtype = "f32";
+      r.threads = threads;
+      r.median_ms = t.median_ms;
+      r.min_ms = t.min_ms;
+      r.gflops = c.flops > 0 && t.median_ms > 0 ? c.flops / (t.median_ms * 1e6) : 0;
+      r.reps = t.reps;
+      report.records.push_back(r);
+    }
+  }
+  // The conv total per thread count.
+  for (int threads : options.threads) {
+    Record total;
+    total.suite = "ops";
+    total.case_name = "resnet18 conv total";
+    total.impl = "precis";
+    total.dtype = "f32";
+    total.threads = threads;
+    double flops = 0;
+    for (const Record& r : report.records) {
+      if (r.threads != threads || r.case_name.rfind("conv2d ", 0) != 0) continue;
+      total.median_ms += r.median_ms;
+      total.min_ms += r.min_ms;
+      total.reps = total.reps == 0 ? r.reps : std::min(total.reps, r.reps);
+      flops += r.gflops * r.median_ms * 1e6;
+    }
+    total.gflops = total.median_ms > 0 ? flops / (total.median_ms * 1e6) : 0;
+    report.records.push_back(total);
+  }
+  set_threads(initial_threads);
+  return report;
+}
+
+const bool kRegistered = register_suite(
+    {"ops", "NN ops forward+backward at ResNet-18 / BERT-mini shapes (peer: benchmarks/peers/torch_ops.py)", &run_ops});
+
+}  // namespace
+}  // namespace precis::bench
