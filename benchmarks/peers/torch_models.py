@@ -111,7 +111,7 @@ def build_models(torch):
         def __init__(self, vocab=30522, h=256, layers=4, max_pos=512, eps=1e-12):
             super().__init__()
             self.word = nn.Embedding(vocab, h, padding_idx=0)
-            self.pos, self.type = nn.Embedding(max_pos, h), nn.Embedding(2, h)
+            self.pos, self.token_type = nn.Embedding(max_pos, h), nn.Embedding(2, h)
             self.emb_norm, self.drop = nn.LayerNorm(h, eps=eps), nn.Dropout(0.1)
             self.layers = nn.ModuleList([BertLayer(h) for _ in range(layers)])
             self.transform, self.transform_norm = nn.Linear(h, h), nn.LayerNorm(h, eps=eps)
@@ -126,7 +126,7 @@ def build_models(torch):
         def forward(self, ids):
             l = ids.shape[1]
             pos = torch.arange(l, device=ids.device)
-            x = self.drop(self.emb_norm(self.word(ids) + self.type(torch.zeros_like(ids)) + self.pos(pos)))
+            x = self.drop(self.emb_norm(self.word(ids) + self.token_type(torch.zeros_like(ids)) + self.pos(pos)))
             for layer in self.layers:
                 x = layer(x)
             return self.decoder(self.transform_norm(F.gelu(self.transform(x))))
