@@ -13,6 +13,7 @@
 //  - the cache is dropped when the outermost Autocast guard of the thread exits.
 #include "amp/autocast.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -57,9 +58,9 @@ struct ThreadState {
 
 thread_local ThreadState t_state;
 
-// Overrides: category per (device type, op); unset means the op table's.
-std::mutex g_override_mutex;
-std::optional<Category> g_overrides[kNumDeviceTypes][kNumOps];
+// Overrides: category + 1 per (device type, op), 0 (the zero-initialised value) meaning the op
+// table's. Atomic: read on every op call under autocast, so no lock; set_category is rare.
+std::atomic<int8_t> g_overrides[kNumDeviceTypes][kNumOps];
 
 struct CustomOpInfo {
   std::string name;
@@ -121,20 +122,17 @@ bool any_autocast_enabled() {
 size_t cache_size() { return t_state.cache.size(); }
 
 Category category(OpId op, DeviceType device_type) {
-  std::lock_guard<std::mutex> lock(g_override_mutex);
-  const auto& o = g_overrides[static_cast<int>(device_type)][static_cast<int>(op)];
-  return o ? *o : op_info(op).category;
+  const int8_t o = g_overrides[static_cast<int>(device_type)][static_cast<int>(op)].load(std::memory_order_relaxed);
+  return o == 0 ? op_info(op).category : static_cast<Category>(o - 1);
 }
 
 void set_category(OpId op, Category c, DeviceType device_type) {
-  std::lock_guard<std::mutex> lock(g_override_mutex);
-  g_overrides[static_cast<int>(device_type)][static_cast<int>(op)] = c;
+  g_overrides[static_cast<int>(device_type)][static_cast<int>(op)].store(static_cast<int8_t>(static_cast<int>(c) + 1));
 }
 
 void reset_categories() {
-  std::lock_guard<std::mutex> lock(g_override_mutex);
   for (auto& per_device : g_overrides)
-    for (auto& o : per_device) o.reset();
+    for (auto& o : per_device) o.store(0);
 }
 
 CustomOp register_custom_op(const std::string& name, Category category) {

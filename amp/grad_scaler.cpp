@@ -138,6 +138,13 @@ void GradScaler::check_grads(optim::Optimizer& opt, OptimizerState& s, bool writ
     grads.push_back(g);
   }
   if (!initialised_) ensure_state(zeros({}));  // no gradients at all: state on the CPU
+  // Unscaled f16 gradients would be rounded back to f16, flushing every value below its smallest
+  // subnormal (6e-8) to zero: the very underflow the scale protects against. Those stay scaled in
+  // storage and the optimizer divides by the scale in its fp32 update (Note in grad_scaler.h).
+  // bf16 has fp32's exponent range, so its gradients are unscaled in place like fp32's.
+  const bool any_f16 = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.dtype() == DType::f16; });
+  s.deferred = write && any_f16;
+  write = write && !any_f16;
   const TensorOptions f32{.dtype = DType::f32, .device = device_};
   NoGradGuard no_grad;
   s.found_inf = zeros({}, f32);
@@ -186,6 +193,8 @@ StepResult GradScaler::step(optim::Optimizer& opt) {
     // Read-only check; the optimizer divides by the scale inside its update.
     check_grads(opt, s, /*write=*/false);
     step_options.grad_scale = scale_;
+  } else if (s.deferred) {
+    step_options.grad_scale = scale_;  // unscale_ left f16 gradients scaled
   }
   Tensor skip;
   {
@@ -403,7 +412,9 @@ void GradScaler::load_state_dict(const StateDict& d) {
     r->scale_after = r->scale_before;
     r->found_inf = full({}, reason[i] == static_cast<int64_t>(SkipReason::overflow) ? 1.0 : 0.0);
     r->loss_nonfinite = full({}, reason[i] == static_cast<int64_t>(SkipReason::non_finite_loss) ? 1.0 : 0.0);
-    if (!std::isnan(norm[i])) r->sq_norm = full({}, norm[i] * norm[i], {.dtype = DType::f64});
+    // A NaN norm (a step with NaN gradients) is kept as it was, sign and payload included (NaN · NaN
+    // propagates its operand), so a resumed run's history() equals the uninterrupted run's bits.
+    r->sq_norm = full({}, norm[i] * norm[i], {.dtype = DType::f64});
     history_.push_back(r);
   }
   per_optimizer_.clear();

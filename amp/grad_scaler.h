@@ -100,6 +100,13 @@ class GradScaler {
   /// Unscales the gradients of `opt`'s parameters in place in one fused pass that also finds
   /// non-finite values, counts them per parameter and computes per-parameter squared norms.
   /// Idempotent within one optimizer step; after step() and before update() it is an error.
+  ///
+  /// f16 gradients (low-precision model mode in f16) are the exception: rounding g / scale back to
+  /// f16 would flush every value below 6e-8 to zero, undoing what the scale was for. When any
+  /// gradient of `opt` is f16, unscale_ checks and measures the unscaled values without writing
+  /// them; the gradients stay scaled in storage, clip_grad_norm_ below acts on them correctly,
+  /// and step() has the optimizer divide by the scale in its fp32 update. (PyTorch refuses to
+  /// unscale f16 gradients instead.) Clip through the scaler, not optim::clip_grad_norm_, then.
   void unscale_(optim::Optimizer& opt);
 
   /// clip_grad_norm_ over opt's parameters using the norms unscale_ computed (no second pass);
@@ -148,6 +155,7 @@ class GradScaler {
     Tensor sq_norms;   // 1-D f64 per parameter with a gradient
     std::vector<Tensor> params;  // those with gradients, matching counts / sq_norms
     Tensor grad_norm;  // 0-d, set by clip_grad_norm_ or step
+    bool deferred = false;  // unscale_ left the gradients scaled (f16); step() passes the scale
   };
 
   void ensure_state(const Tensor& like);

@@ -114,12 +114,14 @@ double combine(const std::vector<double>& contributions, NormKind kind, double p
   return acc;
 }
 
-/// Multiplies every gradient by coef (in the gradient's compute type) in place.
+/// Multiplies every gradient by coef (in the gradient's compute type) in place. CUDA gradients
+/// (reached through GradScaler::clip_grad_norm_, whose norms come from the device) go through the
+/// mul kernel, which rounds the same way.
 void scale_grads(const std::vector<Tensor>& params, double coef) {
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (g.is_contiguous()) {
+    if (g.is_contiguous() && g.device().is_cpu()) {
       cpu::visit_dtype(g.dtype(), [&]<typename T>() {
         if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
           using C = cpu::opmath_t<T>;

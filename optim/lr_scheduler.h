@@ -3,7 +3,7 @@
 // the current step count and writes it into the optimizer (Optimizer::set_group_lr).
 //
 //   optim::CosineAnnealingLR sched(opt, {.T_max = 1000});
-//   ... StepResult r = scaler.step(opt); sched.step(r.applied);
+//   ... StepResult r = scaler.step(opt); sched.step(r.applied());
 //
 // step(applied) advances only when `applied` is true (the default), so a step the loss scaler
 // skipped does not consume schedule: a warmup stays a warmup of real updates. The values equal

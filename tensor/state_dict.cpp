@@ -1,6 +1,7 @@
 #include "tensor/state_dict.h"
 
 #include "tensor/factory.h"
+#include "tensor/safetensors.h"
 
 namespace precis {
 
@@ -48,6 +49,16 @@ StateDict state_subset(const StateDict& dict, const std::string& prefix) {
   for (auto it = dict.lower_bound(prefix); it != dict.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
     out[it->first.substr(prefix.size())] = it->second;
   return out;
+}
+
+void save_state_dict(const std::string& path, const StateDict& dict,
+                     const std::map<std::string, std::string>& metadata) {
+  save_safetensors(path, NamedTensors(dict.begin(), dict.end()), metadata);
+}
+
+StateDict load_state_dict_file(const std::string& path) {
+  SafetensorsFile file = load_safetensors(path);
+  return StateDict(file.tensors.begin(), file.tensors.end());
 }
 
 }  // namespace precis

@@ -29,4 +29,12 @@ void state_merge(StateDict& dst, const StateDict& src, const std::string& prefix
 /// The entries of `dict` whose keys start with `prefix`, with the prefix removed.
 StateDict state_subset(const StateDict& dict, const std::string& prefix);
 
+/// Writes `dict` to a safetensors file atomically (tensor/safetensors.h: temporary file, fsync,
+/// rename), with optional string metadata. The checkpoint format of precis.
+void save_state_dict(const std::string& path, const StateDict& dict,
+                     const std::map<std::string, std::string>& metadata = {});
+/// Reads a file written by save_state_dict (or any safetensors file). Throws IOError for a missing,
+/// truncated or malformed file.
+StateDict load_state_dict_file(const std::string& path);
+
 }  // namespace precis

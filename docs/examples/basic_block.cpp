@@ -1,7 +1,7 @@
 // docs/models.md's example, compiled and run by the test suite: a ResNet BasicBlock written as a
 // module, its PyTorch-style names, a few training steps, a checkpoint round trip and a clone.
 #include <precis/precis.h>
-#include "tensor/safetensors.h"
+#include "tensor/state_dict.h"
 
 #include <cstdio>
 #include <iostream>
@@ -55,10 +55,9 @@ int main() {
 
   // Checkpoint: state_dict → safetensors → a fresh block, strictly.
   const StateDict sd = block.state_dict();
-  save_safetensors("basic_block_example.safetensors", NamedTensors(sd.begin(), sd.end()));
+  save_state_dict("basic_block_example.safetensors", sd);
   BasicBlock restored(3, 8, 2);
-  const SafetensorsFile file = load_safetensors("basic_block_example.safetensors");
-  restored.load_state_dict(StateDict(file.tensors.begin(), file.tensors.end()));
+  restored.load_state_dict(load_state_dict_file("basic_block_example.safetensors"));
   std::remove("basic_block_example.safetensors");
 
   block.eval();

@@ -185,7 +185,7 @@ class Module {
   // ---- state ------------------------------------------------------------------------------------
   /// Parameters and persistent buffers under their dotted names (tied tensors under every name, as
   /// PyTorch). The tensors are detached handles sharing the module's data: copy them to keep a
-  /// snapshot. Save with save_safetensors(path, NamedTensors(d.begin(), d.end())).
+  /// snapshot. Save with save_state_dict(path, d) (tensor/state_dict.h).
   StateDict state_dict() const;
   /// Copies `dict` into the module's tensors in place (converting dtype and device; no autograd).
   /// Every problem is reported in one error: missing keys, unexpected keys (strict only) and shape

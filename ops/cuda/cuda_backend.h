@@ -13,7 +13,10 @@ namespace precis::cuda {
 /// dims that are contiguous in every operand) into an OffsetCalc of at most kMaxKernelDims dims.
 ElementwiseLaunch make_elementwise_launch(const char* op, std::initializer_list<const Tensor*> operands);
 
-void register_elementwise_kernels();  // copy, fill, add ... ge
+void register_elementwise_kernels();  // copy, fill, add ... ge, where, masked_fill
+void register_unary_kernels();        // neg ... erf, relu_backward, gelu_backward
+void register_reduce_kernels();       // sum, mean, max along a dim
+void register_unscale_kernels();      // unscale_grads (the loss scaler's fused pass)
 void register_matmul_kernels();       // matmul (cuBLAS)
 void register_device_copy();          // set_device_copy: H2D, D2H, D2D
 

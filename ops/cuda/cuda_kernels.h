@@ -13,11 +13,11 @@ typedef struct CUstream_st* cudaStream_t;  // NOLINT: identical to the runtime's
 namespace precis::cuda {
 
 inline constexpr int kMaxKernelDims = 8;
-inline constexpr int kMaxOperands = 3;
+inline constexpr int kMaxOperands = 4;  // where: out, cond, a, b
 
 /// Maps a linear index over a common iteration shape to the element offset of each operand.
 /// Dims are coalesced and size-1 dims dropped on the host (make_elementwise_launch), so most
-/// tensors need one or two dims here. Passed to kernels by value (264 bytes of parameters).
+/// tensors need one or two dims here. Passed to kernels by value (328 bytes of parameters).
 struct OffsetCalc {
   int ndim = 0;
   int64_t sizes[kMaxKernelDims] = {};                   // outermost first
@@ -54,5 +54,91 @@ bool binary_supported(BinaryOp op, DType dtype);
 /// computed in fp32, f64 in f64, integers in their own type.
 void launch_binary(BinaryOp op, DType dtype, void* out, const void* a, const void* b, double alpha,
                    const ElementwiseLaunch& l);
+
+/// out = cond ? a : b (operands: out, cond, a, b; cond bool). Moves element bits, so one kernel
+/// per element size serves every dtype.
+void launch_where(size_t elem_size, void* out, const bool* cond, const void* a, const void* b,
+                  const ElementwiseLaunch& l);
+/// out = mask ? value : x (operands: out, x, mask), value given as host-converted element bits.
+void launch_masked_fill(size_t elem_size, void* out, const void* x, const bool* mask, uint64_t bits,
+                        const ElementwiseLaunch& l);
+
+// ---- unary (ops/cuda/unary.cu) ------------------------------------------------------------------
+enum class UnaryOp : uint8_t { neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, pow, erf };
+inline constexpr int kNumUnaryOps = 12;
+
+/// The dtypes launch_unary implements: f32, f64, f16, bf16 for every op; i32, i64 also for neg,
+/// abs and relu.
+bool unary_supported(UnaryOp op, DType dtype);
+
+/// out = f(x) (operands: out, x), same dtype. `param`: pow's exponent, gelu's approximation flag
+/// (0 = erf, 1 = tanh). f16/bf16 compute in fp32, f64 in f64, integers in their own type.
+void launch_unary(UnaryOp op, DType dtype, void* out, const void* x, double param, const ElementwiseLaunch& l);
+
+/// The backward kernels of relu and gelu: out = grad · f'(x) (operands: out, grad, x), floating
+/// dtypes only; `param` is gelu's approximation flag.
+enum class ActivationBackward : uint8_t { relu, gelu };
+void launch_activation_backward(ActivationBackward op, DType dtype, void* out, const void* grad, const void* x,
+                                double param, const ElementwiseLaunch& l);
+
+// ---- reductions (ops/cuda/reduce.cu) -------------------------------------------------------------
+/// A reduction of x to num_out outputs, each over red_numel elements. Output o (row-major over the
+/// kept dims) starts at x's element offset kept(o); its r-th element (row-major over the reduced
+/// dims) is at kept(o) + red(r). Both calculators use operand 0 only.
+struct ReduceLaunch {
+  int64_t num_out = 0;
+  int64_t red_numel = 0;
+  OffsetCalc kept;
+  OffsetCalc red;
+  /// Launch geometry, from reduce_geometry(): one thread per output (per_thread), or `chunks`
+  /// blocks per output over `chunk` elements each, combined by a second kernel when chunks > 1.
+  bool per_thread = true;
+  int64_t chunk = 0;
+  int64_t chunks = 1;
+  cudaStream_t stream = nullptr;
+};
+
+/// Bytes of device scratch a launch needs for its per-block partials (0 unless chunks > 1).
+inline constexpr size_t kReducePartialBytes = 16;
+inline size_t reduce_scratch_bytes(const ReduceLaunch& l) {
+  return l.per_thread || l.chunks <= 1 ? 0 : static_cast<size_t>(l.num_out * l.chunks) * kReducePartialBytes;
+}
+
+/// Fills the launch geometry of `l` from num_out and red_numel. The geometry depends on the shape
+/// only, so a result never depends on the device it ran on: reductions are deterministic.
+void reduce_geometry(ReduceLaunch& l);
+
+enum class ReduceOp : uint8_t { sum, mean, max };
+
+/// sum/mean: out[o] = Σ x (mean: · 1/red_numel); accumulates in fp32 (f64 for f64, i64 for
+/// integers and bool, whose sum writes i64); out in x's dtype otherwise. max: values[o] (x's
+/// dtype) and indices[o] (i64) of the first maximum, NaN winning. `scratch`: at least
+/// reduce_scratch_bytes(l) bytes on the device.
+void launch_reduce(ReduceOp op, DType dtype, void* out, int64_t* indices, const void* x, void* scratch,
+                   const ReduceLaunch& l);
+
+// ---- the loss scaler's unscale pass (ops/cuda/unscale.cu) ----------------------------------------
+/// One gradient of an unscale_grads call: contiguous, `numel` elements of `dtype`.
+struct UnscaleGrad {
+  void* data = nullptr;
+  int64_t numel = 0;
+  DType dtype = DType::f32;
+};
+
+/// Elements per block of the unscale pass; every gradient takes max(1, ceil(numel / kUnscaleChunk))
+/// blocks, whatever its dtype.
+inline constexpr int64_t kUnscaleChunk = 65536;
+/// Device scratch bytes for an unscale_grads call over `grads` (the per-block partials and the
+/// per-gradient partial ranges).
+size_t unscale_scratch_bytes(const UnscaleGrad* grads, int count);
+
+/// The fused unscale pass (see ops/kernels_amp.h): u = g · inv_scale (in f64 for f64 gradients,
+/// fp32 otherwise), g = u when `write`; counts[i] (f32) = non-finite elements of u_i;
+/// sq_norms[i] = Σ u_i² summed in f64 (written as f64 when sq_norms_f64, else f32); found_inf (f32)
+/// set to 1 when any count is non-zero, otherwise left as it is. inv_scale and found_inf are
+/// device pointers read and written by the kernels: no host synchronisation. Deterministic: the
+/// per-block partials are reduced in a fixed order by a second kernel.
+void launch_unscale(const UnscaleGrad* grads, int count, const float* inv_scale, bool write, float* found_inf,
+                    float* counts, void* sq_norms, bool sq_norms_f64, void* scratch, cudaStream_t stream);
 
 }  // namespace precis::cuda

@@ -1,5 +1,5 @@
-// Tensor unpacking and registration of the CUDA element-wise kernels (copy, fill, binary ops). The
-// device code is in copy.cu and binary.cu.
+// Tensor unpacking and registration of the CUDA element-wise kernels (copy, fill, binary ops,
+// where, masked_fill). The device code is in copy.cu and binary.cu.
 #include <cstring>
 
 #include "core/cuda/cuda_context.h"
@@ -115,6 +115,30 @@ void fill_kernel(const Tensor& dst, Scalar value) {
   launch_fill(dst.element_size(), dst.data_ptr(), fill_bits(dst.dtype(), value), l);
 }
 
+// out = cond ? a : b; cond (bool), a, b expanded to out's shape; out contiguous, a's dtype.
+void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  PRECIS_CHECK_DTYPE(cond.dtype() == DType::boolean && a.dtype() == b.dtype() && out.dtype() == a.dtype(),
+                     "where: CUDA kernel expects a bool cond and a, b, out of one dtype; got out ", out.describe(),
+                     ", cond ", cond.describe(), ", a ", a.describe(), ", b ", b.describe());
+  ElementwiseLaunch l = make_elementwise_launch("where", {&out, &cond, &a, &b});
+  if (l.numel == 0) return;
+  DeviceGuard guard(out.device().index);
+  launch_where(out.element_size(), out.data_ptr(), static_cast<const bool*>(cond.data_ptr()), a.data_ptr(),
+               b.data_ptr(), l);
+}
+
+// out = mask ? value : x; x and mask (bool) expanded to out's shape; out contiguous, x's dtype.
+void masked_fill_kernel(const Tensor& out, const Tensor& x, const Tensor& mask, Scalar value) {
+  PRECIS_CHECK_DTYPE(mask.dtype() == DType::boolean && out.dtype() == x.dtype(),
+                     "masked_fill: CUDA kernel expects a bool mask and out of x's dtype; got out ", out.describe(),
+                     ", x ", x.describe(), ", mask ", mask.describe());
+  ElementwiseLaunch l = make_elementwise_launch("masked_fill", {&out, &x, &mask});
+  if (l.numel == 0) return;
+  DeviceGuard guard(out.device().index);
+  launch_masked_fill(out.element_size(), out.data_ptr(), x.data_ptr(), static_cast<const bool*>(mask.data_ptr()),
+                     fill_bits(out.dtype(), value), l);
+}
+
 constexpr OpId kBinaryOpIds[kNumBinaryOps] = {OpId::add, OpId::sub, OpId::mul, OpId::div,
                                                OpId::maximum, OpId::minimum, OpId::eq, OpId::ne,
                                                OpId::lt, OpId::le, OpId::gt, OpId::ge};
@@ -150,6 +174,8 @@ void register_elementwise_kernels() {
     const DType dt = static_cast<DType>(i);
     register_kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cuda, dt, &copy_kernel);
     register_kernel<kernels::FillKernel>(OpId::fill, DeviceType::cuda, dt, &fill_kernel);
+    register_kernel<kernels::WhereKernel>(OpId::where, DeviceType::cuda, dt, &where_kernel);
+    register_kernel<kernels::MaskedFillKernel>(OpId::masked_fill, DeviceType::cuda, dt, &masked_fill_kernel);
   }
   register_binary<BinaryOp::add>();
   register_binary<BinaryOp::sub>();

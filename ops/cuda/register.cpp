@@ -12,6 +12,9 @@ void register_cuda_backend() {
   register_allocators();
   register_device_copy();
   register_elementwise_kernels();
+  register_unary_kernels();
+  register_reduce_kernels();
+  register_unscale_kernels();
   register_matmul_kernels();
 }
 

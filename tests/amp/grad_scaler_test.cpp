@@ -170,6 +170,34 @@ TEST_CASE("unscale_ is one fused pass: gradients, norms, and clipping reuses the
   CHECK(w.to_vector<float>()[0] == Approx(-0.6f).epsilon(1e-5));
 }
 
+TEST_CASE("unscale_ leaves f16 gradients scaled so values below the f16 subnormals survive", "[amp][scaler]") {
+  // True gradients 3e-8 and 4e-8: unscaled into f16 they would round to 0 (or to the one
+  // subnormal 6e-8). They must reach the fp32 master intact.
+  Tensor w = zeros({4}, {.dtype = DType::f16}).requires_grad_();
+  Tensor b = zeros({2}).requires_grad_();  // an fp32 parameter in the same optimizer (as BatchNorm's)
+  optim::SGD opt({w, b}, {.lr = 1.0});
+  GradScaler scaler({.init_scale = 65536.0});
+  scaler.scale(scalar_tensor(1.0));
+  w.set_grad((from_vector<float>({3e-8f, 4e-8f, 0.0f, 0.0f}) * 65536.0).to(DType::f16));
+  b.set_grad(from_vector<float>({1e-8f, 0.0f}) * 65536.0);
+  const std::vector<float> scaled_grad = w.grad().to(DType::f32).to_vector<float>();
+  scaler.unscale_(opt);
+  CHECK(w.grad().to(DType::f32).to_vector<float>() == scaled_grad);  // still scaled in storage
+  Tensor norm = scaler.clip_grad_norm_(opt, 1e-8);                   // the norms are the unscaled ones
+  CHECK(norm.item<double>() == Approx(std::sqrt(25e-16 + 1e-16)).epsilon(1e-3));
+  StepResult r = scaler.step(opt);
+  scaler.update();
+  CHECK(r.applied());
+  // clip factor 1e-8 / (|g| + 1e-6); master = 0 - lr · g · factor. The clipped, still scaled f16
+  // gradients are f16 subnormals (~2e-5, steps of 6e-8): hence the 0.5% tolerance.
+  const double factor = 1e-8 / (std::sqrt(26e-16) + 1e-6);
+  const Tensor master = opt.state(w, "master");
+  REQUIRE(master.defined());
+  CHECK(master.to_vector<float>()[0] == Approx(-3e-8 * factor).epsilon(5e-3));
+  CHECK(master.to_vector<float>()[1] == Approx(-4e-8 * factor).epsilon(5e-3));
+  CHECK(b.to_vector<float>()[0] == Approx(-1e-8 * factor).epsilon(1e-3));
+}
+
 TEST_CASE("misuse errors explain the order of calls", "[amp][scaler]") {
   Rig rig;
   rig.scaler.scale(scalar_tensor(1.0));
