@@ -355,7 +355,9 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     out << "training: " << o.epochs << " epochs of " << steps_in(0) << " steps, batch "
         << (o.max_tokens > 0 ? "<= " + std::to_string(o.max_tokens) + " tokens" : std::to_string(o.batch))
         << (o.accum > 1 ? " × " + std::to_string(o.accum) + " micro-batches" : "") << ", "
-        << precision_name(o.precision) << (o.master_weights ? " model with fp32 master weights" : " autocast")
+        << precision_name(o.precision) << (o.master_weights                ? " model with fp32 master weights"
+                                                       : o.precision == DType::f32 ? ""
+                                                                                   : " autocast")
         << (scaler.is_enabled() ? " + loss scaler" : "") << ", " << optimizer_name(o.optimizer) << " lr " << o.lr
         << ", schedule " << schedule_name(o.schedule) << ", " << get_num_threads() << " threads, " << o.workers
         << " loader workers\n";
