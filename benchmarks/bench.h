@@ -28,6 +28,9 @@ struct Record {
   double median_ms = 0, min_ms = 0;
   double gflops = 0;  // from the median time; 0 where the suite counts no flops
   int reps = 0;
+  // Memory of the process that ran the case (suites that measure it; 0 = not measured, omitted
+  // from the JSON): its peak resident set (VmHWM) and its resident set before the case started.
+  double peak_rss_mb = 0, base_rss_mb = 0;
 };
 
 struct Timing {

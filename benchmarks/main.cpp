@@ -110,7 +110,10 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
     out << "  {\"suite\": \"" << json_escape(r.suite) << "\", \"case\": \"" << json_escape(r.case_name)
         << "\", \"impl\": \"" << json_escape(r.impl) << "\", \"dtype\": \"" << r.dtype << "\", \"threads\": "
         << r.threads << ", \"median_ms\": " << fixed(r.median_ms, 4) << ", \"min_ms\": " << fixed(r.min_ms, 4)
-        << ", \"gflops\": " << fixed(r.gflops, 2) << ", \"reps\": " << r.reps << "}"
+        << ", \"gflops\": " << fixed(r.gflops, 2) << ", \"reps\": " << r.reps;
+    if (r.peak_rss_mb > 0)
+      out << ", \"peak_rss_mb\": " << fixed(r.peak_rss_mb, 1) << ", \"base_rss_mb\": " << fixed(r.base_rss_mb, 1);
+    out << "}"
         << (i + 1 < records.size() ? "," : "") << "\n";
   }
   out << "]\n";

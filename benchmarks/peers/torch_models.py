@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""PyTorch peer of `precis-bench models`: one training step (forward, backward, SGD momentum step)
+of ResNet-18 (CIFAR layout, batch 64 of 3x32x32) and BERT-mini (L4 H256 A4 I1024, vocabulary
+30522, batch 16x128, masked-LM loss on every token, dropout on) on synthetic data, in f32 and
+under bf16 autocast, written as the same JSON records with "impl": "torch".
+
+    benchmarks/peers/torch_models.py [--threads 2] [--repeat 200] [--min-time 0.5] [--json FILE]
+                                     [--cases SUBSTRING]
+
+The models are plain torch modules written here to mirror precis's (models/resnet.h,
+models/bert.h): same layers, shapes, activations (exact GELU), post-LN, tied MLM decoder.
+Each case runs in a fresh child process (this script re-executed with --child), which reports
+its peak resident set (VmHWM) as peak_rss_mb and its resident set before building the model
+(interpreter and torch loaded) as base_rss_mb, as precis-bench does with fork.
+
+Timing as precis-bench: 2 untimed warm-up steps, then steps until --min-time seconds and at least
+5 steps, or --repeat steps; median and min in ms.
+
+glibc returns freed memory to the system by default, which costs PyTorch its time in page faults
+on these machines (/work/shared/MACHINE.md); the peer runs with
+GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=68719476736
+(the script re-executes itself with it unless it is set or --no-malloc-tuning is given).
+
+Compare with: python3 benchmarks/report.py PRECIS.json TORCH.json --suite models
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+TUNABLES = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=68719476736"
+# (name, flops per step: 3 x forward, MACHINE.md)
+CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("bert_mini b16x128", 3.0 * 46.2e9)]
+
+
+def status_mb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def build_models(torch):
+    nn, F = torch.nn, torch.nn.functional
+
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, planes, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.downsample = None
+            if stride != 1 or cin != planes:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+        def forward(self, x):
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+    class ResNet18Cifar(nn.Module):
+        """models::resnet18_cifar: 3x3 stride-1 stem, no max-pool, stages of 64/128/256/512."""
+
+        def __init__(self, num_classes=10):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            layers, cin = [], 64
+            for i, planes in enumerate([64, 128, 256, 512]):
+                blocks = [BasicBlock(cin, planes, 1 if i == 0 else 2), BasicBlock(planes, planes, 1)]
+                layers.append(nn.Sequential(*blocks))
+                cin = planes
+            self.layer1, self.layer2, self.layer3, self.layer4 = layers
+            self.fc = nn.Linear(512, num_classes)
+
+        def forward(self, x):
+            x = F.relu(self.bn1(self.conv1(x)))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+    class BertLayer(nn.Module):
+        """Post-LN encoder layer as models::BertLayer (HF layout), exact GELU, dropout 0.1."""
+
+        def __init__(self, h=256, heads=4, inter=1024, p=0.1, eps=1e-12):
+            super().__init__()
+            self.heads, self.p = heads, p
+            self.query, self.key, self.value = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+            self.attn_out, self.attn_norm = nn.Linear(h, h), nn.LayerNorm(h, eps=eps)
+            self.inter, self.out, self.out_norm = nn.Linear(h, inter), nn.Linear(inter, h), nn.LayerNorm(h, eps=eps)
+            self.drop = nn.Dropout(p)
+
+        def forward(self, x):
+            b, l, h = x.shape
+            split = lambda t: t.view(b, l, self.heads, h // self.heads).transpose(1, 2)
+            ctx = F.scaled_dot_product_attention(split(self.query(x)), split(self.key(x)), split(self.value(x)),
+                                                 dropout_p=self.p if self.training else 0.0)
+            ctx = ctx.transpose(1, 2).reshape(b, l, h)
+            a = self.attn_norm(self.drop(self.attn_out(ctx)) + x)
+            return self.out_norm(self.drop(self.out(F.gelu(self.inter(a)))) + a)
+
+    class BertMiniMLM(nn.Module):
+        """models::BertForMaskedLM with BertConfig::mini(30522): embeddings (word, position, type)
+        + LayerNorm + dropout, 4 layers, MLM head dense -> GELU -> LayerNorm -> decoder tied to the
+        word embeddings (+ bias)."""
+
+        def __init__(self, vocab=30522, h=256, layers=4, max_pos=512, eps=1e-12):
+            super().__init__()
+            self.word = nn.Embedding(vocab, h, padding_idx=0)
+            self.pos, self.token_type = nn.Embedding(max_pos, h), nn.Embedding(2, h)
+            self.emb_norm, self.drop = nn.LayerNorm(h, eps=eps), nn.Dropout(0.1)
+            self.layers = nn.ModuleList([BertLayer(h) for _ in range(layers)])
+            self.transform, self.transform_norm = nn.Linear(h, h), nn.LayerNorm(h, eps=eps)
+            self.decoder = nn.Linear(h, vocab)
+            self.decoder.weight = self.word.weight
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+                if isinstance(m, nn.Linear) and m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+        def forward(self, ids):
+            l = ids.shape[1]
+            pos = torch.arange(l, device=ids.device)
+            x = self.drop(self.emb_norm(self.word(ids) + self.token_type(torch.zeros_like(ids)) + self.pos(pos)))
+            for layer in self.layers:
+                x = layer(x)
+            return self.decoder(self.transform_norm(F.gelu(self.transform(x))))
+
+    return ResNet18Cifar, BertMiniMLM
+
+
+def make_step(torch, name, dtype):
+    F = torch.nn.functional
+    ResNet18Cifar, BertMiniMLM = build_models(torch)
+    torch.manual_seed(1)
+    if name.startswith("resnet18_cifar"):
+        model = ResNet18Cifar()
+        x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
+        loss_fn = lambda: F.cross_entropy(model(x), y)
+    else:
+        model = BertMiniMLM()
+        ids = torch.randint(0, 30522, (16, 128))
+        loss_fn = lambda: F.cross_entropy(model(ids).reshape(-1, 30522), ids.reshape(-1))
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            loss = loss_fn()
+        loss.backward()
+        opt.step()
+    return step
+
+
+def time_step(run, repeat, min_time, min_reps=5, warmup=2):
+    for _ in range(warmup):
+        run()
+    times, spent = [], 0.0
+    while len(times) < repeat and (spent < min_time or len(times) < min(min_reps, repeat)):
+        t0 = time.perf_counter()
+        run()
+        dt = time.perf_counter() - t0
+        times.append(dt * 1e3)
+        spent += dt
+    return statistics.median(times), min(times), len(times)
+
+
+def child(args):
+    import torch
+    torch.set_num_threads(args.child_threads)
+    base = status_mb("VmRSS")
+    step = make_step(torch, args.child, args.child_dtype)
+    median, best, reps = time_step(step, args.repeat, args.min_time)
+    flops = dict(CASES)[args.child]
+    print(json.dumps({"suite": "models", "case": args.child, "impl": "torch", "dtype": args.child_dtype,
+                      "threads": args.child_threads, "median_ms": round(median, 4), "min_ms": round(best, 4),
+                      "gflops": round(flops / (median * 1e6), 2), "reps": reps,
+                      "peak_rss_mb": round(status_mb("VmHWM"), 1), "base_rss_mb": round(base, 1),
+                      "torch": torch.__version__}))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", default="2", help="comma-separated thread counts (default 2)")
+    p.add_argument("--repeat", type=int, default=200)
+    p.add_argument("--min-time", type=float, default=0.5)
+    p.add_argument("--json", help="write the records to this file")
+    p.add_argument("--cases", default="", help="only cases whose name contains this")
+    p.add_argument("--no-malloc-tuning", action="store_true")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--child-dtype", help=argparse.SUPPRESS)
+    p.add_argument("--child-threads", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+
+    if not args.no_malloc_tuning and "GLIBC_TUNABLES" not in os.environ:
+        os.environ["GLIBC_TUNABLES"] = TUNABLES
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    if args.child:
+        child(args)
+        return
+
+    records = []
+    print(f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')} OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')}",
+          file=sys.stderr)
+    for name, _ in CASES:
+        if args.cases not in name:
+            continue
+        for dtype in ("f32", "bf16"):
+            for n in [int(t) for t in args.threads.split(",")]:
+                cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--child-dtype", dtype,
+                       "--child-threads", str(n), "--repeat", str(args.repeat), "--min-time", str(args.min_time)]
+                out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+                r = json.loads(out.strip().splitlines()[-1])
+                records.append(r)
+                print(f"{name:20s} {dtype:4s} {n} threads  median {r['median_ms']:9.1f} ms  min {r['min_ms']:9.1f} ms  "
+                      f"peak {r['peak_rss_mb']:7.1f} MB (base {r['base_rss_mb']:.1f})  torch {r['torch']}",
+                      file=sys.stderr)
+    for r in records:
+        r.pop("torch", None)
+    text = json.dumps(records, indent=1)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+// The models suite: one whole training step (forward, backward, SGD step) of the bundled models on
+// synthetic data, in f32 and under bf16 autocast, as a user writes it:
+//
+//   opt.zero_grad(); { amp::Autocast ac(bf16); loss = cross_entropy(model(x), y); } loss.backward(); opt.step();
+//
+// Cases (benchmarks/peers/torch_models.py runs the same ones in PyTorch):
+//   resnet18_cifar b64  resnet18 with the CIFAR stem, batch 64 of 3×32×32, 10 classes
+//   bert_mini b16x128   BERT-mini (L4 H256 A4 I1024, vocabulary 30522) masked-LM head, batch 16 of
+//                       128 tokens, every token a prediction target (labels = inputs), dropout on
+//
+// Peak memory: each case runs in a child process forked before it builds anything, and reports the
+// child's VmHWM (/proc/self/status) as peak_rss_mb, and its VmRSS before the model was built as
+// base_rss_mb. (When the parent already runs threads, e.g. after another suite, forking is unsafe;
+// the case then runs in-process and peak_rss_mb is the process peak so far.)
+//
+// Flops: 3 × forward (backward ≈ 2 × forward): ResNet-18 CIFAR 1.11 GFLOP forward per sample,
+// BERT-mini 46.2 GFLOP forward per 2048 tokens (MACHINE.md).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "amp/autocast.h"
+#include "benchmarks/bench.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "models/bert.h"
+#include "models/resnet.h"
+#include "ops/functional.h"
+#include "optim/sgd.h"
+#include "tensor/factory.h"
+
+namespace precis::bench {
+namespace {
+
+struct ModelCase {
+  const char* name;
+  double flops;  // per training step
+  // Builds the model and data and returns one training step under `dtype` (f32: no autocast).
+  std::function<std::function<void()>(DType dtype)> make;
+};
+
+std::function<void()> training_step(std::shared_ptr<nn::Module> model, DType dtype,
+                                    std::function<Tensor(nn::Module&)> loss_fn) {
+  auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 1e-3, .momentum = 0.9});
+  return [model, opt, dtype, loss_fn] {
+    opt->zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast ac(DType::bf16, DeviceType::cpu, dtype == DType::bf16);
+      loss = loss_fn(*model);
+    }
+    loss.backward();
+    opt->step();
+  };
+}
+
+const ModelCase kCases[] = {
+    {"resnet18_cifar b64", 3.0 * 1.11e9 * 64,
+     [](DType dtype) {
+       manual_seed(1);
+       std::shared_ptr<models::ResNet> model = models::resnet18_cifar({.num_classes = 10});
+       Tensor x = randn({64, 3, 32, 32});
+       Tensor y = randint(0, 10, {64});
+       return training_step(model, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
+     }},
+    {"bert_mini b16x128", 3.0 * 46.2e9,
+     [](DType dtype) {
+       manual_seed(1);
+       auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
+       Tensor ids = randint(0, 30522, {16, 128});
+       return training_step(model, dtype, [ids](nn::Module& m) {
+         auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
+         return models::BertForMaskedLM::loss(bert.forward(ids, Tensor()), ids);
+       });
+     }},
+};
+
+double status_mb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t n = std::strlen(field);
+  while (std::getline(in, line))
+    if (line.compare(0, n, field) == 0 && line.size() > n && line[n] == ':')
+      return std::stod(line.substr(n + 1)) / 1024.0;  // kB
+  return 0.0;
+}
+
+int process_threads() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return 0;
+}
+
+// What a case's run sends back (plain data: it crosses a pipe from the child).
+struct CaseResult {
+  double median_ms = 0, min_ms = 0, peak_rss_mb = 0, base_rss_mb = 0;
+  int reps = 0;
+  char error[512] = {};
+};
+
+CaseResult run_case(const ModelCase& c, DType dtype, int threads, const Options& options) {
+  CaseResult r;
+  try {
+    set_num_threads(threads);
+    r.base_rss_mb = status_mb("VmRSS");
+    std::function<void()> step = c.make(dtype);
+    const Timing t = time_interleaved({step}, options)[0];
+    r.median_ms = t.median_ms, r.min_ms = t.min_ms, r.reps = t.reps;
+    r.peak_rss_mb = status_mb("VmHWM");
+  } catch (const std::exception& e) {
+    std::snprintf(r.error, sizeof r.error, "%s", e.what());
+  }
+  return r;
+}
+
+// Runs the case in a forked child (a fresh peak-memory counter) when this process is still
+// single-threaded; otherwise in-process.
+CaseResult run_isolated(const ModelCase& c, DType dtype, int threads, const Options& options, bool* isolated) {
+  *isolated = process_threads() == 1;
+  if (!*isolated) return run_case(c, dtype, threads, options);
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("models suite: pipe failed");
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("models suite: fork failed");
+  if (pid == 0) {
+    ::close(fds[0]);
+    const CaseResult r = run_case(c, dtype, threads, options);
+    const ssize_t written = ::write(fds[1], &r, sizeof r);
+    ::_exit(written == static_cast<ssize_t>(sizeof r) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  CaseResult r;
+  size_t got = 0;
+  while (got < sizeof r) {
+    const ssize_t n = ::read(fds[0], reinterpret_cast<char*>(&r) + got, sizeof r - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (got != sizeof r) std::snprintf(r.error, sizeof r.error, "the child process died (status %d)", status);
+  return r;
+}
+
+SuiteReport run_models(const Options& options) {
+  SuiteReport report;
+  report.note =
+      "One training step (forward, backward, SGD momentum step) on synthetic data; bf16 = autocast with "
+      "fp32 weights. resnet18_cifar: batch 64 of 3×32×32; bert_mini: batch 16×128 tokens, vocabulary 30522, "
+      "MLM loss on every token. GFLOP/s counts 3 × the forward flops. Each case runs in a fresh child "
+      "process; peak_rss_mb (JSON) is its VmHWM.";
+  for (const ModelCase& c : kCases)
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (int threads : options.threads) {
+        bool isolated = false;
+        const CaseResult r = run_isolated(c, dtype, threads, options, &isolated);
+        if (r.error[0] != '\0') throw std::runtime_error(std::string("models suite, ") + c.name + ": " + r.error);
+        Record rec;
+        rec.suite = "models";
+        rec.case_name = c.name;
+        rec.impl = "precis";
+        rec.dtype = dtype == DType::f32 ? "f32" : "bf16";
+        rec.threads = threads;
+        rec.median_ms = r.median_ms;
+        rec.min_ms = r.min_ms;
+        rec.gflops = r.median_ms > 0 ? c.flops / (r.median_ms * 1e6) : 0.0;
+        rec.reps = r.reps;
+        rec.peak_rss_mb = r.peak_rss_mb;
+        rec.base_rss_mb = r.base_rss_mb;
+        std::fprintf(stderr, "%-20s %-4s %d threads  median %9.1f ms  min %9.1f ms  peak %7.1f MB%s\n", c.name,
+                     rec.dtype.c_str(), threads, r.median_ms, r.min_ms, r.peak_rss_mb,
+                     isolated ? "" : " (in-process: peak of the process so far)");
+        report.records.push_back(rec);
+      }
+  return report;
+}
+
+const bool kRegistered = register_suite(
+    {"models", "training step of resnet18 (CIFAR, b64) and BERT-mini (b16x128), f32 and bf16, with peak RSS",
+     &run_models});
+
+}  // namespace
+}  // namespace precis::bench

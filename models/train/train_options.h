@@ -1,0 +1,73 @@
+#pragma once
+// The options of one training run (precis-train's command line maps 1:1 onto these fields).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace precis::train {
+
+enum class Task { resnet, bert_mini };
+enum class OptimizerKind { sgd, adam, adamw };
+/// none: constant lr; step: ×gamma every step_size epochs; cosine: cosine to 0 over the run;
+/// onecycle: OneCycleLR (lr = max lr); warmup_cosine / warmup_linear: linear warmup over
+/// warmup_steps, then cosine / linear decay to 0.
+enum class Schedule { none, step, cosine, onecycle, warmup_cosine, warmup_linear };
+
+struct TrainOptions {
+  Task task = Task::resnet;
+  /// resnet: resnet20/32/56, resnet18_cifar, resnet18/34/50. bert-mini: "bert-mini".
+  std::string model = "resnet20";
+  /// Images: a folder of Fashion-MNIST/MNIST IDX files or CIFAR-10 binaries (default
+  /// Fashion-MNIST). Text: a folder with WordNet's data.* files, or any text file / folder.
+  std::string data;
+  DType precision = DType::f32;     ///< f32, bf16 (autocast) or f16 (autocast + GradScaler)
+  bool master_weights = false;      ///< low-precision model mode: params in `precision`, fp32 masters
+  DType eval_precision = DType::f32;
+  int64_t epochs = 1;
+  int64_t batch = 128;
+  double lr = 0.1;
+  OptimizerKind optimizer = OptimizerKind::sgd;
+  double momentum = 0.9;
+  bool nesterov = true;
+  double weight_decay = 5e-4;
+  Schedule schedule = Schedule::none;
+  int64_t warmup_steps = 0;         ///< warmup_*: steps of linear warmup (0: 6% of the run)
+  int64_t step_size = 1;            ///< step: epochs between decays
+  double gamma = 0.1;               ///< step: decay factor
+  double clip = 0.0;                ///< max gradient 2-norm (0: no clipping)
+  int64_t accum = 1;                ///< micro-batches per optimizer step
+  int threads = 0;                  ///< intra-op threads (0: leave the default)
+  int workers = 1;                  ///< data-loader threads
+  uint64_t seed = 1;
+  bool augment = true;              ///< images: random crop (pad 2/4) + horizontal flip
+  int64_t width = 0;                ///< resnet: first-stage channels (0: the model's standard)
+  int64_t limit_train = 0;          ///< use only the first N training examples (0: all)
+  int64_t limit_test = 0;           ///< evaluate on the first N test examples (0: all)
+  int64_t eval_batch = 256;
+  // BERT
+  int64_t max_tokens = 0;           ///< dynamic batching: padded tokens per batch (0: fixed --batch)
+  int64_t max_len = 128;            ///< sequences are truncated to this many ids
+  std::string vocab;                ///< vocab.txt to use, or to train and cache there if absent
+  int64_t vocab_size = 8192;        ///< size of a trained vocabulary
+  int64_t hidden = 256, layers = 4, heads = 4, intermediate = 1024;
+  // checkpoints
+  std::string checkpoint_dir;       ///< empty: no checkpoints
+  int64_t checkpoint_every = 0;     ///< also every N optimizer steps (0: at epoch ends only)
+  int keep = 2;                     ///< checkpoints kept in the folder
+  bool resume = false;              ///< continue from the newest checkpoint in checkpoint_dir ...
+  std::string resume_from;          ///< ... or from this file
+  int64_t stop_after_steps = 0;     ///< stop (after checkpointing) once this many optimizer steps ran
+  // reporting
+  std::string metrics;              ///< per-step CSV file (appended to on resume)
+  int64_t log_every = 0;            ///< non-TTY progress lines every N steps (0: ~10 per epoch)
+  int progress = -1;                ///< 1: redraw one line (\r), 0: plain lines, -1: by isatty(stdout)
+  bool quiet = false;               ///< only the final JSON line
+};
+
+const char* precision_name(DType dtype);  ///< "f32", "bf16", "f16"
+const char* schedule_name(Schedule s);
+const char* optimizer_name(OptimizerKind k);
+
+}  // namespace precis::train

@@ -1,0 +1,56 @@
+#pragma once
+// The training loop behind precis-train, as a library function so that tests can drive it:
+//
+//   train::TrainOptions o;  o.model = "resnet20"; o.precision = DType::bf16; o.epochs = 3; ...
+//   train::TrainSummary s = train::train(o, std::cout);
+//   std::cout << s.json() << "\n";
+//
+// One optimizer step: forward under amp::Autocast (bf16 or f16 when precision is not f32) →
+// scaler.scale(loss / accum).backward() for each of `accum` micro-batches → optional
+// scaler.clip_grad_norm_ → scaler.step(opt) (skipped on overflow for f16) → scaler.update() →
+// scheduler.step(applied) → zero_grad. bf16 and f32 run with the scaler disabled (a pass-through).
+// With master_weights the model's parameters are cast to `precision` (BatchNorm stays fp32) and
+// the optimizer keeps fp32 master copies (DESIGN §3's low-precision model mode).
+//
+// Bit-exact resume: a checkpoint (models/train/checkpoint.h) is written only between optimizer
+// steps and holds the model, optimizer (with masters), scaler, scheduler and accumulator state,
+// the default generator's (seed, offset) (dropout), the data loader's position and the epoch's
+// running metrics. Everything else a step depends on is a function of these (the loader's batches
+// are a function of (seed, epoch, batch); see data/data_loader.h), so a run stopped after step k
+// and resumed produces the same parameters, bit for bit, as the uninterrupted run (with the same
+// thread count: kernels may split reductions by thread).
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "models/train/train_options.h"
+
+namespace precis::train {
+
+struct TrainSummary {
+  std::string model;
+  std::string precision;
+  int64_t epochs = 0;           ///< epochs completed
+  double test_accuracy = 0;     ///< NaN when the run stopped before evaluating
+  double test_loss = 0;
+  double samples_per_s = 0;     ///< training examples per second of training time
+  double wall_s = 0;            ///< the whole run: data set-up, training, evaluation, checkpoints
+  double train_s = 0;           ///< the training steps alone (data waits included)
+  int64_t steps = 0;            ///< optimizer steps taken (counting those before a resume)
+  int64_t skipped_steps = 0;    ///< steps the loss scaler skipped
+  bool stopped_early = false;   ///< stop_after_steps ended the run
+  std::string last_checkpoint;  ///< path of the last checkpoint written (empty if none)
+  /// {"model","precision","epochs","test_accuracy","samples_per_s","wall_s"} on one line, plus
+  /// "train_s", "steps" and "skipped_steps". test_accuracy is null when not evaluated.
+  std::string json() const;
+};
+
+/// Checks the options' values and combinations; ValueError naming the option otherwise.
+void validate(const TrainOptions& options);
+
+/// Runs the training `options` describe, printing progress, per-epoch summaries and evaluations to
+/// `out` (not the JSON line: the caller prints summary.json()). Throws precis::Error for bad
+/// options, data or checkpoints.
+TrainSummary train(const TrainOptions& options, std::ostream& out);
+
+}  // namespace precis::train
