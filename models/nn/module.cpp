@@ -1,3 +1,4 @@
+#include "core/strings.h"
 #include "models/nn/module.h"
 
 #include <cxxabi.h>
@@ -27,20 +28,6 @@ thread_local CloneMap* t_clone_map = nullptr;
 constexpr std::ptrdiff_t kMaxMemberOffset = std::ptrdiff_t{1} << 20;
 
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  std::iota(row.begin(), row.end(), size_t{0});
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 // The closest candidate within a third of the name's length (at least 2 edits), or "".
 std::string closest(const std::string& name, const std::vector<std::string>& candidates) {
