@@ -26,6 +26,10 @@ TEST_CASE("cpu allocator: alignment, zero size, writable blocks", "[core][alloca
     std::memset(p, 0xab, n);
     a.deallocate(p, n);
   }
+  // Large blocks start on a 2 MiB boundary so transparent huge pages can back them.
+  void* big = a.allocate(size_t{5} << 20);
+  REQUIRE(reinterpret_cast<uintptr_t>(big) % (size_t{2} << 20) == 0);
+  a.deallocate(big, size_t{5} << 20);
 }
 
 TEST_CASE("cpu allocator: freed blocks are reused and counted as cache hits", "[core][allocator]") {
