@@ -20,14 +20,6 @@ using namespace precis;
 using precis::testing::randn_input;
 using precis::testing::uniform_input;
 
-#define PRECIS_REQUIRE_CUDA()           \
-  do {                                  \
-    if (!precis::cuda_is_available()) { \
-      WARN("no CUDA device; skipped");  \
-      return;                           \
-    }                                   \
-  } while (0)
-
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();

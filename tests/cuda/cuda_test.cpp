@@ -18,14 +18,6 @@ using namespace precis;
 using precis::testing::randn_input;
 using precis::testing::uniform_input;
 
-#define PRECIS_REQUIRE_CUDA()                        \
-  do {                                               \
-    if (!precis::cuda_is_available()) {              \
-      WARN("no CUDA device; skipped");               \
-      return;                                        \
-    }                                                \
-  } while (0)
-
 namespace {
 
 constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64, DType::i32, DType::boolean};
