@@ -68,9 +68,10 @@ clean:
 # ResNet-20 on Fashion-MNIST with bf16 autocast: 4 epochs of batch 128, SGD (Nesterov momentum 0.9,
 # weight decay 5e-4) with a OneCycle schedule peaking at lr 0.1, random crop (pad 2) + flip.
 # Reaches ~91.7% test accuracy in ~4.6 CPU-minutes of training (docs/training.md). One intra-op
-# thread plus one data-loader thread: on a 2-vCPU machine shared with other work, a second intra-op
-# thread made bf16 steps slower, not faster (oneDNN's spinning barriers wait on a descheduled
-# thread); on an idle machine try TRAIN_ARGS="--threads 2". The last line is the run's JSON summary.
+# thread plus one data-loader thread: safe on a 2-vCPU machine shared with other work, where a second
+# intra-op thread makes steps several times slower (every OpenMP barrier waits on a descheduled
+# thread); on an idle machine TRAIN_ARGS="--threads 2" is ~1.8x faster. The last line is the run's
+# JSON summary.
 train: deps-data $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target precis-train
 	$(BUILD_DIR)/models/tools/precis-train resnet --model resnet20 --precision bf16 --epochs 4 --batch 128 \

@@ -25,6 +25,10 @@ bool register_suite(Suite suite) {
 
 const std::vector<Suite>& suites() { return registry(); }
 
+bool case_selected(const Options& options, const std::string& name) {
+  return options.cases.empty() || name.find(options.cases) != std::string::npos;
+}
+
 std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& impls, const Options& options) {
   using Clock = std::chrono::steady_clock;
   for (const auto& fn : impls)

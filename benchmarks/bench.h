@@ -19,7 +19,11 @@ struct Options {
   double min_seconds = 0.5;        // ... or once this much time was spent (and min_reps ran)
   int min_reps = 5;
   int warmup_reps = 2;
+  std::string cases;               // --cases SUBSTRING: run only the cases whose name contains it
 };
+
+/// Whether --cases selects the case named `name` (every case when --cases was not given).
+bool case_selected(const Options& options, const std::string& name);
 
 /// One measured (case, impl, dtype, threads) combination.
 struct Record {

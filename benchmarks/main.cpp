@@ -24,12 +24,14 @@ using precis::bench::Suite;
 using precis::bench::SuiteReport;
 
 void usage(std::ostream& os) {
-  os << "usage: precis-bench SUITE... [--threads 1,2] [--repeat N] [--min-time SECONDS] [--json FILE]\n"
+  os << "usage: precis-bench SUITE... [--threads 1,2] [--repeat N] [--min-time SECONDS] [--json FILE] [--cases SUBSTRING]\n"
         "       precis-bench --list\n\n"
         "  --threads   thread counts to run every case at (default 1,2)\n"
         "  --repeat    at most N timed repetitions per case (default 200)\n"
         "  --min-time  repeat until each impl ran this long, at least 5 times (default 0.5)\n"
-        "  --json      also write all records as a JSON array to FILE\n\nsuites:\n";
+        "  --json      also write all records as a JSON array to FILE\n"
+        "  --cases     only the cases whose name contains SUBSTRING (models, ops: the name with its\n"
+        "              dtype, e.g. 'resnet18_cifar b64 bf16')\n\nsuites:\n";
   for (const Suite& s : precis::bench::suites()) os << "  " << s.name << "  " << s.description << "\n";
 }
 
@@ -142,6 +144,8 @@ int main(int argc, char** argv) {
         options.min_seconds = std::stod(value());
       } else if (arg == "--json") {
         json_path = value();
+      } else if (arg == "--cases") {
+        options.cases = value();
       } else if (arg == "--list" || arg == "-h" || arg == "--help") {
         usage(std::cout);
         return 0;

@@ -162,6 +162,7 @@ SuiteReport run_models(const Options& options) {
   for (const ModelCase& c : kCases)
     for (DType dtype : {DType::f32, DType::bf16})
       for (int threads : options.threads) {
+        if (!case_selected(options, std::string(c.name) + (dtype == DType::f32 ? " f32" : " bf16"))) continue;
         bool isolated = false;
         const CaseResult r = run_isolated(c, dtype, threads, options, &isolated);
         if (r.error[0] != '\0') throw std::runtime_error(std::string("models suite, ") + c.name + ": " + r.error);

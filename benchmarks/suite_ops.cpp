@@ -161,6 +161,7 @@ SuiteReport run_ops(const Options& options) {
       "benchmarks/peers/torch_ops.py times the same cases in PyTorch.";
   const int initial_threads = get_num_threads();
   for (const OpCase& c : make_cases()) {
+    if (!case_selected(options, std::string(c.name) + " f32")) continue;
     const std::function<void()> run = c.make();
     for (int threads : options.threads) {
       set_threads(threads);
@@ -178,8 +179,8 @@ SuiteReport run_ops(const Options& options) {
       report.records.push_back(r);
     }
   }
-  // The conv total per thread count.
-  for (int threads : options.threads) {
+  // The conv total per thread count (of every conv case: not with --cases).
+  for (int threads : options.cases.empty() ? options.threads : std::vector<int>{}) {
     Record total;
     total.suite = "ops";
     total.case_name = "resnet18 conv total";

@@ -41,6 +41,12 @@ target_link_libraries(precis PUBLIC Threads::Threads PRIVATE $<BUILD_INTERFACE:E
 # zlib: data/ reads gzip-compressed dataset files (MNIST's *.gz) in memory.
 find_package(ZLIB REQUIRED)
 target_link_libraries(precis PRIVATE ZLIB::ZLIB)
+# OpenMP: the intra-op pool is an OpenMP team (core/thread_pool.cpp), shared with oneDNN. Private:
+# only the library is compiled with -fopenmp; a consumer of the static library links libgomp.
+target_link_libraries(precis PRIVATE OpenMP::OpenMP_CXX)
+# Eigen would parallelise its products on OpenMP by itself; precis splits that work with
+# parallel_for where it wants threads.
+target_compile_definitions(precis PRIVATE EIGEN_DONT_PARALLELIZE)
 target_compile_options(precis PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
 
 # Vectorised kernels: the library is built for x86-64 with AVX-512 detection at run time where it

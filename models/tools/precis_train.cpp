@@ -4,8 +4,6 @@
 //   precis-train bert-mini --precision bf16 --max-tokens 4096 --checkpoint ckpt
 //
 // Exit codes: 0 success, 1 a runtime error (data, checkpoint, numerics), 2 a usage error.
-#include <unistd.h>
-
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -15,15 +13,6 @@
 #include "models/train/trainer.h"
 
 int main(int argc, char** argv) {
-  // oneDNN runs its primitives on OpenMP threads, beside precis's own pool. With libgomp's default
-  // wait policy an idle OpenMP thread spins for a while after every primitive and takes a core
-  // from precis's element-wise kernels (and on a shared machine, from everything else): measured
-  // 16x slower ResNet training steps on a loaded 2-core VM. libgomp reads OMP_WAIT_POLICY when it
-  // is loaded, before main, so set it and re-execute once; an explicit setting is respected.
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    ::setenv("OMP_WAIT_POLICY", "passive", 1);
-    ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default policy
-  }
   int code = 0;
   std::optional<precis::train::TrainOptions> options =
       precis::train::parse_train_cli(argc, argv, std::cout, std::cerr, &code);
