@@ -11,7 +11,11 @@ ratios precis/peer of each (below 1 = precis faster). The verdict uses the ratio
 (median by default; on a loaded 2-vCPU machine `--by min` is the steadier figure, MACHINE.md):
   - "resnet18 conv total": ok when precis <= peer (the issue's target for the conv sum);
   - every other case: "SLOWER" when precis/peer > 1.25, else ok (a single conv shape over 1.25x
-    is marked but not counted: the conv target is the total).
+    is marked but not counted: the conv target is the total);
+  - the models suite (whole training steps): ok when precis <= peer in step time and in peak
+    memory. Its records carry peak_rss_mb (VmHWM of the process, the largest over the runs) and
+    base_rss_mb; the peer's memory column also shows its peak net of its base (PyTorch's
+    interpreter and import).
 Several runs per side (comma-separated files, e.g. precis and peer runs alternated on a loaded
 machine) are combined as best-of-N: per (case, dtype, threads) the lowest median and the lowest
 minimum over the runs. --merged writes the combined records of both sides as one JSON array.
@@ -44,6 +48,9 @@ def load(paths, suite):
                 if r["median_ms"] < b["median_ms"]:
                     b.update(median_ms=r["median_ms"], gflops=r["gflops"])
                 b["min_ms"] = min(b["min_ms"], r["min_ms"])
+                if "peak_rss_mb" in r:
+                    b["peak_rss_mb"] = max(b.get("peak_rss_mb", 0), r["peak_rss_mb"])
+                    b["base_rss_mb"] = max(b.get("base_rss_mb", 0), r.get("base_rss_mb", 0))
     # The conv total of the best runs is the sum of the best conv cases (not the best total).
     for key in order:
         case, dtype, threads, impl = key
@@ -69,9 +76,12 @@ def report(precis, peer, by):
     peer_impls = sorted({r["impl"] for r in peer})
     peer_name = peer_impls[0] if len(peer_impls) == 1 else "peer"
     index = {(r["case"], r["dtype"], r["threads"]): r for r in peer}
-    lines = [f"| case | threads | precis median ms | {peer_name} median ms | precis/{peer_name} (median) | "
-             f"precis min ms | {peer_name} min ms | precis/{peer_name} (min) | verdict (by {by}) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    # Whole-model records (the models suite) carry memory, and their target is the peer itself.
+    models = any("peak_rss_mb" in r for r in precis)
+    mem_head = f" precis peak RSS MB | {peer_name} peak RSS MB (net of base) |" if models else ""
+    lines = [f"| case | dtype | threads | precis median ms | {peer_name} median ms | precis/{peer_name} (median) | "
+             f"precis min ms | {peer_name} min ms | precis/{peer_name} (min) |{mem_head} verdict (by {by}) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if models else "") + "---|"]
     failures, seen = [], set()
     mine = [r for r in precis if r["impl"] == "precis"]
     for r in mine:
@@ -81,8 +91,16 @@ def report(precis, peer, by):
         rm = ratio(r["median_ms"], p and p["median_ms"])
         rn = ratio(r["min_ms"], p and p["min_ms"])
         judged = rm if by == "median" else rn
+        mem = ""
+        if models:
+            pm = p.get("peak_rss_mb") if p else None
+            net = f" ({pm - p.get('base_rss_mb', 0):.0f})" if pm is not None else ""
+            mem = f" {r.get('peak_rss_mb', 0):.0f} | {fmt(pm, 0)}{net} |"
         if judged is None:
             verdict = "no peer"
+        elif models:
+            over_mem = pm is not None and r.get("peak_rss_mb", 0) > pm
+            verdict = "OVER PEER" if judged > 1.0 or over_mem else "ok (<= peer)"
         elif r["case"] == CONV_TOTAL:
             verdict = "ok (<= peer)" if judged <= 1.0 else "OVER PEER"
         elif judged <= LIMIT:
@@ -94,12 +112,12 @@ def report(precis, peer, by):
         if verdict.startswith(("SLOWER", "OVER")):
             failures.append(f"{r['case']} ({r['threads']} threads): {judged:.2f}x")
         name = f"**{r['case']}**" if r["case"] == CONV_TOTAL else r["case"]
-        lines.append(f"| {name} | {r['threads']} | {fmt(r['median_ms'])} | {fmt(p and p['median_ms'])} | "
-                     f"{fmt(rm, 2)} | {fmt(r['min_ms'])} | {fmt(p and p['min_ms'])} | {fmt(rn, 2)} | {verdict} |")
+        lines.append(f"| {name} | {r['dtype']} | {r['threads']} | {fmt(r['median_ms'])} | {fmt(p and p['median_ms'])} | "
+                     f"{fmt(rm, 2)} | {fmt(r['min_ms'])} | {fmt(p and p['min_ms'])} | {fmt(rn, 2)} |{mem} {verdict} |")
     for key, p in index.items():
         if key not in seen:
-            lines.append(f"| {p['case']} | {p['threads']} | — | {fmt(p['median_ms'])} | — | — | {fmt(p['min_ms'])} | — | "
-                         "no precis record |")
+            lines.append(f"| {p['case']} | {p['dtype']} | {p['threads']} | — | {fmt(p['median_ms'])} | — | — | "
+                         f"{fmt(p['min_ms'])} | — |{' — | — |' if models else ''} no precis record |")
     summary = ("All cases within target." if not failures else
                "Over target: " + "; ".join(failures) + ".")
     return "\n".join(lines) + "\n\n" + summary + "\n"

@@ -1,5 +1,5 @@
 // conv2d: operand checks, output geometry, unbatched input, and the backward (input, weight and
-// bias gradients from the backward kernels). Kernels: ops/cpu/conv*.cpp.
+// bias gradients from the one backward kernel). Kernels: ops/cpu/conv*.cpp.
 #include <string>
 
 #include "amp/autocast.h"
@@ -104,28 +104,23 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
          dtype](const TensorList& g) -> TensorList {
           const Tensor go = as_4d(g[0]).contiguous();
           const TensorOptions options{.dtype = dtype, .device = go.device()};
-          Tensor gx, gw, gb;
-          if (need_x) {
-            const Tensor w = sw.unpack("conv2d").contiguous();
-            Shape sizes4 = x_sizes;
-            if (sizes4.size() == 3) sizes4.insert(sizes4.begin(), 1);
-            Tensor gx4 = empty(sizes4, options);
-            if (gx4.numel() > 0)
-              kernel<kernels::Conv2dBackwardInputKernel>(OpId::conv2d_backward_input, dev, dtype)(gx4, go, w, p);
-            gx = gx4.view(x_sizes);
+          Shape x_sizes4 = x_sizes;
+          if (x_sizes4.size() == 3) x_sizes4.insert(x_sizes4.begin(), 1);
+          // The bias gradient comes with the weight gradient's pass, so gw is computed (and
+          // dropped) when only the bias needs a gradient.
+          Tensor gx4 = need_x ? empty(x_sizes4, options) : Tensor();
+          Tensor gw = need_w || need_b ? empty(w_sizes, options) : Tensor();
+          Tensor gb = need_b ? empty({w_sizes[0]}, options) : Tensor();
+          if (go.numel() == 0) {  // an empty batch or no output channels: the sums are empty
+            for (Tensor* t : {&gx4, &gw, &gb})
+              if (t->defined()) t->zero_();
+          } else {
+            const Tensor x = gw.defined() ? as_4d(sx.unpack("conv2d")).contiguous() : Tensor();
+            const Tensor w = need_x ? sw.unpack("conv2d").contiguous() : Tensor();
+            kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, dev, dtype)(gx4, gw, gb, go, x, w, p);
           }
-          if (need_w || need_b) {
-            const Tensor x = as_4d(sx.unpack("conv2d")).contiguous();
-            gw = empty(w_sizes, options);
-            if (need_b) gb = empty({w_sizes[0]}, options);
-            if (go.numel() == 0) {  // an empty batch: nothing to sum
-              gw.zero_();
-              if (need_b) gb.zero_();
-            } else {
-              kernel<kernels::Conv2dBackwardWeightKernel>(OpId::conv2d_backward_weight, dev, dtype)(gw, gb, go, x, p);
-            }
-            if (!need_w) gw = Tensor();
-          }
+          const Tensor gx = need_x ? gx4.view(x_sizes) : Tensor();
+          if (!need_w) gw = Tensor();
           return {gx, gw, gb};
         });
   }

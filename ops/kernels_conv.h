@@ -22,14 +22,14 @@ struct Conv2dParams {
 /// out: (N, O, Ho, Wo); all contiguous, one dtype. Accumulates in fp32 (f64 for f64).
 using Conv2dKernel = void(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                           const Conv2dParams& p);
-/// grad_x: (N, C, H, W) = the gradient of conv with respect to its input, from grad_out:
-/// (N, O, Ho, Wo) and w: (O, C/groups, kH, kW); all contiguous. grad_x is overwritten.
-using Conv2dBackwardInputKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w,
-                                       const Conv2dParams& p);
-/// grad_w: (O, C/groups, kH, kW) and grad_bias: (O) (undefined: not wanted) from grad_out:
-/// (N, O, Ho, Wo) and x: (N, C, H, W); all contiguous. Both are overwritten (sums over the batch).
-using Conv2dBackwardWeightKernel = void(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out,
-                                        const Tensor& x, const Conv2dParams& p);
+/// The gradients of conv from grad_out: (N, O, Ho, Wo): grad_x: (N, C, H, W) (needs w),
+/// grad_w: (O, C/groups, kH, kW) (needs x) and grad_bias: (O). Outputs left undefined are not
+/// computed; grad_bias only together with grad_w; inputs a wanted output does not need may be
+/// undefined. All contiguous; outputs are overwritten (grad_w and grad_bias sum over the batch in
+/// fp32, f64 for f64). One kernel for all three, as oneDNN's backward passes share grad_out's
+/// reorder into their blocked layout.
+using Conv2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias,
+                                  const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dParams& p);
 
 /// Geometry of a 2-D pooling window. The output size is computed by the caller (ceil_mode is
 /// already applied); windows may reach past the padded input on the bottom/right in ceil mode.

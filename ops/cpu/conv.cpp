@@ -43,6 +43,13 @@ template <typename T>
 T* mut_ptr(const Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
+void* raw_ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// The problem shape of a backward call, whose x or w may be undefined (not needed).
+ConvShape backward_shape(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_out, const Tensor& x,
+                         const Tensor& w, const Conv2dParams& p) {
+  return conv_shape(grad_x.defined() ? grad_x : x, grad_w.defined() ? grad_w : w, grad_out, p);
+}
 
 // ---- the f32 and f64 paths -------------------------------------------------------------------
 
@@ -51,33 +58,26 @@ void forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& 
   const ConvShape s = conv_shape(x, w, out, p);
 #ifdef PRECIS_HAS_ONEDNN
   if constexpr (std::is_same_v<T, float>)
-    if (onednn_conv_forward(DType::f32, s, x.data_ptr(), w.data_ptr(), ptr<float>(bias), out.data_ptr())) return;
+    if (onednn_conv_forward(DType::f32, s, x.data_ptr(), w.data_ptr(), raw_ptr(bias), out.data_ptr())) return;
 #endif
   im2col_conv_forward<T>(s, x.data_ptr<T>(), w.data_ptr<T>(), ptr<T>(bias), out.data_ptr<T>());
 }
 
+// The wanted gradients (defined outputs) of the f32 or f64 problem.
 template <typename T>
-void backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w, const Conv2dParams& p) {
-  const ConvShape s = conv_shape(grad_x, w, grad_out, p);
+void backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out,
+              const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  const ConvShape s = backward_shape(grad_x, grad_w, grad_out, x, w, p);
 #ifdef PRECIS_HAS_ONEDNN
   if constexpr (std::is_same_v<T, float>)
-    if (onednn_conv_backward_input(DType::f32, s, grad_out.data_ptr(), w.data_ptr(), grad_x.data_ptr())) return;
-#endif
-  im2col_conv_backward_input<T>(s, grad_out.data_ptr<T>(), w.data_ptr<T>(), grad_x.data_ptr<T>());
-}
-
-template <typename T>
-void backward_weight(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
-                     const Conv2dParams& p) {
-  const ConvShape s = conv_shape(x, grad_w, grad_out, p);
-#ifdef PRECIS_HAS_ONEDNN
-  if constexpr (std::is_same_v<T, float>)
-    if (onednn_conv_backward_weight(DType::f32, s, grad_out.data_ptr(), x.data_ptr(), grad_w.data_ptr(),
-                                    mut_ptr<float>(grad_bias)))
+    if (onednn_conv_backward(DType::f32, s, grad_out.data_ptr(), raw_ptr(x), raw_ptr(w), raw_ptr(grad_x),
+                             raw_ptr(grad_w), raw_ptr(grad_bias)))
       return;
 #endif
-  im2col_conv_backward_weight<T>(s, grad_out.data_ptr<T>(), x.data_ptr<T>(), grad_w.data_ptr<T>(),
-                                 mut_ptr<T>(grad_bias));
+  if (grad_x.defined()) im2col_conv_backward_input<T>(s, grad_out.data_ptr<T>(), w.data_ptr<T>(), grad_x.data_ptr<T>());
+  if (grad_w.defined())
+    im2col_conv_backward_weight<T>(s, grad_out.data_ptr<T>(), x.data_ptr<T>(), grad_w.data_ptr<T>(),
+                                   mut_ptr<T>(grad_bias));
 }
 
 // ---- the kernels: low precision via oneDNN bf16 or via f32 -------------------------------------
@@ -91,7 +91,7 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Te
 #ifdef PRECIS_HAS_ONEDNN
     if constexpr (std::is_same_v<T, BFloat16>)
       if (onednn_conv_forward(DType::bf16, conv_shape(x, w, out, p), x.data_ptr(), w.data_ptr(),
-                              bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr()))
+                              raw_ptr(bias), out.data_ptr()))
         return;
 #endif
     Tensor out_f = f32_like(out);
@@ -100,42 +100,25 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Te
   }
 }
 
-// grad_x: (N, C, H, W) from grad_out: (N, O, Ho, Wo) and w.
+// grad_x: (N, C, H, W), grad_w: (O, C/g, kH, kW), grad_bias: (O), each when defined, from
+// grad_out: (N, O, Ho, Wo), x and w; weight and bias gradients sum over the batch in fp32 (f64 for
+// f64).
 template <typename T>
-void conv2d_backward_input_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w,
-                                  const Conv2dParams& p) {
+void conv2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias,
+                            const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    backward_input<T>(grad_x, grad_out, w, p);
+    backward<T>(grad_x, grad_w, grad_bias, grad_out, x, w, p);
   } else {
 #ifdef PRECIS_HAS_ONEDNN
     if constexpr (std::is_same_v<T, BFloat16>)
-      if (onednn_conv_backward_input(DType::bf16, conv_shape(grad_x, w, grad_out, p), grad_out.data_ptr(),
-                                     w.data_ptr(), grad_x.data_ptr()))
+      if (onednn_conv_backward(DType::bf16, backward_shape(grad_x, grad_w, grad_out, x, w, p), grad_out.data_ptr(),
+                               raw_ptr(x), raw_ptr(w), raw_ptr(grad_x), raw_ptr(grad_w), raw_ptr(grad_bias)))
         return;
 #endif
-    Tensor gx_f = f32_like(grad_x);
-    backward_input<float>(gx_f, to_f32(grad_out), to_f32(w), p);
+    Tensor gx_f = f32_like(grad_x), gw_f = f32_like(grad_w), gb_f = f32_like(grad_bias);
+    backward<float>(gx_f, gw_f, gb_f, to_f32(grad_out), grad_w.defined() ? to_f32(x) : Tensor(),
+                    grad_x.defined() ? to_f32(w) : Tensor(), p);
     copy_into(grad_x, gx_f);
-  }
-}
-
-// grad_w: (O, C/g, kH, kW), grad_bias: (O) or undefined, from grad_out and x; sums over the batch
-// in fp32 (f64 for f64).
-template <typename T>
-void conv2d_backward_weight_kernel(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out,
-                                   const Tensor& x, const Conv2dParams& p) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    backward_weight<T>(grad_w, grad_bias, grad_out, x, p);
-  } else {
-#ifdef PRECIS_HAS_ONEDNN
-    if constexpr (std::is_same_v<T, BFloat16>)
-      if (onednn_conv_backward_weight(DType::bf16, conv_shape(x, grad_w, grad_out, p), grad_out.data_ptr(),
-                                      x.data_ptr(), grad_w.data_ptr(),
-                                      grad_bias.defined() ? grad_bias.data_ptr() : nullptr))
-        return;
-#endif
-    Tensor gw_f = f32_like(grad_w), gb_f = f32_like(grad_bias);
-    backward_weight<float>(gw_f, gb_f, to_f32(grad_out), to_f32(x), p);
     copy_into(grad_w, gw_f);
     copy_into(grad_bias, gb_f);
   }
@@ -145,10 +128,8 @@ template <typename T>
 void register_for() {
   constexpr DType dt = dtype_of<T>();
   register_kernel<kernels::Conv2dKernel>(OpId::conv2d, DeviceType::cpu, dt, &conv2d_kernel<T>);
-  register_kernel<kernels::Conv2dBackwardInputKernel>(OpId::conv2d_backward_input, DeviceType::cpu, dt,
-                                                      &conv2d_backward_input_kernel<T>);
-  register_kernel<kernels::Conv2dBackwardWeightKernel>(OpId::conv2d_backward_weight, DeviceType::cpu, dt,
-                                                       &conv2d_backward_weight_kernel<T>);
+  register_kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, DeviceType::cpu, dt,
+                                                 &conv2d_backward_kernel<T>);
 }
 
 }  // namespace

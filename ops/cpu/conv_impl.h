@@ -23,10 +23,11 @@ ConvShape conv_shape(const Tensor& x, const Tensor& w, const Tensor& out, const 
 // oneDNN convolution (f32, or bf16 with fp32 accumulation). Each returns false, computing nothing,
 // when oneDNN has no fast implementation for the dtype and shape on this CPU; the caller falls back.
 bool onednn_conv_forward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* bias, void* out);
-bool onednn_conv_backward_input(DType dtype, const ConvShape& s, const void* grad_out, const void* w, void* grad_x);
-/// grad_bias may be null (not wanted).
-bool onednn_conv_backward_weight(DType dtype, const ConvShape& s, const void* grad_out, const void* x, void* grad_w,
-                                 void* grad_bias);
+/// The gradients wanted (non-null outputs; grad_bias only with grad_w) from grad_out, x (read only
+/// for grad_w) and w (only for grad_x). False, computing nothing, unless every wanted pass has a
+/// fast implementation.
+bool onednn_conv_backward(DType dtype, const ConvShape& s, const void* grad_out, const void* x, const void* w,
+                          void* grad_x, void* grad_w, void* grad_bias);
 #endif
 
 // im2col + Eigen GEMM, for float and double (accumulating in T), split over the intra-op pool by

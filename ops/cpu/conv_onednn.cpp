@@ -3,7 +3,8 @@
 //
 // precis tensors are plain NCHW / OIHW. oneDNN's fastest kernels want blocked layouts
 // (nChw16c activations, OIhw16i16o weights), so each primitive is created with layout `any`,
-// and operands are reordered into the layout it chose and the result reordered back, per call.
+// and operands are reordered into the layout it chose and the result reordered back, per call
+// (grad_out once for both backward passes of a layer).
 // The reorders are memory-bound passes, cheap next to the convolution's flops at the shapes that
 // matter (see docs/design/cpu-conv.md for the measurements behind this choice).
 // Primitives and their reorders are cached per problem, dtype and thread count.
@@ -47,9 +48,10 @@ struct Operand {
 };
 
 // A ready primitive with its two inputs and one output (forward: src, weights → dst; backward
-// input: diff_dst, weights → diff_src; backward weight: src, diff_dst → diff_weights) and the
-// bias (an input of forward, an output of backward weight). An empty primitive records that
-// oneDNN has no fast implementation for the key.
+// input: diff_dst, weights → diff_src; backward weight: diff_dst, src → diff_weights: both
+// backward passes take diff_dst first, so a reorder of it can be shared) and the bias (an input of
+// forward, an output of backward weight). An empty primitive records that oneDNN has no fast
+// implementation for the key.
 struct CachedConv {
   dnnl::primitive primitive;
   Operand in0, in1, out;
@@ -166,8 +168,8 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
       const dnnl::convolution_backward_weights::primitive_desc pd(desc, e, hint);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_backward_weights(pd);
-      c->in0 = make_operand(DNNL_ARG_SRC, plain_src, pd.src_desc(), false);
-      c->in1 = make_operand(DNNL_ARG_DIFF_DST, plain_dst, pd.diff_dst_desc(), false);
+      c->in0 = make_operand(DNNL_ARG_DIFF_DST, plain_dst, pd.diff_dst_desc(), false);
+      c->in1 = make_operand(DNNL_ARG_SRC, plain_src, pd.src_desc(), false);
       c->out = make_operand(DNNL_ARG_DIFF_WEIGHTS, plain_w, pd.diff_weights_desc(), true);
       if (bias) {
         c->bias_arg = DNNL_ARG_DIFF_BIAS;
@@ -186,59 +188,86 @@ memory scratch(const memory::desc& desc, Tensor& holder) {
   return memory(desc, cpu_engine(), holder.data_ptr());
 }
 
-bool run(Pass pass, DType dtype, const ConvShape& s, const void* in0, const void* in1, void* out, void* bias) {
-  if (dtype != DType::f32 && dtype != DType::bf16) return false;
-  const int threads = sync_thread_count();
-  const Key key = make_key(pass, dtype, threads, bias != nullptr, s);
+// The cached primitive for a problem (built on first use); null when oneDNN has no fast
+// implementation for it.
+std::shared_ptr<const CachedConv> primitive_for(Pass pass, DType dtype, int threads, bool bias, const ConvShape& s) {
+  const Key key = make_key(pass, dtype, threads, bias, s);
   ConvCache& cache = conv_cache();
   std::shared_ptr<const CachedConv> c = cache.find(key);
-  if (c == nullptr) c = cache.insert(key, build(pass, dtype, bias != nullptr, s));
-  if (!c->supported()) return false;
+  if (c == nullptr) c = cache.insert(key, build(pass, dtype, bias, s));
+  return c->supported() ? c : nullptr;
+}
 
-  const dnnl::engine& e = cpu_engine();
+// An input operand in the layout its primitive chose: the user's memory itself, or a reordered
+// copy in scratch memory held by `holder`.
+memory prepare_input(const Operand& op, const void* data, Tensor& holder, dnnl::stream& stream) {
+  memory user(op.plain, cpu_engine(), const_cast<void*>(data));
+  if (!op.needs_reorder()) return user;
+  memory m = scratch(op.chosen, holder);
+  op.reorder.execute(stream, user, m);
+  return m;
+}
+
+// Runs one cached primitive on user (plain-layout) buffers. `ready0`, when given, is in0 already
+// in the chosen layout (shared between the two backward passes).
+void execute(const CachedConv& c, const void* in0, const void* in1, void* out, void* bias,
+             const memory* ready0 = nullptr) {
   dnnl::stream& stream = thread_stream();
   Tensor holders[3];
   try {
     std::unordered_map<int, memory> args;
-    const Operand* inputs[2] = {&c->in0, &c->in1};
-    const void* in_data[2] = {in0, in1};
-    for (int i = 0; i < 2; ++i) {
-      const Operand& op = *inputs[i];
-      memory user(op.plain, e, const_cast<void*>(in_data[i]));
-      if (op.needs_reorder()) {
-        memory m = scratch(op.chosen, holders[i]);
-        op.reorder.execute(stream, user, m);
-        args.emplace(op.arg, m);
-      } else {
-        args.emplace(op.arg, user);
-      }
-    }
-    memory user_out(c->out.plain, e, out);
-    memory prim_out = c->out.needs_reorder() ? scratch(c->out.chosen, holders[2]) : user_out;
-    args.emplace(c->out.arg, prim_out);
-    if (bias != nullptr) args.emplace(c->bias_arg, memory(c->bias, e, bias));
-    c->primitive.execute(stream, args);
-    if (c->out.needs_reorder()) c->out.reorder.execute(stream, prim_out, user_out);
+    args.emplace(c.in0.arg, ready0 != nullptr ? *ready0 : prepare_input(c.in0, in0, holders[0], stream));
+    args.emplace(c.in1.arg, prepare_input(c.in1, in1, holders[1], stream));
+    memory user_out(c.out.plain, cpu_engine(), out);
+    memory prim_out = c.out.needs_reorder() ? scratch(c.out.chosen, holders[2]) : user_out;
+    args.emplace(c.out.arg, prim_out);
+    if (bias != nullptr) args.emplace(c.bias_arg, memory(c.bias, cpu_engine(), bias));
+    c.primitive.execute(stream, args);
+    if (c.out.needs_reorder()) c.out.reorder.execute(stream, prim_out, user_out);
     stream.wait();
   } catch (const dnnl::error& err) {
     PRECIS_INTERNAL_ASSERT(false, "oneDNN convolution failed: ", err.what());
   }
-  return true;
 }
+
+bool supported_dtype(DType dtype) { return dtype == DType::f32 || dtype == DType::bf16; }
 
 }  // namespace
 
 bool onednn_conv_forward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* bias, void* out) {
-  return run(Pass::forward, dtype, s, x, w, out, const_cast<void*>(bias));
+  if (!supported_dtype(dtype)) return false;
+  const auto c = primitive_for(Pass::forward, dtype, sync_thread_count(), bias != nullptr, s);
+  if (c == nullptr) return false;
+  execute(*c, x, w, out, const_cast<void*>(bias));
+  return true;
 }
 
-bool onednn_conv_backward_input(DType dtype, const ConvShape& s, const void* grad_out, const void* w, void* grad_x) {
-  return run(Pass::backward_input, dtype, s, grad_out, w, grad_x, nullptr);
-}
-
-bool onednn_conv_backward_weight(DType dtype, const ConvShape& s, const void* grad_out, const void* x, void* grad_w,
-                                 void* grad_bias) {
-  return run(Pass::backward_weight, dtype, s, x, grad_out, grad_w, grad_bias);
+bool onednn_conv_backward(DType dtype, const ConvShape& s, const void* grad_out, const void* x, const void* w,
+                          void* grad_x, void* grad_w, void* grad_bias) {
+  if (!supported_dtype(dtype)) return false;
+  const int threads = sync_thread_count();
+  std::shared_ptr<const CachedConv> data, weights;
+  if (grad_x != nullptr && (data = primitive_for(Pass::backward_input, dtype, threads, false, s)) == nullptr)
+    return false;
+  if (grad_w != nullptr &&
+      (weights = primitive_for(Pass::backward_weight, dtype, threads, grad_bias != nullptr, s)) == nullptr)
+    return false;
+  // grad_out is in0 of both passes. When both want it in the same blocked layout (the usual case),
+  // it is reordered once: one activation-sized pass per layer saved.
+  Tensor shared_holder;
+  memory shared;
+  const bool share = data != nullptr && weights != nullptr && data->in0.needs_reorder() &&
+                     data->in0.chosen == weights->in0.chosen;
+  if (share) {
+    try {
+      shared = prepare_input(data->in0, grad_out, shared_holder, thread_stream());
+    } catch (const dnnl::error& err) {
+      PRECIS_INTERNAL_ASSERT(false, "oneDNN reorder failed: ", err.what());
+    }
+  }
+  if (data != nullptr) execute(*data, grad_out, w, grad_x, nullptr, share ? &shared : nullptr);
+  if (weights != nullptr) execute(*weights, grad_out, x, grad_w, grad_bias, share ? &shared : nullptr);
+  return true;
 }
 
 }  // namespace precis::cpu

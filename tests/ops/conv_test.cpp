@@ -1,6 +1,7 @@
 // conv2d: forward and all three gradients against a naive f64 reference over many geometries
 // (stride, padding, dilation, groups incl. depthwise, 1×1, bias or not, non-contiguous and
 // unbatched input), low-precision spot checks, gradient-check cases, and bad input.
+#include <array>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -195,6 +196,31 @@ TEST_CASE("conv2d: concurrent calls from several threads", "[ops][conv]") {
   }
   for (std::thread& th : threads) th.join();
   for (int m : mismatches) CHECK(m == 0);
+}
+
+// One backward kernel computes whichever of the three gradients are wanted (oneDNN shares
+// grad_out's reorder between its two passes when both run); a subset must equal the full run.
+TEST_CASE("conv2d: any subset of operands needing gradients gets the full run's gradients", "[ops][conv]") {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    const Tensor x0 = randn_input({2, 32, 10, 10}, false, 1, dtype), w0 = randn_input({32, 32, 3, 3}, false, 2, dtype),
+                 b0 = randn_input({32}, false, 3, dtype), go = randn_input({2, 32, 10, 10}, false, 4, dtype);
+    auto grads = [&](bool need_x, bool need_w, bool need_b) {
+      Tensor x = x0.detach().requires_grad_(need_x), w = w0.detach().requires_grad_(need_w),
+             b = b0.detach().requires_grad_(need_b);
+      conv2d(x, w, b, {1}, {1}).backward(go);
+      return std::array<Tensor, 3>{x.grad(), w.grad(), b.grad()};
+    };
+    const std::array<Tensor, 3> full = grads(true, true, true);
+    for (int mask = 1; mask < 7; ++mask) {
+      INFO(dtype_name(dtype) << " x " << (mask & 1) << " w " << (mask >> 1 & 1) << " b " << (mask >> 2 & 1));
+      const std::array<Tensor, 3> got = grads(mask & 1, mask & 2, mask & 4);
+      for (int i = 0; i < 3; ++i) {
+        REQUIRE(got[i].defined() == static_cast<bool>(mask & (1 << i)));
+        if (got[i].defined())
+          REQUIRE(got[i].to(DType::f64).to_vector<double>() == full[i].to(DType::f64).to_vector<double>());
+      }
+    }
+  }
 }
 
 TEST_CASE("conv2d: unbatched (C, H, W) input", "[ops][conv]") {

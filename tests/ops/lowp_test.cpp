@@ -270,8 +270,7 @@ const std::set<std::pair<OpId, std::string>> kF64Only = {{OpId::cast, "f64 to f3
 const std::map<OpId, OpId> kBackwardOf = {
     {OpId::relu_backward, OpId::relu},
     {OpId::gelu_backward, OpId::gelu},
-    {OpId::conv2d_backward_input, OpId::conv2d},
-    {OpId::conv2d_backward_weight, OpId::conv2d},
+    {OpId::conv2d_backward, OpId::conv2d},
     {OpId::max_pool2d_backward, OpId::max_pool2d},
     {OpId::avg_pool2d_backward, OpId::avg_pool2d},
     {OpId::adaptive_avg_pool2d_backward, OpId::adaptive_avg_pool2d},
