@@ -67,7 +67,7 @@ clean:
 
 # ResNet-20 on Fashion-MNIST with bf16 autocast: 4 epochs of batch 128, SGD (Nesterov momentum 0.9,
 # weight decay 5e-4) with a OneCycle schedule peaking at lr 0.1, random crop (pad 2) + flip.
-# Reaches ~91.7% test accuracy in ~4.6 CPU-minutes of training (docs/training.md). One intra-op
+# Reaches ~92% test accuracy in ~3.5 minutes of training (docs/training.md). One intra-op
 # thread plus one data-loader thread: safe on a 2-vCPU machine shared with other work, where a second
 # intra-op thread makes steps several times slower (every OpenMP barrier waits on a descheduled
 # thread); on an idle machine TRAIN_ARGS="--threads 2" is ~1.8x faster. The last line is the run's
