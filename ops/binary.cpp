@@ -5,6 +5,7 @@
 // operand flows back through the cast to the caller's dtype. Backward reduces the gradient of a
 // broadcast operand to its own shape with sum_to.
 #include <cmath>
+#include <optional>
 
 #include "amp/autocast.h"
 #include "autograd/record.h"
@@ -51,6 +52,24 @@ Shape broadcast_shapes(const char* op, std::initializer_list<const Tensor*> oper
 }
 
 namespace {
+// bool < integer < floating.
+int category_rank(DType t) { return t == DType::boolean ? 0 : is_integral(t) ? 1 : 2; }
+}  // namespace
+
+DType result_type(std::initializer_list<const Tensor*> operands) {
+  std::optional<DType> dimensioned, zero_dim;
+  for (const Tensor* t : operands) {
+    if (!t->defined()) continue;
+    std::optional<DType>& r = t->dim() == 0 ? zero_dim : dimensioned;
+    r = r ? promote_types(*r, t->dtype()) : t->dtype();
+  }
+  PRECIS_INTERNAL_ASSERT(dimensioned || zero_dim, "result_type: no defined operand");
+  if (!dimensioned) return *zero_dim;
+  if (!zero_dim || category_rank(*zero_dim) <= category_rank(*dimensioned)) return *dimensioned;
+  return promote_types(*dimensioned, *zero_dim);
+}
+
+namespace {
 
 void check_defined(const char* op, const Tensor& t, const char* name) {
   PRECIS_CHECK(t.defined(), op, ": operand ", name, " is undefined");
@@ -80,7 +99,7 @@ Operands prepare(OpId op_id, const Tensor& a_in, const Tensor& b_in, bool true_d
   check_defined(op, b, "b");
   check_same_device(op, a, "a", b, "b");
   Shape shape = broadcast_shapes(op, {&a, &b}, {"a", "b"});
-  DType dt = promote_types(a.dtype(), b.dtype());
+  DType dt = result_type({&a, &b});
   if (true_division && !is_floating(dt)) dt = DType::f32;
   return {cast(a, dt), cast(b, dt), std::move(shape)};
 }
@@ -266,7 +285,7 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   check_same_device("where", cond, "cond", a, "a");
   check_same_device("where", a, "a", b, "b");
   const Shape shape = broadcast_shapes("where", {&cond, &a, &b}, {"cond", "a", "b"});
-  const DType dt = promote_types(a.dtype(), b.dtype());
+  const DType dt = result_type({&a, &b});
   const Tensor ac = cast(a, dt), bc = cast(b, dt);
   Tensor out = empty(shape, {.dtype = dt, .device = a.device()});
   kernel<kernels::WhereKernel>(OpId::where, a.device().type, dt)(out, cond.expand(shape), ac.detach().expand(shape),

@@ -1,6 +1,6 @@
 #pragma once
-// Broadcasting rules shared by the ops that combine operands of different shapes (internal to
-// ops/).
+// Broadcasting and type-promotion rules shared by the ops that combine operands (internal to
+// ops/ and amp/).
 #include <initializer_list>
 
 #include "tensor/tensor.h"
@@ -12,5 +12,11 @@ namespace precis {
 /// `names` label the operands in the message ("a", "b", ...), one per tensor.
 Shape broadcast_shapes(const char* op, std::initializer_list<const Tensor*> operands,
                        std::initializer_list<const char*> names);
+
+/// PyTorch's result dtype of an op's tensor operands: the promotion of the dimensioned operands,
+/// unless a zero-dim operand is of a higher category (bool < integer < floating); then it is
+/// promoted with the zero-dim ones. So a (N) bf16 tensor times a () f32 tensor is bf16, a (N) i32
+/// tensor plus a () f64 tensor is f64. Undefined operands are skipped; at least one is defined.
+DType result_type(std::initializer_list<const Tensor*> operands);
 
 }  // namespace precis

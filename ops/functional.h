@@ -26,7 +26,9 @@ Tensor relu(const Tensor& x);                        ///< max(x, 0). Passthrough
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 Tensor pow(const Tensor& x, Scalar exponent);        ///< x^exponent. FP32.
 
-// ---- binary element-wise: operands broadcast; result dtype by promote_types -------------------
+// ---- binary element-wise: operands broadcast; result dtype as PyTorch's result_type: the ----------
+// promotion (promote_types) of the dimensioned operands; a zero-dim tensor operand only counts
+// when of a higher category (bool < integer < floating): bf16 (N) * f32 () is bf16.
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1.0);  ///< a + alpha·b. Promote.
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1.0);  ///< a - alpha·b. Promote.
 Tensor mul(const Tensor& a, const Tensor& b);                      ///< Promote.

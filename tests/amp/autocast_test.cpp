@@ -26,6 +26,12 @@ TEST_CASE("each category gives its dtype under a bf16 region", "[amp][autocast]"
   CHECK(mean(lowp, {1}).dtype() == DType::f32);               // FP32
   CHECK(add(lowp, a).dtype() == DType::f32);                  // Promote: widest
   CHECK(add(lowp, lowp).dtype() == DType::bf16);              // Promote: already equal
+  // Promote, a zero-dim operand: widens nothing (PyTorch's result_type), so a bf16 activation
+  // times an fp32 scale stays bf16; two zero-dim operands promote as usual.
+  const Tensor scale = full({}, 0.5, {.dtype = DType::f32});
+  CHECK(mul(lowp, scale).dtype() == DType::bf16);
+  CHECK(mul(lowp, scale).to(DType::f32).to_vector<float>() == mul(lowp.to(DType::f32), 0.5).to_vector<float>());
+  CHECK(add(scale, full({}, 1.0, {.dtype = DType::bf16})).dtype() == DType::f32);
   CHECK(cat({lowp, a}, 0).dtype() == DType::f32);             // Promote (list)
   CHECK(relu(lowp).dtype() == DType::bf16);                   // Passthrough
   CHECK(relu(a).dtype() == DType::f32);                       // Passthrough

@@ -207,6 +207,40 @@ TEST_CASE("dtype promotion follows PyTorch", "[ops][binary]") {
   CHECK(gt(i32, 0.5).to_vector<bool>() == std::vector<bool>{true, false});
 }
 
+// PyTorch's categories: a zero-dim tensor widens dimensioned operands only when it is of a higher
+// category (bool < integer < floating), as torch.result_type.
+TEST_CASE("zero-dim tensors promote as in PyTorch: below dimensioned operands", "[ops][binary]") {
+  const Tensor bf16 = full({2}, 1.5, {.dtype = DType::bf16}), f16 = full({2}, 1.5, {.dtype = DType::f16});
+  const Tensor i32 = from_vector<int32_t>({7, -7}, {2}), bl = from_vector<bool>({true, false}, {2});
+  const Tensor f32_0d = full({}, 2.0, {.dtype = DType::f32}), f64_0d = full({}, 0.5, {.dtype = DType::f64});
+  const Tensor i64_0d = full({}, 3, {.dtype = DType::i64}), bl_0d = full({}, 1, {.dtype = DType::boolean});
+  CHECK(mul(bf16, f32_0d).dtype() == DType::bf16);  // same category: the dimensioned dtype wins
+  CHECK(mul(bf16, f32_0d).to_vector<float>() == std::vector<float>{3.0f, 3.0f});
+  CHECK(mul(f32_0d, f16).dtype() == DType::f16);
+  CHECK(add(i32, i64_0d).dtype() == DType::i32);
+  CHECK(add(i32, i64_0d).to_vector<int32_t>() == std::vector<int32_t>{10, -4});
+  CHECK(add(i32, f64_0d).dtype() == DType::f64);  // higher category: promoted with it
+  CHECK(add(i32, f64_0d).to_vector<double>() == std::vector<double>{7.5, -6.5});
+  CHECK(add(bl, i64_0d).dtype() == DType::i64);
+  CHECK(mul(bl, f32_0d).dtype() == DType::f32);
+  CHECK(eq(bl, bl_0d).to_vector<bool>() == std::vector<bool>{true, false});
+  CHECK(add(f32_0d, f64_0d).dtype() == DType::f64);  // only zero-dim operands: plain promotion
+  CHECK(add(f32_0d, f64_0d).dim() == 0);
+  CHECK(lt(bf16, f32_0d).to_vector<bool>() == std::vector<bool>{true, true});
+  CHECK(where(gt(bf16, 1.0), bf16, f32_0d).dtype() == DType::bf16);
+  // A (1,)-shaped tensor is dimensioned: it promotes as before.
+  CHECK(mul(bf16, full({1}, 2.0, {.dtype = DType::f32})).dtype() == DType::f32);
+
+  // The zero-dim operand is cast to the result dtype differentiably; its gradient comes back f32.
+  Tensor s = full({}, 2.0, {.dtype = DType::f32, .requires_grad = true});
+  Tensor x = full({2}, 1.5, {.dtype = DType::bf16, .requires_grad = true});
+  sum(mul(x, s)).backward();
+  REQUIRE(s.grad().dtype() == DType::f32);
+  REQUIRE(s.grad().dim() == 0);
+  CHECK(s.grad().item<float>() == 3.0f);
+  REQUIRE(x.grad().dtype() == DType::bf16);
+}
+
 TEST_CASE("scalar operands", "[ops][binary]") {
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor x = non_contiguous(operand({4, 6}, 7, dt));
