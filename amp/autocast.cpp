@@ -21,6 +21,7 @@
 
 #include "amp/audit.h"
 #include "autograd/grad_mode.h"
+#include "ops/broadcast.h"
 
 namespace precis::amp {
 
@@ -181,15 +182,9 @@ DeviceType device_of(std::initializer_list<const Tensor*> tensors, bool* found) 
 }
 
 DType widest_floating(std::initializer_list<const Tensor*> tensors) {
-  // As the ops' own promotion (ops/broadcast.h result_type): a zero-dim floating operand does not
-  // widen dimensioned floating ones, so x_bf16 * scale_f32_0d stays bf16.
-  std::optional<DType> dimensioned, zero_dim;
-  for (const Tensor* t : tensors) {
-    if (!t->defined() || !is_floating(t->dtype())) continue;
-    std::optional<DType>& w = t->dim() == 0 ? zero_dim : dimensioned;
-    w = w ? promote_types(*w, t->dtype()) : t->dtype();
-  }
-  return dimensioned.value_or(zero_dim.value_or(DType::f32));
+  // The ops' own promotion rule: a zero-dim floating operand does not widen dimensioned floating
+  // ones, so x_bf16 * scale_f32_0d stays bf16.
+  return result_type(tensors, /*floating_only=*/true);
 }
 
 namespace {

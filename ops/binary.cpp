@@ -56,13 +56,14 @@ namespace {
 int category_rank(DType t) { return t == DType::boolean ? 0 : is_integral(t) ? 1 : 2; }
 }  // namespace
 
-DType result_type(std::initializer_list<const Tensor*> operands) {
+DType result_type(std::initializer_list<const Tensor*> operands, bool floating_only) {
   std::optional<DType> dimensioned, zero_dim;
   for (const Tensor* t : operands) {
-    if (!t->defined()) continue;
+    if (!t->defined() || (floating_only && !is_floating(t->dtype()))) continue;
     std::optional<DType>& r = t->dim() == 0 ? zero_dim : dimensioned;
     r = r ? promote_types(*r, t->dtype()) : t->dtype();
   }
+  if (floating_only && !dimensioned && !zero_dim) return DType::f32;
   PRECIS_INTERNAL_ASSERT(dimensioned || zero_dim, "result_type: no defined operand");
   if (!dimensioned) return *zero_dim;
   if (!zero_dim || category_rank(*zero_dim) <= category_rank(*dimensioned)) return *dimensioned;

@@ -17,6 +17,8 @@ Shape broadcast_shapes(const char* op, std::initializer_list<const Tensor*> oper
 /// unless a zero-dim operand is of a higher category (bool < integer < floating); then it is
 /// promoted with the zero-dim ones. So a (N) bf16 tensor times a () f32 tensor is bf16, a (N) i32
 /// tensor plus a () f64 tensor is f64. Undefined operands are skipped; at least one is defined.
-DType result_type(std::initializer_list<const Tensor*> operands);
+/// floating_only: only floating operands count, and f32 is returned when there are none (the
+/// widest dtype of autocast's Promote category).
+DType result_type(std::initializer_list<const Tensor*> operands, bool floating_only = false);
 
 }  // namespace precis
