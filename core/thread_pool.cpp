@@ -20,7 +20,6 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
-#include <thread>
 
 #include "core/error.h"
 
@@ -40,8 +39,9 @@ int default_num_threads() {
                  "' is not an integer in [1, ", kMaxThreads, "]");
     return static_cast<int>(n);
   }
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(std::min<unsigned>(hw, kMaxThreads));
+  // OpenMP's default team size: OMP_NUM_THREADS when set (as PyTorch honours it), else the CPUs
+  // this process may run on (its affinity mask, so `taskset -c 0` means one thread).
+  return std::clamp(omp_get_max_threads(), 1, kMaxThreads);
 }
 
 std::atomic<int>& thread_count() {

@@ -1,7 +1,7 @@
 #pragma once
 // The intra-op thread pool. Kernels split their work with parallel_for; the pool's size is
-// set_num_threads (default: the number of hardware threads). Nested parallel_for calls run
-// serially in the calling worker.
+// set_num_threads (default: $PRECIS_NUM_THREADS, else $OMP_NUM_THREADS, else the CPUs the
+// process may run on). Nested parallel_for calls run serially in the calling worker.
 #include <cstdint>
 #include <functional>
 

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -161,4 +162,13 @@ TEST_CASE("parallel_for from several threads at once", "[core][thread_pool]") {
     });
   for (auto& c : callers) c.join();
   REQUIRE(total == 4 * 200 * 1000);
+}
+
+// Hidden from discovery ([.]): tests/CMakeLists.txt runs it with OMP_NUM_THREADS=3 and without
+// PRECIS_NUM_THREADS, the one environment in which it means something.
+TEST_CASE("the default thread count is OMP_NUM_THREADS", "[.][core][thread_pool][env]") {
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  REQUIRE(omp != nullptr);
+  REQUIRE(std::getenv("PRECIS_NUM_THREADS") == nullptr);
+  REQUIRE(get_num_threads() == std::atoi(omp));
 }
