@@ -230,12 +230,16 @@ void execute(const CachedConv& c, const void* in0, const void* in1, void* out, v
   }
 }
 
-bool supported_dtype(DType dtype) { return dtype == DType::f32 || dtype == DType::bf16; }
+// f32 and bf16 problems with at least one input channel: with none, oneDNN's backward-weights
+// pass leaves the bias gradient zero instead of summing grad_out, so the fallback runs them.
+bool supported(DType dtype, const ConvShape& s) {
+  return (dtype == DType::f32 || dtype == DType::bf16) && s.c > 0;
+}
 
 }  // namespace
 
 bool onednn_conv_forward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* bias, void* out) {
-  if (!supported_dtype(dtype)) return false;
+  if (!supported(dtype, s)) return false;
   const auto c = primitive_for(Pass::forward, dtype, sync_thread_count(), bias != nullptr, s);
   if (c == nullptr) return false;
   execute(*c, x, w, out, const_cast<void*>(bias));
@@ -244,7 +248,7 @@ bool onednn_conv_forward(DType dtype, const ConvShape& s, const void* x, const v
 
 bool onednn_conv_backward(DType dtype, const ConvShape& s, const void* grad_out, const void* x, const void* w,
                           void* grad_x, void* grad_w, void* grad_bias) {
-  if (!supported_dtype(dtype)) return false;
+  if (!supported(dtype, s)) return false;
   const int threads = sync_thread_count();
   std::shared_ptr<const CachedConv> data, weights;
   if (grad_x != nullptr && (data = primitive_for(Pass::backward_input, dtype, threads, false, s)) == nullptr)

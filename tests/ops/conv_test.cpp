@@ -223,6 +223,24 @@ TEST_CASE("conv2d: any subset of operands needing gradients gets the full run's 
   }
 }
 
+// No input channels: the output is the bias, and the bias gradient still sums grad_out (oneDNN
+// left it zero; such problems take the im2col path).
+TEST_CASE("conv2d: zero input channels give the bias and its gradient", "[ops][conv]") {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    INFO(dtype_name(dtype));
+    Tensor x = zeros({2, 0, 5, 5}, {.dtype = dtype}).requires_grad_(true);
+    Tensor w = zeros({3, 0, 3, 3}, {.dtype = dtype}).requires_grad_(true);
+    Tensor b = full({3}, 1.5, {.dtype = dtype}).requires_grad_(true);
+    const Tensor y = conv2d(x, w, b, {1}, {1});
+    REQUIRE(y.sizes() == Shape{2, 3, 5, 5});
+    CHECK(y.to(DType::f64).to_vector<double>() == std::vector<double>(150, 1.5));
+    sum(y).backward();
+    CHECK(b.grad().to(DType::f64).to_vector<double>() == std::vector<double>(3, 50.0));
+    CHECK(x.grad().numel() == 0);
+    CHECK(w.grad().numel() == 0);
+  }
+}
+
 TEST_CASE("conv2d: unbatched (C, H, W) input", "[ops][conv]") {
   for (DType dtype : {DType::f32, DType::f64}) {
     const Tensor x = randn_input({3, 6, 5}, true, 1, dtype), w = randn_input({4, 3, 3, 3}, true, 2, dtype);
