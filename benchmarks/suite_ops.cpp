@@ -138,6 +138,24 @@ std::vector<OpCase> make_cases() {
                        return step([=] { return scaled_dot_product_attention(q, k, v, mask); }, {q, k, v}, gy);
                      }});
   }
+  // Element-wise work on operands laid out across the output's order (forward only, no autograd):
+  // the tiled iteration of ops/cpu/loops.h. Peer: the same expressions in PyTorch.
+  cases.push_back({"layout: transpose copy 2048x2048", 0, [] {
+                     const Tensor a = randn({2048, 2048});
+                     return std::function<void()>([a] { (void)a.t().contiguous(); });
+                   }});
+  cases.push_back({"layout: add contiguous + transposed 2048x2048", 0, [] {
+                     const Tensor a = randn({2048, 2048}), b = randn({2048, 2048});
+                     return std::function<void()>([a, b] { (void)add(a, b.t()); });
+                   }});
+  cases.push_back({"layout: add two transposed 2048x2048", 0, [] {
+                     const Tensor a = randn({2048, 2048}), b = randn({2048, 2048});
+                     return std::function<void()>([a, b] { (void)add(a.t(), b.t()); });
+                   }});
+  cases.push_back({"layout: NCHW to NHWC copy 64x64x32x32", 0, [] {
+                     const Tensor x = randn({64, 64, 32, 32});
+                     return std::function<void()>([x] { (void)x.permute({0, 2, 3, 1}).contiguous(); });
+                   }});
   return cases;
 }
 
@@ -157,7 +175,9 @@ SuiteReport run_ops(const Options& options) {
       "3x3; input and weight gradients; GFLOP/s counts 3x the forward flops. 'resnet18 conv total' sums "
       "the conv cases' times (each distinct shape once). batch_norm: training, running statistics "
       "updated. attention: scaled_dot_product_attention, q, k, v (16, 4, 128, 64), GFLOP/s = 12·B·H·L²·d "
-      "/ time; 'padding mask' adds a bool (16, 1, 1, 128) key mask. GFLOP/s is 0 for the memory-bound ops. "
+      "/ time; 'padding mask' adds a bool (16, 1, 1, 128) key mask. 'layout:' cases: forward only, f32, "
+      "operands whose innermost dim is strided in memory (transposed, NCHW read as NHWC). GFLOP/s is 0 "
+      "for the memory-bound ops. "
       "benchmarks/peers/torch_ops.py times the same cases in PyTorch.";
   const int initial_threads = get_num_threads();
   for (const OpCase& c : make_cases()) {

@@ -103,6 +103,17 @@ def make_cases(torch, F):
             return step(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), [q, k, v], gy)
         name = "attention 16x4x128x64 padding mask" if masked else "attention 16x4x128x64"
         cases.append((name, attention_flops, make, False))
+
+    # Element-wise work across the output's layout (forward only), as precis-bench's layout cases.
+    def layout(name, expr, *shapes):
+        def make():
+            ts = [torch.randn(*s) for s in shapes]
+            return lambda: expr(*ts)
+        cases.append((name, 0.0, make, False))
+    layout("layout: transpose copy 2048x2048", lambda a: a.t().contiguous(), (2048, 2048))
+    layout("layout: add contiguous + transposed 2048x2048", lambda a, b: a + b.t(), (2048, 2048), (2048, 2048))
+    layout("layout: add two transposed 2048x2048", lambda a, b: a.t() + b.t(), (2048, 2048), (2048, 2048))
+    layout("layout: NCHW to NHWC copy 64x64x32x32", lambda x: x.permute(0, 2, 3, 1).contiguous(), (64, 64, 32, 32))
     return cases
 
 

@@ -6,6 +6,8 @@
 #include <functional>
 #include <limits>
 
+#include "core/rng.h"
+#include "core/thread_pool.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
@@ -239,6 +241,42 @@ TEST_CASE("zero-dim tensors promote as in PyTorch: below dimensioned operands", 
   REQUIRE(s.grad().dim() == 0);
   CHECK(s.grad().item<float>() == 3.0f);
   REQUIRE(x.grad().dtype() == DType::bf16);
+}
+
+// Operands that walk their innermost dim with a large stride (transposed, channels-last) are
+// iterated in tiles (ops/cpu/loops.h); every element must still be computed once, exactly as for
+// contiguous copies of the operands, at any thread count. Sizes are not multiples of the tiles.
+TEST_CASE("element-wise ops on transposed and channels-last operands equal the contiguous results", "[ops][binary]") {
+  const int saved = get_num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+      INFO(threads << " threads, " << dtype_name(dtype));
+      const Tensor a = randn_input({301, 157}, false, 1, dtype), b = randn_input({157, 301}, false, 2, dtype);
+      const Tensor at = a.t(), bt = b.t();  // (157, 301) views, unit stride along dim 0
+      CHECK(at.contiguous().to_vector<double>() == at.to(DType::f64).to_vector<double>());
+      CHECK(add(at, b).to_vector<double>() == add(at.contiguous(), b).to_vector<double>());
+      const Tensor ct = randn_input({301, 157}, false, 5, dtype).t();  // a second transposed operand
+      CHECK(mul(at, ct).to_vector<double>() == mul(at.contiguous(), ct.contiguous()).to_vector<double>());
+      CHECK(add(at, bt.t()).to_vector<double>() == add(at.contiguous(), b).to_vector<double>());
+      const Tensor row = randn_input({301}, false, 3, dtype);  // broadcast along dim 0 (stride 0)
+      CHECK(where(gt(at, 0.0), row, at).to_vector<double>() ==
+            where(gt(at.contiguous(), 0.0), row, at.contiguous()).to_vector<double>());
+      CHECK(relu(at).to_vector<double>() == relu(at.contiguous()).to_vector<double>());
+      // NCHW -> NHWC and back, 4-D.
+      const Tensor x = randn_input({3, 37, 9, 35}, false, 4, dtype);
+      const Tensor nhwc = x.permute({0, 2, 3, 1});
+      CHECK(nhwc.contiguous().to_vector<double>() == nhwc.to(DType::f64).to_vector<double>());
+      CHECK(nhwc.contiguous().permute({0, 3, 1, 2}).contiguous().to_vector<double>() ==
+            x.to_vector<double>());
+      CHECK(sub(nhwc, 1.5).to_vector<double>() == sub(nhwc.contiguous(), 1.5).to_vector<double>());
+      // Dropout's mask follows the output index, whatever the input layout.
+      Generator g1(7), g2(7);
+      CHECK(dropout(at, 0.3, true, &g1).to_vector<double>() ==
+            dropout(at.contiguous(), 0.3, true, &g2).to_vector<double>());
+    }
+  }
+  set_num_threads(saved);
 }
 
 TEST_CASE("scalar operands", "[ops][binary]") {
