@@ -26,12 +26,10 @@ Compare with: python3 benchmarks/report.py PRECIS.json TORCH.json --suite models
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
-TUNABLES = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=68719476736"
+from peer_common import reexec_with_malloc_tuning, time_step
 # (name, flops per step: 3 x forward, MACHINE.md)
 CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("bert_mini b16x128", 3.0 * 46.2e9)]
 
@@ -158,19 +156,6 @@ def make_step(torch, name, dtype):
     return step
 
 
-def time_step(run, repeat, min_time, min_reps=5, warmup=2):
-    for _ in range(warmup):
-        run()
-    times, spent = [], 0.0
-    while len(times) < repeat and (spent < min_time or len(times) < min(min_reps, repeat)):
-        t0 = time.perf_counter()
-        run()
-        dt = time.perf_counter() - t0
-        times.append(dt * 1e3)
-        spent += dt
-    return statistics.median(times), min(times), len(times)
-
-
 def child(args):
     import torch
     torch.set_num_threads(args.child_threads)
@@ -198,9 +183,7 @@ def main():
     p.add_argument("--child-threads", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
 
-    if not args.no_malloc_tuning and "GLIBC_TUNABLES" not in os.environ:
-        os.environ["GLIBC_TUNABLES"] = TUNABLES
-        os.execv(sys.executable, [sys.executable] + sys.argv)
+    reexec_with_malloc_tuning(args.no_malloc_tuning)
     if args.child:
         child(args)
         return

@@ -21,11 +21,9 @@ Compare with benchmarks/report.py PRECIS.json TORCH.json.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
-TUNABLES = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=68719476736"
+from peer_common import reexec_with_malloc_tuning, time_step
 
 BATCH = 64
 # Every distinct ResNet-18 (CIFAR layout) conv shape: (cin, cout, k, stride, input hw).
@@ -117,19 +115,6 @@ def make_cases(torch, F):
     return cases
 
 
-def time_step(run, repeat, min_time, min_reps=5, warmup=2):
-    for _ in range(warmup):
-        run()
-    times, spent = [], 0.0
-    while len(times) < repeat and (spent < min_time or len(times) < min(min_reps, repeat)):
-        t0 = time.perf_counter()
-        run()
-        dt = time.perf_counter() - t0
-        times.append(dt * 1e3)
-        spent += dt
-    return statistics.median(times), min(times), len(times)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", default="2", help="comma-separated thread counts (default 2)")
@@ -140,9 +125,7 @@ def main():
     p.add_argument("--no-malloc-tuning", action="store_true")
     args = p.parse_args()
 
-    if not args.no_malloc_tuning and "GLIBC_TUNABLES" not in os.environ:
-        os.environ["GLIBC_TUNABLES"] = TUNABLES
-        os.execv(sys.executable, [sys.executable] + sys.argv)
+    reexec_with_malloc_tuning(args.no_malloc_tuning)
 
     import torch
     import torch.nn.functional as F

@@ -1,0 +1,30 @@
+"""What the PyTorch peers (torch_ops.py, torch_models.py) share: the timing loop of precis-bench
+(benchmarks/bench.cpp: warm-up, then repeat until min_time and min_reps) and the glibc malloc
+tuning of MACHINE.md, which must be in the environment before the interpreter starts."""
+import os
+import statistics
+import sys
+import time
+
+TUNABLES = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=68719476736"
+
+
+def reexec_with_malloc_tuning(disabled):
+    """Re-executes this script once with GLIBC_TUNABLES set (unless disabled or already set)."""
+    if not disabled and "GLIBC_TUNABLES" not in os.environ:
+        os.environ["GLIBC_TUNABLES"] = TUNABLES
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+
+
+def time_step(run, repeat, min_time, min_reps=5, warmup=2):
+    """(median ms, min ms, repetitions) of run()."""
+    for _ in range(warmup):
+        run()
+    times, spent = [], 0.0
+    while len(times) < repeat and (spent < min_time or len(times) < min(min_reps, repeat)):
+        t0 = time.perf_counter()
+        run()
+        dt = time.perf_counter() - t0
+        times.append(dt * 1e3)
+        spent += dt
+    return statistics.median(times), min(times), len(times)
