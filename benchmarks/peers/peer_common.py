@@ -1,6 +1,7 @@
 """What the PyTorch peers (torch_ops.py, torch_models.py) share: the timing loop of precis-bench
 (benchmarks/bench.cpp: warm-up, then repeat until min_time and min_reps) and the glibc malloc
 tuning of MACHINE.md, which must be in the environment before the interpreter starts."""
+import json
 import os
 import statistics
 import sys
@@ -28,3 +29,13 @@ def time_step(run, repeat, min_time, min_reps=5, warmup=2):
         times.append(dt * 1e3)
         spent += dt
     return statistics.median(times), min(times), len(times)
+
+
+def write_records(records, path):
+    """The records as a JSON array: to `path`, or to stdout when path is None."""
+    text = json.dumps(records, indent=1)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)

@@ -29,7 +29,7 @@ import os
 import subprocess
 import sys
 
-from peer_common import reexec_with_malloc_tuning, time_step
+from peer_common import reexec_with_malloc_tuning, time_step, write_records
 # (name, flops per step: 3 x forward, MACHINE.md)
 CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("bert_mini b16x128", 3.0 * 46.2e9)]
 
@@ -206,12 +206,7 @@ def main():
                       file=sys.stderr)
     for r in records:
         r.pop("torch", None)
-    text = json.dumps(records, indent=1)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    write_records(records, args.json)
 
 
 if __name__ == "__main__":

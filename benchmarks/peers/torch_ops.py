@@ -19,11 +19,10 @@ given.
 Compare with benchmarks/report.py PRECIS.json TORCH.json.
 """
 import argparse
-import json
 import os
 import sys
 
-from peer_common import reexec_with_malloc_tuning, time_step
+from peer_common import reexec_with_malloc_tuning, time_step, write_records
 
 BATCH = 64
 # Every distinct ResNet-18 (CIFAR layout) conv shape: (cin, cout, k, stride, input hw).
@@ -154,12 +153,7 @@ def main():
         records.append({"suite": "ops", "case": "resnet18 conv total", "impl": "torch", "dtype": "f32", "threads": n,
                         "median_ms": round(median, 4), "min_ms": round(sum(r["min_ms"] for r in conv), 4),
                         "gflops": round(flops / (median * 1e6), 2), "reps": min(r["reps"] for r in conv)})
-    text = json.dumps(records, indent=1)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    write_records(records, args.json)
 
 
 if __name__ == "__main__":
