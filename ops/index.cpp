@@ -5,6 +5,7 @@
 
 #include "amp/autocast.h"
 #include "autograd/record.h"
+#include "core/checked_math.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -101,7 +102,11 @@ Tensor cat(const std::vector<Tensor>& tensors_in, int64_t dim) {
       shape_ok = false;
       bad << "\n  position " << i << ": " << t.describe();
     } else {
-      out_sizes[d] += t.sizes()[d];
+      // Expanded operands can have sizes near INT64_MAX without the memory: the sum may overflow.
+      const std::optional<int64_t> sum = checked_add(out_sizes[d], t.sizes()[d]);
+      PRECIS_CHECK_SHAPE(sum.has_value(), "cat: the sizes along dim ", d, " add up to more than int64 holds; ",
+                         "operand ", i, " is ", t.describe());
+      out_sizes[d] = *sum;
     }
   }
   auto all_operands = [&] {
