@@ -17,10 +17,14 @@ using ByteSink = std::function<void(const void* data, size_t n)>;
 /// it was, and the exception propagates (system errors as IOError).
 void write_file_atomic(const std::string& path, const std::function<void(const ByteSink&)>& produce);
 
+/// What a stat mode describes, for messages: "a directory", "a FIFO (named pipe)", ...
+const char* file_kind(unsigned mode);
+
 /// A regular file opened for reading.
 class ReadOnlyFile {
  public:
-  /// Throws IOError when `path` cannot be opened or is not a regular file.
+  /// Throws IOError naming the path when it cannot be opened or is not a regular file (saying
+  /// what it is instead: a directory, a FIFO, a device, ...).
   explicit ReadOnlyFile(const std::string& path);
   ~ReadOnlyFile();
   ReadOnlyFile(const ReadOnlyFile&) = delete;
