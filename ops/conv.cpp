@@ -58,9 +58,12 @@ Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, con
   const int64_t c = x.size(-3), o = w.size(0);
   PRECIS_CHECK_SHAPE(o % groups == 0, "conv2d: out_channels (weight.size(0) = ", o,
                      ") must be divisible by groups = ", groups, ": ", operands(x, w, b));
-  PRECIS_CHECK_SHAPE(c == w.size(1) * groups, "conv2d: input has ", c, " channels but weight expects ",
-                     w.size(1), " · groups (", groups, ") = ", w.size(1) * groups, ": ", operands(x, w, b),
-                     groups > 1 ? "" : "; weight is (out_channels, in_channels / groups, kH, kW)");
+  // groups is the caller's (with out_channels 0 any value divides it): the product may overflow.
+  const std::optional<int64_t> expected_c = checked_mul(w.size(1), groups);
+  PRECIS_CHECK_SHAPE(expected_c && c == *expected_c, "conv2d: input has ", c, " channels but weight expects ",
+                     w.size(1), " · groups (", groups, ") = ",
+                     expected_c ? std::to_string(*expected_c) : std::string("more than int64 holds"), ": ",
+                     operands(x, w, b), groups > 1 ? "" : "; weight is (out_channels, in_channels / groups, kH, kW)");
   PRECIS_CHECK_SHAPE(!b.defined() || (b.dim() == 1 && b.size(0) == o), "conv2d: bias must be (", o, "), ",
                      operands(x, w, b));
   for (int d = 0; d < 2; ++d) {

@@ -4,6 +4,7 @@
 // graph was freed, after a tensor it saved was modified in place, or with a gradient that cannot
 // be one (an integer tensor).
 #include <functional>
+#include <limits>
 
 #include "amp/grad_scaler.h"
 #include "autograd/grad_mode.h"
@@ -66,6 +67,10 @@ const bool kConvPool = register_error_cases({
                      "overflows int64"),
     PRECIS_BAD_INPUT(conv2d, ValueError, "a zero stride", conv2d(f32({1, 1, 3, 3}), f32({1, 1, 1, 1}), Tensor(), {0}),
                      "conv2d", "stride"),
+    PRECIS_BAD_INPUT(conv2d, ShapeError, "groups whose product with the weight's channels overflows",
+                     conv2d(f32({1, 2, 3, 3}), f32({0, 2, 1, 1}), Tensor(), {1}, {0}, {1},
+                            std::numeric_limits<int64_t>::max()),
+                     "conv2d", "more than int64 holds"),
     PRECIS_BAD_INPUT(conv2d_backward, StateError, "backward a second time", backward_twice(conv), "conv2d_backward",
                      "second time"),
     PRECIS_BAD_INPUT(conv2d_backward, StateError, "the saved input modified in place", backward_after_inplace(conv),
