@@ -8,9 +8,10 @@
 #   scripts/sanitize-test.sh tsan     only the second
 #
 # Variables: ASAN_BUILD_DIR (build-asan), TSAN_BUILD_DIR (build-tsan), JOBS (nproc).
-# Exits non-zero when a test fails or a sanitizer reports anything: every report is also written
-# to <build dir>/sanitizer-reports/ (the run fails if that folder is not empty at the end) and
-# printed, so a report in a process whose exit status is lost still fails the run.
+# Exits non-zero when a test fails or a sanitizer reports anything. ASan, LSan and TSan reports are
+# also written to <build dir>/sanitizer-reports/ (the run fails if that folder is not empty at the
+# end) and printed, so a report in a process whose exit status is lost still fails the run; UBSan
+# reports (which the combined ASan runtime prints to stderr only) are counted in the ctest log.
 #
 # Why each choice (docs/design/sanitizers.md has the measurements):
 # - -O1 -g1: instrumented -O2 builds are slower still; -g1 (line tables only, enough for the
@@ -85,9 +86,18 @@ run_asan() {
   local built=$SECONDS
   say "ASan + UBSan: build took $((built - start)) s; running ctest (all but the install label)"
   local rc=0
-  ctest --test-dir "$asan_dir" -j "$jobs" --output-on-failure -LE install || rc=$?
+  ctest --test-dir "$asan_dir" -j "$jobs" --output-on-failure -LE install 2>&1 | tee "$asan_dir/ctest.log" ||
+    rc=${PIPESTATUS[0]}
   say "ASan + UBSan: tests took $((SECONDS - built)) s (exit $rc)"
   check_reports "$asan_dir" || rc=1
+  # UBSan inside the ASan runtime prints to stderr whatever log_path says (checked): its reports
+  # are in the failing tests' output, counted here.
+  local ub
+  ub=$(grep -c "runtime error:" "$asan_dir/ctest.log" || true)
+  if (( ub > 0 )); then
+    say "$ub UBSan report(s) in the test output above (grep 'runtime error:' $asan_dir/ctest.log)"
+    rc=1
+  fi
   unset ASAN_OPTIONS UBSAN_OPTIONS
   return $rc
 }
