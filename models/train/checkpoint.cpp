@@ -52,7 +52,7 @@ std::string others_hint(const std::string& path) {
   for (const std::string& other : list_checkpoints(parent.empty() ? "." : parent.string()))
     if (fs::path(other) != fs::path(path)) list += (list.empty() ? "" : ", ") + other;
   if (list.empty()) return " No other checkpoint is in its folder.";
-  return " Other checkpoints in its folder (untouched; resume from one with --resume FILE): " + list + ".";
+  return " Other checkpoints in its folder (untouched; resume from one with --resume-from FILE): " + list + ".";
 }
 
 }  // namespace

@@ -278,7 +278,8 @@ TEST_CASE("precis-train: a damaged checkpoint is refused and the previous one st
     std::ofstream(latest, std::ios::binary | std::ios::trunc) << bytes;
     REQUIRE_THAT(error_of<IOError>([&] { train::train(o, log); }),
                  Catch::Matchers::Contains("CRC-32") && Catch::Matchers::Contains(latest) &&
-                               Catch::Matchers::Contains(previous));
+                               Catch::Matchers::Contains(previous) &&
+                               Catch::Matchers::Contains("resume from one with --resume-from FILE"));
   }
   SECTION("a truncated file is refused") {
     std::ofstream(latest, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
