@@ -146,14 +146,14 @@ in_root 'apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qq instal
 
 say "make test (inside the root)"
 t1=$SECONDS
-in_root 'make test' 2>&1 | tee "$root.make-test.log" | sed 's/^/  | /' ||
+in_root 'make test' 2>&1 | tee "$root.make-test.log" | sed -u 's/^/  | /' ||
   die "make test failed inside the fresh root (log: $root.make-test.log)"
 t_test=$(( SECONDS - t1 ))
 grep -qE '^100% tests passed' "$root.make-test.log" || die "make test printed no '100% tests passed' line"
 
 say "make train TRAIN_ARGS=\"$train_args\" (inside the root)"
 t2=$SECONDS
-in_root "make train TRAIN_ARGS='$train_args'" 2>&1 | tee "$root.make-train.log" | sed 's/^/  | /' ||
+in_root "make train TRAIN_ARGS='$train_args'" 2>&1 | tee "$root.make-train.log" | sed -u 's/^/  | /' ||
   die "make train failed inside the fresh root (log: $root.make-train.log)"
 t_train=$(( SECONDS - t2 ))
 json=$(grep -E '^\{.*\}$' "$root.make-train.log" | tail -1 || true)
