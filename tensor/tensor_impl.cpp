@@ -63,6 +63,18 @@ TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offs
 
 TensorImpl::~TensorImpl() = default;
 
+void TensorImpl::set_data(const TensorImpl& src) {
+  if (&src == this) return;
+  storage_ = src.storage_;
+  sizes_ = src.sizes_;
+  strides_ = src.strides_;
+  offset_ = src.offset_;
+  numel_ = src.numel_;
+  dtype_ = src.dtype_;
+  contiguous_ = src.contiguous_;
+  version_->value.fetch_add(1, std::memory_order_relaxed);
+}
+
 autograd::AutogradMeta& TensorImpl::ensure_autograd_meta() {
   if (!autograd_) autograd_ = std::make_unique<autograd::AutogradMeta>();
   return *autograd_;

@@ -46,6 +46,13 @@ class TensorImpl {
 
   const std::shared_ptr<VersionCounter>& version_counter() const { return version_; }
 
+  /// Makes this tensor hold `src`'s data (storage, sizes, strides, offset, dtype, hence device)
+  /// while staying the same object: every handle to it, its autograd metadata (requires_grad,
+  /// .grad, hooks) and its version counter are kept, and the version is bumped, so a graph or an
+  /// autocast cache entry that saved the old data refuses it. PyTorch's `param.data = src`; what
+  /// Module::to() uses so optimizers keep their parameters. Views made before keep the old data.
+  void set_data(const TensorImpl& src);
+
   /// Null for tensors autograd has never touched.
   autograd::AutogradMeta* autograd_meta() const { return autograd_.get(); }
   /// Creates the metadata on first use.

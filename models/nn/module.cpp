@@ -249,27 +249,30 @@ Module& Module::train(bool on) {
 }
 
 namespace {
-// Replaces t by convert(t) (a new leaf with the same requires_grad and a converted grad); tensors
-// shared by several slots are converted once. The memo keeps the old tensors alive, so no freed
-// TensorImpl address can be reused while it is a key.
-using ConvertMemo = std::unordered_map<const TensorImpl*, std::pair<Tensor, Tensor>>;
+// Converts the tensor of a slot to convert(t) in place (TensorImpl::set_data): the TensorImpl stays,
+// so every handle to it (an optimizer's, a user's) sees the new dtype or device, as PyTorch's
+// module.to() keeps its Parameter objects. The gradient is converted too. A tensor in several slots
+// (tied) is one TensorImpl, converted at its first slot. A slot holding a non-leaf (computed by a
+// recorded op, so a graph refers to its dtype) is replaced by a new leaf instead.
 template <typename Convert>
-void convert_slot(Tensor& t, ConvertMemo& memo, Convert&& convert) {
-  if (auto it = memo.find(t.impl()); it != memo.end()) { t = it->second.second; return; }
+void convert_slot(Tensor& t, Convert&& convert) {
   Tensor n = convert(t.detach());
-  if (t.requires_grad()) n.requires_grad_(true);
-  if (Tensor g = t.grad(); g.defined()) n.set_grad(convert(g));
-  memo.emplace(t.impl(), std::make_pair(t, n));
-  t = n;
+  Tensor g = t.grad();
+  if (!t.is_leaf()) {
+    if (t.requires_grad()) n.requires_grad_(true);
+    t = n;
+  } else {
+    t.impl()->set_data(*n.impl());
+  }
+  if (g.defined()) t.set_grad(convert(g));
 }
 }  // namespace
 
 Module& Module::to(Device device) {
   NoGradGuard no_grad;
-  ConvertMemo memo;
   for_each_tensor_slot([&](Module&, Tensor& t) {
     if (!t.defined() || t.device() == device) return;
-    convert_slot(t, memo, [&](const Tensor& x) { return x.to(device); });
+    convert_slot(t, [&](const Tensor& x) { return x.to(device); });
   });
   return *this;
 }
@@ -278,12 +281,12 @@ Module& Module::to(DType dtype) {
   PRECIS_CHECK_DTYPE(is_floating(dtype), type_name(), ".to(", dtype_name(dtype),
                      "): modules convert to a floating dtype (f32, f64, f16, bf16)");
   NoGradGuard no_grad;
-  ConvertMemo memo;
+  std::unordered_set<const TensorImpl*> done;  // a tied tensor follows its first slot's module
   for_each_tensor_slot([&](Module& m, Tensor& t) {
-    if (!t.defined() || !t.is_floating_point()) return;
+    if (!t.defined() || !t.is_floating_point() || !done.insert(t.impl()).second) return;
     const DType target = (m.keep_fp32_params() && is_low_precision(dtype)) ? DType::f32 : dtype;
     if (t.dtype() == target) return;
-    convert_slot(t, memo, [&](const Tensor& x) { return x.to(target); });
+    convert_slot(t, [&](const Tensor& x) { return x.to(target); });
   });
   return *this;
 }
@@ -426,7 +429,8 @@ void Module::CloneSession::finish(Module& copy) {
                    "clone relinks; a std::shared_ptr member cannot be redirected.");
   }
   NoGradGuard no_grad;
-  ConvertMemo memo;
+  // Old tensor -> its copy; holding the old tensors keeps their addresses from being reused.
+  std::unordered_map<const TensorImpl*, std::pair<Tensor, Tensor>> memo;
   copy.for_each_tensor_slot([&](Module&, Tensor& t) {
     if (!t.defined()) return;
     if (auto it = memo.find(t.impl()); it != memo.end()) { t = it->second.second; return; }

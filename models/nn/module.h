@@ -16,8 +16,9 @@
 // Note [Module tensor slots]: a module's tensors are the module's own data members
 // (`Tensor weight;` registered with register_parameter("weight", weight)). The module remembers
 // where each member lives (its byte offset from the Module base, which is the same in every copy
-// and after a move), so to(dtype), to(device) and clone() write the new tensor straight into the
-// member: `weight` always is the registered tensor, and there is no second table to go stale.
+// and after a move), so clone() writes the copy's tensor straight into the copy's member (and
+// to(dtype) / to(device) convert the member's tensor in place): `weight` always is the registered
+// tensor, and there is no second table to go stale.
 // A tensor without a member is registered as an rvalue (register_parameter("w", randn(...)));
 // the module then owns its slot and returns a reference to it. Member registration needs the
 // tensor to be a data member of the module being constructed (checked roughly: it must lie just
@@ -28,9 +29,10 @@
 // for everything but clone<T>(), which detects it and throws (a copied std::shared_ptr would keep
 // pointing at the original's child).
 //
-// to(dtype) and to(device) replace tensors (new TensorImpls): create optimizers after moving the
-// model, as in PyTorch. load_state_dict copies into the existing tensors in place, so it can run
-// at any time.
+// to(dtype) and to(device) convert each tensor in place (TensorImpl::set_data: the same tensor
+// object with new data, as PyTorch's module.to() keeps its Parameter objects), so a handle held
+// before (an optimizer's, a user's) sees the new dtype and device. load_state_dict copies into the
+// existing tensors in place. Both can run at any time; an optimizer converts its state to follow.
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -170,13 +172,17 @@ class Module {
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
 
-  /// Moves every parameter and buffer to `device` (Note [Module tensor slots]). Gradients move too.
+  /// Moves every parameter and buffer to `device`, in place: each tensor object stays and holds
+  /// its new data (an optimizer built before keeps working). Gradients move too.
   Module& to(Device device);
-  /// Casts floating parameters and buffers to `dtype`; integer buffers are untouched. Modules whose
-  /// keep_fp32_params() is true (BatchNorm) keep fp32 tensors when dtype is f16 or bf16: DESIGN §3's
-  /// low-precision model mode. Gradients are cast too. Tied tensors stay tied.
+  /// Casts floating parameters and buffers to `dtype` in place (as to(Device)); integer buffers
+  /// are untouched. Modules whose keep_fp32_params() is true (the normalisation layers) keep fp32
+  /// tensors when dtype is f16 or bf16: DESIGN §3's low-precision model mode. Gradients are cast
+  /// too. Tied tensors stay tied (and follow the first module that holds them).
   Module& to(DType dtype);
-  /// True for modules whose parameters and buffers stay fp32 in a low-precision model.
+  /// True for modules whose parameters and buffers stay fp32 in a low-precision model: BatchNorm,
+  /// LayerNorm and GroupNorm (their statistics and affine parameters are computed in fp32 anyway;
+  /// bf16/f16 weights near 1 would round every small update away).
   virtual bool keep_fp32_params() const { return false; }
 
   /// Clears the gradients of every parameter: dropped (set_to_none, default) or zeroed in place.

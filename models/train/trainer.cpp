@@ -232,7 +232,9 @@ class MetricsCsv {
 
 std::string TrainSummary::json() const {
   std::ostringstream s;
-  s << "{\"model\": \"" << model << "\", \"precision\": \"" << precision << "\", \"epochs\": " << epochs
+  char epochs_text[32];
+  std::snprintf(epochs_text, sizeof epochs_text, "%.4g", epochs);  // 4, or 0.002083 after a cut
+  s << "{\"model\": \"" << model << "\", \"precision\": \"" << precision << "\", \"epochs\": " << epochs_text
     << ", \"test_accuracy\": " << json_number(test_accuracy, 4) << ", \"samples_per_s\": "
     << json_number(samples_per_s, 1) << ", \"wall_s\": " << json_number(wall_s, 2) << ", \"train_s\": "
     << json_number(train_s, 2) << ", \"steps\": " << steps << ", \"skipped_steps\": " << skipped_steps << "}";
@@ -349,7 +351,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   summary.precision = std::string(precision_name(o.precision)) + (o.master_weights ? "-master" : "");
   summary.test_accuracy = NAN;
   summary.test_loss = NAN;
-  summary.epochs = pos.epoch;
+  summary.epochs = static_cast<double>(pos.epoch);
 
   if (!o.quiet)
     out << "training: " << o.epochs << " epochs of " << steps_in(0) << " steps, batch "
@@ -458,6 +460,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
       if (o.checkpoint_every > 0 && st.global_step % o.checkpoint_every == 0) checkpoint(loader.position());
       if (o.stop_after_steps > 0 && st.global_step >= o.stop_after_steps) {
         stop = true;
+        summary.epochs = static_cast<double>(epoch) + static_cast<double>(epoch_step) / static_cast<double>(epoch_steps);
         break;
       }
     }
@@ -479,7 +482,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
             << (last_checkpoint.empty() ? "" : "; checkpoint " + last_checkpoint) << "\n";
       break;
     }
-    summary.epochs = epoch + 1;
+    summary.epochs = static_cast<double>(epoch + 1);
     checkpoint(loader.position());
     const Evaluation ev = evaluate(*task, model, o);
     summary.test_accuracy = ev.accuracy;

@@ -9,7 +9,7 @@
 // scaler.scale(loss / accum).backward() for each of `accum` micro-batches → optional
 // scaler.clip_grad_norm_ → scaler.step(opt) (skipped on overflow for f16) → scaler.update() →
 // scheduler.step(applied) → zero_grad. bf16 and f32 run with the scaler disabled (a pass-through).
-// With master_weights the model's parameters are cast to `precision` (BatchNorm stays fp32) and
+// With master_weights the model's parameters are cast to `precision` (normalisation layers stay fp32) and
 // the optimizer keeps fp32 master copies (DESIGN §3's low-precision model mode).
 //
 // Bit-exact resume: a checkpoint (models/train/checkpoint.h) is written only between optimizer
@@ -30,7 +30,7 @@ namespace precis::train {
 struct TrainSummary {
   std::string model;
   std::string precision;
-  int64_t epochs = 0;           ///< epochs completed
+  double epochs = 0;            ///< epochs trained: whole ones plus the part of one cut by stop_after_steps
   double test_accuracy = 0;     ///< NaN when the run stopped before evaluating
   double test_loss = 0;
   double samples_per_s = 0;     ///< training examples per second of training time

@@ -344,6 +344,7 @@ TEST_CASE("nn::MultiheadAttention: PyTorch names and masking", "[models]") {
     NoGradGuard ng;
     x2.select(0, 0).select(0, 4).fill_(9.0);
   }
-  Tensor a = mha.forward(x, x2, x2, pad), b = mha.forward(x, x, x, pad);
+  Tensor a = std::get<0>(mha.forward(x, x2, x2, {.key_padding_mask = pad}));
+  Tensor b = std::get<0>(mha.forward(x, x, x, {.key_padding_mask = pad}));
   PRECIS_REQUIRE_CLOSE(a, b, DType::f32);
 }
