@@ -96,6 +96,8 @@ class Trainer {
   std::unique_ptr<Progress> progress_;
 
   std::string last_checkpoint_;
+  int64_t written_step_ = -1;       // the step and position of last_checkpoint_
+  data::DataPosition written_at_;
   double train_seconds_ = 0;
   int64_t train_samples_ = 0;
 };
@@ -161,6 +163,7 @@ void Trainer::resume() {
   default_generator().set_state(static_cast<uint64_t>(state_get_int(t, "generator_seed", who)),
                                 static_cast<uint64_t>(state_get_int(t, "generator_offset", who)));
   epoch_metrics_.load_state_dict(t, who);
+  last_checkpoint_ = path;  // until this run writes one
   if (!o_.quiet)
     out_ << "resumed from " << path << " (step " << global_step_ << ", epoch " << start_.epoch + 1 << ", batch "
          << start_.batch << ")\n";
@@ -172,6 +175,8 @@ void Trainer::resume() {
 // pending), with the loader position `at` to continue from.
 void Trainer::checkpoint(data::DataPosition at) {
   if (o_.checkpoint_dir.empty()) return;
+  // An epoch's last step checkpointed by --checkpoint-every is the epoch-end state already.
+  if (global_step_ == written_step_ && at == written_at_) return;
   const Generator& g = default_generator();
   StateDict trainer = epoch_metrics_.state_dict();
   trainer.insert({{"global_step", state_int(global_step_)},
@@ -190,6 +195,8 @@ void Trainer::checkpoint(data::DataPosition at) {
   std::map<std::string, std::string> meta = identity_;
   meta["format"] = "precis-train checkpoint 1";
   last_checkpoint_ = save_checkpoint(o_.checkpoint_dir, global_step_, state, meta, o_.keep);
+  written_step_ = global_step_;
+  written_at_ = at;
 }
 
 // ---- step --------------------------------------------------------------------------------------
@@ -350,12 +357,13 @@ bool Trainer::train_epoch(int64_t epoch) {
   epoch_samples_ = 0;
   step_metrics_.reset();
 
+  auto stop_due = [&] { return o_.stop_after_steps > 0 && global_step_ >= o_.stop_after_steps; };
   bool stop = false;
   for (data::Batch& b : *loader_) {
     if (!step(b)) continue;
     log_progress(false);
     if (checkpoint_due()) checkpoint(loader_->position());
-    if (o_.stop_after_steps > 0 && global_step_ >= o_.stop_after_steps) {
+    if (stop_due()) {
       stop = true;
       break;
     }
@@ -365,6 +373,7 @@ bool Trainer::train_epoch(int64_t epoch) {
   if (!stop && acc_->micro_steps_pending() > 0) {
     update();
     acc_->reset();
+    stop = stop_due();
   }
   epoch_seconds_ = seconds_since(epoch_start_);
   train_seconds_ += epoch_seconds_;
@@ -387,7 +396,7 @@ TrainSummary Trainer::run() {
   bool stopped = false;
   for (int64_t epoch = start_.epoch; epoch < o_.epochs; ++epoch) {
     if (!train_epoch(epoch)) {
-      if (!checkpoint_due()) checkpoint(loader_->position());
+      checkpoint(loader_->position());  // unless the step's own checkpoint was just written
       if (!o_.quiet)
         out_ << "stopped after step " << global_step_ << " (--stop-after-steps)"
              << (last_checkpoint_.empty() ? "" : "; checkpoint " + last_checkpoint_) << "\n";

@@ -72,7 +72,7 @@ struct TrainSummary {
   int64_t steps = 0;            ///< optimizer steps taken (counting those before a resume)
   int64_t skipped_steps = 0;    ///< steps the loss scaler skipped
   bool stopped_early = false;   ///< stop_after_steps ended the run
-  std::string last_checkpoint;  ///< path of the last checkpoint written (empty if none)
+  std::string last_checkpoint;  ///< the last checkpoint written, else the one resumed from (empty if none)
   /// {"model","precision","epochs","test_accuracy","samples_per_s","wall_s"} on one line, plus
   /// "train_s", "steps" and "skipped_steps". test_accuracy is null when not evaluated.
   std::string json() const;

@@ -129,6 +129,18 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return std::memcmp(ca.data_ptr(), cb.data_ptr(), static_cast<size_t>(ca.numel()) * ca.element_size()) == 0;
 }
 
+std::string state_difference(const std::string& a_path, const std::string& b_path) {
+  const train::Checkpoint a = train::load_checkpoint(a_path);
+  const train::Checkpoint b = train::load_checkpoint(b_path);
+  for (const auto& [name, t] : a.state) {
+    auto it = b.state.find(name);
+    if (it == b.state.end()) return name + " is missing from " + b_path;
+    if (!same_bits(t, it->second)) return name + " differs";
+  }
+  if (a.state.size() != b.state.size()) return b_path + " has more tensors";
+  return "";
+}
+
 void require_same_state(const std::string& a_path, const std::string& b_path) {
   train::Checkpoint a = train::load_checkpoint(a_path);
   train::Checkpoint b = train::load_checkpoint(b_path);

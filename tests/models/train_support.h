@@ -41,6 +41,8 @@ train::TrainOptions tiny_resnet(const std::string& data, const std::string& ckpt
 train::TrainOptions tiny_bert(const std::string& data, const std::string& ckpt, const std::string& vocab);
 
 bool same_bits(const Tensor& a, const Tensor& b);
+/// Empty when every tensor of two checkpoints is bit-identical, else the first difference.
+std::string state_difference(const std::string& a_path, const std::string& b_path);
 /// Every tensor of two checkpoints is bit-identical: model, optimizer, scaler, scheduler,
 /// accumulator and the trainer's counters (including the running loss and accuracy sums).
 void require_same_state(const std::string& a_path, const std::string& b_path);
