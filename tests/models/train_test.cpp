@@ -241,9 +241,13 @@ TEST_CASE("precis-train: the command prints progress, an epoch summary and the J
   while (std::getline(csv, line)) ++rows;
   REQUIRE(rows == 6);
 
-  const Run q = run_cli("resnet --data " + data + " --width 4 --epochs 1 --batch 16 --threads 1 --quiet");
+  // A later option overrides an earlier one, as `make train TRAIN_ARGS="--epochs 1"` needs.
+  const Run q = run_cli("resnet --data " + data + " --width 4 --epochs 3 --batch 16 --threads 2 --quiet --epochs 1 "
+                        "--threads 1");
+  INFO(q.output);
   REQUIRE(q.code == 0);
   REQUIRE(q.output.find('{') == 0);  // nothing but the JSON line
+  REQUIRE_THAT(q.output, Catch::Matchers::Contains("\"epochs\": 1,"));
 }
 
 TEST_CASE("precis-train: usage errors are explained and exit with 2", "[train]") {
