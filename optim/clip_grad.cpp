@@ -8,7 +8,8 @@
 #include "autograd/grad_mode.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "tensor/factory.h"
 
 namespace precis::optim {
@@ -122,9 +123,9 @@ void scale_grads(const std::vector<Tensor>& params, double coef) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     if (g.is_contiguous() && g.device().is_cpu()) {
-      cpu::visit_dtype(g.dtype(), [&]<typename T>() {
+      visit_dtype(g.dtype(), [&]<typename T>() {
         if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-          using C = cpu::opmath_t<T>;
+          using C = opmath_t<T>;
           T* data = static_cast<T*>(g.data_ptr());
           const C c = static_cast<C>(coef);
           // g: (numel,), scaled in its compute type (fp32 for f16/bf16)
@@ -176,7 +177,7 @@ std::vector<double> grad_norms(const std::vector<Tensor>& params, double norm_ty
     const Tensor g = contiguous_cpu_grad(params[i], i, "grad_norms");
     if (!g.defined()) continue;
     double c = 0.0;
-    cpu::visit_dtype(g.dtype(), [&]<typename T>() {
+    visit_dtype(g.dtype(), [&]<typename T>() {
       if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
         c = norm_contribution<T>(static_cast<const T*>(g.data_ptr()), g.numel(), kind, norm_type);
     });
@@ -194,7 +195,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor g = contiguous_cpu_grad(params[i], i, "clip_grad_norm_");
     if (!g.defined()) continue;
-    cpu::visit_dtype(g.dtype(), [&]<typename T>() {
+    visit_dtype(g.dtype(), [&]<typename T>() {
       if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
         contributions[i] = norm_contribution<T>(static_cast<const T*>(g.data_ptr()), g.numel(), kind, norm_type);
     });
@@ -239,9 +240,9 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
     PRECIS_CHECK_T(NotImplementedError, g.device().is_cpu(), "clip_grad_value_: gradient ", i, " is ", g.describe(),
                    "; clipping CUDA gradients is not implemented yet");
     Tensor c = g.is_contiguous() ? g : g.contiguous();
-    cpu::visit_dtype(c.dtype(), [&]<typename T>() {
+    visit_dtype(c.dtype(), [&]<typename T>() {
       if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-        using C = cpu::opmath_t<T>;
+        using C = opmath_t<T>;
         T* data = static_cast<T*>(c.data_ptr());
         const C hi = static_cast<C>(clip_value);
         // g: (numel,); NaN compares false both ways and stays
