@@ -16,6 +16,7 @@ void register_cpu_kernels() {
   register_loss_kernels();
   register_dropout_kernels();
   register_unscale_kernels();
+  register_optim_kernels();
 }
 
 }  // namespace precis::cpu
