@@ -154,4 +154,23 @@ void launch_sgd_step(DType param_dtype, DType grad_dtype, const kernels::SgdTens
 void launch_adam_step(DType param_dtype, DType grad_dtype, const kernels::AdamTensor* tensors, int count,
                       const kernels::AdamHyper& hyper, const kernels::ScalerArgs& scaler, cudaStream_t stream);
 
+// ---- gradient norms and clipping (ops/cuda/clip.cu) ------------------------------------------------
+/// Elements per block of the norm and clipping passes; every gradient takes
+/// max(1, ceil(numel / kClipChunk)) blocks.
+inline constexpr int64_t kClipChunk = 65536;
+/// Device scratch bytes for a launch_grad_norms call over `grads`.
+size_t grad_norms_scratch_bytes(const GradBuffer* grads, int count);
+/// out[i] (f64, device) = the power sum of grads[i] for the p-norm of `kind` (ops/optim_math.h),
+/// in f64; deterministic (per-block partials combined in chunk order by a second kernel).
+void launch_grad_norms(const GradBuffer* grads, int count, kernels::NormKind kind, double p, double* out,
+                       void* scratch, cudaStream_t stream);
+/// The clip of clip_grad_norm (ops/kernels_optim.h): the total norm from `count` power sums
+/// (f64 or f32, device) into *total_out (f32), then every gradient scaled in place by
+/// clip_coefficient when clip_scales, decided on the device. coef: 2 floats of device scratch.
+void launch_clip_grad_norm(const GradBuffer* grads, int count, const void* power_sums, bool sums_f64,
+                           kernels::NormKind kind, double p, double max_norm, float* total_out, float* coef,
+                           cudaStream_t stream);
+/// Every gradient element clamped to [-clip_value, clip_value] in place (NaN stays).
+void launch_clip_grad_value(const GradBuffer* grads, int count, double clip_value, cudaStream_t stream);
+
 }  // namespace precis::cuda

@@ -177,6 +177,9 @@ const std::set<OpId> kNoEntry = {
     OpId::unscale_grads,
     OpId::sgd_step,
     OpId::adam_step,
+    OpId::grad_norms,
+    OpId::clip_grad_norm,
+    OpId::clip_grad_value,
 };
 
 // Ops that by design do not call the autocast hook: views alias their input (a cast would break

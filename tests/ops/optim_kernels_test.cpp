@@ -219,3 +219,141 @@ TEST_CASE("adam_step: found_inf keeps every bit and the step counter", "[ops][op
                                       h, Tensor(), Tensor()),
                                  DTypeError, "exp_avg", "f64", "expected f32");
 }
+
+// ---- grad_norms ------------------------------------------------------------------------------------
+
+namespace {
+
+/// Gradients of every floating dtype (one empty, one longer than the CPU's 8192-element blocks).
+std::vector<Tensor> norm_grads() {
+  return {randn_input({20000}, false, 21).to(DType::f32), randn_input({3, 5}, false, 22).to(DType::f64),
+          randn_input({1000}, false, 23).to(DType::f16), randn_input({999}, false, 24).to(DType::bf16),
+          zeros({0}, {.dtype = DType::f32})};
+}
+
+double reference_power_sum(const Tensor& g, double p) {
+  double acc = 0;
+  for (double v : values(g)) acc = std::isinf(p) ? std::max(acc, std::abs(v)) : acc + std::pow(std::abs(v), p);
+  return acc;
+}
+
+}  // namespace
+
+TEST_CASE("grad_norms gives each gradient's power sum in f64, low precision included", "[ops][optim_kernels]") {
+  const std::vector<Tensor> grads = norm_grads();
+  auto norms = kernel<GradNormKernel>(OpId::grad_norms, DeviceType::cpu, DType::f32);
+  for (double p : {1.0, 2.0, 3.0, std::numeric_limits<double>::infinity()}) {
+    Tensor out = zeros({5}, {.dtype = DType::f64});
+    norms(grads, p, out);
+    const auto got = out.to_vector<double>();
+    for (size_t i = 0; i < grads.size(); ++i) {
+      INFO("p = " << p << ", gradient " << i << " " << grads[i].describe());
+      CHECK(got[i] == Approx(reference_power_sum(grads[i], p)).epsilon(1e-12));
+    }
+    CHECK(got[4] == 0.0);
+  }
+  // A NaN anywhere makes that gradient's sum NaN (the max-norm's too), and only that one.
+  std::vector<Tensor> with_nan = norm_grads();
+  with_nan[2] = from_vector<double>({1.0, kNaN, 2.0}).to(DType::f16);
+  for (double p : {2.0, std::numeric_limits<double>::infinity()}) {
+    Tensor out = zeros({5}, {.dtype = DType::f64});
+    norms(with_nan, p, out);
+    const auto got = out.to_vector<double>();
+    CHECK(std::isnan(got[2]));
+    CHECK(std::isfinite(got[0]));
+  }
+}
+
+TEST_CASE("grad_norms rejects bad outputs and gradients", "[ops][optim_kernels]") {
+  auto norms = kernel<GradNormKernel>(OpId::grad_norms, DeviceType::cpu, DType::f32);
+  const std::vector<Tensor> grads = {zeros({4}), zeros({2})};
+  PRECIS_REQUIRE_THROWS_WITH_ALL(norms(grads, 2.0, zeros({3}, {.dtype = DType::f64})), ShapeError, "grad_norms", "out",
+                                 "2 entries");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(norms(grads, 2.0, zeros({2})), DTypeError, "grad_norms", "out", "f64");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(norms({zeros({4}, {.dtype = DType::i64})}, 2.0, zeros({1}, {.dtype = DType::f64})),
+                                 DTypeError, "gradient 0", "i64", "floating");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(norms({zeros({4, 3}).t()}, 2.0, zeros({1}, {.dtype = DType::f64})), ValueError,
+                                 "gradient 0", "not contiguous");
+}
+
+// ---- clip_grad_norm / clip_grad_value --------------------------------------------------------------
+
+TEST_CASE("clip_grad_norm scales every gradient by PyTorch's f32 coefficient in its compute type",
+          "[ops][optim_kernels]") {
+  auto clip = kernel<ClipGradNormKernel>(OpId::clip_grad_norm, DeviceType::cpu, DType::f32);
+  const std::vector<Tensor> originals = norm_grads();
+  double sq = 0;
+  std::vector<double> sums;
+  for (const Tensor& g : originals) {
+    sums.push_back(reference_power_sum(g, 2.0));
+    sq += sums.back();
+  }
+  const double total = std::sqrt(sq);
+  std::vector<Tensor> grads;
+  for (const Tensor& g : originals) grads.push_back(g.clone());
+  Tensor total_out = zeros({});
+  clip(grads, from_vector<double>(sums), 2.0, total / 4, total_out);
+  CHECK(total_out.item<float>() == static_cast<float>(total));
+  const float coef = static_cast<float>(total / 4) * (1.0f / (static_cast<float>(total) + 1e-6f));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    INFO(grads[i].describe());
+    const auto before = values(originals[i]);
+    const auto after = values(grads[i]);
+    for (size_t k = 0; k < before.size(); ++k) {
+      double want;
+      if (grads[i].dtype() == DType::f64) want = before[k] * static_cast<double>(coef);
+      else want = static_cast<float>(static_cast<float>(before[k]) * coef);  // fp32 product
+      // ... then rounded once to the gradient's dtype.
+      want = scalar_tensor(want, {.dtype = DType::f64}).to(grads[i].dtype()).item<double>();
+      REQUIRE(after[k] == want);
+    }
+  }
+  // f32 power sums are accepted too; below max_norm nothing changes.
+  std::vector<Tensor> again;
+  for (const Tensor& g : originals) again.push_back(g.clone());
+  clip(again, from_vector<double>(sums).to(DType::f32), 2.0, total * 2, total_out);
+  for (size_t i = 0; i < again.size(); ++i) CHECK(values(again[i]) == values(originals[i]));
+}
+
+TEST_CASE("clip_grad_norm leaves gradients alone for a non-finite or invalid total", "[ops][optim_kernels]") {
+  auto clip = kernel<ClipGradNormKernel>(OpId::clip_grad_norm, DeviceType::cpu, DType::f32);
+  for (double bad : {kNaN, std::numeric_limits<double>::infinity(), -1.0}) {
+    INFO("bad power sum " << bad);
+    const Tensor g = randn_input({10}, false, 31).to(DType::bf16);
+    const auto before = values(g);
+    Tensor total = zeros({});
+    clip({g}, from_vector<double>({bad}), 2.0, 1e-3, total);
+    CHECK(values(g) == before);
+    CHECK_FALSE(std::isfinite(total.item<float>()));
+  }
+  const Tensor g = zeros({3});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(clip({g}, from_vector<double>({1.0, 2.0}), 2.0, 1.0, zeros({})), ShapeError,
+                                 "clip_grad_norm", "power_sums", "1 entries");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(clip({g}, from_vector<double>({1.0}), 2.0, 1.0, zeros({}, {.dtype = DType::f64})),
+                                 DTypeError, "clip_grad_norm", "total_out", "f32");
+}
+
+TEST_CASE("clip_grad_value clamps in the compute type, in-range elements keep their bits", "[ops][optim_kernels]") {
+  auto clip = kernel<ClipGradValueKernel>(OpId::clip_grad_value, DeviceType::cpu, DType::f32);
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    INFO(dtype_name(dt));
+    Tensor g = (randn_input({20000}, false, 41) * 2.0).to(dt);
+    g.slice(0, 7, 8).copy_(from_vector<double>({kNaN}));
+    const auto before = values(g);
+    clip({g}, 0.7);
+    // The bound in the compute type (0.7 rounded to f32 except for f64), stored rounded to dt.
+    const double bound = dt == DType::f64 ? 0.7 : static_cast<double>(static_cast<float>(0.7));
+    const double stored = scalar_tensor(bound, {.dtype = DType::f64}).to(dt).item<double>();
+    const auto after = values(g);
+    for (size_t k = 0; k < before.size(); ++k) {
+      if (std::isnan(before[k])) {
+        REQUIRE(std::isnan(after[k]));
+      } else {
+        const double want = before[k] > bound ? stored : before[k] < -bound ? -stored : before[k];
+        REQUIRE(after[k] == want);
+      }
+    }
+  }
+  PRECIS_REQUIRE_THROWS_WITH_ALL(clip({zeros({2}, {.dtype = DType::i32})}, 1.0), DTypeError, "clip_grad_value", "i32");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(clip({zeros({2, 3}).t()}, 1.0), ValueError, "clip_grad_value", "not contiguous");
+}
