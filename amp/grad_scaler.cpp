@@ -176,7 +176,7 @@ Tensor GradScaler::clip_grad_norm_(optim::Optimizer& opt, double max_norm) {
   if (!options_.enabled) return optim::clip_grad_norm_(opt.parameters(), max_norm);
   unscale_(opt);
   OptimizerState& s = state_of(opt);
-  Tensor norm = optim::clip_grad_norm_(s.params, max_norm, s.sq_norms.to(Device::cpu()));
+  Tensor norm = optim::clip_grad_norm_(s.params, max_norm, s.sq_norms);  // stays on the device
   s.grad_norm = norm;
   return norm;
 }

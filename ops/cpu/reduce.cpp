@@ -5,7 +5,8 @@
 #include <limits>
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cpu/reduce_plan.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"

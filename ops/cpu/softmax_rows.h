@@ -19,7 +19,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/vec_exp.h"
 

@@ -15,6 +15,7 @@ void register_cuda_backend() {
   register_unary_kernels();
   register_reduce_kernels();
   register_unscale_kernels();
+  register_optim_kernels();
   register_matmul_kernels();
 }
 

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kFinishThreads)
 // Launches the chunks of every gradient of dtype T, kMaxTensors gradients / kMaxBlocks chunks at
 // a time.
 template <typename T>
-void launch_dtype(const UnscaleGrad* grads, int count, DType dtype, const int64_t* bases, const float* inv_scale,
+void launch_dtype(const GradBuffer* grads, int count, DType dtype, const int64_t* bases, const float* inv_scale,
                   bool write, Partial* partials, int64_t* ranges, cudaStream_t stream) {
   LaunchArgs args;
   int ntensors = 0, nblocks = 0;
@@ -142,13 +142,13 @@ void launch_dtype(const UnscaleGrad* grads, int count, DType dtype, const int64_
 
 }  // namespace
 
-size_t unscale_scratch_bytes(const UnscaleGrad* grads, int count) {
+size_t unscale_scratch_bytes(const GradBuffer* grads, int count) {
   int64_t chunks = 0;
   for (int i = 0; i < count; ++i) chunks += chunks_of(grads[i].numel);
   return static_cast<size_t>(chunks) * sizeof(Partial) + static_cast<size_t>(count) * 2 * sizeof(int64_t);
 }
 
-void launch_unscale(const UnscaleGrad* grads, int count, const float* inv_scale, bool write, float* found_inf,
+void launch_unscale(const GradBuffer* grads, int count, const float* inv_scale, bool write, float* found_inf,
                     float* counts, void* sq_norms, bool sq_norms_f64, void* scratch, cudaStream_t stream) {
   if (count == 0) return;
   std::vector<int64_t> bases(static_cast<size_t>(count));

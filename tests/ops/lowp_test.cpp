@@ -282,8 +282,10 @@ const std::map<OpId, OpId> kBackwardOf = {
     {OpId::cross_entropy_backward, OpId::cross_entropy},
 };
 
-// Rows checked by a test case of their own in this file.
-const std::set<OpId> kOwnTest = {OpId::unscale_grads};
+// Rows checked by a test case of their own: unscale_grads in this file, the optimizer and
+// clipping kernels in optim_kernels_test.cpp (f16/bf16 parameters and gradients against f64).
+const std::set<OpId> kOwnTest = {OpId::unscale_grads, OpId::sgd_step,       OpId::adam_step,
+                                   OpId::grad_norms,    OpId::clip_grad_norm, OpId::clip_grad_value};
 
 TEST_CASE("every op matches the f64 reference in f16 and bf16, outputs and gradients", "[ops][lowp]") {
   std::vector<const GradCase*> all;

@@ -1,37 +1,33 @@
 #pragma once
-// The fused optimizer updates, shared by the CPU kernels (optim/fused_update.cpp) and the CUDA
-// multi-tensor-apply kernels (optim/cuda/fused_update.cu). Internal header: plain structs over raw
-// pointers and host/device inline math, no C++20 library headers, so that nvcc compiles it.
+// The per-element math of the optimizer and gradient-clipping kernels, written once for the CPU
+// kernels (ops/cpu/optim.cpp, ops/cpu/clip.cpp) and the CUDA kernels (ops/cuda/optim.cu,
+// ops/cuda/clip.cu), and tested on the host against double references
+// (tests/ops/optim_math_test.cpp). Also the raw-pointer argument structs both backends launch
+// with. Internal header: nvcc compiles it, so plain structs and PRECIS_HD inline functions only.
 //
-// One update reads each buffer of a parameter once and writes it once: the gradient (any of the
-// accepted dtypes, converted to the compute type), the parameter or its fp32 master, the states,
-// and for an f16/bf16 parameter the rounded master written back into the parameter.
-//
-// The element functions follow the operation order of PyTorch's single-tensor implementations
+// The update functions follow the operation order of PyTorch's single-tensor implementations
 // (torch.optim.SGD / Adam / AdamW with foreach=False) as its vectorised CPU kernels execute them:
 // add(alpha), lerp and addcmul are fused multiply-adds there (Vectorized::fmadd), mul, div and
 // addcdiv are not; scalars are rounded to the compute type as PyTorch passes Python floats to its
 // kernels. The fused steps are written as explicit fma() and the file that compiles the CPU
-// kernels forbids any other contraction (fused_update.cpp), so f32 SGD trajectories equal
+// kernels forbids any other contraction (ops/cpu/optim.cpp), so f32 SGD trajectories equal
 // PyTorch's bit for bit. Adam's differ by an ulp now and then: PyTorch's f32 sqrt (MKL VML) is
-// not correctly rounded, ours is.
+// not correctly rounded, ours is. nvcc may contract the remaining multiply-adds: CUDA results
+// agree with the CPU's to rounding, not bit for bit.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
-#if defined(__CUDACC__)
-#define PRECIS_HD __host__ __device__
-#else
-#define PRECIS_HD
-#endif
+#include "core/opmath.h"
 
-namespace precis::optim::detail {
+namespace precis::kernels {
 
+using std::fabs;
 using std::fma;
 using std::pow;
 using std::sqrt;
 
-/// Element type codes; the values of precis::DType (core/dtype.h), restated for nvcc.
-enum KernelDType : int { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3 };
+// ---- arguments ------------------------------------------------------------------------------------
 
 struct SgdHyper {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
@@ -52,7 +48,7 @@ struct SgdTensor {
   const void* grad = nullptr;
   float* master = nullptr;
   void* momentum_buffer = nullptr;  // null when momentum == 0
-  float* step = nullptr;
+  float* step = nullptr;            // null when momentum == 0
   int64_t numel = 0;
 };
 
@@ -76,7 +72,7 @@ struct ScalerArgs {
 };
 
 /// The reciprocal as GradScaler.unscale_ forms it: in double, rounded to f32.
-PRECIS_HD inline float inverse_scale(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }
+PRECIS_HD_INLINE float inverse_scale(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }
 
 // ---- SGD ------------------------------------------------------------------------------------------
 
@@ -87,7 +83,7 @@ struct SgdScalars {
 };
 
 template <typename C>
-PRECIS_HD inline SgdScalars<C> make_sgd_scalars(const SgdHyper& h) {
+PRECIS_HD_INLINE SgdScalars<C> make_sgd_scalars(const SgdHyper& h) {
   return {static_cast<C>(-h.lr), static_cast<C>(h.momentum), static_cast<C>(1.0 - h.dampening),
           static_cast<C>(h.weight_decay), h.momentum != 0.0, h.nesterov, h.maximize};
 }
@@ -95,7 +91,7 @@ PRECIS_HD inline SgdScalars<C> make_sgd_scalars(const SgdHyper& h) {
 /// p ← p − lr·d with d the (weight-decayed, momentum-averaged, Nesterov-corrected) gradient.
 /// `first`: the momentum buffer is new and takes the gradient as it is (no dampening).
 template <typename C>
-PRECIS_HD inline void sgd_element(C& p, C g, C* buf, bool first, const SgdScalars<C>& s) {
+PRECIS_HD_INLINE void sgd_element(C& p, C g, C* buf, bool first, const SgdScalars<C>& s) {
   if (s.maximize) g = -g;
   if (s.weight_decay != C(0)) g = fma(s.weight_decay, p, g);  // grad.add(param, alpha=wd)
   if (s.has_momentum) {
@@ -103,32 +99,32 @@ PRECIS_HD inline void sgd_element(C& p, C g, C* buf, bool first, const SgdScalar
     if (first) {
       b = g;
     } else {
-      b = *buf * s.momentum;                     // buf.mul_(momentum)
-      b = fma(s.one_minus_dampening, g, b);      //    .add_(grad, alpha=1 - dampening)
+      b = *buf * s.momentum;                 // buf.mul_(momentum)
+      b = fma(s.one_minus_dampening, g, b);  //    .add_(grad, alpha=1 - dampening)
     }
     *buf = b;
     g = s.nesterov ? fma(s.momentum, b, g) : b;  // grad.add(buf, alpha=momentum)
   }
-  p = fma(s.neg_lr, g, p);                       // param.add_(grad, alpha=-lr)
+  p = fma(s.neg_lr, g, p);  // param.add_(grad, alpha=-lr)
 }
 
 // ---- Adam / AdamW -----------------------------------------------------------------------------------
 
 template <typename C>
 struct AdamScalars {
-  C decay_factor;     // AdamW: 1 - lr·wd
-  C weight_decay;     // Adam: added to the gradient
-  C w1, one_minus_w1; // lerp weight 1 - beta1 and 1 - w1 (PyTorch's lerp formulation)
+  C decay_factor;      // AdamW: 1 - lr·wd
+  C weight_decay;      // Adam: added to the gradient
+  C w1, one_minus_w1;  // lerp weight 1 - beta1 and 1 - w1 (PyTorch's lerp formulation)
   C beta2, one_minus_beta2;
   C bias_correction2_sqrt;
   C eps;
-  C neg_step_size;    // -lr / (1 - beta1^step)
+  C neg_step_size;  // -lr / (1 - beta1^step)
   bool has_weight_decay, decoupled, amsgrad, maximize;
 };
 
 /// The scalars of step number `step` (>= 1), formed in double as PyTorch does in Python.
 template <typename C>
-PRECIS_HD inline AdamScalars<C> make_adam_scalars(const AdamHyper& h, double step) {
+PRECIS_HD_INLINE AdamScalars<C> make_adam_scalars(const AdamHyper& h, double step) {
   AdamScalars<C> s;
   s.decay_factor = static_cast<C>(1.0 - h.lr * h.weight_decay);
   s.weight_decay = static_cast<C>(h.weight_decay);
@@ -148,8 +144,9 @@ PRECIS_HD inline AdamScalars<C> make_adam_scalars(const AdamHyper& h, double ste
   return s;
 }
 
+/// max(a, b), NaN if either is NaN (torch.maximum).
 template <typename C>
-PRECIS_HD inline C nan_propagating_max(C a, C b) {
+PRECIS_HD_INLINE C nan_propagating_max(C a, C b) {
   if (a != a) return a;
   if (b != b) return b;
   return a > b ? a : b;
@@ -157,7 +154,7 @@ PRECIS_HD inline C nan_propagating_max(C a, C b) {
 
 /// One Adam(W) element: m, v (and vmax) are updated in place, then p.
 template <typename C>
-PRECIS_HD inline void adam_element(C& p, C g, C& m, C& v, C* vmax, const AdamScalars<C>& s) {
+PRECIS_HD_INLINE void adam_element(C& p, C g, C& m, C& v, C* vmax, const AdamScalars<C>& s) {
   if (s.maximize) g = -g;
   if (s.has_weight_decay) {
     if (s.decoupled) {
@@ -182,13 +179,75 @@ PRECIS_HD inline void adam_element(C& p, C g, C& m, C& v, C* vmax, const AdamSca
   p = p + s.neg_step_size * m / denom;  // addcdiv_: not fused
 }
 
-}  // namespace precis::optim::detail
+// ---- gradient norms and clipping ------------------------------------------------------------------
+// A p-norm is accumulated in f64 as the "power sum" Σ|x|^p (Σx² for p = 2, Σ|x| for p = 1, and
+// max|x| for p = inf, NaN winning); power sums of blocks and tensors combine by the same rule,
+// and norm_root turns the total into the norm. Every backend accumulates an element the same
+// way; only the grouping of the partial sums differs (documented per kernel).
 
-namespace precis::optim::detail {
+enum class NormKind : uint8_t { inf, one, two, general };
 
-/// CPU: updates one parameter in one pass, split over the intra-op pool. Reads *found_inf and
-/// the step counter itself (no separate host branch), so the CPU and CUDA paths behave alike.
-void sgd_update_cpu(const SgdTensor& t, int param_dtype, int grad_dtype, const SgdHyper& h, const ScalerArgs& s);
-void adam_update_cpu(const AdamTensor& t, int param_dtype, int grad_dtype, const AdamHyper& h, const ScalerArgs& s);
+/// The kind of the p-norm (p > 0; inf for +infinity).
+PRECIS_HD_INLINE NormKind norm_kind(double p) {
+  if (p > 1.7976931348623157e308) return NormKind::inf;
+  if (p == 1.0) return NormKind::one;
+  if (p == 2.0) return NormKind::two;
+  return NormKind::general;
+}
 
-}  // namespace precis::optim::detail
+/// max(acc, a), or the quiet NaN if either is NaN (the inf-norm's combine).
+PRECIS_HD_INLINE double nan_max(double acc, double a) {
+  return (a != a || acc != acc) ? std::numeric_limits<double>::quiet_NaN() : (acc < a ? a : acc);
+}
+
+/// acc with element x added to the power sum of kind K. (A template on the kind, so that the
+/// inner loops have no switch.)
+template <NormKind K>
+PRECIS_HD_INLINE double norm_accumulate(double acc, double x, double p) {
+  if constexpr (K == NormKind::two) {
+    return acc + x * x;
+  } else if constexpr (K == NormKind::one) {
+    return acc + fabs(x);
+  } else if constexpr (K == NormKind::inf) {
+    return nan_max(acc, fabs(x));
+  } else {
+    return acc + pow(fabs(x), p);
+  }
+}
+
+/// Two power sums combined: a + b, or the NaN-propagating max for the inf-norm.
+PRECIS_HD_INLINE double norm_combine(double a, double b, NormKind k) {
+  return k == NormKind::inf ? nan_max(a, b) : a + b;
+}
+
+/// The norm of a power sum: sqrt for p = 2, the p-th root in general.
+PRECIS_HD_INLINE double norm_root(double power_sum, NormKind k, double p) {
+  switch (k) {
+    case NormKind::inf:
+    case NormKind::one: return power_sum;
+    case NormKind::two: return sqrt(power_sum);
+    case NormKind::general: break;
+  }
+  return pow(power_sum, 1.0 / p);
+}
+
+/// The factor clip_grad_norm_ multiplies every gradient by, formed as PyTorch does in f32:
+/// max_norm · (1 / (total + 1e-6)) with the total norm rounded to f32. The gradients are scaled
+/// only when the (f64) total is finite and the factor is below 1 (clip_scales); otherwise they
+/// keep their bits.
+PRECIS_HD_INLINE float clip_coefficient(double total, double max_norm) {
+  return static_cast<float>(max_norm) * (1.0f / (static_cast<float>(total) + 1e-6f));
+}
+PRECIS_HD_INLINE bool clip_scales(double total, float coef) {
+  return total - total == 0.0 && coef < 1.0f;  // total finite: inf - inf and NaN - NaN are NaN
+}
+
+/// x clamped to [-hi, hi]; NaN stays NaN (it compares false both ways).
+template <typename C>
+PRECIS_HD_INLINE C clip_value_element(C x, C hi) {
+  if (x > hi) return hi;
+  if (x < -hi) return -hi;
+  return x;
+}
+
+}  // namespace precis::kernels
