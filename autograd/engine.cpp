@@ -212,6 +212,11 @@ Tensor root_grad(const Tensor& root, const TensorList& grads, size_t i) {
   if (i < grads.size() && grads[i].defined()) {
     PRECIS_CHECK_SHAPE(grads[i].sizes() == root.sizes(), "backward: gradient ", grads[i].describe(),
                        " does not match the shape of root ", i, " ", root.describe());
+    // An integer or bool gradient would reach the backward kernels, which have none for it.
+    PRECIS_CHECK_DTYPE(grads[i].is_floating_point(), "backward: gradient ", grads[i].describe(), " for root ", i, " ",
+                       root.describe(), " must be floating; convert it with .to(", dtype_name(root.dtype()), ")");
+    PRECIS_CHECK_DEVICE(grads[i].device() == root.device(), "backward: gradient ", grads[i].describe(),
+                        " is on another device than root ", i, " ", root.describe());
     return grads[i];
   }
   PRECIS_CHECK_T(StateError, root.numel() == 1, "backward: a gradient can be created implicitly only for a "

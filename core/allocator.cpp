@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace precis {
@@ -39,8 +40,11 @@ size_t round_size(size_t nbytes) {
   // Quarter steps of the octave [2^k, 2^(k+1)) that holds nbytes - 1: step = 2^(k-2).
   const int k = 63 - __builtin_clzll(nbytes - 1);
   const size_t step = size_t{1} << (k - 2);
-  PRECIS_CHECK_T(Error, nbytes <= SIZE_MAX - step, "cannot allocate ", nbytes,
-                 " bytes on cpu: the size is too large");
+  if (nbytes > kMaxAllocationBytes)
+    throw OutOfMemoryError(detail::str_cat("cpu caching allocator: cannot allocate ", nbytes,
+                                           " bytes: more than a 64-bit offset can address (",
+                                           kMaxAllocationBytes, ")"),
+                           nbytes, "cpu");
   return (nbytes + step - 1) / step * step;
 }
 
@@ -68,9 +72,11 @@ class CpuCachingAllocator final : public Allocator {
       empty_cache();
       p = system_alloc(size);
     }
-    PRECIS_CHECK_T(Error, p != nullptr, "cpu caching allocator: out of memory allocating ", nbytes,
-                   " bytes (block of ", size, " bytes); ", stats().allocated,
-                   " bytes are held by live tensors. Free tensors or reduce the batch size.");
+    if (p == nullptr)
+      throw OutOfMemoryError(detail::str_cat("cpu caching allocator: out of memory allocating ", nbytes,
+                                             " bytes on cpu (block of ", size, " bytes); ", stats().allocated,
+                                             " bytes are held by live tensors. Free tensors or reduce the batch size."),
+                             nbytes, "cpu");
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.reserved += size;
     note_allocated(size);

@@ -25,7 +25,7 @@ class Allocator {
  public:
   virtual ~Allocator() = default;
   /// Returns a block of at least nbytes, aligned to 64 bytes (nullptr for nbytes == 0).
-  /// Throws precis::Error when the memory cannot be had.
+  /// Throws OutOfMemoryError naming nbytes and the device when the memory cannot be had.
   virtual void* allocate(size_t nbytes) = 0;
   /// Returns a block obtained from allocate(nbytes) with the same nbytes.
   virtual void deallocate(void* ptr, size_t nbytes) = 0;

@@ -2,9 +2,11 @@
 // Typed errors. Library code reports every failure by throwing one of these; it never calls exit
 // or abort. Messages name the op and each operand (shape, dtype, device) and suggest a fix when
 // one is knowable. Build messages with PRECIS_CHECK*: the message is only formatted on failure.
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace precis {
 
@@ -29,6 +31,22 @@ class NotImplementedError : public Error { using Error::Error; };
 class IOError : public Error { using Error::Error; };
 /// Misuse of a stateful API in the wrong order (autograd, scaler, optimizer).
 class StateError : public Error { using Error::Error; };
+/// Memory could not be had. Raised by the allocators when the system (or the device) refuses a
+/// block, and by factories asked for more bytes than a 64-bit size can express. The message names
+/// the request; requested_bytes() and device() give it to code that wants to react (retry with a
+/// smaller batch, say). requested_bytes() is UINT64_MAX when the request does not fit in 64 bits.
+class OutOfMemoryError : public Error {
+ public:
+  OutOfMemoryError(const std::string& msg, uint64_t requested_bytes, std::string device)
+      : Error(msg), requested_bytes_(requested_bytes), device_(std::move(device)) {}
+  uint64_t requested_bytes() const { return requested_bytes_; }
+  /// The device asked, as Device::str() writes it ("cpu", "cuda:0").
+  const std::string& device() const { return device_; }
+
+ private:
+  uint64_t requested_bytes_;
+  std::string device_;
+};
 /// A broken invariant inside precis: a bug to report.
 class InternalError : public Error { using Error::Error; };
 

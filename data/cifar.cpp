@@ -9,7 +9,8 @@
 namespace precis::data {
 
 void read_cifar10_file(const std::string& path, std::vector<uint8_t>& labels, std::vector<uint8_t>& pixels) {
-  const std::vector<uint8_t> bytes = read_file_bytes(path);
+  const std::vector<uint8_t> bytes =
+      read_file_bytes(path, kCifarMaxRecordsPerFile * kCifarRecordBytes, "CIFAR-10 batch file (10000 records)");
   PRECIS_CHECK_T(IOError, !bytes.empty(), "read_cifar10_file: ", path, " is empty");
   PRECIS_CHECK_T(IOError, bytes.size() % kCifarRecordBytes == 0, "read_cifar10_file: ", path, ": ", bytes.size(),
                  " bytes is not a whole number of 3073-byte records (1 label + 3072 pixels); truncated or not "

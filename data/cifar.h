@@ -11,9 +11,13 @@ namespace precis::data {
 
 inline constexpr int64_t kCifarImageBytes = 3 * 32 * 32;
 inline constexpr int64_t kCifarRecordBytes = 1 + kCifarImageBytes;
+/// The distribution's batch files hold 10000 records each; a larger file (or one that inflates to
+/// more) is refused before it is read further.
+inline constexpr int64_t kCifarMaxRecordsPerFile = 10000;
 
 /// The records of one CIFAR-10 batch file (plain or gzip), appended to `labels` and `pixels`.
-/// IOError naming the file when its size is not a multiple of 3073 bytes or a label exceeds 9.
+/// IOError naming the file when its size is not a multiple of 3073 bytes, it holds more than
+/// kCifarMaxRecordsPerFile records, or a label exceeds 9.
 void read_cifar10_file(const std::string& path, std::vector<uint8_t>& labels, std::vector<uint8_t>& pixels);
 
 /// CIFAR-10 from a folder of data_batch_1.bin … data_batch_5.bin (train) or test_batch.bin

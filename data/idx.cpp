@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "data/file_bytes.h"
 #include "tensor/factory.h"
@@ -31,36 +32,69 @@ std::string dims_str(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-IdxArray parse_idx(std::vector<uint8_t> raw, const std::string& path) {
-  PRECIS_CHECK_T(IOError, raw.size() >= 4, "read_idx: ", path, ": file too short for an IDX header (", raw.size(),
+// The most elements an IDX header may declare: 2^40 (a terabyte of bytes) is far beyond any
+// dataset in the format, so a larger count means a corrupt header (a flipped bit in a dim).
+constexpr int64_t kMaxIdxElements = int64_t{1} << 40;
+
+// Reads the header, then exactly the payload it declares, then checks that nothing follows. A
+// gzip file is inflated only as far as the header says it reaches (and at most 1 MiB further to
+// count trailing bytes), so a small file that inflates to gigabytes is rejected cheaply.
+IdxArray parse_idx(ByteReader& r) {
+  const std::string& path = r.path();
+  uint8_t magic[4];
+  const size_t got_magic = r.read(magic, 4);
+  PRECIS_CHECK_T(IOError, got_magic == 4, "read_idx: ", path, ": file too short for an IDX header (", got_magic,
                  " bytes; an IDX file starts with 4 magic bytes)");
-  PRECIS_CHECK_T(IOError, raw[0] == 0 && raw[1] == 0, "read_idx: ", path,
+  PRECIS_CHECK_T(IOError, magic[0] == 0 && magic[1] == 0, "read_idx: ", path,
                  ": bad magic (the first two bytes must be 0; is this an IDX file?)");
   IdxArray a;
-  a.type_code = raw[2];
+  a.type_code = magic[2];
   const int64_t elem = element_bytes(a.type_code);
   PRECIS_CHECK_T(IOError, elem > 0, "read_idx: ", path, ": unknown element type 0x", std::hex,
                  int{a.type_code}, std::dec, " (expected 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32 or 0x0E f64)");
-  const int ndims = raw[3];
+  const int ndims = magic[3];
   PRECIS_CHECK_T(IOError, ndims >= 1, "read_idx: ", path, ": the header declares 0 dimensions");
   const size_t header = 4 + 4 * static_cast<size_t>(ndims);
-  PRECIS_CHECK_T(IOError, raw.size() >= header, "read_idx: ", path, ": truncated header (", ndims,
-                 " dims need ", header, " bytes, the file has ", raw.size(), ")");
+  std::vector<uint8_t> dim_bytes(4 * static_cast<size_t>(ndims));
+  const size_t got_dims = r.read(dim_bytes.data(), dim_bytes.size());
+  PRECIS_CHECK_T(IOError, got_dims == dim_bytes.size(), "read_idx: ", path, ": truncated header (", ndims,
+                 " dims need ", header, " bytes, the file has ", 4 + got_dims, ")");
+  // Checked after every dim, before the product can overflow: a flipped bit in a header makes a
+  // dim of up to 2^32 - 1, and 255 of them multiply far past int64.
   int64_t numel = 1;
   for (int d = 0; d < ndims; ++d) {
-    a.dims.push_back(load_be32(raw.data() + 4 + 4 * d));
-    numel *= a.dims.back();
-    PRECIS_CHECK_T(IOError, numel <= (int64_t{1} << 40), "read_idx: ", path, ": implausible dims ",
-                   dims_str(a.dims), " (corrupt header?)");
+    a.dims.push_back(load_be32(dim_bytes.data() + 4 * d));
+    const std::optional<int64_t> n = checked_mul(numel, a.dims.back());
+    PRECIS_CHECK_T(IOError, n && *n <= kMaxIdxElements, "read_idx: ", path, ": implausible dims ",
+                   dims_str(a.dims), d + 1 < ndims ? "..." : "", " (more than 2^40 elements; corrupt header?)");
+    numel = *n;
   }
-  const auto payload = static_cast<size_t>(numel * elem);
-  PRECIS_CHECK_T(IOError, raw.size() - header >= payload, "read_idx: ", path, ": truncated data: dims ",
-                 dims_str(a.dims), " need ", payload, " bytes after the header, the file has ", raw.size() - header);
-  PRECIS_CHECK_T(IOError, raw.size() - header == payload, "read_idx: ", path, ": ", raw.size() - header - payload,
+  const auto payload = static_cast<size_t>(numel * elem);  // <= 2^43
+  // A plain file's size is known: check it before allocating what the header asks for.
+  if (!r.compressed()) {
+    const uint64_t have = r.file_size() - header;
+    PRECIS_CHECK_T(IOError, have >= payload, "read_idx: ", path, ": truncated data: dims ", dims_str(a.dims), " need ",
+                   payload, " bytes after the header, the file has ", have);
+    PRECIS_CHECK_T(IOError, have == payload, "read_idx: ", path, ": ", have - payload,
+                   " unexpected bytes after the data of dims ", dims_str(a.dims),
+                   " (dims inconsistent with the file size)");
+  }
+  // Grow the buffer as data arrives (doubling from 1 MiB), so a gzip file whose header claims
+  // more than it holds costs only what it holds.
+  size_t have = 0;
+  while (have < payload) {
+    const size_t want = std::min(payload, std::max(have * 2, size_t{1} << 20));
+    a.bytes.resize(want);
+    have += r.read(a.bytes.data() + have, want - have);
+    PRECIS_CHECK_T(IOError, have == want, "read_idx: ", path, ": truncated data: dims ", dims_str(a.dims), " need ",
+                   payload, " bytes after the header, the file has ", have);
+  }
+  constexpr uint64_t kCountTrailing = uint64_t{1} << 20;
+  const uint64_t extra = r.skip(kCountTrailing + 1);
+  PRECIS_CHECK_T(IOError, extra == 0, "read_idx: ", path, ": ",
+                 extra > kCountTrailing ? "more than " + std::to_string(kCountTrailing) : std::to_string(extra),
                  " unexpected bytes after the data of dims ", dims_str(a.dims),
                  " (dims inconsistent with the file size)");
-  raw.erase(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(header));
-  a.bytes = std::move(raw);
   return a;
 }
 
@@ -76,15 +110,25 @@ IdxArray read_u8_idx(const std::string& path, size_t ndims, const char* what) {
 }  // namespace
 
 int64_t IdxArray::numel() const {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
+  const std::optional<int64_t> n = checked_numel(dims);
+  PRECIS_CHECK_SHAPE(n.has_value(), "IdxArray: dims ", dims_str(dims), " are negative or overflow int64");
+  return *n;
 }
 
-IdxArray read_idx(const std::string& path) { return parse_idx(read_file_bytes(path), path); }
+IdxArray read_idx(const std::string& path) {
+  ByteReader reader(path);
+  return parse_idx(reader);
+}
 
 Tensor idx_to_tensor(const IdxArray& a) {
   const int64_t n = a.numel();
+  const int64_t elem = element_bytes(a.type_code);
+  PRECIS_CHECK(elem > 0, "idx_to_tensor: unknown element type 0x", std::hex, int{a.type_code}, std::dec);
+  // An IdxArray may be built by hand: its bytes must match its dims before they are read.
+  const std::optional<uint64_t> need = checked_nbytes(n, static_cast<size_t>(elem));
+  PRECIS_CHECK_SHAPE(need && *need == a.bytes.size(), "idx_to_tensor: dims ", dims_str(a.dims), " of element type 0x",
+                     std::hex, int{a.type_code}, std::dec, " need ", n, " x ", elem, " bytes, the array holds ",
+                     a.bytes.size());
   const uint8_t* p = a.bytes.data();
   auto be = [&](int64_t i, int bytes) {
     uint64_t v = 0;

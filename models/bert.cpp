@@ -1,9 +1,9 @@
 #include "models/bert.h"
 
 #include <cmath>
-#include <fstream>
 
 #include "autograd/grad_mode.h"
+#include "data/text/wordpiece.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
 
@@ -42,13 +42,9 @@ BertConfig BertConfig::mini(int64_t vocab_size) {
 }
 
 BertConfig BertConfig::mini_from_vocab_file(const std::string& path) {
-  std::ifstream in(path);
-  PRECIS_CHECK_T(IOError, in.good(), "BertConfig: cannot read the vocabulary file '", path, "'");
-  int64_t n = 0;
-  std::string line;
-  while (std::getline(in, line)) ++n;
-  PRECIS_CHECK(n > 0, "BertConfig: the vocabulary file '", path, "' is empty");
-  return mini(n);
+  // The tokenizer's reader, so the size is the tokenizer's count, and a directory or a device
+  // given as the file is refused by name (an ifstream "opens" a directory and reads 0 lines).
+  return mini(static_cast<int64_t>(data::read_vocab(path).size()));
 }
 
 Tensor attention_mask_from_lengths(const Tensor& lengths, int64_t seq_len) {

@@ -35,8 +35,9 @@ struct BertConfig {
 
   /// BERT-mini (4 layers, hidden 256, 4 heads, intermediate 1024) over `vocab_size` tokens.
   static BertConfig mini(int64_t vocab_size = 30522);
-  /// BERT-mini with the vocabulary size read from a vocab.txt (one token per line; IOError when
-  /// the file cannot be read, ValueError when it is empty).
+  /// BERT-mini with the vocabulary size read from a vocab.txt (one token per line, as
+  /// data::read_vocab reads it: IOError when the file cannot be read, is not a regular file, is
+  /// empty or is malformed).
   static BertConfig mini_from_vocab_file(const std::string& path);
 };
 

@@ -1,9 +1,11 @@
 // conv2d: operand checks, output geometry, unbatched input, and the backward (input, weight and
 // bias gradients from the one backward kernel). Kernels: ops/cpu/conv*.cpp.
+#include <limits>
 #include <string>
 
 #include "amp/autocast.h"
 #include "autograd/record.h"
+#include "core/checked_math.h"
 #include "ops/functional.h"
 #include "ops/kernels_conv.h"
 #include "ops/op_table.h"
@@ -24,7 +26,8 @@ std::string operands(const Tensor& x, const Tensor& w, const Tensor& b) {
   return s;
 }
 
-// The output height or width, or a value < 1 when the (dilated) kernel does not fit.
+// The output height or width, or a value < 1 when the (dilated) kernel does not fit. The
+// geometry was checked by check_conv2d, so nothing here overflows.
 int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
   const int64_t span = in + 2 * pad - dil * (k - 1) - 1;
   return span < 0 ? 0 : span / stride + 1;
@@ -55,15 +58,26 @@ Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, con
   const int64_t c = x.size(-3), o = w.size(0);
   PRECIS_CHECK_SHAPE(o % groups == 0, "conv2d: out_channels (weight.size(0) = ", o,
                      ") must be divisible by groups = ", groups, ": ", operands(x, w, b));
-  PRECIS_CHECK_SHAPE(c == w.size(1) * groups, "conv2d: input has ", c, " channels but weight expects ",
-                     w.size(1), " · groups (", groups, ") = ", w.size(1) * groups, ": ", operands(x, w, b),
-                     groups > 1 ? "" : "; weight is (out_channels, in_channels / groups, kH, kW)");
+  // groups is the caller's (with out_channels 0 any value divides it): the product may overflow.
+  const std::optional<int64_t> expected_c = checked_mul(w.size(1), groups);
+  PRECIS_CHECK_SHAPE(expected_c && c == *expected_c, "conv2d: input has ", c, " channels but weight expects ",
+                     w.size(1), " · groups (", groups, ") = ",
+                     expected_c ? std::to_string(*expected_c) : std::string("more than int64 holds"), ": ",
+                     operands(x, w, b), groups > 1 ? "" : "; weight is (out_channels, in_channels / groups, kH, kW)");
   PRECIS_CHECK_SHAPE(!b.defined() || (b.dim() == 1 && b.size(0) == o), "conv2d: bias must be (", o, "), ",
                      operands(x, w, b));
   for (int d = 0; d < 2; ++d) {
     const int64_t in = x.size(-2 + d), k = w.size(2 + d);
-    const int64_t span = p.dilation[d] * (k - 1) + 1;
-    PRECIS_CHECK_SHAPE(span <= in + 2 * p.padding[d], "conv2d: the kernel (", k, " with dilation ", p.dilation[d],
+    // Padding and dilation are the caller's: the padded input and the dilated kernel must fit in
+    // int64 before they are compared.
+    const std::optional<int64_t> dilated = checked_mul(p.dilation[d], k - 1);
+    const std::optional<int64_t> twice_pad = checked_mul(p.padding[d], 2);
+    const std::optional<int64_t> padded = twice_pad ? checked_add(in, *twice_pad) : std::nullopt;
+    PRECIS_CHECK(dilated && padded && *dilated < std::numeric_limits<int64_t>::max(), "conv2d: padding (",
+                 p.padding[d], ") or dilation (", p.dilation[d], ") too large: the padded input or the dilated kernel ",
+                 "overflows int64: ", operands(x, w, b));
+    const int64_t span = *dilated + 1;
+    PRECIS_CHECK_SHAPE(span <= *padded, "conv2d: the kernel (", k, " with dilation ", p.dilation[d],
                        " spans ", span, ") is larger than the padded input ", d == 0 ? "height" : "width", " (",
                        in, " + 2·", p.padding[d], "): ", operands(x, w, b));
   }

@@ -5,6 +5,7 @@
 
 #include "amp/autocast.h"
 #include "autograd/record.h"
+#include "core/checked_math.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -101,7 +102,11 @@ Tensor cat(const std::vector<Tensor>& tensors_in, int64_t dim) {
       shape_ok = false;
       bad << "\n  position " << i << ": " << t.describe();
     } else {
-      out_sizes[d] += t.sizes()[d];
+      // Expanded operands can have sizes near INT64_MAX without the memory: the sum may overflow.
+      const std::optional<int64_t> sum = checked_add(out_sizes[d], t.sizes()[d]);
+      PRECIS_CHECK_SHAPE(sum.has_value(), "cat: the sizes along dim ", d, " add up to more than int64 holds; ",
+                         "operand ", i, " is ", t.describe());
+      out_sizes[d] = *sum;
     }
   }
   auto all_operands = [&] {
@@ -163,6 +168,7 @@ Tensor stack(const std::vector<Tensor>& tensors_in, int64_t dim) {
 }
 
 Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index) {
+  PRECIS_CHECK(x_in.defined() && index.defined(), "index_select: x and index must be defined");
   const Tensor x = amp::autocast(OpId::index_select, x_in)[0];
   check_same_device("index_select", x, index);
   const bool was_0d = x.dim() == 0;
@@ -188,6 +194,7 @@ Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
+  PRECIS_CHECK(x_in.defined() && index.defined(), "gather: x and index must be defined");
   const Tensor x = amp::autocast(OpId::gather, x_in)[0];
   check_same_device("gather", x, index);
   PRECIS_CHECK_SHAPE(index.dim() == x.dim(), "gather: index must have as many dims as x, got ", operands(x, index));
@@ -211,6 +218,7 @@ Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
 }
 
 Tensor index_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
+  PRECIS_CHECK(x_in.defined() && index.defined() && src_in.defined(), "index_add: x, index and src must be defined");
   const auto [x, src] = amp::autocast(OpId::index_add, x_in, src_in);
   check_same_device("index_add", x, index, &src);
   PRECIS_CHECK_DTYPE(src.dtype() == x.dtype(), "index_add: src must have x's dtype, got ", operands(x, index, &src),
@@ -238,6 +246,7 @@ Tensor index_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Ten
 }
 
 Tensor scatter_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
+  PRECIS_CHECK(x_in.defined() && index.defined() && src_in.defined(), "scatter_add: x, index and src must be defined");
   const auto [x, src] = amp::autocast(OpId::scatter_add, x_in, src_in);
   check_same_device("scatter_add", x, index, &src);
   PRECIS_CHECK_DTYPE(src.dtype() == x.dtype(), "scatter_add: src must have x's dtype, got ", operands(x, index, &src),

@@ -2,9 +2,11 @@
 // region of x copied in. Negative amounts crop. Backward is pad of the gradient with the amounts
 // negated (crop what was added, zero-fill what was cropped), so it is differentiable too.
 #include <algorithm>
+#include <cstdint>
 
 #include "amp/autocast.h"
 #include "autograd/record.h"
+#include "core/checked_math.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -27,7 +29,13 @@ Tensor pad(const Tensor& x_in, const std::vector<int64_t>& pads, Scalar value) {
   for (size_t i = 0; i < pads.size() / 2; ++i) {
     const int64_t d = nd - 1 - static_cast<int64_t>(i);
     const int64_t left = pads[2 * i], right = pads[2 * i + 1];
-    const int64_t size = x.size(d) + left + right;
+    // The amounts are the caller's: the padded size must fit in int64, and each amount must have a
+    // negation (the backward pads by -left, -right).
+    const std::optional<int64_t> padded = checked_add(x.size(d), left);
+    const std::optional<int64_t> sized = padded ? checked_add(*padded, right) : std::nullopt;
+    PRECIS_CHECK_SHAPE(sized && left != INT64_MIN && right != INT64_MIN, "pad: padding (", left, ", ", right,
+                       ") of dim ", d, " of input ", x.describe(), " overflows int64");
+    const int64_t size = *sized;
     PRECIS_CHECK_SHAPE(size >= 0, "pad: padding (", left, ", ", right, ") of dim ", d, " of input ", x.describe(),
                        " gives a negative size ", size);
     out_shape[d] = size;

@@ -1,10 +1,12 @@
 // max_pool2d, avg_pool2d, adaptive_avg_pool2d: argument checks, output geometry (ceil_mode as
 // PyTorch), unbatched input, and their backward through the *_backward kernels. Kernels:
 // ops/cpu/pool.cpp.
+#include <limits>
 #include <string>
 
 #include "amp/autocast.h"
 #include "autograd/record.h"
+#include "core/checked_math.h"
 #include "ops/functional.h"
 #include "ops/kernels_conv.h"
 #include "ops/op_table.h"
@@ -52,6 +54,13 @@ Shape pool_geometry(const char* op, const Tensor& x, const std::vector<int64_t>&
     PRECIS_CHECK(p.padding[d] <= p.kernel[d] / 2, op, ": padding (", p.padding[0], ", ", p.padding[1],
                  ") must be at most half the kernel size (", p.kernel[0], ", ", p.kernel[1], ")");
     const int64_t in = x.size(-2 + d);
+    // The caller's kernel size, dilation and padding must keep the window arithmetic in int64
+    // (padding is at most half the kernel, checked above).
+    const std::optional<int64_t> dilated = checked_mul(p.dilation[d], p.kernel[d] - 1);
+    const std::optional<int64_t> padded = checked_add(in, 2 * p.padding[d]);
+    PRECIS_CHECK(dilated && padded && checked_add(*padded, p.stride[d]), op, ": kernel_size (", p.kernel[d],
+                 "), dilation (", p.dilation[d], "), padding (", p.padding[d], ") or stride (", p.stride[d],
+                 ") too large: the window arithmetic overflows int64, input is ", x.describe());
     out[2 + d] = pool_out_size(in, p.kernel[d], p.stride[d], p.padding[d], p.dilation[d], ceil_mode);
     PRECIS_CHECK_SHAPE(out[2 + d] >= 1, op, ": the window (kernel_size ", p.kernel[d], ", dilation ", p.dilation[d],
                        ") is larger than the padded input ", d == 0 ? "height" : "width", " (", in, " + 2·",

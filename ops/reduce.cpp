@@ -63,6 +63,7 @@ Tensor expand_grad(const Tensor& g, const Shape& keep_shape, const Shape& x_shap
 }  // namespace
 
 Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  PRECIS_CHECK(x_in.defined(), "sum: the input tensor is undefined");
   const Tensor x = amp::autocast(OpId::sum, x_in)[0];
   const std::vector<int64_t> rd = reduce_dims(x, dims, "sum");
   const DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::i64;
@@ -84,6 +85,7 @@ Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
+  PRECIS_CHECK(x.defined(), "sum_to: the input tensor is undefined");
   if (x.sizes() == shape) return x;
   const int64_t nd = static_cast<int64_t>(shape.size());
   const int64_t lead = x.dim() - nd;
@@ -104,6 +106,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  PRECIS_CHECK(x_in.defined(), "mean: the input tensor is undefined");
   const Tensor x = amp::autocast(OpId::mean, x_in)[0];
   PRECIS_CHECK_DTYPE(is_floating(x.dtype()), "mean: expects a floating tensor, got ", x.describe(),
                      "; convert it first, e.g. x.to(DType::f32)");
@@ -127,6 +130,7 @@ Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) 
 }
 
 Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  PRECIS_CHECK(x_in.defined(), "var: the input tensor is undefined");
   const Tensor x = amp::autocast(OpId::var, x_in)[0];
   PRECIS_CHECK_DTYPE(is_floating(x.dtype()), "var: expects a floating tensor, got ", x.describe(),
                      "; convert it first, e.g. x.to(DType::f32)");
@@ -154,6 +158,7 @@ Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correct
 }
 
 std::tuple<Tensor, Tensor> max(const Tensor& x_in, int64_t dim, bool keepdim) {
+  PRECIS_CHECK(x_in.defined(), "max: the input tensor is undefined");
   const Tensor x = amp::autocast(OpId::max, x_in)[0];
   const int64_t d = detail::wrap_dim(dim, x.dim(), "max", x);
   if (x.dim() == 0) {
@@ -186,6 +191,7 @@ std::tuple<Tensor, Tensor> max(const Tensor& x_in, int64_t dim, bool keepdim) {
 }
 
 Tensor max(const Tensor& x_in) {
+  PRECIS_CHECK(x_in.defined(), "max: the input tensor is undefined");
   const Tensor x = amp::autocast(OpId::max, x_in)[0];
   PRECIS_CHECK(x.numel() > 0, "max: max of an empty tensor ", x.describe(),
                " is undefined; pass a dim to reduce a non-empty dim, or check the input");

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "autograd/record.h"
+#include "core/checked_math.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
 
@@ -25,7 +26,11 @@ Shape infer_size(const Shape& sizes, int64_t numel, const char* op, const Tensor
       infer = static_cast<int>(i);
     } else {
       PRECIS_CHECK_SHAPE(out[i] >= 0, op, ": invalid size ", out[i], " in ", shape_str(sizes));
-      known *= out[i];
+      // Sizes are the caller's: their product may overflow, and no tensor has that many elements.
+      const std::optional<int64_t> k = checked_mul(known, out[i]);
+      PRECIS_CHECK_SHAPE(k.has_value(), op, ": shape ", shape_str(sizes), " is invalid for a tensor ", x.describe(),
+                         " (", numel, " elements): the product of its sizes overflows int64");
+      known = *k;
     }
   }
   if (infer >= 0) {
@@ -101,6 +106,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   const int64_t e = wrap_dim(end_dim, dim(), "flatten", *this);
   PRECIS_CHECK(s <= e, "flatten: start_dim (", start_dim, ") must not come after end_dim (", end_dim, ")");
   Shape out(sizes().begin(), sizes().begin() + s);
+  // Cannot overflow: every tensor's sizes multiply (zeros counted as ones) to at most INT64_MAX.
   int64_t n = 1;
   for (int64_t d = s; d <= e; ++d) n *= sizes()[d];
   out.push_back(n);
@@ -170,8 +176,15 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
   const int64_t s = clamp(start), e = std::max(clamp(end), clamp(start));
   Shape out_sizes = sizes(), out_strides = strides();
-  out_sizes[w] = (e - s + step - 1) / step;
-  out_strides[w] *= step;
+  out_sizes[w] = ceil_div(e - s, step);
+  // A step larger than the dim leaves at most one element, whose stride is never used: keep the
+  // old one rather than multiply by a step that may overflow int64.
+  if (out_sizes[w] > 1) {
+    const std::optional<int64_t> st = checked_mul(out_strides[w], step);
+    PRECIS_INTERNAL_ASSERT(st.has_value(), "slice: stride ", out_strides[w], " x step ", step,
+                           " overflows though the result holds ", out_sizes[w], " elements");
+    out_strides[w] = *st;
+  }
   const int64_t offset = storage_offset() + s * strides()[w];
   Shape in_sizes = sizes();
   DType dt = dtype();
@@ -192,8 +205,13 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   PRECIS_CHECK_INDEX(start >= -n && start <= n, "narrow: start ", start, " out of range for dim ", w,
                      " of a tensor ", describe());
   if (start < 0) start += n;
-  PRECIS_CHECK_INDEX(length >= 0 && start + length <= n, "narrow: range [", start, ", ", start + length,
-                     ") out of bounds for dim ", w, " of a tensor ", describe());
+  // length <= n - start rather than start + length <= n: the sum may overflow.
+  if (length < 0 || length > n - start) [[unlikely]] {
+    const std::optional<int64_t> end = checked_add(start, length);
+    throw IndexError(detail::str_cat("narrow: range [", start, ", ",
+                                     end ? std::to_string(*end) : std::to_string(start) + " + " + std::to_string(length),
+                                     ") out of bounds for dim ", w, " of a tensor ", describe()));
+  }
   return slice(w, start, start + length);
 }
 

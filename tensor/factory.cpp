@@ -4,13 +4,34 @@
 #include <numbers>
 
 #include "autograd/grad_mode.h"
+#include "core/checked_math.h"
 #include "core/thread_pool.h"
 
 namespace precis {
 
-Tensor empty(const Shape& sizes, TensorOptions options) {
+namespace {
+
+// The bytes of a tensor of `sizes` and `dtype`; OutOfMemoryError when they exceed what a 64-bit
+// offset addresses (a shape of 2^62 f32 elements fits in int64, its 2^64 bytes do not).
+size_t storage_bytes(const Shape& sizes, DType dtype, Device device, const char* op) {
   const int64_t n = shape_numel(sizes);
-  auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(n) * element_size(options.dtype), options.device);
+  const size_t elem = element_size(dtype);
+  if (const std::optional<uint64_t> nbytes = checked_nbytes(n, elem)) [[likely]]
+    return static_cast<size_t>(*nbytes);
+  uint64_t requested = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(n), static_cast<uint64_t>(elem), &requested))
+    requested = UINT64_MAX;
+  throw OutOfMemoryError(detail::str_cat(op, ": a tensor of shape ", shape_str(sizes), " and dtype ", dtype_name(dtype),
+                                         " needs ", n, " x ", elem, " bytes, more than the ", kMaxAllocationBytes,
+                                         " a 64-bit offset can address; cannot allocate it on ", device.str()),
+                         requested, device.str());
+}
+
+}  // namespace
+
+Tensor empty(const Shape& sizes, TensorOptions options) {
+  auto storage = std::make_shared<StorageImpl>(storage_bytes(sizes, options.dtype, options.device, "empty"),
+                                               options.device);
   Tensor t(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, options.dtype));
   if (options.requires_grad) t.requires_grad_(true);
   return t;
@@ -44,11 +65,21 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   PRECIS_CHECK(step != 0.0, "arange: step must be non-zero");
   PRECIS_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
                "arange: start, end and step must be finite, got ", start, ", ", end, ", ", step);
-  const double span = (end - start) / step;
-  const int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = start + static_cast<double>(i) * step;
-  return from_vector<double>(v, {n}, options);
+  const double span = std::ceil((end - start) / step);
+  // 2^62 elements: far beyond any memory, and small enough that the cast below is defined
+  // (converting a double of 2^63 or more to int64 is undefined; end - start may even be inf).
+  PRECIS_CHECK(!(span > 0x1p62), "arange: [", start, ", ", end, ") in steps of ", step, " has ", span,
+               " elements, more than any tensor can hold");
+  const int64_t n = span > 0 ? static_cast<int64_t>(span) : 0;
+  // Built in place (not through a std::vector) so a length no memory can hold raises
+  // OutOfMemoryError naming the request instead of a bare std::bad_alloc.
+  Tensor v = empty({n}, {.dtype = DType::f64});
+  double* p = v.data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
+  const bool rg = options.requires_grad;
+  Tensor t = v.to(options.dtype).to(options.device);
+  if (rg) t.requires_grad_(true);
+  return t;
 }
 
 // ---- random ----------------------------------------------------------------------------------
@@ -66,10 +97,11 @@ double unit_double(uint32_t hi, uint32_t lo) {
 template <typename Fill>
 Tensor generate(const Shape& sizes, TensorOptions options, Generator* gen, int64_t per_block, Fill fill) {
   Generator& g = gen ? *gen : default_generator();
-  const int64_t n = shape_numel(sizes);
-  const int64_t blocks = (n + per_block - 1) / per_block;
-  const uint64_t start = g.reserve(static_cast<uint64_t>(blocks));
+  // Allocate first: a request that fails must not advance the generator.
   Tensor v = empty(sizes, {.dtype = DType::f64});
+  const int64_t n = v.numel();
+  const int64_t blocks = ceil_div(n, per_block);
+  const uint64_t start = g.reserve(static_cast<uint64_t>(blocks));
   double* out = v.data_ptr<double>();
   parallel_for(0, blocks, 1024, [&](int64_t b0, int64_t b1) {
     double tmp[4] = {};
@@ -115,12 +147,37 @@ Tensor randn(const Shape& sizes, TensorOptions options, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options, Generator* gen) {
   PRECIS_CHECK(high > low, "randint: high (", high, ") must be greater than low (", low, ")");
-  const double range = static_cast<double>(high - low);
-  Tensor u = generate(sizes, {.dtype = DType::f64}, gen, 2, [range, low](std::array<uint32_t, 4> r, double* o) {
-    o[0] = static_cast<double>(low) + std::floor(unit_double(r[0], r[1]) * range);
-    o[1] = static_cast<double>(low) + std::floor(unit_double(r[2], r[3]) * range);
+  // The width in unsigned arithmetic: high - low overflows int64 when low = INT64_MIN, high > 0.
+  const uint64_t width = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  constexpr int64_t kExact = int64_t{1} << 53;  // integers up to here are exact in double
+  if (low >= -kExact && high <= kExact) {
+    // Exact in double: low + floor(u · width) for a 53-bit u (the stream precis always drew).
+    const double range = static_cast<double>(width);
+    Tensor u = generate(sizes, {.dtype = DType::f64}, gen, 2, [range, low](std::array<uint32_t, 4> r, double* o) {
+      o[0] = static_cast<double>(low) + std::floor(unit_double(r[0], r[1]) * range);
+      o[1] = static_cast<double>(low) + std::floor(unit_double(r[2], r[3]) * range);
+    });
+    return u.to(options.dtype).to(options.device);
+  }
+  // Bounds beyond 2^53 are not exact in double (and may round to 2^63, which no int64 holds):
+  // draw 64 bits and scale with a 128-bit product, all in integers.
+  Generator& g = gen ? *gen : default_generator();
+  Tensor v = empty(sizes, {.dtype = DType::i64});
+  const int64_t n = v.numel();
+  const int64_t blocks = ceil_div(n, 2);
+  const uint64_t start = g.reserve(static_cast<uint64_t>(blocks));
+  int64_t* out = v.data_ptr<int64_t>();
+  parallel_for(0, blocks, 1024, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const std::array<uint32_t, 4> r = g.block(start + static_cast<uint64_t>(b));
+      for (int64_t j = 0; j < 2 && 2 * b + j < n; ++j) {
+        const uint64_t bits = (uint64_t{r[2 * j]} << 32) | r[2 * j + 1];
+        const auto offset = static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * width) >> 64);
+        out[2 * b + j] = static_cast<int64_t>(static_cast<uint64_t>(low) + offset);  // < high: no wrap
+      }
+    }
   });
-  return u.to(options.dtype).to(options.device);
+  return v.to(options.dtype).to(options.device);
 }
 
 // ---- from host memory -------------------------------------------------------------------------
@@ -150,8 +207,10 @@ template Tensor from_vector<Half>(const std::vector<Half>&, const Shape&, Tensor
 template Tensor from_vector<BFloat16>(const std::vector<BFloat16>&, const Shape&, TensorOptions);
 
 Tensor from_blob(void* data, const Shape& sizes, DType dtype, Device device) {
-  const int64_t n = shape_numel(sizes);
-  auto storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(n) * element_size(dtype), device, nullptr);
+  const std::optional<uint64_t> nbytes = checked_nbytes(shape_numel(sizes), element_size(dtype));
+  PRECIS_CHECK_SHAPE(nbytes.has_value(), "from_blob: a tensor of shape ", shape_str(sizes), " and dtype ",
+                     dtype_name(dtype), " spans more bytes than a 64-bit offset can address");
+  auto storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(*nbytes), device, nullptr);
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
 }
 

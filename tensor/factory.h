@@ -25,7 +25,7 @@ Tensor arange(double start, double end, double step = 1.0, TensorOptions options
 Tensor rand(const Shape& sizes, TensorOptions options = {}, Generator* gen = nullptr);
 /// Standard normal (Box–Muller on Philox draws). Floating dtypes only.
 Tensor randn(const Shape& sizes, TensorOptions options = {}, Generator* gen = nullptr);
-/// Uniform integers in [low, high).
+/// Uniform integers in [low, high), for any int64 bounds.
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options = {.dtype = DType::i64},
                Generator* gen = nullptr);
 

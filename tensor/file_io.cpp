@@ -135,8 +135,22 @@ void write_file_atomic(const std::string& path, const std::function<void(const B
   if (rc != 0 && err != EINVAL && err != ENOTSUP) throw_errno("fsync failed for the directory", dir, err);
 }
 
+const char* file_kind(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFIFO: return "a FIFO (named pipe)";
+    case S_IFSOCK: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
 ReadOnlyFile::ReadOnlyFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer before the check
+  // below could refuse it. It has no effect on reads from the regular files that pass.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) throw_errno("cannot open", path, errno);
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {
@@ -144,9 +158,11 @@ ReadOnlyFile::ReadOnlyFile(const std::string& path) : path_(path) {
     ::close(fd_);
     throw_errno("cannot stat", path, err);
   }
+  // A directory "opens" for reading, and its size (or a device's) says nothing of what a read
+  // returns: refuse every non-regular file by name before anything trusts st_size.
   if (!S_ISREG(st.st_mode)) {
     ::close(fd_);
-    throw IOError(detail::str_cat("'", path, "' is not a regular file"));
+    throw IOError(detail::str_cat("'", path, "' is ", file_kind(st.st_mode), ", not a regular file"));
   }
   size_ = static_cast<uint64_t>(st.st_size);
 }

@@ -33,10 +33,14 @@ FileFaultHook set_file_fault_hook(FileFaultHook hook);
 /// The installed hook's answer for (op, path); 0 (go ahead) when none is set.
 int file_fault(FileOp op, const std::string& path);
 
+/// What a stat mode describes, for messages: "a directory", "a FIFO (named pipe)", ...
+const char* file_kind(unsigned mode);
+
 /// A regular file opened for reading.
 class ReadOnlyFile {
  public:
-  /// Throws IOError when `path` cannot be opened or is not a regular file.
+  /// Throws IOError naming the path when it cannot be opened or is not a regular file (saying
+  /// what it is instead: a directory, a FIFO, a device, ...).
   explicit ReadOnlyFile(const std::string& path);
   ~ReadOnlyFile();
   ReadOnlyFile(const ReadOnlyFile&) = delete;

@@ -1,6 +1,7 @@
 #include "tensor/json.h"
 
 #include <limits>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -149,12 +150,24 @@ class Parser {
       ++pos_;
       return;
     }
+    // Duplicate keys: a linear search while the object is small (a safetensors entry has three
+    // keys), a hash set once it is not, so a header of n tensors parses in O(n), not O(n^2).
+    constexpr size_t kLinearKeys = 16;
+    std::unordered_set<std::string> keys;
     while (true) {
       skip_ws();
       if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a quoted key, found ", describe_here());
       const size_t key_pos = pos_;
       std::string key = parse_string();
-      if (v.find(key) != nullptr) {
+      bool duplicate;
+      if (v.object.size() < kLinearKeys) {
+        duplicate = v.find(key) != nullptr;
+      } else {
+        if (keys.empty())
+          for (const auto& member : v.object) keys.insert(member.first);
+        duplicate = !keys.insert(key).second;
+      }
+      if (duplicate) {
         pos_ = key_pos;
         fail("duplicate key \"", key, "\"");
       }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "autograd/grad_mode.h"
+#include "core/checked_math.h"
 #include "tensor/factory.h"
 #include "tensor/file_io.h"
 #include "tensor/json.h"
@@ -171,6 +172,10 @@ template <typename... Args>
 // A non-negative JSON integer, or an IOError saying which field of which tensor is wrong.
 uint64_t non_negative_integer(const json::Value& v, const std::string& what, const std::string& name,
                               const char* field) {
+  if (v.kind == json::Value::Kind::number && !v.is_integer && v.text[0] != '-' &&
+      v.text.find_first_of(".eE") == std::string::npos)
+    fail(what, "tensor '", name, "': ", field, " holds ", v.text, ", larger than the largest size precis reads (",
+         std::numeric_limits<int64_t>::max(), "); the file is corrupt");
   if (v.kind != json::Value::Kind::number || !v.is_integer || v.integer < 0)
     fail(what, "tensor '", name, "': ", field, " must hold non-negative integers, found ", json::kind_name(v));
   return static_cast<uint64_t>(v.integer);
@@ -195,16 +200,11 @@ Entry parse_entry(const std::string& name, const json::Value& v, uint64_t buffer
 
   const json::Value* shape = v.find("shape");
   if (shape == nullptr || shape->kind != Kind::array) fail(what, "tensor '", name, "': missing or non-array \"shape\"");
-  // numel computed with overflow checks in the same order as shape_numel, so a shape accepted here
-  // is accepted by the tensor constructor.
-  uint64_t numel = 1;
-  for (const json::Value& d : shape->array) {
-    const uint64_t s = non_negative_integer(d, what, name, "shape");
-    if (s != 0 && numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / s)
-      fail(what, "tensor '", name, "': shape has more elements than fit in 64 bits");
-    numel *= s;
-    e.shape.push_back(static_cast<int64_t>(s));
-  }
+  for (const json::Value& d : shape->array)
+    e.shape.push_back(static_cast<int64_t>(non_negative_integer(d, what, name, "shape")));
+  // The checks of the tensor constructor, so that a shape accepted here is accepted there.
+  const std::optional<int64_t> numel = checked_numel(e.shape);
+  if (!numel) fail(what, "tensor '", name, "': shape ", shape_str(e.shape), " has more elements than fit in 64 bits");
 
   const json::Value* offsets = v.find("data_offsets");
   if (offsets == nullptr || offsets->kind != Kind::array || offsets->array.size() != 2)
@@ -215,11 +215,10 @@ Entry parse_entry(const std::string& name, const json::Value& v, uint64_t buffer
   if (e.end > buffer_bytes)
     fail(what, "tensor '", name, "': data_offsets [", e.begin, ", ", e.end, "] reach past the end of the data (",
          buffer_bytes, " bytes); the file is truncated or corrupt");
-  const uint64_t elem = element_size(e.dtype);
-  if (numel > std::numeric_limits<uint64_t>::max() / elem || numel * elem != e.end - e.begin)
+  const std::optional<uint64_t> nbytes = checked_nbytes(*numel, element_size(e.dtype));
+  if (!nbytes || *nbytes != e.end - e.begin)
     fail(what, "tensor '", name, "': shape ", shape_str(e.shape), " of ", dtype->string, " needs ",
-         numel > std::numeric_limits<uint64_t>::max() / elem ? std::string("more than 2^64")
-                                                             : std::to_string(numel * elem),
+         nbytes ? std::to_string(*nbytes) : "more than " + std::to_string(kMaxAllocationBytes),
          " bytes but data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin);
   return e;
 }

@@ -3,11 +3,14 @@
 #include <limits>
 
 #include "autograd/autograd_meta.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace precis {
 
 Shape contiguous_strides(const Shape& sizes) {
+  // shape_numel bounds the product of the sizes (zeros counted as ones), so no stride overflows.
+  (void)shape_numel(sizes);
   Shape strides(sizes.size());
   int64_t s = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
@@ -18,14 +21,13 @@ Shape contiguous_strides(const Shape& sizes) {
 }
 
 int64_t shape_numel(const Shape& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) {
-    PRECIS_CHECK_SHAPE(s >= 0, "negative dimension size ", s, " in a shape");
-    PRECIS_CHECK_SHAPE(s == 0 || n <= std::numeric_limits<int64_t>::max() / s,
-                       "shape has more elements than fit in 64 bits");
-    n *= s;
-  }
-  return n;
+  const std::optional<int64_t> n = checked_numel(sizes);
+  if (n) [[likely]]
+    return *n;
+  for (int64_t s : sizes) PRECIS_CHECK_SHAPE(s >= 0, "negative dimension size ", s, " in the shape ", shape_str(sizes));
+  throw ShapeError(detail::str_cat("the shape ", shape_str(sizes),
+                                   " has more elements than fit in 64 bits (the product of its sizes must be at most ",
+                                   std::numeric_limits<int64_t>::max(), ")"));
 }
 
 std::string shape_str(const Shape& sizes) {

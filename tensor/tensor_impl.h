@@ -71,9 +71,10 @@ class TensorImpl {
   std::unique_ptr<autograd::AutogradMeta> autograd_;
 };
 
-/// Row-major (C-order) strides for `sizes`.
+/// Row-major (C-order) strides for `sizes`. Throws ShapeError where shape_numel does.
 Shape contiguous_strides(const Shape& sizes);
-/// Product of sizes (1 for a 0-d shape). Throws ShapeError on a negative size or overflow.
+/// Product of sizes (1 for a 0-d shape). Throws ShapeError on a negative size, or when the product
+/// of the sizes with zeros counted as ones exceeds int64 (checked_numel in core/checked_math.h).
 int64_t shape_numel(const Shape& sizes);
 /// "[2, 3]".
 std::string shape_str(const Shape& sizes);

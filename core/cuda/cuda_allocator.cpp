@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 
@@ -30,6 +31,10 @@ class CachingAllocator final : public Allocator {
 
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    if (nbytes > kMaxAllocationBytes)
+      throw OutOfMemoryError(precis::detail::str_cat("CUDA caching allocator: cannot allocate ", nbytes, " bytes on cuda:",
+                                                     index_, ": more than a 64-bit offset can address"),
+                             nbytes, precis::detail::str_cat("cuda:", index_));
     const size_t size = round_block_size(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     // Fetched on first use so that registering the allocator creates no CUDA context.
@@ -102,12 +107,13 @@ class CachingAllocator final : public Allocator {
         size_t free_b = 0, total_b = 0;
         (void)cudaMemGetInfo(&free_b, &total_b);
         (void)cudaGetLastError();
-        throw DeviceError(precis::detail::str_cat(
+        throw OutOfMemoryError(precis::detail::str_cat(
             "CUDA out of memory on cuda:", index_, ": cannot allocate ", bytes_str(nbytes), " (block of ",
             bytes_str(size), ") even after releasing the cache; the caching allocator holds ",
             bytes_str(stats_.allocated), " in live tensors (peak ", bytes_str(stats_.peak_allocated), "), ",
             bytes_str(stats_.reserved), " reserved; the device has ", bytes_str(free_b), " free of ",
-            bytes_str(total_b), ". Free tensors you no longer need, or reduce the batch size"));
+            bytes_str(total_b), ". Free tensors you no longer need, or reduce the batch size"),
+            nbytes, precis::detail::str_cat("cuda:", index_));
       }
     }
     PRECIS_CUDA_CHECK(err, "allocating ", bytes_str(size), " on cuda:", index_);

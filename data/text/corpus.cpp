@@ -35,7 +35,7 @@ std::string_view trim(std::string_view s) {
 }
 
 void append_lines(const std::string& file, std::vector<std::string>& out) {
-  for_each_line(read_file_bytes(file), [&](std::string_view line, size_t) {
+  for_each_line(read_file_bytes(file, kMaxTextFileBytes, "text file"), [&](std::string_view line, size_t) {
     if (!trim(line).empty()) out.emplace_back(line);
   });
 }
@@ -74,7 +74,7 @@ std::vector<std::string> read_wordnet_glosses(const std::string& dir) {
     const std::string file = dir + "/data." + part;
     if (!fs::exists(file)) continue;
     ++found;
-    for_each_line(read_file_bytes(file), [&](std::string_view line, size_t line_no) {
+    for_each_line(read_file_bytes(file, kMaxTextFileBytes, "text file"), [&](std::string_view line, size_t line_no) {
       if (line.empty() || line.substr(0, 2) == "  ") return;  // licence header
       const size_t bar = line.find('|');
       PRECIS_CHECK_T(IOError, bar != std::string_view::npos, "read_wordnet_glosses: ", file, ": line ", line_no,

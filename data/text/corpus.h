@@ -1,6 +1,7 @@
 #pragma once
 // Plain-text corpora: lines from a file or a folder of files, and WordNet's glosses (the default
 // text corpus: the Debian package wordnet-base installs them under /usr/share/wordnet).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,10 @@ namespace precis::data {
 
 /// Where the Debian package wordnet-base installs WordNet 3.0.
 inline constexpr const char* kWordNetDir = "/usr/share/wordnet";
+
+/// A text file is read whole into memory: one of more than 1 GiB (or a .gz that inflates to more)
+/// is refused with IOError. Split larger corpora into several files under one folder.
+inline constexpr uint64_t kMaxTextFileBytes = uint64_t{1} << 30;
 
 /// The non-blank lines of a text file, or of every regular file under a folder (recursively, in
 /// sorted path order; hidden files skipped). Line ends (\n, \r\n) are removed; .gz files are

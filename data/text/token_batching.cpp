@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace precis::data {
@@ -38,7 +39,9 @@ std::vector<std::vector<int64_t>> token_budget_batches(const std::vector<int64_t
   for (int64_t i : order) {
     const int64_t len = lengths[static_cast<size_t>(i)];
     const int64_t new_longest = std::max(longest, len);
-    const bool full = (static_cast<int64_t>(current.size()) + 1) * new_longest > options.max_tokens ||
+    // Lengths and max_tokens are the caller's: a product past int64 is over any budget.
+    const std::optional<int64_t> tokens = checked_mul(static_cast<int64_t>(current.size()) + 1, new_longest);
+    const bool full = !tokens || *tokens > options.max_tokens ||
                       (options.max_batch_size > 0 && static_cast<int64_t>(current.size()) == options.max_batch_size);
     if (!current.empty() && full) {
       batches.push_back(std::move(current));

@@ -21,7 +21,7 @@ int64_t utf8_length(std::string_view s) {
 }  // namespace
 
 std::vector<std::string> read_vocab(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_file_bytes(path);
+  const std::vector<uint8_t> bytes = read_file_bytes(path, kMaxVocabFileBytes, "vocabulary file");
   std::vector<std::string> vocab;
   std::unordered_map<std::string_view, size_t> first_line;
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());

@@ -106,8 +106,13 @@ class WordPieceTokenizer {
   int64_t unk_id_ = -1, cls_id_ = -1, sep_id_ = -1, pad_id_ = -1, mask_id_ = -1;
 };
 
+/// The largest vocab.txt read_vocab accepts: 64 MiB, a thousand times BERT's 30522 tokens (231 KB),
+/// so a gzip file that inflates without end is refused early.
+inline constexpr uint64_t kMaxVocabFileBytes = uint64_t{64} << 20;
+
 /// Reads a vocab.txt: one token per line (a trailing "\r" is removed). IOError naming the file and
-/// line for an unreadable file, an empty file, an empty line, invalid UTF-8 or a duplicate token.
+/// line for an unreadable file (a directory, say), an empty file, an empty line, invalid UTF-8, a
+/// duplicate token, or more than kMaxVocabFileBytes.
 std::vector<std::string> read_vocab(const std::string& path);
 /// Writes one token per line. IOError when the file cannot be written.
 void write_vocab(const std::string& path, const std::vector<std::string>& vocab);

@@ -163,7 +163,7 @@ TEST_CASE("idx: malformed files raise IOError naming the file and the problem", 
   gz_bad_block[10] = 0x07;  // BTYPE = 11: reserved
   check("bad-block.gz", gz_bad_block, {"corrupt gzip data"});
 
-  require_io_error([&] { read_idx(dir.file("missing")); }, {"no such file", dir.file("missing")});
+  require_io_error([&] { read_idx(dir.file("missing")); }, {"No such file", dir.file("missing")});
   require_io_error([&] { MnistDataset(dir.path().string(), false); }, {"t10k-images-idx3-ubyte", "nor"});
   write_bytes(dir.file("t10k-images-idx3-ubyte"), idx_bytes(0x08, {2, 3, 3}, payload));
   write_bytes(dir.file("t10k-labels-idx1-ubyte"), idx_bytes(0x08, {3}, {0, 1, 2}));

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "core/error.h"
@@ -231,4 +232,13 @@ TEST_CASE("text: an MLM loader with dynamic batches is deterministic across work
   const auto ref = collect(0);
   REQUIRE(collect(2) == ref);
   REQUIRE(collect(4) == ref);
+}
+
+TEST_CASE("text: token-budget batches with a budget near INT64_MAX do not overflow", "[data]") {
+  // (batch size + 1) x longest overflowed int64 and wrapped below the budget (issue 13).
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const std::vector<int64_t> lengths = {1, 1, kMax / 2 + 1};
+  const auto batches = token_budget_batches(lengths, {.max_tokens = kMax, .bucket_width = 1, .shuffle = false}, 0);
+  // 1 x 1, 2 x 1 fit; 3 x (kMax / 2 + 1) does not: the long sequence starts a batch of its own.
+  REQUIRE(batches == std::vector<std::vector<int64_t>>{{0, 1}, {2}});
 }

@@ -1,7 +1,9 @@
 // The op-table coverage test: every row of ops/op_list.def must be complete. A Kernel op needs CPU
 // kernels for f32, f64, f16 and bf16 (backward-only rows too: low-precision training calls them
 // with f16/bf16 gradients); a differentiable op needs at least one registered gradient-check case
-// (which, run by gradcheck_test.cpp, proves it has a backward).
+// (which, run by gradcheck_test.cpp, proves it has a backward); every op needs at least two
+// registered bad-input cases (run by bad_input_cases_test.cpp, which checks the typed error).
+#include <map>
 #include <set>
 #include <string>
 
@@ -14,9 +16,13 @@
 namespace precis::testing {
 namespace {
 
+constexpr int kMinBadInputCases = 2;
+
 TEST_CASE("every op in the table has its kernels and gradient checks", "[ops][coverage]") {
   std::set<OpId> with_cases;
   for (const GradCase& c : grad_cases()) with_cases.insert(c.op);
+  std::map<OpId, int> bad_inputs;
+  for (const ErrorCase& c : error_cases()) ++bad_inputs[c.op];
   std::string missing;
   for (int i = 0; i < kNumOps; ++i) {
     const OpId op = static_cast<OpId>(i);
@@ -30,6 +36,9 @@ TEST_CASE("every op in the table has its kernels and gradient checks", "[ops][co
     const bool needs_gpu = op == OpId::to_device && !cuda_is_available();
     if (info.differentiable && with_cases.count(op) == 0 && !needs_gpu)
       missing += std::string(info.name) + ": differentiable but no gradient-check case registered\n";
+    if (bad_inputs[op] < kMinBadInputCases)
+      missing += std::string(info.name) + ": " + std::to_string(bad_inputs[op]) + " bad-input case(s) registered, " +
+                 std::to_string(kMinBadInputCases) + " required\n";
   }
   INFO("incomplete rows of ops/op_list.def:\n" << missing);
   CHECK(missing.empty());

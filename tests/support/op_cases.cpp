@@ -16,4 +16,18 @@ bool register_grad_cases(std::vector<GradCase> cases) {
 
 const std::vector<GradCase>& grad_cases() { return registry(); }
 
+namespace {
+std::vector<ErrorCase>& error_registry() {
+  static std::vector<ErrorCase> cases;
+  return cases;
+}
+}  // namespace
+
+bool register_error_cases(std::vector<ErrorCase> cases) {
+  for (auto& c : cases) error_registry().push_back(std::move(c));
+  return true;
+}
+
+const std::vector<ErrorCase>& error_cases() { return error_registry(); }
+
 }  // namespace precis::testing

@@ -374,10 +374,14 @@ TEST_CASE("safetensors rejects malformed files with a helpful IOError", "[tensor
         "more elements than fit");
     PRECIS_REQUIRE_THROWS_WITH_ALL(
         load(make_file("{" + entry("w", "F64", "[4611686018427387904]", "[0,8]") + "}", f32x2)), IOError,
-        "more than 2^64");
+        "needs more than 9223372036854775807 bytes");
     PRECIS_REQUIRE_THROWS_WITH_ALL(
         load(make_file("{" + entry("w", "F32", "[2]", "[0,99999999999999999999]") + "}", f32x2)), IOError,
-        "non-negative integers", "99999999999999999999");
+        "data_offsets holds 99999999999999999999, larger than the largest size");
+    // Non-negative but past int64 (issue 13: was reported as "must hold non-negative integers").
+    PRECIS_REQUIRE_THROWS_WITH_ALL(
+        load(make_file("{" + entry("w", "F32", "[18446744073709551608]", "[0,8]") + "}", f32x2)), IOError,
+        "shape holds 18446744073709551608, larger than the largest size precis reads (9223372036854775807)");
   }
   SECTION("duplicate names") {
     PRECIS_REQUIRE_THROWS_WITH_ALL(
