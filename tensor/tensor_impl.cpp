@@ -2,7 +2,6 @@
 
 #include <limits>
 
-#include "autograd/autograd_meta.h"
 #include "core/error.h"
 
 namespace precis {
@@ -63,10 +62,7 @@ TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offs
 
 TensorImpl::~TensorImpl() = default;
 
-autograd::AutogradMeta& TensorImpl::ensure_autograd_meta() {
-  if (!autograd_) autograd_ = std::make_unique<autograd::AutogradMeta>();
-  return *autograd_;
-}
+AutogradMetaInterface::~AutogradMetaInterface() = default;
 
 void TensorImpl::reset_autograd_meta() { autograd_.reset(); }
 

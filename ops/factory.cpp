@@ -1,17 +1,17 @@
+// The factory functions declared in tensor/factory.h. They are ops, as in PyTorch: filling,
+// converting and moving the new values to a device runs kernels, which the tensor layer may not.
 #include "tensor/factory.h"
 
 #include <cmath>
 #include <numbers>
 
-#include "autograd/grad_mode.h"
+#include "core/grad_mode.h"
 #include "core/thread_pool.h"
 
 namespace precis {
 
 Tensor empty(const Shape& sizes, TensorOptions options) {
-  const int64_t n = shape_numel(sizes);
-  auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(n) * element_size(options.dtype), options.device);
-  Tensor t(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, options.dtype));
+  Tensor t = detail::new_contiguous(sizes, options.dtype, options.device);
   if (options.requires_grad) t.requires_grad_(true);
   return t;
 }
