@@ -75,6 +75,10 @@ CustomOp register_custom_op(const std::string& name, Category category);
 
 // ---- the hook every op calls -------------------------------------------------------------------
 namespace detail {
+/// Installs amp's policy in the ops' precision hook (ops/precision.h) while an Autocast guard or an
+/// Audit is open on this thread, and removes it when none is. Called by their constructors and
+/// destructors.
+void refresh_precision_policy();
 Tensor cast_for(Category category, const std::string* op_name, const Tensor& t, DType widest, DeviceType device);
 DType widest_floating(std::initializer_list<const Tensor*> tensors);
 DeviceType device_of(std::initializer_list<const Tensor*> tensors, bool* found);

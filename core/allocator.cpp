@@ -18,12 +18,18 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "core/checked_math.h"
 #include "core/error.h"
+
+#ifdef PRECIS_HAS_CUDA
+#include "core/cuda/cuda_allocator.h"
+#endif
 
 namespace precis {
 
@@ -173,8 +179,19 @@ Allocator& allocator_for(Device device) {
                       kMaxDeviceIndex, ")");
   if (Allocator* a = g_table[type][device.index].load(std::memory_order_acquire)) return *a;
   if (device.is_cpu()) return cpu_allocator();
+#ifdef PRECIS_HAS_CUDA
+  // Registered here, on first use, so that allocating needs nothing from the layers above (the
+  // CUDA backend's kernels are registered separately, by ops).
+  static std::once_flag cuda_once;
+  std::call_once(cuda_once, [] { cuda::register_allocators(); });
+  if (Allocator* a = g_table[type][device.index].load(std::memory_order_acquire)) return *a;
+#endif
   throw DeviceError(detail::str_cat("no CUDA allocator for ", device.str(),
                                     ": precis was built without CUDA or the device is absent"));
+}
+
+void Allocator::copy_to_host(void* dst, const void* src, size_t nbytes) const {
+  if (nbytes != 0) std::memcpy(dst, src, nbytes);
 }
 
 void register_allocator(DeviceType type, int index, Allocator* allocator) {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
 
@@ -29,7 +29,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
                                     const Tensor& attn_mask_in, double dropout_p, bool is_causal, double scale,
                                     Generator* generator) {
   const auto [q, k, v, attn_mask] =
-      amp::autocast(OpId::scaled_dot_product_attention, q_in, k_in, v_in, attn_mask_in);
+      apply_precision(OpId::scaled_dot_product_attention, q_in, k_in, v_in, attn_mask_in);
   const char* op = "scaled_dot_product_attention";
   PRECIS_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
   auto operands = [&] {

@@ -219,6 +219,10 @@ namespace precis::detail {
 /// A tensor sharing base's storage and version counter with new sizes, strides and offset (in
 /// elements). No autograd: the differentiable view functions (ops/views.cpp) wrap this.
 Tensor make_alias(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
+/// A new contiguous tensor on uninitialised memory from `device`'s allocator: what `empty` does
+/// without autograd, for the layers below the ops (readers). Throws OutOfMemoryError, naming `op`,
+/// when the byte size exceeds what a 64-bit offset addresses.
+Tensor new_contiguous(const Shape& sizes, DType dtype, Device device, const char* op = "empty");
 /// Checks and wraps a dim index for a tensor of `ndim` dims (negative counts from the end).
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, const Tensor& t);
 }  // namespace precis::detail

@@ -2,7 +2,6 @@
 
 #include <limits>
 
-#include "autograd/autograd_meta.h"
 #include "core/checked_math.h"
 #include "core/error.h"
 
@@ -77,10 +76,7 @@ void TensorImpl::set_data(const TensorImpl& src) {
   version_->value.fetch_add(1, std::memory_order_relaxed);
 }
 
-autograd::AutogradMeta& TensorImpl::ensure_autograd_meta() {
-  if (!autograd_) autograd_ = std::make_unique<autograd::AutogradMeta>();
-  return *autograd_;
-}
+AutogradMetaInterface::~AutogradMetaInterface() = default;
 
 void TensorImpl::reset_autograd_meta() { autograd_.reset(); }
 

@@ -85,6 +85,13 @@ class CachingAllocator final : public Allocator {
   }
 
   Device device() const override { return Device::cuda(index_); }
+  void copy_to_host(void* dst, const void* src, size_t nbytes) const override {
+    if (nbytes == 0) return;
+    cudaStream_t stream = device_stream(index_);
+    PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream), "copy of ", nbytes,
+                      " bytes from ", device().str(), " to the host");
+    PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy of ", nbytes, " bytes from ", device().str(), " to the host");
+  }
 
  private:
   struct Block {

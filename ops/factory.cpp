@@ -1,38 +1,19 @@
+// The factory functions declared in tensor/factory.h. They are ops, as in PyTorch: filling,
+// converting and moving the new values to a device runs kernels, which the tensor layer may not.
 #include "tensor/factory.h"
 
 #include <cmath>
 #include <numbers>
+#include <optional>
 
-#include "autograd/grad_mode.h"
 #include "core/checked_math.h"
+#include "core/grad_mode.h"
 #include "core/thread_pool.h"
 
 namespace precis {
 
-namespace {
-
-// The bytes of a tensor of `sizes` and `dtype`; OutOfMemoryError when they exceed what a 64-bit
-// offset addresses (a shape of 2^62 f32 elements fits in int64, its 2^64 bytes do not).
-size_t storage_bytes(const Shape& sizes, DType dtype, Device device, const char* op) {
-  const int64_t n = shape_numel(sizes);
-  const size_t elem = element_size(dtype);
-  if (const std::optional<uint64_t> nbytes = checked_nbytes(n, elem)) [[likely]]
-    return static_cast<size_t>(*nbytes);
-  uint64_t requested = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(n), static_cast<uint64_t>(elem), &requested))
-    requested = UINT64_MAX;
-  throw OutOfMemoryError(detail::str_cat(op, ": a tensor of shape ", shape_str(sizes), " and dtype ", dtype_name(dtype),
-                                         " needs ", n, " x ", elem, " bytes, more than the ", kMaxAllocationBytes,
-                                         " a 64-bit offset can address; cannot allocate it on ", device.str()),
-                         requested, device.str());
-}
-
-}  // namespace
-
 Tensor empty(const Shape& sizes, TensorOptions options) {
-  auto storage = std::make_shared<StorageImpl>(storage_bytes(sizes, options.dtype, options.device, "empty"),
-                                               options.device);
-  Tensor t(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, options.dtype));
+  Tensor t = detail::new_contiguous(sizes, options.dtype, options.device, "empty");
   if (options.requires_grad) t.requires_grad_(true);
   return t;
 }
