@@ -102,10 +102,13 @@ __device__ __forceinline__ M backward(M g, M x, bool tanh_form) {
   if constexpr (Op == ActivationBackward::relu) {
     return x <= M(0) ? M(0) : g;  // the gradient at 0 is 0; NaN x passes g (threshold_backward)
   } else if (tanh_form) {
-    // y = ½x(1 + t), t = tanh(k(x + c·x³)): y' = ½(1 + t) + ½x(1 − t²)·k(1 + 3c·x²)
-    const M t = ::tanh(M(kSqrt2OverPi) * (x + M(kGeluCoeff) * x * x * x));
-    return g * (M(0.5) * (M(1) + t) +
-                M(0.5) * x * (M(1) - t * t) * M(kSqrt2OverPi) * (M(1) + M(3 * kGeluCoeff) * x * x));
+    // y = ½x(1 + t), t = tanh(u), u = k(x + c·x³): y' = ½(1 + t) + ½x(1 − t²)·k(1 + 3c·x²),
+    // written with e = exp(−2|u|) so nothing cancels where t is near ±1 (as the CPU kernel).
+    const M u = M(kSqrt2OverPi) * (x + M(kGeluCoeff) * x * x * x);
+    const M e = ::exp(M(-2) * ::fabs(u));
+    const M inv = M(1) / (M(1) + e);
+    const M half_one_plus_t = u >= M(0) ? inv : e * inv;
+    return g * (half_one_plus_t + M(2) * x * e * inv * inv * M(kSqrt2OverPi) * (M(1) + M(3 * kGeluCoeff) * x * x));
   } else {
     // y = x·Φ(x): y' = Φ(x) + x·φ(x)
     const M one_plus = M(1) + ::erf(x * M(kSqrt1_2));
