@@ -1,6 +1,6 @@
 #pragma once
 // Autocast: inside an amp::Autocast region, every op casts its floating inputs according to its
-// category in the precision policy table (DESIGN §3) before it runs and records its backward:
+// category in the precision policy table (docs/design/precision.md) before it runs and records its backward:
 //
 //   {
 //     amp::Autocast autocast(DType::bf16);          // CPU region; Autocast(DType::f16, DeviceType::cuda) on a GPU

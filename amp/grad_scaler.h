@@ -1,5 +1,5 @@
 #pragma once
-// amp::GradScaler: dynamic loss scaling for f16 training (DESIGN §4).
+// amp::GradScaler: dynamic loss scaling for f16 training (docs/design/loss-scaler.md).
 //
 //   amp::GradScaler scaler;
 //   for (...) {

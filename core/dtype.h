@@ -1,6 +1,6 @@
 #pragma once
 // Element types. A tensor's dtype is one of these; f16 and bf16 are storage formats whose
-// arithmetic is done in fp32 (DESIGN §3).
+// arithmetic is done in fp32 (docs/design/precision.md).
 #include <cstddef>
 #include <cstdint>
 #include <string>

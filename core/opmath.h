@@ -2,7 +2,7 @@
 // The compute ("opmath") type of each element type and the conversions into and out of it: one
 // header for the CPU kernels (ops/cpu, g++) and the CUDA kernels (ops/cuda, nvcc), so that both
 // backends round the same way and code written against these functions runs, and is tested, on
-// the host. f16 and bf16 are storage formats computed in fp32 (DESIGN §3, docs/design/
+// the host. f16 and bf16 are storage formats computed in fp32 (docs/design/precision.md, docs/design/
 // low-precision-ops.md); every other type computes in itself.
 //
 // Host code stores f16/bf16 as precis::Half / BFloat16 (core/half.h); device code as CUDA's

@@ -92,7 +92,7 @@ struct Operands {
 };
 
 // true_division: integer/bool operands are promoted to f32 (PyTorch's `/`).
-// Checks, autocasts (DESIGN §3: the op's policy category) and promotes the two operands.
+// Checks, autocasts (docs/design/precision.md: the op's policy category) and promotes the two operands.
 Operands prepare(OpId op_id, const Tensor& a_in, const Tensor& b_in, bool true_division = false) {
   const char* op = op_name(op_id);
   const auto [a, b] = apply_precision(op_id, a_in, b_in);

@@ -2,7 +2,7 @@
 // The functional API: precis::add, precis::matmul, ... Every function here checks its operands
 // (throwing a precis::Error that names the op and each operand's shape, dtype and device), runs
 // the kernel for (device, dtype) from the op table, and records a backward node when an input
-// requires grad. Each comment gives the shapes, dtypes and the autocast category (DESIGN §3).
+// requires grad. Each comment gives the shapes, dtypes and the autocast category (docs/design/precision.md).
 #include <optional>
 #include <string>
 #include <tuple>

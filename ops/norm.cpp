@@ -15,7 +15,7 @@ using autograd::TensorList;
 
 namespace {
 
-// The statistics dtype of an input: f64 for f64, fp32 otherwise (DESIGN §3).
+// The statistics dtype of an input: f64 for f64, fp32 otherwise (docs/design/precision.md).
 DType acc_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
 
 void check_input(const char* op, const Tensor& input, int64_t min_dim) {

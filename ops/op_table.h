@@ -11,7 +11,7 @@
 
 namespace precis {
 
-/// What autocast does with an op's floating inputs (DESIGN §3).
+/// What autocast does with an op's floating inputs (docs/design/precision.md).
 enum class Category : uint8_t { Lower, FP32, Promote, Passthrough, Banned };
 /// How an op is implemented: its own kernel, a view (metadata only), or composed of other ops.
 enum class OpKind : uint8_t { Kernel, View, Composite };

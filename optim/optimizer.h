@@ -5,7 +5,7 @@
 //   optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
 //   for (...) { opt.zero_grad(); loss.backward(); opt.step(); }
 //
-// Low-precision model mode (DESIGN §3): an f16/bf16 parameter gets an fp32 master copy (state
+// Low-precision model mode (docs/design/precision.md): an f16/bf16 parameter gets an fp32 master copy (state
 // "master", made from the parameter at its first step) and fp32 states; each step updates the
 // master and writes its rounded value into the parameter in the same pass. f32 and f64 parameters
 // are updated directly (states in their dtype).

@@ -177,7 +177,7 @@ class Module {
   Module& to(Device device);
   /// Casts floating parameters and buffers to `dtype` in place (as to(Device)); integer buffers
   /// are untouched. Modules whose keep_fp32_params() is true (the normalisation layers) keep fp32
-  /// tensors when dtype is f16 or bf16: DESIGN §3's low-precision model mode. Gradients are cast
+  /// tensors when dtype is f16 or bf16: docs/design/precision.md's low-precision model mode. Gradients are cast
   /// too. Tied tensors stay tied (and follow the first module that holds them).
   Module& to(DType dtype);
   /// True for modules whose parameters and buffers stay fp32 in a low-precision model: BatchNorm,

@@ -12,7 +12,7 @@
 // disabled (a pass-through). The loss and accuracy sums stay on the device; they are read only
 // where they are printed (a due progress line, a --metrics row, the epoch summary).
 // With master_weights the model's parameters are cast to `precision` (normalisation layers stay fp32) and
-// the optimizer keeps fp32 master copies (DESIGN §3's low-precision model mode).
+// the optimizer keeps fp32 master copies (docs/design/precision.md's low-precision model mode).
 //
 // Bit-exact resume: a checkpoint (models/train/checkpoint.h) is written only between optimizer
 // steps and holds the model, optimizer (with masters), scaler, scheduler and accumulator state,

@@ -1,4 +1,4 @@
-// Autocast output dtypes for every op of the table (DESIGN §3): one invocation per op, run under
+// Autocast output dtypes for every op of the table (docs/design/precision.md): one invocation per op, run under
 // bf16 and f16 regions with fp32 and low-precision inputs (mixed for Promote ops), checked against
 // the op's category. A coverage check makes a new op add its entry here, and an override test
 // proves each op really calls the autocast hook with its own id and runs on what it returns.

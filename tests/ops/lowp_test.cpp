@@ -1,4 +1,4 @@
-// Every op in f16 and bf16 against the f64 reference (DESIGN §6). One generic runner: build a
+// Every op in f16 and bf16 against the f64 reference (docs/design/testing.md). One generic runner: build a
 // case's f64 inputs, round the floating ones to the low dtype, and run the case once in the low
 // dtype and once in f64 on the very same (rounded) values; outputs must agree under
 // testing::tolerance(dtype, op), and so must the input gradients for one fixed upstream gradient
