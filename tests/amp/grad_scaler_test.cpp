@@ -50,7 +50,7 @@ TEST_CASE("defaults are PyTorch's plus hysteresis 1, floor 1 and cap 2^24", "[am
   CHECK(s.get_scale() == 65536.0);
 }
 
-TEST_CASE("an overflow at step k skips that step and halves the scale; clean steps apply", "[amp][scaler]") {
+TEST_CASE("an overflow at step k skips that step and halves the scale, and clean steps apply", "[amp][scaler]") {
   Rig rig;
   StepResult r0 = rig.run(1.0, 0.25);
   CHECK(r0.applied());

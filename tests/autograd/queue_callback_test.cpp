@@ -105,7 +105,7 @@ TEST_CASE("autograd::grad runs the callbacks of its pass too", "[autograd]") {
   CHECK(g[0].to_vector<double>() == Vec{3, 3});
 }
 
-TEST_CASE("a failing pass drops its callbacks; a failing callback stops the rest", "[autograd]") {
+TEST_CASE("a failing pass drops its callbacks, and a failing callback stops the rest", "[autograd]") {
   SECTION("a node that throws") {
     Tensor x = leaf({1, 2});
     Tensor y = mul(x, x);  // saves x

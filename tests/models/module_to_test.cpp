@@ -33,7 +33,7 @@ nn::Sequential small_mlp() {
 
 }  // namespace
 
-TEST_CASE("module: to() keeps each parameter object; handles see the new dtype and device", "[models]") {
+TEST_CASE("module: to() keeps each parameter object, and handles see the new dtype and device", "[models]") {
   nn::Sequential m = small_mlp();
   const Tensor w = m.at<nn::Linear>(0).weight;  // a handle held before, as an optimizer's
   const auto before = w.to_vector<float>();
