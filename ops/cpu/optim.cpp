@@ -37,10 +37,6 @@ using kernels::SgdTensor;
 constexpr int64_t kBlock = 512;    // elements converted per block (stack buffers)
 constexpr int64_t kGrain = 16384;  // elements per parallel chunk, at least
 
-/// The update's compute type: double for f64 parameters, float otherwise (the f32 master).
-template <typename P>
-using compute_t = std::conditional_t<std::is_same_v<P, double>, double, float>;
-
 /// The gradient block as compute-type values, scaled by inv_scale when `scaled`: either a pointer
 /// into the gradient itself (same type, no scaling) or `buf` filled with converted values.
 template <typename G, typename C>
@@ -74,9 +70,10 @@ void store_low_precision(const float* master, P* param, int64_t n) {
   }
 }
 
-/// The parameter values the update works on: the master copy for f16/bf16, else the parameter.
+/// The parameter values the update works on, in the update's compute type opmath_t<P> (f64 for
+/// f64 parameters, f32 otherwise): the master copy for f16/bf16, else the parameter.
 template <typename P>
-compute_t<P>* working_values(void* param, float* master) {
+opmath_t<P>* working_values(void* param, float* master) {
   if constexpr (is_reduced_float_v<P>) {
     return master;
   } else {
@@ -88,7 +85,7 @@ bool skipped(const ScalerArgs& sc) { return sc.found_inf != nullptr && *sc.found
 
 template <typename P, typename G>
 void sgd_tensor(const SgdTensor& t, const SgdHyper& h, const ScalerArgs& sc) {
-  using C = compute_t<P>;
+  using C = opmath_t<P>;
   // The momentum buffer is new (takes the gradient as it is) until one step has been applied.
   const bool first = t.step != nullptr && *t.step == 0.0f;
   const kernels::SgdScalars<C> s = kernels::make_sgd_scalars<C>(h);
@@ -118,7 +115,7 @@ void sgd_tensor(const SgdTensor& t, const SgdHyper& h, const ScalerArgs& sc) {
 
 template <typename P, typename G>
 void adam_tensor(const AdamTensor& t, const AdamHyper& h, const ScalerArgs& sc) {
-  using C = compute_t<P>;
+  using C = opmath_t<P>;
   const float step = *t.step + 1.0f;  // f32 like PyTorch's state["step"]
   const kernels::AdamScalars<C> s = kernels::make_adam_scalars<C>(h, static_cast<double>(step));
   const bool scaled = sc.grad_scale != nullptr;

@@ -161,14 +161,9 @@ void launch_unscale(const GradBuffer* grads, int count, const float* inv_scale, 
   auto* partials = static_cast<Partial*>(scratch);
   auto* ranges = reinterpret_cast<int64_t*>(partials + total);
   for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
-    switch (dt) {
-      case DType::f32: launch_dtype<float>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream); break;
-      case DType::f16: launch_dtype<__half>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream); break;
-      case DType::bf16:
-        launch_dtype<__nv_bfloat16>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream);
-        break;
-      default: launch_dtype<double>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream); break;
-    }
+    visit_floating_dtype<DeviceTypes>(dt, [&]<typename T>() {
+      launch_dtype<T>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream);
+    });
     PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the unscale kernel (", dtype_name(dt), " gradients)");
   }
   if (sq_norms_f64) {
