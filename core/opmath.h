@@ -18,8 +18,7 @@
 #include "core/half.h"
 
 #if defined(__CUDACC__)
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "core/cuda/device_half.h"
 #define PRECIS_HD __host__ __device__
 #define PRECIS_HD_INLINE __host__ __device__ __forceinline__
 #else
