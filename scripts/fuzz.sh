@@ -52,7 +52,7 @@ fi
 
 # Sanitizers: stop at the first report; a leak is a finding too.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$root/fuzz/ubsan-suppressions.txt}
 export PRECIS_NUM_THREADS=1 OMP_NUM_THREADS=1
 flags=(-rss_limit_mb=2048 -timeout=10 -print_final_stats=1)
 
