@@ -162,7 +162,8 @@ template <typename T, typename U>
 inline void row_log_softmax(const T* x, U* y, int64_t n) {
   using A = opmath_t<T>;
   const auto [m, log_sum] = row_log_normaliser(x, n);
-  rows_detail::for_each_block(x, n, [&](const A* b, int64_t off, int64_t k) {
+  // Named captures: clang before 16 cannot capture structured bindings implicitly.
+  rows_detail::for_each_block(x, n, [&, &m = m, &log_sum = log_sum](const A* b, int64_t off, int64_t k) {
     if constexpr (std::is_same_v<U, A>) {
       for (int64_t i = 0; i < k; ++i) y[off + i] = (b[i] - m) - log_sum;
     } else {
