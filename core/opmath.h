@@ -2,8 +2,8 @@
 // The compute ("opmath") type of each element type and the conversions into and out of it: one
 // header for the CPU kernels (ops/cpu, g++) and the CUDA kernels (ops/cuda, nvcc), so that both
 // backends round the same way and code written against these functions runs, and is tested, on
-// the host. f16 and bf16 are storage formats computed in fp32 (docs/design/low-precision-ops.md); every
-// other type computes in itself.
+// the host. f16 and bf16 are storage formats computed in fp32 (DESIGN §3, docs/design/
+// low-precision-ops.md); every other type computes in itself.
 //
 // ElementTraits<T> says how: its compute type, load (exact widening) and store (rounding to
 // nearest even for the 16-bit floats). Host code stores f16/bf16 as precis::Half / BFloat16
