@@ -1,7 +1,8 @@
 #pragma once
 // Device-side helpers shared by the .cu files: the dtype visitor over device storage types,
 // offsets and launch geometry. The compute types and conversions (opmath_t, load_op, store_op,
-// convert) are core/opmath.h, shared with the CPU kernels.
+// convert) are core/opmath.h, shared with the CPU kernels, with core/cuda/device_types.cuh for
+// the device's 16-bit float types.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -11,20 +12,16 @@
 #include <utility>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_types.cuh"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
 #include "ops/cuda/cuda_kernels.h"
 
 namespace precis::cuda {
 
-/// The device storage types of the 16-bit floats, for visit_dtype (core/dtype_visit.h).
-struct DeviceTypes {
-  using f16 = __half;
-  using bf16 = __nv_bfloat16;
-};
-
 /// Calls f.template operator()<T>() with T the device storage type of `dtype`. opmath_t,
-/// load_op, store_op and convert for these types are in core/opmath.h, shared with the CPU.
+/// load_op, store_op and convert for these types are core/opmath.h's, shared with the CPU (the
+/// device types' traits are in core/cuda/device_types.cuh).
 template <typename F>
 void visit_device_dtype(DType dtype, F&& f) {
   visit_dtype<DeviceTypes>(dtype, std::forward<F>(f));
