@@ -31,9 +31,40 @@
 #include "core/cuda/cuda_allocator.h"
 #endif
 
+// Under AddressSanitizer the allocator tells ASan which bytes are live: a cached block, and the
+// rounding slack past the bytes asked for, are poisoned, so a kernel that reads past a tensor's
+// end or uses a freed tensor's memory is reported even though the block never went back to
+// malloc (without this, size classes and the cache hide both from ASan).
+#if defined(__SANITIZE_ADDRESS__)
+#define PRECIS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PRECIS_ASAN 1
+#endif
+#endif
+
+#ifdef PRECIS_ASAN
+extern "C" void __asan_poison_memory_region(void const volatile* addr, size_t size);
+extern "C" void __asan_unpoison_memory_region(void const volatile* addr, size_t size);
+#endif
+
 namespace precis {
 
 namespace {
+
+#ifdef PRECIS_ASAN
+void asan_poison(void* p, size_t n) { __asan_poison_memory_region(p, n); }
+void asan_unpoison(void* p, size_t n) { __asan_unpoison_memory_region(p, n); }
+#else
+void asan_poison(void*, size_t) {}
+void asan_unpoison(void*, size_t) {}
+#endif
+
+// Marks [p, p + nbytes) of a block of `size` bytes live and the rest of it dead.
+void asan_hand_out(void* p, size_t nbytes, size_t size) {
+  asan_unpoison(p, nbytes);
+  asan_poison(static_cast<char*>(p) + nbytes, size - nbytes);
+}
 
 constexpr size_t kAlignment = 64;
 constexpr size_t kSmallStep = 512;
@@ -67,6 +98,7 @@ class CpuCachingAllocator final : public CachingAllocatorBase {
         void* p = it->second.back();
         it->second.pop_back();
         book_.cache_hit(size);
+        asan_hand_out(p, nbytes, size);
         return p;
       }
     }
@@ -84,6 +116,7 @@ class CpuCachingAllocator final : public CachingAllocatorBase {
                              nbytes, "cpu");
     std::lock_guard<std::mutex> lock(mutex_);
     book_.fresh_block(size);
+    asan_hand_out(p, nbytes, size);
     return p;
   }
 
@@ -92,6 +125,7 @@ class CpuCachingAllocator final : public CachingAllocatorBase {
     const size_t size = round_size(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     book_.freed(size);
+    asan_poison(ptr, size);  // a use after free of a cached block is now an ASan report
     free_[size].push_back(ptr);
   }
 
@@ -128,6 +162,7 @@ class CpuCachingAllocator final : public CachingAllocatorBase {
   }
 
   static void system_free(void* p, size_t size) {
+    asan_unpoison(p, size);  // the memory goes back to malloc or the kernel unmarked
     if (size < kHugePage)
       std::free(p);
     else

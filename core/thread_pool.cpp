@@ -54,38 +54,92 @@ std::mutex& region_mutex() {
   return m;
 }
 
-// Runs fn over [begin, begin + range) split into n_chunks chunks (2 <= n_chunks) on an OpenMP
-// team of n_chunks threads; the calling thread is thread 0 and runs chunk 0.
-void run_region(int64_t begin, int64_t range, int n_chunks,
-                const std::function<void(int64_t, int64_t)>& fn) {
+// ThreadSanitizer sees neither the fork nor the join of an OpenMP region: GNU libgomp is not
+// built with it and wakes its threads through futexes, so every hand-over between the caller and
+// the team would be reported as a race. Under TSan the two edges libgomp guarantees are declared:
+// everything the caller did before the region happens before each thread's chunks (fork), and
+// everything the threads did happens before the caller continues (join). Races between chunks
+// stay visible. (libgomp's own memory is invisible to TSan either way: it is not instrumented.)
+#if defined(__SANITIZE_THREAD__)
+#define PRECIS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PRECIS_TSAN 1
+#endif
+#endif
+
+#ifdef PRECIS_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+void tsan_acquire(void* addr) { __tsan_acquire(addr); }
+void tsan_release(void* addr) { __tsan_release(addr); }
+#else
+void tsan_acquire(void*) {}
+void tsan_release(void*) {}
+#endif
+
+// The region in flight. Written by the caller, under region_mutex, before the fork; the team
+// reads it through this global rather than through captured locals, because the compiler fills
+// the block of captured locals after any code the caller could run before the fork, and a
+// thread's first read of it would come before its fork edge.
+struct Region {
+  int64_t begin = 0;
+  int64_t range = 0;
+  int n_chunks = 0;
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
   std::atomic<bool> failed{false};
   std::exception_ptr error;  // the first exception; written by whoever set `failed`
-#pragma omp parallel num_threads(n_chunks)
-  {
-    t_in_region = true;
-    // The runtime may give a smaller team than asked (OMP_DYNAMIC, OMP_THREAD_LIMIT): then a
-    // thread runs several chunks, so every chunk still runs exactly once.
-    const int team = omp_get_num_threads();
-    for (int c = omp_get_thread_num(); c < n_chunks; c += team) {
-      // Chunks differ in size by at most one item, so each holds >= range / n_chunks >= grain.
-      const int64_t q = range / n_chunks;
-      const int64_t r = range % n_chunks;
-      const int64_t b = begin + q * c + std::min<int64_t>(c, r);
-      const int64_t e = b + q + (c < r ? 1 : 0);
-      // After a failure the chunks not yet started are skipped, so the caller learns of the
-      // error as soon as the chunks already running are done. An exception must not leave an
-      // OpenMP region, so it is carried out by hand.
-      if (failed.load(std::memory_order_relaxed)) break;
-      try {
-        fn(b, e);
-      } catch (...) {
-        if (!failed.exchange(true, std::memory_order_relaxed)) error = std::current_exception();
-      }
+};
+Region* g_region = nullptr;
+char g_fork_edge, g_join_edge;  // addresses naming the two TSan edges
+
+// One thread's share of the region in flight.
+void region_body() {
+  tsan_acquire(&g_fork_edge);
+  Region& r = *g_region;
+  t_in_region = true;
+  // The runtime may give a smaller team than asked (OMP_DYNAMIC, OMP_THREAD_LIMIT): then a
+  // thread runs several chunks, so every chunk still runs exactly once.
+  const int team = omp_get_num_threads();
+  for (int c = omp_get_thread_num(); c < r.n_chunks; c += team) {
+    // Chunks differ in size by at most one item, so each holds >= range / n_chunks >= grain.
+    const int64_t q = r.range / r.n_chunks;
+    const int64_t rem = r.range % r.n_chunks;
+    const int64_t b = r.begin + q * c + std::min<int64_t>(c, rem);
+    const int64_t e = b + q + (c < rem ? 1 : 0);
+    // After a failure the chunks not yet started are skipped, so the caller learns of the
+    // error as soon as the chunks already running are done. An exception must not leave an
+    // OpenMP region, so it is carried out by hand.
+    if (r.failed.load(std::memory_order_relaxed)) break;
+    try {
+      (*r.fn)(b, e);
+    } catch (...) {
+      if (!r.failed.exchange(true, std::memory_order_relaxed)) r.error = std::current_exception();
     }
-    t_in_region = false;
   }
+  t_in_region = false;
+  tsan_release(&g_join_edge);
+}
+
+// Runs fn over [begin, begin + range) split into n_chunks chunks (2 <= n_chunks) on an OpenMP
+// team of n_chunks threads; the calling thread is thread 0 and runs chunk 0. The caller holds
+// region_mutex.
+void run_region(int64_t begin, int64_t range, int n_chunks,
+                const std::function<void(int64_t, int64_t)>& fn) {
+  Region region;
+  region.begin = begin;
+  region.range = range;
+  region.n_chunks = n_chunks;
+  region.fn = &fn;
+  g_region = &region;
+  tsan_release(&g_fork_edge);
+  // No locals inside the region: see Region.
+#pragma omp parallel num_threads(n_chunks)
+  region_body();
+  tsan_acquire(&g_join_edge);
+  g_region = nullptr;
   // The region's implicit barrier has made `error` visible here.
-  if (failed.load(std::memory_order_relaxed)) std::rethrow_exception(error);
+  if (region.failed.load(std::memory_order_relaxed)) std::rethrow_exception(region.error);
 }
 
 }  // namespace

@@ -129,12 +129,12 @@ double load_seconds(int n) {
 
 TEST_CASE("a safetensors header of 100k tensors parses in linear time", "[tensor][safetensors][checked]") {
   // Duplicate keys were found by a linear search over the keys so far: 100k tensors took 16.6 s.
-  // Compared by ratio, so the test holds on a slow or loaded machine and under sanitizers: five
-  // times the tensors take about 5x as long when linear, 25x when quadratic.
-  const double small = load_seconds(20000);
-  const double large = load_seconds(100000);
-  INFO("20k tensors: " << small << " s, 100k tensors: " << large << " s");
-  CHECK(large < 12 * small + 0.05);
+  // Linear: 0.5 s in Release on this 2-core machine (1.1 s while other builds ran), about 3x that
+  // under ASan. Quadratic: 16.6 s in Release. (A ratio of two sizes was tried and was noisy:
+  // 10k tensors fit in cache and 100k do not, so even linear parsing scaled 15-25x.)
+  const double seconds = load_seconds(100000);
+  INFO("100k tensors loaded in " << seconds << " s");
+  CHECK(seconds < 10.0);
 
   // A duplicate far into a large object is still found (the hash-set path).
   std::string dup = "{";
