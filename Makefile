@@ -67,7 +67,8 @@ bench: deps $(BUILD_DIR)/build.ninja
 clean:
 	rm -rf $(BUILD_DIR)
 
-# Longer fuzzing than CI's (.ci/run gives each harness 20 s); crash inputs end up under build-fuzz/fuzz-runs.
+# Fuzzing for FUZZ_SECONDS per harness (not yet part of .ci/run: see fuzz/README.md); crash inputs end up
+# under build-fuzz/fuzz-runs.
 FUZZ_SECONDS ?= 300
 fuzz: deps
 	JOBS=$(JOBS) scripts/fuzz.sh $(FUZZ_SECONDS)
