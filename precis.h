@@ -20,4 +20,6 @@
 #include "models/nn/nn.h"
 #include "models/resnet.h"
 #include "tensor/factory.h"
+#include "tensor/safetensors.h"
+#include "tensor/state_dict.h"
 #include "tensor/tensor.h"

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "amp/autocast.h"
 #include "autograd/grad_mode.h"
 #include "ops/functional.h"
 
@@ -16,9 +17,16 @@ thread_local Audit* t_audit = nullptr;
 }
 
 Audit* active_audit() { return autograd::in_backward_pass() ? nullptr : t_audit; }
+Audit* open_audit() { return t_audit; }
 
-Audit::Audit() : previous_(t_audit) { t_audit = this; }
-Audit::~Audit() { t_audit = previous_; }
+Audit::Audit() : previous_(t_audit) {
+  t_audit = this;
+  detail::refresh_precision_policy();
+}
+Audit::~Audit() {
+  t_audit = previous_;
+  detail::refresh_precision_policy();
+}
 
 void Audit::observe(const char* op, const std::vector<const Tensor*>& inputs) {
   // The reductions below are ops themselves: stop recording while they run.

@@ -55,7 +55,9 @@ class Audit {
   Audit* previous_;
 };
 
-/// The audit recording on this thread, or null.
+/// The audit recording on this thread, or null (null while backward runs: backward is not audited).
 Audit* active_audit();
+/// The innermost Audit open on this thread, backward or not, or null.
+Audit* open_audit();
 
 }  // namespace precis::amp

@@ -22,6 +22,7 @@
 #include "amp/audit.h"
 #include "autograd/grad_mode.h"
 #include "ops/broadcast.h"
+#include "ops/precision.h"
 
 namespace precis::amp {
 
@@ -102,6 +103,7 @@ Autocast::Autocast(const AutocastOptions& o) : device_type_(o.device_type) {
   s.dtype = o.dtype;
   s.cache = o.cache_enabled;
   ++t_state.depth;
+  detail::refresh_precision_policy();
 }
 
 Autocast::~Autocast() {
@@ -110,6 +112,7 @@ Autocast::~Autocast() {
   s.dtype = prev_dtype_;
   s.cache = prev_cache_;
   if (--t_state.depth == 0) t_state.cache.clear();
+  detail::refresh_precision_policy();
 }
 
 bool is_autocast_enabled(DeviceType d) { return t_state.devices[static_cast<int>(d)].enabled; }
@@ -223,35 +226,64 @@ Tensor cast_for(Category c, const std::string* op_name, const Tensor& t, DType w
 }  // namespace detail
 
 namespace {
-std::vector<Tensor> cast_list(OpId op, const std::vector<Tensor>& inputs) {
-  if (!any_autocast_enabled() || inputs.empty()) return inputs;
+
+// Casts an op's inputs as its category says, when autocast is on for their device. `widest` is the
+// Promote dtype: ops' result_type for single ops, plain promotion over the floating inputs for list
+// ops (cat, stack), as before the hook existed.
+void cast_inputs(OpId op, std::span<Tensor> inputs, bool list_op) {
   bool found = false;
   DeviceType device = DeviceType::cpu;
   DType widest = DType::f32;
+  std::vector<const Tensor*> ptrs;
+  ptrs.reserve(inputs.size());
   for (const Tensor& t : inputs) {
+    ptrs.push_back(&t);
     if (!t.defined() || !is_floating(t.dtype())) continue;
-    widest = found ? promote_types(widest, t.dtype()) : t.dtype();
     if (!found) device = t.device().type;
+    if (list_op) widest = found ? promote_types(widest, t.dtype()) : t.dtype();
     found = true;
   }
-  if (!found || !is_autocast_enabled(device)) return inputs;
+  if (!found || !is_autocast_enabled(device)) return;
   const Category c = category(op, device);
   if (c == Category::Banned) detail::throw_banned(op);
-  if (c == Category::Passthrough) return inputs;
-  std::vector<Tensor> out;
-  out.reserve(inputs.size());
-  for (const Tensor& t : inputs) out.push_back(detail::cast_for(c, nullptr, t, widest, device));
-  return out;
+  if (c == Category::Passthrough) return;
+  if (!list_op) widest = result_type(ptrs, /*floating_only=*/true);
+  for (Tensor& t : inputs) t = detail::cast_for(c, nullptr, t, widest, device);
 }
+
+// The policy the ops see (ops/precision.h): autocast's casts, then the audit's observation of what
+// the op will compute on. Installed on a thread while an Autocast guard or an Audit is open there.
+class AmpPolicy final : public PrecisionPolicy {
+ public:
+  void apply(OpId op, std::span<Tensor> inputs) override { run(op, inputs, /*list_op=*/false); }
+  void apply_list(OpId op, std::span<Tensor> inputs) override { run(op, inputs, /*list_op=*/true); }
+
+ private:
+  static void run(OpId op, std::span<Tensor> inputs, bool list_op) {
+    if (inputs.empty()) return;
+    if (any_autocast_enabled()) cast_inputs(op, inputs, list_op);
+    if (Audit* a = active_audit()) [[unlikely]] {
+      std::vector<const Tensor*> ptrs;
+      for (const Tensor& t : inputs) ptrs.push_back(&t);
+      a->observe(op_name(op), ptrs);
+    }
+  }
+};
+
+thread_local AmpPolicy t_policy;
+
 }  // namespace
 
+namespace detail {
+void refresh_precision_policy() {
+  const bool wanted = t_state.depth > 0 || open_audit() != nullptr;
+  set_precision_policy(wanted ? &t_policy : nullptr);
+}
+}  // namespace detail
+
 std::vector<Tensor> autocast_list(OpId op, const std::vector<Tensor>& inputs) {
-  std::vector<Tensor> out = cast_list(op, inputs);
-  if (Audit* a = active_audit()) [[unlikely]] {
-    std::vector<const Tensor*> ptrs;
-    for (const Tensor& t : out) ptrs.push_back(&t);
-    a->observe(op_name(op), ptrs);
-  }
+  std::vector<Tensor> out = inputs;
+  if (!out.empty()) t_policy.apply_list(op, out);
   return out;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Autocast: inside an amp::Autocast region, every op casts its floating inputs according to its
-// category in the precision policy table (DESIGN §3) before it runs and records its backward:
+// category in the precision policy table (docs/design/precision.md) before it runs and records its backward:
 //
 //   {
 //     amp::Autocast autocast(DType::bf16);          // CPU region; Autocast(DType::f16, DeviceType::cuda) on a GPU
@@ -75,6 +75,10 @@ CustomOp register_custom_op(const std::string& name, Category category);
 
 // ---- the hook every op calls -------------------------------------------------------------------
 namespace detail {
+/// Installs amp's policy in the ops' precision hook (ops/precision.h) while an Autocast guard or an
+/// Audit is open on this thread, and removes it when none is. Called by their constructors and
+/// destructors.
+void refresh_precision_policy();
 Tensor cast_for(Category category, const std::string* op_name, const Tensor& t, DType widest, DeviceType device);
 DType widest_floating(std::initializer_list<const Tensor*> tensors);
 DeviceType device_of(std::initializer_list<const Tensor*> tensors, bool* found);

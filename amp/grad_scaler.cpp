@@ -77,7 +77,8 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
   PRECIS_CHECK(o.hysteresis >= 1, "GradScaler: hysteresis must be >= 1, got ", o.hysteresis);
   PRECIS_CHECK(o.min_scale > 0 && o.min_scale <= o.init_scale && o.init_scale <= o.max_scale &&
                    std::isfinite(o.max_scale) && o.max_scale <= 3.0e38,
-               "GradScaler: need 0 < min_scale <= init_scale <= max_scale < fp32 max, got min_scale ", o.min_scale,
+               "GradScaler: init_scale must lie within [min_scale, max_scale], with 0 < min_scale and max_scale <= 3e38; "
+               "got min_scale ", o.min_scale,
                ", init_scale ", o.init_scale, ", max_scale ", o.max_scale);
   PRECIS_CHECK(o.history_size >= 0 && o.max_skips_at_floor >= 0,
                "GradScaler: history_size and max_skips_at_floor must be >= 0");
@@ -175,7 +176,7 @@ Tensor GradScaler::clip_grad_norm_(optim::Optimizer& opt, double max_norm) {
   if (!options_.enabled) return optim::clip_grad_norm_(opt.parameters(), max_norm);
   unscale_(opt);
   OptimizerState& s = state_of(opt);
-  Tensor norm = optim::clip_grad_norm_(s.params, max_norm, s.sq_norms.to(Device::cpu()));
+  Tensor norm = optim::clip_grad_norm_(s.params, max_norm, s.sq_norms);  // stays on the device
   s.grad_norm = norm;
   return norm;
 }
@@ -215,8 +216,7 @@ StepResult GradScaler::step(optim::Optimizer& opt) {
   }
   pending_.push_back(record);
   s.stage = Stage::stepped;
-  last_params_ = s.params;
-  last_counts_ = s.counts;
+  round_records_.push_back({s.params, s.counts, s.found_inf});
   return StepResult(record);
 }
 
@@ -261,6 +261,11 @@ void GradScaler::update() {
   pending_.clear();
   for (auto& [opt, s] : per_optimizer_) s.stage = Stage::ready;
   ++steps_;
+  unresolved_rounds_.push_back(std::move(round_records_));
+  round_records_.clear();
+  // Bounded memory: fold the backlog in now and then (a host read, as the floor check below).
+  constexpr size_t kMaxUnresolved = 64;
+  if (unresolved_rounds_.size() >= kMaxUnresolved) resolve_overflow();
 
   // The floor check reads the device, so it runs every few updates (every update on the CPU is
   // cheap, but the code path is the same on every device).
@@ -303,12 +308,31 @@ std::string GradScaler::name_of(const Tensor& p, size_t fallback_index) const {
   return it != names_.end() ? it->second : "parameter " + std::to_string(fallback_index) + " " + p.describe();
 }
 
+bool GradScaler::overflowed(const OverflowRound& round) {
+  for (const OverflowRecord& r : round)
+    if (r.found_inf.defined() && r.found_inf.item<float>() != 0.0f) return true;
+  return false;
+}
+
+void GradScaler::resolve_overflow() const {
+  for (auto it = unresolved_rounds_.rbegin(); it != unresolved_rounds_.rend(); ++it) {
+    if (overflowed(*it)) {
+      last_overflow_round_ = std::move(*it);
+      break;
+    }
+  }
+  unresolved_rounds_.clear();
+}
+
 std::vector<std::pair<std::string, int64_t>> GradScaler::last_overflow() const {
+  resolve_overflow();
+  const OverflowRound& round = overflowed(round_records_) ? round_records_ : last_overflow_round_;
   std::vector<std::pair<std::string, int64_t>> out;
-  if (!last_counts_.defined()) return out;
-  const std::vector<float> counts = last_counts_.to_vector<float>();
-  for (size_t i = 0; i < counts.size(); ++i)
-    if (counts[i] > 0) out.emplace_back(name_of(last_params_[i], i), static_cast<int64_t>(counts[i]));
+  for (const OverflowRecord& r : round) {
+    const std::vector<float> counts = r.counts.to_vector<float>();
+    for (size_t i = 0; i < counts.size(); ++i)
+      if (counts[i] > 0) out.emplace_back(name_of(r.params[i], i), static_cast<int64_t>(counts[i]));
+  }
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
 }
@@ -418,6 +442,9 @@ void GradScaler::load_state_dict(const StateDict& d) {
     history_.push_back(r);
   }
   per_optimizer_.clear();
+  round_records_.clear();
+  unresolved_rounds_.clear();
+  last_overflow_round_.clear();
 }
 
 }  // namespace precis::amp

@@ -1,5 +1,5 @@
 #pragma once
-// amp::GradScaler: dynamic loss scaling for f16 training (DESIGN §4).
+// amp::GradScaler: dynamic loss scaling for f16 training (docs/design/loss-scaler.md).
 //
 //   amp::GradScaler scaler;
 //   for (...) {
@@ -24,8 +24,8 @@
 //    history or scale() is asked for;
 //  - gradient accumulation: scaled micro-losses add up; unscale_ is idempotent within one
 //    optimizer step; misuse errors explain the order;
-//  - hysteresis (DeepSpeed-style), a floor and a cap, a bounded history, and an error with a
-//    diagnostic after K consecutive skips at the floor;
+//  - hysteresis (GradScalerOptions::hysteresis has the exact rule), a floor and a cap, a bounded
+//    history, and an error with a diagnostic after K consecutive skips at the floor;
 //  - state_dict with every field, so a resumed run continues bit for bit.
 #include <cstdint>
 #include <deque>
@@ -41,12 +41,20 @@
 
 namespace precis::amp {
 
+/// The constructor checks 0 < min_scale <= init_scale <= max_scale <= 3e38 (ValueError otherwise:
+/// init_scale must lie within [min_scale, max_scale]), growth_factor > 1, 0 < backoff_factor < 1,
+/// growth_interval >= 1, hysteresis >= 1.
 struct GradScalerOptions {
-  double init_scale = 65536.0;   // 2^16
+  double init_scale = 65536.0;   // 2^16; within [min_scale, max_scale]
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;  // clean steps before the scale grows
-  int64_t hysteresis = 1;          // overflows tolerated before a back-off (1: back off at once)
+  int64_t growth_interval = 2000;  // consecutive clean steps before the scale grows
+  /// The back-off happens at the hysteresis-th overflow since the counter was last refilled; the
+  /// counter refills (to hysteresis) after every back-off and at every growth, and a clean step
+  /// alone does not refill it. So each back-off costs `hysteresis` overflows. (DeepSpeed's
+  /// counter refills only at growth, so after its first back-off every overflow backs off at once
+  /// until the scale grows again.) 1: back off at every overflow, as PyTorch.
+  int64_t hysteresis = 1;
   double min_scale = 1.0;          // the floor
   double max_scale = 16777216.0;   // the cap, 2^24
   /// Stop with a diagnostic after this many consecutive skipped steps at the floor (0: never).
@@ -132,8 +140,11 @@ class GradScaler {
 
   /// Names for messages: (name, parameter) pairs, e.g. a module's named_parameters().
   void set_parameter_names(const std::vector<std::pair<std::string, Tensor>>& named);
-  /// For the last step with non-finite gradients: (parameter name, non-finite count), largest
-  /// count first.
+  /// For the last optimizer step with non-finite gradients (the newest update() round, or the
+  /// steps since the last update(), in which any optimizer's gradients were non-finite; later
+  /// clean steps do not clear it): (parameter name, non-finite count) over every optimizer that
+  /// stepped in that round, largest count first. Empty when no step has overflowed. Reads the
+  /// device.
   std::vector<std::pair<std::string, int64_t>> last_overflow() const;
 
   /// The last history_size steps, oldest first (reads the device).
@@ -176,8 +187,21 @@ class GradScaler {
   std::vector<std::shared_ptr<StepResult::Record>> pending_;  // steps since the last update()
   std::deque<std::shared_ptr<StepResult::Record>> history_;
   std::map<const TensorImpl*, std::string> names_;
-  std::vector<Tensor> last_params_;  // parameters of the last step(), matching last_counts_
-  Tensor last_counts_;
+  // Overflow attribution without a host read per step: each step() records its optimizer's
+  // per-parameter counts; update() files the round's records as unresolved; last_overflow() (or a
+  // backlog of kMaxUnresolved rounds) reads them, newest first, and keeps the newest round that
+  // overflowed.
+  struct OverflowRecord {
+    std::vector<Tensor> params;  // those with gradients, matching counts
+    Tensor counts;               // 1-D f32 non-finite counts
+    Tensor found_inf;            // 0-d f32
+  };
+  using OverflowRound = std::vector<OverflowRecord>;  // every optimizer stepped in one round
+  static bool overflowed(const OverflowRound& round);
+  void resolve_overflow() const;
+  OverflowRound round_records_;                          // steps since the last update()
+  mutable std::deque<OverflowRound> unresolved_rounds_;  // after update(), oldest first
+  mutable OverflowRound last_overflow_round_;            // the newest resolved round that overflowed
   std::deque<Tensor> recent_loss_tensors_;  // for the floor diagnostic (read only then)
   int64_t steps_ = 0;
   int64_t updates_since_check_ = 0;

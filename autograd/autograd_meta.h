@@ -8,7 +8,7 @@
 
 namespace precis::autograd {
 
-struct AutogradMeta {
+struct AutogradMeta final : AutogradMetaInterface {
   bool requires_grad = false;
   Tensor grad;
   /// Non-null for tensors produced by a recorded op.

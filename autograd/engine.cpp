@@ -4,7 +4,8 @@
 //   2. seeds the roots' input buffers with the root gradients;
 //   3. repeatedly takes the ready node with the highest sequence number (created last), runs its
 //      gradient pre-hooks, apply(), and adds each returned gradient into the buffer of the node
-//      its edge points to; a node becomes ready when its count drops to zero.
+//      its edge points to; a node becomes ready when its count drops to zero;
+//   4. runs the callbacks queued during the pass (queue_callback), in order.
 // Gradients are checked against the recorded input metadata (shape must match; dtype is cast back,
 // so e.g. a bf16 gradient reaching an f32 input arrives as f32).
 #include "autograd/engine.h"
@@ -52,6 +53,32 @@ Tensor validate(const Node& node, size_t i, Tensor g) {
   return g;
 }
 
+// The callbacks of the pass running on this thread (null outside backward). A pass installs its
+// own list and restores the enclosing pass's when it ends, however it ends.
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+class CallbackScope {
+ public:
+  CallbackScope() : prev_(t_callbacks) { t_callbacks = &callbacks_; }
+  ~CallbackScope() { t_callbacks = prev_; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+  // Runs the queued callbacks, including those queued while running (the list may grow, so each
+  // is moved out by index before it is called).
+  void run() {
+    for (size_t i = 0; i < callbacks_.size(); ++i) {
+      std::function<void()> fn = std::move(callbacks_[i]);
+      fn();
+    }
+    callbacks_.clear();
+  }
+
+ private:
+  std::vector<std::function<void()>> callbacks_;
+  std::vector<std::function<void()>>* prev_;
+};
+
 struct Capture {
   Node* node;
   uint32_t output_nr;
@@ -64,6 +91,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
                 const std::vector<Capture>* captures, TensorList* captured) {
   GradModeGuard no_grad(false);
   BackwardPassGuard backward_pass;
+  CallbackScope callbacks;
 
   // 1. Dependency counts (iterative DFS).
   std::unordered_map<Node*, int> deps;
@@ -166,6 +194,9 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
       }
     }
   }
+
+  // 4. The pass is complete: every gradient has been accumulated.
+  callbacks.run();
 }
 
 Edge root_edge(const Tensor& root, size_t i) {
@@ -194,6 +225,14 @@ Tensor root_grad(const Tensor& root, const TensorList& grads, size_t i) {
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> callback) {
+  PRECIS_CHECK_T(StateError, t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread; "
+                 "callbacks can only be queued during backward (from a hook, a post-accumulate hook, a custom "
+                 "Function's backward or another callback)");
+  PRECIS_CHECK(callback != nullptr, "queue_callback: the callback is empty");
+  t_callbacks->push_back(std::move(callback));
+}
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   std::vector<Edge> edges;

@@ -2,6 +2,8 @@
 // The backward engine: counts dependencies from the roots, then runs nodes from a ready queue
 // (highest sequence number first, i.e. reverse creation order), summing gradients that arrive
 // along several edges. Iterative: no recursion, so long chains cannot overflow the stack.
+#include <functional>
+
 #include "autograd/node.h"
 
 namespace precis::autograd {
@@ -16,5 +18,15 @@ void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool r
 /// error otherwise.
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 bool retain_graph = false, bool allow_unused = false);
+
+/// Queues `callback` to run when the backward pass now running on this thread has run all its
+/// nodes (torch.autograd's Variable._execution_engine.queue_callback): the point where every
+/// gradient of the pass has been accumulated, e.g. for a data-parallel all-reduce started from
+/// post-accumulate hooks. Callbacks run in the order queued, on this thread, with grad mode off;
+/// one may queue more, which run in the same pass after those already queued. They belong to
+/// the innermost pass (a backward run inside a callback or a hook has its own). When the pass
+/// throws, its queued callbacks are dropped; when a callback throws, the ones after it are
+/// dropped and the exception leaves backward(). StateError when no backward pass is running.
+void queue_callback(std::function<void()> callback);
 
 }  // namespace precis::autograd

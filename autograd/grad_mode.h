@@ -1,38 +1,9 @@
 #pragma once
-// Thread-local grad mode: with it off, ops record nothing (inference, optimizer updates).
+// Grad mode (core/grad_mode.h) plus the engine's thread state: whether backward is running.
+#include "core/grad_mode.h"
 
-namespace precis {
+namespace precis::autograd {
 
-/// Whether ops record backward nodes on this thread (default true).
-bool is_grad_enabled();
-void set_grad_enabled(bool enabled);
-
-/// Turns gradient recording off for its scope (torch.no_grad).
-class NoGradGuard {
- public:
-  NoGradGuard() : prev_(is_grad_enabled()) { set_grad_enabled(false); }
-  ~NoGradGuard() { set_grad_enabled(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  bool prev_;
-};
-
-/// Sets grad mode to `enabled` for its scope (torch.set_grad_enabled as a guard).
-class GradModeGuard {
- public:
-  explicit GradModeGuard(bool enabled) : prev_(is_grad_enabled()) { set_grad_enabled(enabled); }
-  ~GradModeGuard() { set_grad_enabled(prev_); }
-  GradModeGuard(const GradModeGuard&) = delete;
-  GradModeGuard& operator=(const GradModeGuard&) = delete;
-
- private:
-  bool prev_;
-};
-
-
-namespace autograd {
 /// True on a thread while the engine runs backward functions. Autocast is suspended there:
 /// backward ops run in the dtypes the forward chose (as in PyTorch), not re-cast.
 bool in_backward_pass();
@@ -48,6 +19,5 @@ class BackwardPassGuard {
  private:
   bool prev_;
 };
-}  // namespace autograd
 
-}  // namespace precis
+}  // namespace precis::autograd

@@ -4,6 +4,9 @@
 #include <limits>
 
 #include "autograd/autograd_meta.h"
+#include "autograd/grad_mode.h"
+#include "ops/kernels.h"
+#include "ops/op_table.h"
 #include "ops/functional.h"
 
 namespace precis::autograd {
@@ -45,6 +48,36 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
 
 AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {}
 
+namespace {
+
+// Whether `g` may become the leaf's first .grad without a copy. Nothing else may hold it: neither
+// its TensorImpl (another edge's buffer, a hook that kept it) nor its memory (a view of a buffer
+// another gradient also views, e.g. view_backward of a gradient that reached two leaves) — later
+// backwards accumulate into .grad in place, which would otherwise change that other tensor too.
+bool can_steal(const Tensor& g) {
+  return g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous();
+}
+
+// Whether g can be added into the existing `grad` in place (PyTorch's rule for a first-order
+// backward): no graph is being recorded (create_graph would need the sum's graph), `grad` does not
+// itself require grad, and the two agree in dtype, device and shape, with `grad` dense row-major
+// (an expanded or strided .grad a user set cannot take an element-wise write). Other holders of
+// `grad` (p.grad() kept by the user, a data-parallel bucket holding a view into a flat buffer) do
+// not prevent it: they see the accumulated values, which is what keeps gradient buffers' identity.
+bool can_accumulate_in_place(const Tensor& grad, const Tensor& g) {
+  return !is_grad_enabled() && !grad.requires_grad() && grad.is_contiguous() && grad.dtype() == g.dtype() &&
+         grad.device() == g.device() && grad.sizes() == g.sizes();
+}
+
+// grad += g through add's element-wise kernel with `grad` as both output and first operand (an
+// element-wise kernel reads a[i] before it writes out[i]; ops/kernels.h), so no new buffer.
+void add_in_place(const Tensor& grad, const Tensor& g) {
+  kernel<kernels::BinaryKernel>(OpId::add, grad.device().type, grad.dtype())(grad, grad, g, 1.0);
+  grad.bump_version();
+}
+
+}  // namespace
+
 TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
   Tensor g = std::move(grad_outputs.at(0));
   if (!g.defined()) return {};
@@ -54,9 +87,9 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
     if (replaced.defined()) g = replaced;
   }
   if (!meta.grad.defined()) {
-    // Keep the incoming gradient when nobody else holds it; otherwise copy so that a later
-    // accumulation or an in-place change by the user cannot alias another tensor.
-    meta.grad = g.impl_ptr().use_count() == 1 && g.is_contiguous() ? g.detach() : g.detach().clone();
+    meta.grad = can_steal(g) ? g.detach() : g.detach().clone();
+  } else if (can_accumulate_in_place(meta.grad, g)) {
+    add_in_place(meta.grad, g);
   } else {
     meta.grad = add(meta.grad, g);
   }

@@ -91,7 +91,10 @@ class FunctionNode final : public Node {
 };
 
 /// The sink of a leaf tensor: adds the incoming gradient into .grad, then runs the leaf's
-/// post-accumulate hooks.
+/// post-accumulate hooks. The first gradient becomes .grad without a copy when nothing else holds
+/// it or its memory; later ones are added into that same tensor in place (same dtype, device and
+/// shape, .grad contiguous and not requiring grad), so .grad keeps its identity across backwards
+/// (gradient buckets can hold it). Otherwise .grad is replaced by the out-of-place sum.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(Tensor leaf);

@@ -10,6 +10,17 @@ namespace precis {
 
 using autograd::AutogradMeta;
 
+// TensorImpl keeps its autograd state behind the tensor layer's AutogradMetaInterface; only
+// autograd creates it, so the downcast is always to the right type.
+autograd::AutogradMeta* TensorImpl::autograd_meta() const {
+  return static_cast<autograd::AutogradMeta*>(autograd_.get());
+}
+
+autograd::AutogradMeta& TensorImpl::ensure_autograd_meta() {
+  if (!autograd_) autograd_ = std::make_unique<autograd::AutogradMeta>();
+  return *autograd_meta();
+}
+
 namespace {
 std::atomic<int> g_next_hook_id{1};
 }

@@ -1,26 +1,141 @@
-# The one library target, precis::precis. Sources are collected per folder so that adding a file
-# needs no CMake edit; CUDA sources live only in */cuda/ folders and are compiled only with CUDA on.
+# The library precis::precis, built from one object library per layer (docs/design/architecture.md):
+#
+#   core <- tensor <- ops (autograd + ops, the one mutual pair) <- data, optim <- amp <- models
+#
+# Each layer compiles once, as precis_<layer>; precis::precis is all of their objects (installed and
+# exported as before: one libprecis). For each layer a check library links that layer's objects
+# with those of the layers it may use and nothing else, with --no-undefined: a call from a layer
+# into one above it (a back-edge) fails the build, naming the symbol. tests/architecture checks the
+# same rule on #include lines. Sources are collected per folder so that adding a file needs no
+# CMake edit; CUDA sources live only in */cuda/ folders and are compiled only with CUDA on.
 set(PRECIS_FOLDERS core tensor autograd ops amp optim data models)
-set(_cpu_sources "")
-set(_cuda_sources "")
-foreach(folder ${PRECIS_FOLDERS})
-  file(GLOB_RECURSE _cpp CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.cpp)
-  file(GLOB_RECURSE _cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.cu)
-  foreach(f ${_cpp})
-    if(f MATCHES "/cuda/")
-      list(APPEND _cuda_sources ${f})
-    elseif(NOT f MATCHES "/models/tools/")
-      list(APPEND _cpu_sources ${f})
-    endif()
+set(PRECIS_LAYERS core tensor ops data optim amp models)
+set(PRECIS_LAYER_core_FOLDERS core)
+set(PRECIS_LAYER_tensor_FOLDERS tensor)
+set(PRECIS_LAYER_ops_FOLDERS autograd ops)
+set(PRECIS_LAYER_data_FOLDERS data)
+set(PRECIS_LAYER_optim_FOLDERS optim)
+set(PRECIS_LAYER_amp_FOLDERS amp)
+set(PRECIS_LAYER_models_FOLDERS models)
+# What each layer may link against, lowest first. data calls Tensor methods and factory functions
+# that tensor/ declares and ops/ defines (they run kernels), so it links above ops although its
+# #includes stay within core and tensor.
+set(PRECIS_LAYER_core_USES "")
+set(PRECIS_LAYER_tensor_USES core)
+set(PRECIS_LAYER_ops_USES core tensor)
+set(PRECIS_LAYER_data_USES core tensor ops)
+set(PRECIS_LAYER_optim_USES core tensor ops)
+set(PRECIS_LAYER_amp_USES core tensor ops optim)
+set(PRECIS_LAYER_models_USES core tensor ops data optim amp)
+
+# zlib: data/ reads gzip-compressed dataset files (MNIST's *.gz) in memory.
+find_package(ZLIB REQUIRED)
+
+option(PRECIS_LAYER_CHECKS "Link one check library per layer to catch calls into higher layers" ${PROJECT_IS_TOP_LEVEL})
+
+# Compile settings every layer shares (the usage requirements the old single target had).
+function(precis_layer_settings target)
+  target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  target_link_libraries(${target} PRIVATE Threads::Threads $<BUILD_INTERFACE:Eigen3::Eigen> ZLIB::ZLIB OpenMP::OpenMP_CXX)
+  # Eigen would parallelise its products on OpenMP by itself; precis splits that work with
+  # parallel_for where it wants threads.
+  target_compile_definitions(${target} PRIVATE EIGEN_DONT_PARALLELIZE)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+  # Vectorised kernels: x86-64 with AVX-512 detection at run time where it matters (bulk dtype
+  # conversion); the base ISA stays portable.
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-mf16c -mavx2 -mfma>)
+  endif()
+  if(PRECIS_ONEDNN)
+    target_link_libraries(${target} PRIVATE DNNL::dnnl)
+    target_compile_definitions(${target} PUBLIC PRECIS_HAS_ONEDNN=1)
+  endif()
+  if(PRECIS_WITH_CUDA)
+    target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
+    target_compile_definitions(${target} PUBLIC PRECIS_HAS_CUDA=1)
+    set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fPIC>)
+  endif()
+  if(PRECIS_SANITIZE)
+    target_compile_options(${target} PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>)
+    target_link_options(${target} PUBLIC -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+set(_precis_all_objects "")
+foreach(layer ${PRECIS_LAYERS})
+  set(_cpu_sources "")
+  set(_cuda_sources "")
+  foreach(folder ${PRECIS_LAYER_${layer}_FOLDERS})
+    file(GLOB_RECURSE _cpp CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.cpp)
+    file(GLOB_RECURSE _cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.cu)
+    foreach(f ${_cpp})
+      if(f MATCHES "/cuda/")
+        list(APPEND _cuda_sources ${f})
+      elseif(NOT f MATCHES "/models/tools/")
+        list(APPEND _cpu_sources ${f})
+      endif()
+    endforeach()
+    list(APPEND _cuda_sources ${_cu})
   endforeach()
-  list(APPEND _cuda_sources ${_cu})
+  if(PRECIS_WITH_CUDA)
+    list(APPEND _cpu_sources ${_cuda_sources})
+  endif()
+  add_library(precis_${layer} OBJECT ${_cpu_sources})
+  precis_layer_settings(precis_${layer})
+  list(APPEND _precis_all_objects $<TARGET_OBJECTS:precis_${layer}>)
 endforeach()
 
-add_library(precis ${_cpu_sources})
+add_library(precis ${_precis_all_objects})
 add_library(precis::precis ALIAS precis)
-set_target_properties(precis PROPERTIES OUTPUT_NAME precis EXPORT_NAME precis)
+set_target_properties(precis PROPERTIES OUTPUT_NAME precis EXPORT_NAME precis LINKER_LANGUAGE CXX)
 # Installed include directories (include/ and include/precis/) are set by precis_install.cmake.
 target_include_directories(precis PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
+target_compile_features(precis PUBLIC cxx_std_20)
+# Eigen is header-only and private: BUILD_INTERFACE keeps it out of the exported link interface,
+# so a static libprecis.a does not make its consumers find Eigen.
+target_link_libraries(precis PUBLIC Threads::Threads PRIVATE $<BUILD_INTERFACE:Eigen3::Eigen>)
+target_link_libraries(precis PRIVATE ZLIB::ZLIB)
+# OpenMP: the intra-op pool is an OpenMP team (core/thread_pool.cpp), shared with oneDNN. Private:
+# only the library is compiled with -fopenmp; a consumer of the static library links libgomp.
+target_link_libraries(precis PRIVATE OpenMP::OpenMP_CXX)
+if(PRECIS_ONEDNN)
+  target_link_libraries(precis PRIVATE DNNL::dnnl)
+  target_compile_definitions(precis PUBLIC PRECIS_HAS_ONEDNN=1)
+endif()
+if(PRECIS_WITH_CUDA)
+  target_link_libraries(precis PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
+  target_compile_definitions(precis PUBLIC PRECIS_HAS_CUDA=1)
+endif()
+if(PRECIS_SANITIZE)
+  target_compile_options(precis PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>)
+  target_link_options(precis PUBLIC -fsanitize=address,undefined)
+endif()
+
+# The layer checks: shared libraries that must link with no undefined symbol.
+if(PRECIS_LAYER_CHECKS)
+  foreach(layer ${PRECIS_LAYERS})
+    set(_objects "")
+    foreach(used ${PRECIS_LAYER_${layer}_USES} ${layer})
+      list(APPEND _objects $<TARGET_OBJECTS:precis_${used}>)
+    endforeach()
+    add_library(precis_layercheck_${layer} SHARED ${_objects})
+    set_target_properties(precis_layercheck_${layer} PROPERTIES LINKER_LANGUAGE CXX
+                          LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/layercheck)
+    target_link_options(precis_layercheck_${layer} PRIVATE -Wl,--no-undefined)
+    target_link_libraries(precis_layercheck_${layer} PRIVATE Threads::Threads ZLIB::ZLIB OpenMP::OpenMP_CXX)
+    if(PRECIS_ONEDNN)
+      target_link_libraries(precis_layercheck_${layer} PRIVATE DNNL::dnnl)
+    endif()
+    if(PRECIS_WITH_CUDA)
+      target_link_libraries(precis_layercheck_${layer} PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
+    endif()
+    if(PRECIS_SANITIZE)
+      target_link_options(precis_layercheck_${layer} PRIVATE -fsanitize=address,undefined)
+    endif()
+  endforeach()
+endif()
 
 # Users write #include <precis/precis.h>. Installed, that is include/precis/precis.h; in a build
 # tree (tests, add_subdirectory consumers) a generated forwarding header gives the same spelling.
@@ -33,42 +148,4 @@ if(_precis_umbrella)
   target_include_directories(precis PUBLIC $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/precis-include>)
 else()
   file(REMOVE ${_precis_fwd})
-endif()
-target_compile_features(precis PUBLIC cxx_std_20)
-# Eigen is header-only and private: BUILD_INTERFACE keeps it out of the exported link interface,
-# so a static libprecis.a does not make its consumers find Eigen.
-target_link_libraries(precis PUBLIC Threads::Threads PRIVATE $<BUILD_INTERFACE:Eigen3::Eigen>)
-# zlib: data/ reads gzip-compressed dataset files (MNIST's *.gz) in memory.
-find_package(ZLIB REQUIRED)
-target_link_libraries(precis PRIVATE ZLIB::ZLIB)
-# OpenMP: the intra-op pool is an OpenMP team (core/thread_pool.cpp), shared with oneDNN. Private:
-# only the library is compiled with -fopenmp; a consumer of the static library links libgomp.
-target_link_libraries(precis PRIVATE OpenMP::OpenMP_CXX)
-# Eigen would parallelise its products on OpenMP by itself; precis splits that work with
-# parallel_for where it wants threads.
-target_compile_definitions(precis PRIVATE EIGEN_DONT_PARALLELIZE)
-target_compile_options(precis PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
-
-# Vectorised kernels: the library is built for x86-64 with AVX-512 detection at run time where it
-# matters (bulk dtype conversion); the base ISA stays portable.
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
-  target_compile_options(precis PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-mf16c -mavx2 -mfma>)
-endif()
-
-if(PRECIS_ONEDNN)
-  target_link_libraries(precis PRIVATE DNNL::dnnl)
-  target_compile_definitions(precis PUBLIC PRECIS_HAS_ONEDNN=1)
-endif()
-
-if(PRECIS_WITH_CUDA)
-  target_sources(precis PRIVATE ${_cuda_sources})
-  target_link_libraries(precis PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
-  target_compile_definitions(precis PUBLIC PRECIS_HAS_CUDA=1)
-  set_target_properties(precis PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
-  target_compile_options(precis PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fPIC>)
-endif()
-
-if(PRECIS_SANITIZE)
-  target_compile_options(precis PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>)
-  target_link_options(precis PUBLIC -fsanitize=address,undefined)
 endif()

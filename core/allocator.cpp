@@ -18,12 +18,18 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "core/caching_allocator.h"
 #include "core/checked_math.h"
 #include "core/error.h"
+
+#ifdef PRECIS_HAS_CUDA
+#include "core/cuda/cuda_allocator.h"
+#endif
 
 // Under AddressSanitizer the allocator tells ASan which bytes are live: a cached block, and the
 // rounding slack past the bytes asked for, are poisoned, so a kernel that reads past a tensor's
@@ -79,20 +85,19 @@ size_t round_size(size_t nbytes) {
   return (nbytes + step - 1) / step * step;
 }
 
-class CpuCachingAllocator final : public Allocator {
+class CpuCachingAllocator final : public CachingAllocatorBase {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     const size_t size = round_size(nbytes);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ++stats_.num_allocs;
+      book_.count_request();
       auto it = free_.find(size);
       if (it != free_.end() && !it->second.empty()) {
         void* p = it->second.back();
         it->second.pop_back();
-        ++stats_.num_cache_hits;
-        note_allocated(size);
+        book_.cache_hit(size);
         asan_hand_out(p, nbytes, size);
         return p;
       }
@@ -110,8 +115,7 @@ class CpuCachingAllocator final : public Allocator {
                                              " bytes are held by live tensors. Free tensors or reduce the batch size."),
                              nbytes, "cpu");
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.reserved += size;
-    note_allocated(size);
+    book_.fresh_block(size);
     asan_hand_out(p, nbytes, size);
     return p;
   }
@@ -120,21 +124,9 @@ class CpuCachingAllocator final : public Allocator {
     if (ptr == nullptr) return;
     const size_t size = round_size(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    PRECIS_INTERNAL_ASSERT(stats_.allocated >= size, "deallocate(", ptr, ", ", nbytes,
-                           ") of more bytes than are allocated");
+    book_.freed(size);
     asan_poison(ptr, size);  // a use after free of a cached block is now an ASan report
     free_[size].push_back(ptr);
-    stats_.allocated -= size;
-  }
-
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-
-  void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated = stats_.allocated;
   }
 
   void empty_cache() override {
@@ -143,7 +135,7 @@ class CpuCachingAllocator final : public Allocator {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       blocks.swap(free_);
-      for (const auto& [size, list] : blocks) stats_.reserved -= size * list.size();
+      for (const auto& [size, list] : blocks) book_.released(size * list.size());
     }
     for (const auto& [size, list] : blocks)
       for (void* p : list) system_free(p, size);
@@ -152,11 +144,6 @@ class CpuCachingAllocator final : public Allocator {
   Device device() const override { return Device::cpu(); }
 
  private:
-  void note_allocated(size_t size) {
-    stats_.allocated += size;
-    if (stats_.allocated > stats_.peak_allocated) stats_.peak_allocated = stats_.allocated;
-  }
-
   static void* system_alloc(size_t size) {
     if (size < kHugePage) return std::aligned_alloc(kAlignment, size);
     // Over-map by one huge page so the block can start on a 2 MiB boundary (huge pages only back
@@ -182,9 +169,7 @@ class CpuCachingAllocator final : public Allocator {
       munmap(p, size);
   }
 
-  mutable std::mutex mutex_;
-  AllocatorStats stats_;
-  std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> cached blocks
+  std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> cached blocks (guarded by mutex_)
 };
 
 // The device table. Lookups are lock-free (allocator_for runs for every tensor allocation);
@@ -208,8 +193,19 @@ Allocator& allocator_for(Device device) {
                       kMaxDeviceIndex, ")");
   if (Allocator* a = g_table[type][device.index].load(std::memory_order_acquire)) return *a;
   if (device.is_cpu()) return cpu_allocator();
+#ifdef PRECIS_HAS_CUDA
+  // Registered here, on first use, so that allocating needs nothing from the layers above (the
+  // CUDA backend's kernels are registered separately, by ops).
+  static std::once_flag cuda_once;
+  std::call_once(cuda_once, [] { cuda::register_allocators(); });
+  if (Allocator* a = g_table[type][device.index].load(std::memory_order_acquire)) return *a;
+#endif
   throw DeviceError(detail::str_cat("no CUDA allocator for ", device.str(),
                                     ": precis was built without CUDA or the device is absent"));
+}
+
+void Allocator::copy_to_host(void* dst, const void* src, size_t nbytes) const {
+  if (nbytes != 0) std::memcpy(dst, src, nbytes);
 }
 
 void register_allocator(DeviceType type, int index, Allocator* allocator) {

@@ -34,13 +34,17 @@ class Allocator {
   /// Gives every cached (free) block back to the system.
   virtual void empty_cache() = 0;
   virtual Device device() const = 0;
+  /// Copies nbytes from this allocator's memory at src to host memory at dst and waits for the
+  /// copy (a plain memcpy for host memory). For layers below the kernels, e.g. a writer that
+  /// streams a device tensor's bytes to a file.
+  virtual void copy_to_host(void* dst, const void* src, size_t nbytes) const;
 };
 
 /// The process-wide CPU caching allocator.
 Allocator& cpu_allocator();
 
-/// The allocator for a device. CUDA allocators are registered by the CUDA backend's init; asking
-/// for a CUDA device without one throws DeviceError.
+/// The allocator for a device. A build with CUDA registers its CUDA allocators on the first request
+/// for a CUDA device; asking for one without CUDA throws DeviceError.
 Allocator& allocator_for(Device device);
 /// Called by a backend's init to make its allocator reachable through allocator_for.
 void register_allocator(DeviceType type, int index, Allocator* allocator);

@@ -1,6 +1,6 @@
 #pragma once
 // Element types. A tensor's dtype is one of these; f16 and bf16 are storage formats whose
-// arithmetic is done in fp32 (DESIGN §3).
+// arithmetic is done in fp32 (docs/design/precision.md).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -8,7 +8,12 @@
 
 namespace precis {
 
-enum class DType : uint8_t { f32, f64, f16, bf16, i64, i32, boolean };
+enum class DType : uint8_t {
+  f32, f64, f16, bf16, i64, i32, boolean,
+  // PyTorch's spellings, for code written from torch.* habits: the same values, so
+  // DType::float32 == DType::f32 and switches over the short names cover them.
+  float32 = f32, float64 = f64, float16 = f16, half = f16, bfloat16 = bf16, int64 = i64, int32 = i32,
+};
 inline constexpr int kNumDTypes = 7;
 
 /// Bytes per element.

@@ -62,6 +62,32 @@ class TensorDataset : public Dataset {
   int64_t size_ = 0;
 };
 
+/// The examples of `dataset` at `indices`, in that order (torch.utils.data.Subset): example i is
+/// dataset->get(indices[i]) (sample() likewise, with the subset's stream for i). Indices may repeat;
+/// each must lie in [0, dataset->size()) (IndexError at construction otherwise).
+class Subset : public Dataset {
+ public:
+  Subset(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices);
+  int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
+  Example get(int64_t index) const override;
+  Example sample(int64_t index, SampleRng& rng) const override;
+  const std::vector<int64_t>& indices() const { return indices_; }
+  const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<int64_t> indices_;
+};
+
+/// torch.utils.data.random_split: a seeded random permutation of the dataset cut into
+/// non-overlapping Subsets. `lengths` are example counts summing to dataset->size(), or
+/// fractions summing to 1 (each gets floor(fraction · size) examples, and the remainder goes one
+/// by one to the first subsets, as PyTorch). The permutation is a pure function of `seed` (Philox,
+/// the same on every machine), not PyTorch's: the same seed gives other splits than torch's.
+///   auto parts = data::random_split(train, {0.9, 0.1}, /*seed=*/42);  // parts[0]: 90%, parts[1]: 10%
+std::vector<std::shared_ptr<Subset>> random_split(std::shared_ptr<const Dataset> dataset,
+                                                  const std::vector<double>& lengths, uint64_t seed = 0);
+
 /// Checks 0 <= index < dataset_size, throwing IndexError naming `who`.
 void check_index(const char* who, int64_t index, int64_t dataset_size);
 

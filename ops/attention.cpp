@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
 
@@ -29,10 +29,11 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
                                     const Tensor& attn_mask_in, double dropout_p, bool is_causal, double scale,
                                     Generator* generator) {
   const auto [q, k, v, attn_mask] =
-      amp::autocast(OpId::scaled_dot_product_attention, q_in, k_in, v_in, attn_mask_in);
+      apply_precision(OpId::scaled_dot_product_attention, q_in, k_in, v_in, attn_mask_in);
   const char* op = "scaled_dot_product_attention";
   PRECIS_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
-  auto operands = [&] {
+  // Named captures: clang before 16 cannot capture structured bindings implicitly.
+  auto operands = [&q = q, &k = k, &v = v, &attn_mask = attn_mask] {
     std::string s = "q " + q.describe() + ", k " + k.describe() + ", v " + v.describe();
     if (attn_mask.defined()) s += ", attn_mask " + attn_mask.describe();
     return s;

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <optional>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/broadcast.h"
 #include "ops/functional.h"
@@ -56,7 +56,7 @@ namespace {
 int category_rank(DType t) { return t == DType::boolean ? 0 : is_integral(t) ? 1 : 2; }
 }  // namespace
 
-DType result_type(std::initializer_list<const Tensor*> operands, bool floating_only) {
+DType result_type(std::span<const Tensor* const> operands, bool floating_only) {
   std::optional<DType> dimensioned, zero_dim;
   for (const Tensor* t : operands) {
     if (!t->defined() || (floating_only && !is_floating(t->dtype()))) continue;
@@ -92,10 +92,10 @@ struct Operands {
 };
 
 // true_division: integer/bool operands are promoted to f32 (PyTorch's `/`).
-// Checks, autocasts (DESIGN §3: the op's policy category) and promotes the two operands.
+// Checks, autocasts (docs/design/precision.md: the op's policy category) and promotes the two operands.
 Operands prepare(OpId op_id, const Tensor& a_in, const Tensor& b_in, bool true_division = false) {
   const char* op = op_name(op_id);
-  const auto [a, b] = amp::autocast(op_id, a_in, b_in);
+  const auto [a, b] = apply_precision(op_id, a_in, b_in);
   check_defined(op, a, "a");
   check_defined(op, b, "b");
   check_same_device(op, a, "a", b, "b");
@@ -277,7 +277,7 @@ PRECIS_DEFINE_COMPARISON(ge)
 #undef PRECIS_DEFINE_COMPARISON
 
 Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
-  const auto [a, b] = amp::autocast(OpId::where, a_in, b_in);
+  const auto [a, b] = apply_precision(OpId::where, a_in, b_in);
   check_defined("where", cond, "cond");
   check_defined("where", a, "a");
   check_defined("where", b, "b");
@@ -310,7 +310,7 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
 }
 
 Tensor masked_fill(const Tensor& x_in, const Tensor& mask, Scalar value) {
-  const Tensor x = amp::autocast(OpId::masked_fill, x_in)[0];
+  const Tensor x = apply_precision(OpId::masked_fill, x_in)[0];
   check_defined("masked_fill", x, "x");
   check_defined("masked_fill", mask, "mask");
   PRECIS_CHECK_DTYPE(mask.dtype() == DType::boolean, "masked_fill: mask must be bool, got mask ", mask.describe(),

@@ -2,6 +2,7 @@
 // Broadcasting and type-promotion rules shared by the ops that combine operands (internal to
 // ops/ and amp/).
 #include <initializer_list>
+#include <span>
 
 #include "tensor/tensor.h"
 
@@ -19,6 +20,9 @@ Shape broadcast_shapes(const char* op, std::initializer_list<const Tensor*> oper
 /// tensor plus a () f64 tensor is f64. Undefined operands are skipped; at least one is defined.
 /// floating_only: only floating operands count, and f32 is returned when there are none (the
 /// widest dtype of autocast's Promote category).
-DType result_type(std::initializer_list<const Tensor*> operands, bool floating_only = false);
+DType result_type(std::span<const Tensor* const> operands, bool floating_only = false);
+inline DType result_type(std::initializer_list<const Tensor*> operands, bool floating_only = false) {
+  return result_type(std::span<const Tensor* const>(operands.begin(), operands.size()), floating_only);
+}
 
 }  // namespace precis

@@ -3,7 +3,7 @@
 #include <limits>
 #include <string>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "core/checked_math.h"
 #include "ops/functional.h"
@@ -91,7 +91,7 @@ Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
               const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
               const std::vector<int64_t>& dilation, int64_t groups) {
-  const auto [input, weight, bias] = amp::autocast(OpId::conv2d, input_in, weight_in, bias_in);
+  const auto [input, weight, bias] = apply_precision(OpId::conv2d, input_in, weight_in, bias_in);
   const Conv2dParams p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
   const DeviceType dev = input.device().type;
   const DType dtype = input.dtype();

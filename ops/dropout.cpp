@@ -5,7 +5,7 @@
 // elements, cheap next to the memory traffic of the multiply itself.
 #include <cmath>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "core/rng.h"
 #include "ops/functional.h"
@@ -39,7 +39,7 @@ Tensor masked(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
 }  // namespace
 
 Tensor dropout(const Tensor& x_in, double p, bool training, Generator* generator) {
-  const Tensor x = amp::autocast(OpId::dropout, x_in)[0];
+  const Tensor x = apply_precision(OpId::dropout, x_in)[0];
   PRECIS_CHECK(x.defined(), "dropout: the input tensor is undefined");
   PRECIS_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got ", p, " (input ", x.describe(), ")");
   PRECIS_CHECK_DTYPE(x.is_floating_point(), "dropout: expected a floating tensor, got ", x.describe());

@@ -1,7 +1,7 @@
 // embedding: rows of a (V, D) table picked by indices of any shape. Forward runs the index_select
 // kernel; backward adds the output gradient into a dense (V, D) zero table with index_add (so the
 // gradient is differentiable) and zeroes the padding row.
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
@@ -13,7 +13,7 @@ namespace precis {
 using autograd::TensorList;
 
 Tensor embedding(const Tensor& indices, const Tensor& weight_in, std::optional<int64_t> padding_row) {
-  const Tensor weight = amp::autocast(OpId::embedding, weight_in)[0];
+  const Tensor weight = apply_precision(OpId::embedding, weight_in)[0];
   PRECIS_CHECK(indices.defined() && weight.defined(), "embedding: indices and weight must be defined");
   auto operands = [&] { return "indices " + indices.describe() + ", weight " + weight.describe(); };
   PRECIS_CHECK_DTYPE(indices.dtype() == DType::i64 || indices.dtype() == DType::i32,

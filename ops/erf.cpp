@@ -1,5 +1,5 @@
 // erf (kernel: ops/cpu/erf.cpp) and its backward 2/√π·exp(−x²), from public ops.
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
@@ -12,7 +12,7 @@ using autograd::SavedTensor;
 using autograd::TensorList;
 
 Tensor erf(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::erf, x_in)[0];
+  const Tensor x = apply_precision(OpId::erf, x_in)[0];
   PRECIS_CHECK(x.defined(), "erf: the input tensor is undefined");
   PRECIS_CHECK_DTYPE(x.is_floating_point(), "erf: expected a floating tensor, got ", x.describe(),
                      "; convert it first, e.g. erf(x.to(DType::f32))");

@@ -2,7 +2,7 @@
 // The functional API: precis::add, precis::matmul, ... Every function here checks its operands
 // (throwing a precis::Error that names the op and each operand's shape, dtype and device), runs
 // the kernel for (device, dtype) from the op table, and records a backward node when an input
-// requires grad. Each comment gives the shapes, dtypes and the autocast category (DESIGN §3).
+// requires grad. Each comment gives the shapes, dtypes and the autocast category (docs/design/precision.md).
 #include <optional>
 #include <string>
 #include <tuple>
@@ -82,6 +82,10 @@ Tensor max(const Tensor& x);
 /// Maximum along dim and the i64 index of its first occurrence (a NaN wins, at its first index);
 /// ValueError when that dim has size 0. The gradient goes to the returned index. Passthrough.
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Index (i64) of the maximum along dim, the first one on ties (a NaN counts as the maximum), as
+/// torch.argmax; without dim, the index into the flattened tensor (0-d; with keepdim, x.dim() ones). Not
+/// differentiable. Passthrough (it is max's index output).
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 /// Sums `x` down to `shape` (the inverse of broadcasting): used by backward of broadcasting ops.
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
@@ -151,9 +155,10 @@ Tensor adaptive_avg_pool2d(const Tensor& input, const std::vector<int64_t>& outp
 // ---- normalisation and softmax --------------------------------------------------------------
 // Floating inputs (f32, f64, f16, bf16). f16/bf16 inputs are stored in their dtype and computed
 // in fp32; statistics (means, variances) are always fp32 (f64 for f64 inputs). Parameters
-// (weight, bias, running statistics) may be in the input's dtype or fp32 (BatchNorm parameters
-// stay fp32 in low-precision models); parameter gradients come back in each parameter's dtype.
-// All five are FP32 under autocast.
+// (weight, bias, running statistics) may be in the input's dtype or fp32 (normalisation
+// parameters stay fp32 in low-precision models); parameter gradients come back in each
+// parameter's dtype. Under autocast batch_norm is Passthrough (its kernel already computes in
+// fp32, and the activation keeps its dtype); the other four are FP32.
 
 /// torch.nn.functional.batch_norm. input: (N, C, ...) with any number of spatial dims (at least
 /// 2-D). running_mean, running_var, weight, bias: (C) or undefined. training: normalises with the
@@ -161,7 +166,7 @@ Tensor adaptive_avg_pool2d(const Tensor& input, const std::vector<int64_t>& outp
 /// updates them in place (running = (1 − momentum)·running + momentum·batch, with the unbiased
 /// batch variance; they are buffers and record no gradient); needs more than one value per
 /// channel. Eval (training = false): normalises with the running statistics, which must be given.
-/// Output: input's shape and dtype. FP32.
+/// Output: input's shape and dtype. Passthrough (computed in fp32 inside the kernel).
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
                   double momentum = 0.1, double eps = 1e-5);
@@ -198,6 +203,19 @@ enum class Reduction { none, mean, sum };
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
                      int64_t ignore_index = -100, Reduction reduction = Reduction::mean,
                      double label_smoothing = 0.0);
+/// cross_entropy's keyword arguments, PyTorch's defaults; fill only what you change:
+///   cross_entropy(logits, target, {.label_smoothing = 0.1})
+struct CrossEntropyOptions {
+  Tensor weight{};                        ///< (C) class weights, or undefined
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::mean;
+  double label_smoothing = 0.0;
+};
+/// cross_entropy with its options as a struct (same semantics as the positional form above).
+inline Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& options) {
+  return cross_entropy(input, target, options.weight, options.ignore_index, options.reduction,
+                       options.label_smoothing);
+}
 /// Negative log-likelihood of log-probabilities: loss = −weight[t]·input[t] per position. Shapes,
 /// ignore_index, weights and reductions as cross_entropy. FP32.
 Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(), int64_t ignore_index = -100,

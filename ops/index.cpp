@@ -3,7 +3,7 @@
 // 0-d operands are handled as 1-element 1-D tensors, as PyTorch does for these ops.
 #include <sstream>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "core/checked_math.h"
 #include "ops/functional.h"
@@ -69,7 +69,7 @@ Tensor restore_0d(const Tensor& out, bool was_0d) { return was_0d ? out.reshape(
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors_in, int64_t dim) {
-  const std::vector<Tensor> tensors = amp::autocast_list(OpId::cat, tensors_in);
+  const std::vector<Tensor> tensors = apply_precision_list(OpId::cat, tensors_in);
   PRECIS_CHECK(!tensors.empty(), "cat: expects a non-empty list of tensors");
   // PyTorch's legacy rule: 1-D tensors of shape [0] are skipped whatever the others' shapes.
   auto skipped = [](const Tensor& t) { return t.dim() == 1 && t.sizes()[0] == 0; };
@@ -147,7 +147,7 @@ Tensor cat(const std::vector<Tensor>& tensors_in, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors_in, int64_t dim) {
-  const std::vector<Tensor> tensors = amp::autocast_list(OpId::stack, tensors_in);
+  const std::vector<Tensor> tensors = apply_precision_list(OpId::stack, tensors_in);
   PRECIS_CHECK(!tensors.empty(), "stack: expects a non-empty list of tensors");
   const Tensor& ref = tensors[0];
   std::ostringstream bad;
@@ -169,7 +169,7 @@ Tensor stack(const std::vector<Tensor>& tensors_in, int64_t dim) {
 
 Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index) {
   PRECIS_CHECK(x_in.defined() && index.defined(), "index_select: x and index must be defined");
-  const Tensor x = amp::autocast(OpId::index_select, x_in)[0];
+  const Tensor x = apply_precision(OpId::index_select, x_in)[0];
   check_same_device("index_select", x, index);
   const bool was_0d = x.dim() == 0;
   const Tensor x1 = as_1d(x.detach());
@@ -195,7 +195,7 @@ Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index) {
 
 Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
   PRECIS_CHECK(x_in.defined() && index.defined(), "gather: x and index must be defined");
-  const Tensor x = amp::autocast(OpId::gather, x_in)[0];
+  const Tensor x = apply_precision(OpId::gather, x_in)[0];
   check_same_device("gather", x, index);
   PRECIS_CHECK_SHAPE(index.dim() == x.dim(), "gather: index must have as many dims as x, got ", operands(x, index));
   const Tensor x1 = as_1d(x.detach());
@@ -219,7 +219,7 @@ Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
 
 Tensor index_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
   PRECIS_CHECK(x_in.defined() && index.defined() && src_in.defined(), "index_add: x, index and src must be defined");
-  const auto [x, src] = amp::autocast(OpId::index_add, x_in, src_in);
+  const auto [x, src] = apply_precision(OpId::index_add, x_in, src_in);
   check_same_device("index_add", x, index, &src);
   PRECIS_CHECK_DTYPE(src.dtype() == x.dtype(), "index_add: src must have x's dtype, got ", operands(x, index, &src),
                      "; convert src with src.to(x.dtype())");
@@ -247,7 +247,7 @@ Tensor index_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Ten
 
 Tensor scatter_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
   PRECIS_CHECK(x_in.defined() && index.defined() && src_in.defined(), "scatter_add: x, index and src must be defined");
-  const auto [x, src] = amp::autocast(OpId::scatter_add, x_in, src_in);
+  const auto [x, src] = apply_precision(OpId::scatter_add, x_in, src_in);
   check_same_device("scatter_add", x, index, &src);
   PRECIS_CHECK_DTYPE(src.dtype() == x.dtype(), "scatter_add: src must have x's dtype, got ", operands(x, index, &src),
                      "; convert src with src.to(x.dtype())");

@@ -24,6 +24,8 @@ using UnaryKernel = void(const Tensor& out, const Tensor& x, double param);
 /// out = f(a, b). a, b expanded to out's shape (any strides, stride 0 allowed), same dtype.
 /// out contiguous: same dtype for arithmetic, bool for comparisons. `alpha`: add/sub's b
 /// multiplier; for relu_backward/gelu_backward (a = grad, b = x) gelu's approximation flag.
+/// out may be a itself (AccumulateGrad's in-place grad += g): each a[i] is read before out[i]
+/// is written.
 using BinaryKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
 
 /// out = cond ? a : b; all expanded to out's shape; cond bool. Keyed by a's dtype.

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
@@ -187,7 +187,7 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  const auto [a, b] = amp::autocast(OpId::matmul, a_in, b_in);
+  const auto [a, b] = apply_precision(OpId::matmul, a_in, b_in);
   check_matmul(a, b);
   Tensor out = matmul_forward(a, b);
   if (autograd::needs_grad({&a, &b})) {
@@ -201,7 +201,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
-  const auto [x, weight, bias] = amp::autocast(OpId::linear, x_in, weight_in, bias_in);
+  const auto [x, weight, bias] = apply_precision(OpId::linear, x_in, weight_in, bias_in);
   check_linear(x, weight, bias);
   const int64_t in = weight.size(1), outs = weight.size(0);
   const Shape lead = dims_of(x, 0, x.dim() - 1);

@@ -6,7 +6,7 @@
 // losses and weights in the accumulation type, and the reduction is taken here on those M values.
 #include <string>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/grad_mode.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
@@ -175,7 +175,7 @@ void check_elementwise(const char* op, const Tensor& input, const Tensor& target
 
 Tensor cross_entropy(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, int64_t ignore_index,
                      Reduction reduction, double label_smoothing) {
-  const auto [input, weight] = amp::autocast(OpId::cross_entropy, input_in, weight_in);
+  const auto [input, weight] = apply_precision(OpId::cross_entropy, input_in, weight_in);
   check_reduction("cross_entropy", reduction);
   PRECIS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
                "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
@@ -212,7 +212,7 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target, const Tensor&
 
 Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, int64_t ignore_index,
                 Reduction reduction) {
-  const auto [input, weight] = amp::autocast(OpId::nll_loss, input_in, weight_in);
+  const auto [input, weight] = apply_precision(OpId::nll_loss, input_in, weight_in);
   check_reduction("nll_loss", reduction);
   ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false);
   const int64_t rows = r.x.size(0);
@@ -245,7 +245,7 @@ Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weig
 }
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  const auto [input, target] = amp::autocast(OpId::mse_loss, input_in, target_in);
+  const auto [input, target] = apply_precision(OpId::mse_loss, input_in, target_in);
   check_reduction("mse_loss", reduction);
   check_elementwise("mse_loss", input, target, {});
   const Tensor d = sub(input, target);
@@ -255,7 +255,7 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
 Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
                                         const Tensor& pos_weight_in, Reduction reduction) {
   const auto [input, target, weight, pos_weight] =
-      amp::autocast(OpId::binary_cross_entropy_with_logits, input_in, target_in, weight_in, pos_weight_in);
+      apply_precision(OpId::binary_cross_entropy_with_logits, input_in, target_in, weight_in, pos_weight_in);
   const char* op = "binary_cross_entropy_with_logits";
   check_reduction(op, reduction);
   check_elementwise(op, input, target, {{"weight", &weight}, {"pos_weight", &pos_weight}});
@@ -275,7 +275,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
 Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
                             Reduction reduction) {
   // Banned under autocast: throws there, naming binary_cross_entropy_with_logits.
-  const auto [input, target, weight] = amp::autocast(OpId::binary_cross_entropy, input_in, target_in, weight_in);
+  const auto [input, target, weight] = apply_precision(OpId::binary_cross_entropy, input_in, target_in, weight_in);
   const char* op = "binary_cross_entropy";
   check_reduction(op, reduction);
   check_elementwise(op, input, target, {{"weight", &weight}});

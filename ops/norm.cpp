@@ -1,7 +1,7 @@
 // batch_norm, layer_norm, group_norm: operand checks, the kernel call on contiguous (N, C, S) /
 // (M, D) views, and a backward that runs the op's fused *_backward kernel with the mean / rstd
 // the forward saved. Kernels: ops/cpu/norm.cpp.
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels_norm.h"
@@ -15,7 +15,7 @@ using autograd::TensorList;
 
 namespace {
 
-// The statistics dtype of an input: f64 for f64, fp32 otherwise (DESIGN §3).
+// The statistics dtype of an input: f64 for f64, fp32 otherwise (docs/design/precision.md).
 DType acc_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
 
 void check_input(const char* op, const Tensor& input, int64_t min_dim) {
@@ -64,7 +64,7 @@ Tensor grad_as(const Tensor& g, const Tensor& like, const Shape& kernel_shape) {
 Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight_in, const Tensor& bias_in, bool training, double momentum, double eps) {
   // The running statistics are buffers updated in place: autocast never touches them.
-  const auto ac = amp::autocast(OpId::batch_norm, input_in, weight_in, bias_in);
+  const auto ac = apply_precision(OpId::batch_norm, input_in, weight_in, bias_in);
   const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
   check_input("batch_norm", input, 2);
   const int64_t N = input.size(0), C = input.size(1);
@@ -136,7 +136,7 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
 
 Tensor layer_norm(const Tensor& input_in, const Shape& normalized_shape, const Tensor& weight_in,
                   const Tensor& bias_in, double eps) {
-  const auto ac = amp::autocast(OpId::layer_norm, input_in, weight_in, bias_in);
+  const auto ac = apply_precision(OpId::layer_norm, input_in, weight_in, bias_in);
   const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
   check_input("layer_norm", input, 0);
   const size_t k = normalized_shape.size();
@@ -188,7 +188,7 @@ Tensor layer_norm(const Tensor& input_in, const Shape& normalized_shape, const T
 
 Tensor group_norm(const Tensor& input_in, int64_t num_groups, const Tensor& weight_in, const Tensor& bias_in,
                   double eps) {
-  const auto ac = amp::autocast(OpId::group_norm, input_in, weight_in, bias_in);
+  const auto ac = apply_precision(OpId::group_norm, input_in, weight_in, bias_in);
   const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
   check_input("group_norm", input, 2);
   const int64_t N = input.size(0), C = input.size(1);

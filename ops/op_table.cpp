@@ -1,5 +1,9 @@
 #include "ops/op_table.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -18,7 +22,18 @@ constexpr OpInfo kOps[] = {
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == kNumOps);
 
 // kernels[op][device type][dtype]
-void* g_kernels[kNumOps][kNumDeviceTypes][kNumDTypes] = {};
+detail::KernelSlot g_kernels[kNumOps][kNumDeviceTypes][kNumDTypes] = {};
+
+detail::KernelSlot& slot_of(OpId op, DeviceType device, DType dtype) {
+  return g_kernels[static_cast<int>(op)][static_cast<int>(device)][static_cast<int>(dtype)];
+}
+
+// A readable C++ spelling of a signature for error messages.
+std::string signature_name(const std::type_info& t) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(t.name(), nullptr, nullptr, &status), std::free);
+  return status == 0 && out ? std::string(out.get()) : std::string(t.name());
+}
 
 }  // namespace
 
@@ -35,20 +50,22 @@ const char* category_name(Category c) {
   return "?";
 }
 
-void register_kernel(OpId op, DeviceType device, DType dtype, void* fn) {
-  g_kernels[static_cast<int>(op)][static_cast<int>(device)][static_cast<int>(dtype)] = fn;
+void register_kernel(OpId op, DeviceType device, DType dtype, void* fn, const std::type_info& signature) {
+  slot_of(op, device, dtype) = detail::KernelSlot{fn, fn == nullptr ? nullptr : &signature};
 }
 
-void* find_kernel(OpId op, DeviceType device, DType dtype) {
+const detail::KernelSlot& detail::kernel_slot(OpId op, DeviceType device, DType dtype) {
   init_backends();
-  return g_kernels[static_cast<int>(op)][static_cast<int>(device)][static_cast<int>(dtype)];
+  return slot_of(op, device, dtype);
 }
+
+void* find_kernel(OpId op, DeviceType device, DType dtype) { return detail::kernel_slot(op, device, dtype).fn; }
 
 std::vector<DType> registered_dtypes(OpId op, DeviceType device) {
   init_backends();
   std::vector<DType> out;
   for (int d = 0; d < kNumDTypes; ++d)
-    if (g_kernels[static_cast<int>(op)][static_cast<int>(device)][d] != nullptr) out.push_back(static_cast<DType>(d));
+    if (g_kernels[static_cast<int>(op)][static_cast<int>(device)][d].fn != nullptr) out.push_back(static_cast<DType>(d));
   return out;
 }
 
@@ -61,6 +78,15 @@ void throw_missing_kernel(OpId op, DeviceType device, DType dtype) {
                                             device == DeviceType::cuda && have.empty()
                                                 ? " (was precis built with CUDA?)"
                                                 : ""));
+}
+
+void throw_kernel_signature_mismatch(OpId op, DeviceType device, DType dtype, const std::type_info& registered,
+                                     const std::type_info& requested) {
+  throw InternalError(detail::str_cat(op_name(op), ": the ", device_type_name(device), " ", dtype_name(dtype),
+                                      " kernel was registered as ", signature_name(registered),
+                                      " but looked up as ", signature_name(requested),
+                                      "; the op front-end and the backend's register_kernel<...>() must name the "
+                                      "same kernel type from ops/kernels.h"));
 }
 
 void init_backends() {

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "core/device.h"
@@ -11,7 +12,7 @@
 
 namespace precis {
 
-/// What autocast does with an op's floating inputs (DESIGN §3).
+/// What autocast does with an op's floating inputs (docs/design/precision.md).
 enum class Category : uint8_t { Lower, FP32, Promote, Passthrough, Banned };
 /// How an op is implemented: its own kernel, a view (metadata only), or composed of other ops.
 enum class OpKind : uint8_t { Kernel, View, Composite };
@@ -42,11 +43,17 @@ const char* category_name(Category c);
 
 // ---- kernel registry --------------------------------------------------------------------------
 // Kernels are plain function pointers stored type-erased; each op family fixes its own kernel
-// signature (e.g. ops/cpu/kernels.h: UnaryKernel) and looks kernels up with kernel<Fn>().
+// signature (e.g. ops/kernels.h: UnaryKernel) and looks kernels up with kernel<Fn>().
 // Backends fill the registry from an explicit init call (init_backends()), never from static
 // initialisers, so that a linker cannot drop a backend.
+//
+// Each slot also keeps the signature it was registered with (the std::type_info of Fn), and
+// kernel<Fn>() checks it: calling a kernel through another function type is undefined behaviour,
+// so a family mix-up (say kernel<UnaryKernel> on a BinaryKernel row) must be an InternalError,
+// not a call with the wrong arguments. The check is one pointer compare on the hot path.
 
-void register_kernel(OpId op, DeviceType device, DType dtype, void* fn);
+/// Stores `fn` in the slot with the signature it has; use the typed register_kernel<Fn>() below.
+void register_kernel(OpId op, DeviceType device, DType dtype, void* fn, const std::type_info& signature);
 /// The registered kernel or nullptr.
 void* find_kernel(OpId op, DeviceType device, DType dtype);
 /// dtypes with a kernel for (op, device).
@@ -54,18 +61,38 @@ std::vector<DType> registered_dtypes(OpId op, DeviceType device);
 /// Throws NotImplementedError naming the op, device and dtype, and listing the dtypes that do
 /// have a kernel there.
 [[noreturn]] void throw_missing_kernel(OpId op, DeviceType device, DType dtype);
+/// Throws InternalError naming the op, device, dtype and both signatures.
+[[noreturn]] void throw_kernel_signature_mismatch(OpId op, DeviceType device, DType dtype,
+                                                  const std::type_info& registered,
+                                                  const std::type_info& requested);
 
-/// The kernel for (op, device, dtype) as a function pointer of type Fn*; throws when missing.
+namespace detail {
+/// One registry slot: the kernel and the signature it was registered with.
+struct KernelSlot {
+  void* fn = nullptr;
+  const std::type_info* signature = nullptr;
+};
+/// The slot for (op, device, dtype); fn is nullptr when nothing is registered.
+const KernelSlot& kernel_slot(OpId op, DeviceType device, DType dtype);
+}  // namespace detail
+
+/// The kernel for (op, device, dtype) as a function pointer of type Fn*; throws
+/// NotImplementedError when missing and InternalError when the slot holds another signature.
 template <typename Fn>
 Fn* kernel(OpId op, DeviceType device, DType dtype) {
-  void* k = find_kernel(op, device, dtype);
-  if (k == nullptr) throw_missing_kernel(op, device, dtype);
-  return reinterpret_cast<Fn*>(k);
+  const detail::KernelSlot& slot = detail::kernel_slot(op, device, dtype);
+  if (slot.fn == nullptr) throw_missing_kernel(op, device, dtype);
+  // type_info objects are normally unique per type, so the address compare decides; == is the
+  // portable fallback for a toolchain that emits duplicates.
+  if (slot.signature != &typeid(Fn) && *slot.signature != typeid(Fn))
+    throw_kernel_signature_mismatch(op, device, dtype, *slot.signature, typeid(Fn));
+  return reinterpret_cast<Fn*>(slot.fn);
 }
 
+/// Registers `fn` for (op, device, dtype) under the signature Fn; kernel<Fn>() finds it.
 template <typename Fn>
 void register_kernel(OpId op, DeviceType device, DType dtype, Fn* fn) {
-  register_kernel(op, device, dtype, reinterpret_cast<void*>(fn));
+  register_kernel(op, device, dtype, reinterpret_cast<void*>(fn), typeid(Fn));
 }
 
 /// Registers every compiled backend's kernels and allocators (idempotent, thread-safe). Called

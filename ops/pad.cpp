@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "core/checked_math.h"
 #include "ops/functional.h"
@@ -17,7 +17,7 @@ namespace precis {
 using autograd::TensorList;
 
 Tensor pad(const Tensor& x_in, const std::vector<int64_t>& pads, Scalar value) {
-  const Tensor x = amp::autocast(OpId::pad, x_in)[0];
+  const Tensor x = apply_precision(OpId::pad, x_in)[0];
   PRECIS_CHECK(x.defined(), "pad: the input tensor is undefined");
   const int64_t nd = x.dim();
   PRECIS_CHECK_SHAPE(pads.size() % 2 == 0 && static_cast<int64_t>(pads.size()) <= 2 * nd,

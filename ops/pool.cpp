@@ -4,7 +4,7 @@
 #include <limits>
 #include <string>
 
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "core/checked_math.h"
 #include "ops/functional.h"
@@ -83,7 +83,7 @@ Shape shape_4d(const Shape& s) {
 std::tuple<Tensor, Tensor> max_pool2d_impl(const Tensor& input_in, const std::vector<int64_t>& kernel_size,
                                            const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                                            const std::vector<int64_t>& dilation, bool ceil_mode, bool want_indices) {
-  const Tensor input = amp::autocast(OpId::max_pool2d, input_in)[0];
+  const Tensor input = apply_precision(OpId::max_pool2d, input_in)[0];
   check_input("max_pool2d", input);
   Pool2dParams p;
   const Shape out_shape = pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, p);
@@ -129,7 +129,7 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const st
 Tensor avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride,
                   const std::vector<int64_t>& padding, bool ceil_mode, bool count_include_pad,
                   int64_t divisor_override) {
-  const Tensor input = amp::autocast(OpId::avg_pool2d, input_in)[0];
+  const Tensor input = apply_precision(OpId::avg_pool2d, input_in)[0];
   check_input("avg_pool2d", input);
   PRECIS_CHECK(divisor_override >= 0, "avg_pool2d: divisor_override must be positive (or 0 for none), got ",
                divisor_override);
@@ -158,7 +158,7 @@ Tensor avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& kernel_siz
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& output_size) {
-  const Tensor input = amp::autocast(OpId::adaptive_avg_pool2d, input_in)[0];
+  const Tensor input = apply_precision(OpId::adaptive_avg_pool2d, input_in)[0];
   check_input("adaptive_avg_pool2d", input);
   int64_t os[2];
   detail::pair_arg("adaptive_avg_pool2d", "output_size", output_size, os, 1);

@@ -1,7 +1,7 @@
 // softmax and log_softmax: checks, the kernel call, and a backward that runs the fused
 // softmax_backward / log_softmax_backward kernels on the saved output. Kernels:
 // ops/cpu/softmax.cpp (row routines in ops/cpu/softmax_rows.h).
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels_norm.h"
@@ -25,7 +25,7 @@ Tensor softmax_family_backward(OpId op, const Tensor& grad, const Tensor& y, int
 
 Tensor softmax_family(OpId op, OpId backward_op, const Tensor& input_in, int64_t dim, std::optional<DType> dtype) {
   const char* name = op_name(op);
-  const Tensor input = amp::autocast(op, input_in)[0];
+  const Tensor input = apply_precision(op, input_in)[0];
   PRECIS_CHECK(input.defined(), name, ": the input tensor is undefined");
   if (dtype) {
     PRECIS_CHECK_DTYPE(is_floating(*dtype), name, ": dtype must be a floating dtype, got ", dtype_name(*dtype),

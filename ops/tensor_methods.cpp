@@ -1,4 +1,5 @@
-// Tensor members that compute: copies, conversions, in-place fill/copy and the operators.
+// Tensor members that compute: copies, conversions, in-place fill/copy, the operators and the
+// PyTorch-style reductions (x.sum(1), x.argmax(1)), and argmax.
 #include "autograd/record.h"
 #include "ops/backends.h"
 #include "ops/functional.h"
@@ -122,6 +123,32 @@ Tensor Tensor::clone() const {
   if (autograd::needs_grad({this}))
     autograd::record(OpId::clone, {*this}, {out}, [](const TensorList& g) -> TensorList { return {g[0]}; });
   return out;
+}
+
+// ---- reductions as members, and argmax -------------------------------------------------------------
+Tensor Tensor::sum() const { return precis::sum(*this); }
+Tensor Tensor::sum(int64_t dim, bool keepdim) const { return precis::sum(*this, {dim}, keepdim); }
+Tensor Tensor::sum(std::initializer_list<int64_t> dims, bool keepdim) const {
+  return precis::sum(*this, std::vector<int64_t>(dims), keepdim);
+}
+Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const { return precis::sum(*this, dims, keepdim); }
+Tensor Tensor::mean() const { return precis::mean(*this); }
+Tensor Tensor::mean(int64_t dim, bool keepdim) const { return precis::mean(*this, {dim}, keepdim); }
+Tensor Tensor::mean(std::initializer_list<int64_t> dims, bool keepdim) const {
+  return precis::mean(*this, std::vector<int64_t>(dims), keepdim);
+}
+Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const { return precis::mean(*this, dims, keepdim); }
+Tensor Tensor::argmax() const { return precis::argmax(*this); }
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return precis::argmax(*this, dim, keepdim); }
+
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  PRECIS_CHECK(x.defined(), "argmax: undefined tensor");
+  NoGradGuard no_grad;  // an index is not differentiable; no graph for max's values
+  if (!dim) {
+    Tensor index = std::get<1>(max(x.reshape({-1}), 0, false));
+    return keepdim ? index.reshape(Shape(static_cast<size_t>(x.dim()), 1)) : index;
+  }
+  return std::get<1>(max(x, *dim, keepdim));
 }
 
 // ---- operators ----------------------------------------------------------------------------------

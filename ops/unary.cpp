@@ -1,6 +1,6 @@
 // Unary element-wise ops: forward (checks, kernel call) and backward (public ops on the saved
 // input or output). Kernels: ops/cpu/unary.cpp.
-#include "amp/autocast.h"
+#include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/elementwise_backward.h"
 #include "ops/functional.h"
@@ -57,7 +57,7 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& app
 }
 
 Tensor neg(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::neg, x_in)[0];
+  const Tensor x = apply_precision(OpId::neg, x_in)[0];
   Tensor out = run_unary(OpId::neg, x, 0.0, false);
   if (autograd::needs_grad({&x}))
     autograd::record(OpId::neg, {x}, {out}, [](const TensorList& g) -> TensorList { return {neg(g[0])}; });
@@ -65,7 +65,7 @@ Tensor neg(const Tensor& x_in) {
 }
 
 Tensor abs(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::abs, x_in)[0];
+  const Tensor x = apply_precision(OpId::abs, x_in)[0];
   Tensor out = run_unary(OpId::abs, x, 0.0, false);
   if (autograd::needs_grad({&x})) {
     // g·sign(x), with sign(0) = 0 (as PyTorch).
@@ -78,7 +78,7 @@ Tensor abs(const Tensor& x_in) {
 }
 
 Tensor exp(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::exp, x_in)[0];
+  const Tensor x = apply_precision(OpId::exp, x_in)[0];
   Tensor out = run_unary(OpId::exp, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::exp, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
@@ -89,7 +89,7 @@ Tensor exp(const Tensor& x_in) {
 }
 
 Tensor log(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::log, x_in)[0];
+  const Tensor x = apply_precision(OpId::log, x_in)[0];
   Tensor out = run_unary(OpId::log, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::log, {x}, {out}, [sx = SavedTensor(x)](const TensorList& g) -> TensorList {
@@ -100,7 +100,7 @@ Tensor log(const Tensor& x_in) {
 }
 
 Tensor sqrt(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::sqrt, x_in)[0];
+  const Tensor x = apply_precision(OpId::sqrt, x_in)[0];
   Tensor out = run_unary(OpId::sqrt, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     // d√x = 1 / (2√x)
@@ -112,7 +112,7 @@ Tensor sqrt(const Tensor& x_in) {
 }
 
 Tensor rsqrt(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::rsqrt, x_in)[0];
+  const Tensor x = apply_precision(OpId::rsqrt, x_in)[0];
   Tensor out = run_unary(OpId::rsqrt, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     // d x^(-1/2) = -½ x^(-3/2) = -½ y³
@@ -124,7 +124,7 @@ Tensor rsqrt(const Tensor& x_in) {
 }
 
 Tensor tanh(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::tanh, x_in)[0];
+  const Tensor x = apply_precision(OpId::tanh, x_in)[0];
   Tensor out = run_unary(OpId::tanh, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::tanh, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
@@ -136,7 +136,7 @@ Tensor tanh(const Tensor& x_in) {
 }
 
 Tensor sigmoid(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::sigmoid, x_in)[0];
+  const Tensor x = apply_precision(OpId::sigmoid, x_in)[0];
   Tensor out = run_unary(OpId::sigmoid, x, 0.0, true);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::sigmoid, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
@@ -148,7 +148,7 @@ Tensor sigmoid(const Tensor& x_in) {
 }
 
 Tensor relu(const Tensor& x_in) {
-  const Tensor x = amp::autocast(OpId::relu, x_in)[0];
+  const Tensor x = apply_precision(OpId::relu, x_in)[0];
   Tensor out = run_unary(OpId::relu, x, 0.0, false);
   if (autograd::needs_grad({&x})) {
     autograd::record(OpId::relu, {x}, {out}, [sx = SavedTensor(x)](const TensorList& g) -> TensorList {
@@ -159,7 +159,7 @@ Tensor relu(const Tensor& x_in) {
 }
 
 Tensor gelu(const Tensor& x_in, const std::string& approximate) {
-  const Tensor x = amp::autocast(OpId::gelu, x_in)[0];
+  const Tensor x = apply_precision(OpId::gelu, x_in)[0];
   const double flag = gelu_flag("gelu", approximate);
   Tensor out = run_unary(OpId::gelu, x, flag, true);
   if (autograd::needs_grad({&x})) {
@@ -171,7 +171,7 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
 }
 
 Tensor pow(const Tensor& x_in, Scalar exponent) {
-  const Tensor x = amp::autocast(OpId::pow_scalar, x_in)[0];
+  const Tensor x = apply_precision(OpId::pow_scalar, x_in)[0];
   const double e = exponent.to_double();
   Tensor out = run_unary(OpId::pow_scalar, x, e, true);
   if (autograd::needs_grad({&x})) {

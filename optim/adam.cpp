@@ -4,13 +4,10 @@
 
 #include "autograd/grad_mode.h"
 #include "core/warning.h"
-#include "optim/fused_update.h"
+#include "ops/kernels_optim.h"
+#include "ops/op_table.h"
 #include "optim/step_common.h"
 #include "tensor/factory.h"
-
-#ifdef PRECIS_HAS_CUDA
-#include "optim/cuda/fused_update_cuda.h"
-#endif
 
 namespace precis::optim {
 namespace {
@@ -95,40 +92,28 @@ void Adam::set_group_momentum(size_t group, double beta1) {
 
 void Adam::step(const StepOptions& step_options) {
   NoGradGuard no_grad;
-  const detail::ScalerArgs scaler = detail::scaler_args(step_options);
-  detail::CudaBatches<detail::AdamTensor> cuda_batches;
-  auto hyper_of = [&](const AdamOptions& o) {
-    return detail::AdamHyper{o.lr,           o.betas.first, o.betas.second, o.eps, o.weight_decay,
-                             o.amsgrad,      decoupled_,    o.maximize};
-  };
+  detail::StepBatches<kernels::AdamParam> batches;
   for_each_param_with_grad(step_options, [&](size_t g, size_t index, const Tensor& p, const Tensor& grad) {
-    const AdamOptions& o = options_[g];
     const TensorOptions state_opts{.dtype = state_dtype(p), .device = p.device()};
     auto zeros_state = [&] { return zeros(p.sizes(), state_opts); };
-    detail::AdamTensor t;
-    t.param = p.data_ptr();
-    t.grad = grad.data_ptr();
-    t.numel = p.numel();
-    if (Tensor master = master_for(index, p); master.defined()) t.master = master.data_ptr<float>();
-    t.step = state_entry(index, "step", [&] { return zeros({}, {.device = p.device()}); }).data_ptr<float>();
-    t.exp_avg = state_entry(index, "exp_avg", zeros_state).data_ptr();
-    t.exp_avg_sq = state_entry(index, "exp_avg_sq", zeros_state).data_ptr();
-    if (o.amsgrad) t.max_exp_avg_sq = state_entry(index, "max_exp_avg_sq", zeros_state).data_ptr();
-    if (p.device().is_cpu()) {
-      detail::adam_update_cpu(t, static_cast<int>(p.dtype()), static_cast<int>(grad.dtype()), hyper_of(o), scaler);
-    } else {
-      cuda_batches.add(g, p, grad, t);
-    }
+    kernels::AdamParam a;
+    a.param = p;
+    a.grad = grad;
+    a.master = master_for(index, p);
+    a.step = state_entry(index, "step", [&] { return zeros({}, {.device = p.device()}); });
+    a.exp_avg = state_entry(index, "exp_avg", zeros_state);
+    a.exp_avg_sq = state_entry(index, "exp_avg_sq", zeros_state);
+    if (options_[g].amsgrad) a.max_exp_avg_sq = state_entry(index, "max_exp_avg_sq", zeros_state);
+    batches.add(g, p, std::move(a));
     p.bump_version();
   });
-#ifdef PRECIS_HAS_CUDA
-  cuda_batches.launch([&](size_t g, int device, int param_dtype, int grad_dtype, const std::vector<detail::AdamTensor>& ts) {
-    detail::adam_update_cuda(device, ts.data(), static_cast<int>(ts.size()), param_dtype, grad_dtype, hyper_of(options_[g]),
-                             scaler);
+  batches.run([&](size_t g, DeviceType device, DType dtype, const std::vector<kernels::AdamParam>& params) {
+    const AdamOptions& o = options_[g];
+    const kernels::AdamHyper hyper{o.lr,      o.betas.first, o.betas.second, o.eps, o.weight_decay,
+                                   o.amsgrad, decoupled_,    o.maximize};
+    kernel<kernels::AdamStepKernel>(OpId::adam_step, device, dtype)(params, hyper, step_options.grad_scale,
+                                                                    step_options.found_inf);
   });
-#else
-  PRECIS_CHECK_DEVICE(cuda_batches.empty(), name_, ".step: CUDA parameters need a build with the CUDA backend");
-#endif
 }
 
 std::vector<std::pair<std::string, double>> Adam::group_options_as_reals(size_t group) const {

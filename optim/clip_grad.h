@@ -1,5 +1,9 @@
 #pragma once
-// Gradient clipping, as torch.nn.utils.clip_grad_norm_ / clip_grad_value_.
+// Gradient clipping, as torch.nn.utils.clip_grad_norm_ / clip_grad_value_, on the CPU or a CUDA
+// device (the op table's grad_norms, clip_grad_norm and clip_grad_value kernels). The gradients of
+// one call must be on one device. Like PyTorch's, clipping does not wait for the device: the total
+// norm, the decision to clip and the scaling all happen there, and the returned norm is a device
+// tensor; only error_if_nonfinite reads it on the host (PyTorch synchronises there too).
 //
 // Non-finite gradients: when the total norm is NaN or ±inf, clip_grad_norm_ leaves every gradient
 // untouched (PyTorch would multiply them all by a NaN coefficient, turning finite gradients into
@@ -25,14 +29,16 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 /// The 2-norm clip with the squared 2-norm of each parameter's gradient already known (the loss
 /// scaler's unscale_ pass computes them): no pass over the gradients except the scaling.
 /// per_param_sq_norms[i] belongs to params[i] (entries of parameters without a gradient are
-/// ignored). The Tensor form takes a 1-D f32/f64 tensor of the same length.
+/// ignored); a negative entry is a ValueError. The Tensor form takes a 1-D f32/f64 tensor of the
+/// same length, on any device (moved to the gradients'), and is never read on the host: a
+/// negative entry there makes the total NaN, so that nothing is clipped.
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                        const std::vector<double>& per_param_sq_norms, bool error_if_nonfinite = false);
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, const Tensor& per_param_sq_norms,
                        bool error_if_nonfinite = false);
 
 /// The norm of each parameter's gradient (0 for parameters without one), in f64: the pieces
-/// clip_grad_norm_ combines. norm_type as above.
+/// clip_grad_norm_ combines. norm_type as above. A host vector, so this waits for the device.
 std::vector<double> grad_norms(const std::vector<Tensor>& params, double norm_type = 2.0);
 
 /// Clamps every gradient element to [-clip_value, clip_value] in place (NaN stays NaN).

@@ -109,6 +109,36 @@ Tensor Optimizer::master_for(size_t index, const Tensor& param) {
   return state_entry(index, "master", [&] { return param.detach().to(DType::f32).contiguous().clone(); });
 }
 
+void Optimizer::follow_param(size_t index, const Tensor& p) {
+  auto& st = state_[index];
+  for (auto it = st.begin(); it != st.end();) {
+    Tensor& t = it->second;
+    if (!t.defined()) { ++it; continue; }
+    if (it->first == "master") {
+      // A master belongs to an f16/bf16 parameter: an fp32 one is updated directly, so its old
+      // master would be stale if it became low-precision again.
+      if (!is_low_precision(p.dtype())) { it = st.erase(it); continue; }
+      if (t.device() != p.device()) t = t.to(p.device());
+    } else if (it->first == "step") {
+      if (t.device() != p.device()) t = t.to(p.device());
+    } else if (t.dtype() != state_dtype(p) || t.device() != p.device()) {
+      t = t.to(state_dtype(p)).to(p.device()).contiguous();
+    }
+    ++it;
+  }
+}
+
+void Optimizer::warn_no_gradients() {
+  if (warned_no_gradients_) return;
+  warned_no_gradients_ = true;
+  size_t n = 0;
+  for (const auto& g : groups_) n += g.size();
+  warn(precis::detail::str_cat(
+      name_, ".step: none of its parameters (", n, ") has a gradient, so nothing was updated. Call "
+      "loss.backward() before step() (and zero_grad() after it); the optimizer must hold the very tensors the "
+      "loss was computed from: model.parameters(), not a clone() or detach() of them. (Warned once.)"));
+}
+
 Tensor Optimizer::checked_grad(const Tensor& p, size_t index) const {
   Tensor grad = p.grad();
   if (!grad.defined()) return grad;

@@ -5,13 +5,18 @@
 //   optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
 //   for (...) { opt.zero_grad(); loss.backward(); opt.step(); }
 //
-// Low-precision model mode (DESIGN §3): an f16/bf16 parameter gets an fp32 master copy (state
+// Low-precision model mode (docs/design/precision.md): an f16/bf16 parameter gets an fp32 master copy (state
 // "master", made from the parameter at its first step) and fp32 states; each step updates the
 // master and writes its rounded value into the parameter in the same pass. f32 and f64 parameters
 // are updated directly (states in their dtype).
 //
 // Steps run under NoGradGuard and bump the version of every updated parameter. Parameters whose
-// .grad is undefined are skipped (as in PyTorch).
+// .grad is undefined are skipped (as in PyTorch); a step in which no parameter has a gradient warns
+// once (a missing backward(), or parameters that are not the ones the loss was computed from).
+// A parameter converted in place after the optimizer was built (nn::Module::to keeps the tensor
+// and changes its dtype or device) has its state converted at its next step: moments to the new
+// state dtype and device, the fp32 master made fresh when it becomes f16/bf16, dropped when it
+// stops being so.
 #include <cstddef>
 #include <map>
 #include <optional>
@@ -106,6 +111,11 @@ class Optimizer {
   void for_each_param_with_grad(const StepOptions& options, Fn&& fn);
   void check_step_options(const StepOptions& options, const Tensor& param) const;
   Tensor checked_grad(const Tensor& param, size_t index) const;
+  /// Converts the state of parameter `index` to the parameter's current dtype and device (it may
+  /// have been converted in place by Module::to since the state was made).
+  void follow_param(size_t index, const Tensor& param);
+  /// The once-per-optimizer warning of a step in which no parameter had a gradient.
+  void warn_no_gradients();
 
   /// The state entry `key` of parameter `index`, created by `make` when absent.
   template <typename Make>
@@ -124,21 +134,25 @@ class Optimizer {
   std::vector<std::vector<Tensor>> groups_;
   /// Per-parameter state, indexed as parameters().
   std::vector<std::map<std::string, Tensor>> state_;
+  bool warned_no_gradients_ = false;
 };
 
 template <typename Fn>
 void Optimizer::for_each_param_with_grad(const StepOptions& options, Fn&& fn) {
-  size_t index = 0;
+  size_t index = 0, with_grad = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (const Tensor& p : groups_[g]) {
       Tensor grad = checked_grad(p, index);
       if (grad.defined()) {
         check_step_options(options, p);
+        follow_param(index, p);
         fn(g, index, p, grad);
+        ++with_grad;
       }
       ++index;
     }
   }
+  if (with_grad == 0) warn_no_gradients();
 }
 
 namespace detail {

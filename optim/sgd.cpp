@@ -1,16 +1,10 @@
 #include "optim/sgd.h"
 
-#include <map>
-#include <tuple>
-
 #include "autograd/grad_mode.h"
-#include "optim/fused_update.h"
+#include "ops/kernels_optim.h"
+#include "ops/op_table.h"
 #include "optim/step_common.h"
 #include "tensor/factory.h"
-
-#ifdef PRECIS_HAS_CUDA
-#include "optim/cuda/fused_update_cuda.h"
-#endif
 
 namespace precis::optim {
 namespace {
@@ -26,7 +20,7 @@ void check_sgd_options(const SGDOptions& o, size_t group) {
                " and dampening ", o.dampening);
 }
 
-detail::SgdHyper hyper_of(const SGDOptions& o) {
+kernels::SgdHyper hyper_of(const SGDOptions& o) {
   return {o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.maximize};
 }
 
@@ -64,37 +58,26 @@ void SGD::set_group_momentum(size_t group, double momentum) {
 
 void SGD::step(const StepOptions& step_options) {
   NoGradGuard no_grad;
-  const detail::ScalerArgs scaler = detail::scaler_args(step_options);
-  detail::CudaBatches<detail::SgdTensor> cuda_batches;
+  detail::StepBatches<kernels::SgdParam> batches;
   for_each_param_with_grad(step_options, [&](size_t g, size_t index, const Tensor& p, const Tensor& grad) {
-    const SGDOptions& o = options_[g];
-    detail::SgdTensor t;
-    t.param = p.data_ptr();
-    t.grad = grad.data_ptr();
-    t.numel = p.numel();
-    if (Tensor master = master_for(index, p); master.defined()) t.master = master.data_ptr<float>();
-    if (o.momentum != 0.0) {
+    kernels::SgdParam a;
+    a.param = p;
+    a.grad = grad;
+    a.master = master_for(index, p);
+    if (options_[g].momentum != 0.0) {
       const TensorOptions state_opts{.dtype = state_dtype(p), .device = p.device()};
       // The kernel fills the buffer from the gradient at the first applied step ("step" == 0, decided
       // on the device); zeros only keep a state dict saved before that step deterministic.
-      t.momentum_buffer = state_entry(index, "momentum_buffer", [&] { return zeros(p.sizes(), state_opts); }).data_ptr();
-      t.step = state_entry(index, "step", [&] { return zeros({}, {.device = p.device()}); }).data_ptr<float>();
+      a.momentum_buffer = state_entry(index, "momentum_buffer", [&] { return zeros(p.sizes(), state_opts); });
+      a.step = state_entry(index, "step", [&] { return zeros({}, {.device = p.device()}); });
     }
-    if (p.device().is_cpu()) {
-      detail::sgd_update_cpu(t, static_cast<int>(p.dtype()), static_cast<int>(grad.dtype()), hyper_of(o), scaler);
-    } else {
-      cuda_batches.add(g, p, grad, t);
-    }
+    batches.add(g, p, std::move(a));
     p.bump_version();
   });
-#ifdef PRECIS_HAS_CUDA
-  cuda_batches.launch([&](size_t g, int device, int param_dtype, int grad_dtype, const std::vector<detail::SgdTensor>& ts) {
-    detail::sgd_update_cuda(device, ts.data(), static_cast<int>(ts.size()), param_dtype, grad_dtype, hyper_of(options_[g]),
-                            scaler);
+  batches.run([&](size_t g, DeviceType device, DType dtype, const std::vector<kernels::SgdParam>& params) {
+    kernel<kernels::SgdStepKernel>(OpId::sgd_step, device, dtype)(params, hyper_of(options_[g]),
+                                                                  step_options.grad_scale, step_options.found_inf);
   });
-#else
-  PRECIS_CHECK_DEVICE(cuda_batches.empty(), "SGD.step: CUDA parameters need a build with the CUDA backend");
-#endif
 }
 
 std::vector<std::pair<std::string, double>> SGD::group_options_as_reals(size_t group) const {

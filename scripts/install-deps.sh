@@ -3,6 +3,8 @@
 #
 #   scripts/install-deps.sh            build and test dependencies
 #   scripts/install-deps.sh --data     the same, plus the training data used by `make train`
+#   scripts/install-deps.sh --ci       the same, plus what CI's extra checks need (debootstrap for
+#                                      scripts/fresh-machine-test.sh)
 #   scripts/install-deps.sh --check    list what is missing; install nothing (exit 1 if any)
 #
 # Quiet when everything is present; `apt-get update` runs only when something must be installed.
@@ -17,14 +19,18 @@ build_packages=(build-essential g++ cmake ninja-build ccache libeigen3-dev catch
 # Training data for `make train`: required, and optional (reported, never fatal, when absent).
 data_packages=(dataset-fashion-mnist)
 optional_data_packages=(wordnet-base)
+# CI only: the fresh-machine test builds a Debian root with debootstrap.
+ci_packages=(debootstrap)
 
 want_data=0
+want_ci=0
 check_only=0
 for arg in "$@"; do
   case "$arg" in
     --data) want_data=1 ;;
+    --ci) want_ci=1 ;;
     --check) check_only=1 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +52,7 @@ if (( want_data )); then
   required+=("${data_packages[@]}")
   optional+=("${optional_data_packages[@]}")
 fi
+(( want_ci )) && required+=("${ci_packages[@]}")
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   die "dpkg-query not found: this script supports Debian/Ubuntu (apt) only. Install by hand: ${required[*]} ${optional[*]}"

@@ -7,12 +7,28 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <string>
 
 #include "core/error.h"
 
 namespace precis {
 
 namespace {
+
+std::mutex g_fault_mutex;
+FileFaultHook g_fault_hook;
+std::atomic<bool> g_fault_set{false};
+
+// Runs `call` unless the fault hook fails `op`: then -1 with errno set, the call not made.
+template <typename F>
+auto guarded(FileOp op, const std::string& path, F&& call) -> decltype(call()) {
+  if (const int err = file_fault(op, path)) {
+    errno = err;
+    return -1;
+  }
+  return call();
+}
 
 [[noreturn]] void throw_errno(const std::string& what, const std::string& path, int err) {
   throw IOError(detail::str_cat(what, " '", path, "': ", std::strerror(err)));
@@ -29,7 +45,7 @@ void write_all(int fd, const void* data, size_t n, const std::string& tmp) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     // Linux writes at most ~2 GiB per call; loop over partial writes and EINTR.
-    const ssize_t w = ::write(fd, p, n);
+    const ssize_t w = guarded(FileOp::write, tmp, [&] { return ::write(fd, p, n); });
     if (w < 0) {
       if (errno == EINTR) continue;
       throw_errno("write failed for", tmp, errno);
@@ -41,18 +57,68 @@ void write_all(int fd, const void* data, size_t n, const std::string& tmp) {
 
 }  // namespace
 
+const char* file_op_name(FileOp op) {
+  switch (op) {
+    case FileOp::create: return "create";
+    case FileOp::write: return "write";
+    case FileOp::fsync: return "fsync";
+    case FileOp::close: return "close";
+    case FileOp::rename: return "rename";
+    case FileOp::open_dir: return "open_dir";
+    case FileOp::fsync_dir: return "fsync_dir";
+    case FileOp::remove: return "remove";
+  }
+  return "?";
+}
+
+FileFaultHook set_file_fault_hook(FileFaultHook hook) {
+  std::lock_guard<std::mutex> lock(g_fault_mutex);
+  std::swap(hook, g_fault_hook);
+  g_fault_set.store(g_fault_hook != nullptr, std::memory_order_release);
+  return hook;
+}
+
+int file_fault(FileOp op, const std::string& path) {
+  if (!g_fault_set.load(std::memory_order_acquire)) return 0;
+  FileFaultHook hook;
+  {
+    std::lock_guard<std::mutex> lock(g_fault_mutex);
+    hook = g_fault_hook;
+  }
+  return hook ? hook(op, path) : 0;
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  int fd = guarded(FileOp::create, tmp, [&] { return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666); });
   if (fd < 0) throw_errno("cannot create the temporary file", tmp, errno);
   try {
-    produce([&](const void* data, size_t n) { write_all(fd, data, n, tmp); });
-    if (::fsync(fd) != 0) throw_errno("fsync failed for", tmp, errno);
+    // Small pieces (a checkpoint holds hundreds of 0-d and small tensors) are gathered so that a
+    // file takes few write calls; pieces of a buffer's size or more go straight through.
+    constexpr size_t kBuffer = size_t{1} << 20;
+    std::string pending;
+    auto flush = [&] {
+      write_all(fd, pending.data(), pending.size(), tmp);
+      pending.clear();
+    };
+    produce([&](const void* data, size_t n) {
+      if (!pending.empty() && pending.size() + n > kBuffer) flush();
+      if (n >= kBuffer) {
+        write_all(fd, data, n, tmp);
+      } else {
+        pending.append(static_cast<const char*>(data), n);
+      }
+    });
+    if (!pending.empty()) flush();
+    if (guarded(FileOp::fsync, tmp, [&] { return ::fsync(fd); }) != 0) throw_errno("fsync failed for", tmp, errno);
+    // The descriptor is closed either way; an injected failure only changes what is reported.
+    const int injected = file_fault(FileOp::close, tmp);
     const int rc = ::close(fd);
     fd = -1;
-    if (rc != 0) throw_errno("close failed for", tmp, errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("cannot rename the temporary file to", path, errno);
+    if (rc != 0 || injected != 0) throw_errno("close failed for", tmp, injected != 0 ? injected : errno);
+    if (guarded(FileOp::rename, path, [&] { return ::rename(tmp.c_str(), path.c_str()); }) != 0)
+      throw_errno("cannot rename the temporary file to", path, errno);
   } catch (...) {
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
@@ -61,9 +127,9 @@ void write_file_atomic(const std::string& path, const std::function<void(const B
   // Make the rename durable. Some file systems cannot fsync a directory (EINVAL): the file itself
   // is complete either way, so only real I/O errors are reported.
   const std::string dir = parent_dir(path);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = guarded(FileOp::open_dir, dir, [&] { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
   if (dfd < 0) throw_errno("cannot open the directory to fsync it:", dir, errno);
-  const int rc = ::fsync(dfd);
+  const int rc = guarded(FileOp::fsync_dir, dir, [&] { return ::fsync(dfd); });
   const int err = errno;
   ::close(dfd);
   if (rc != 0 && err != EINVAL && err != ENOTSUP) throw_errno("fsync failed for the directory", dir, err);

@@ -14,8 +14,24 @@ using ByteSink = std::function<void(const void* data, size_t n)>;
 /// to "<path>.tmp.<pid>.<n>" (n distinguishes concurrent writers in one process), which is
 /// fsync'ed and renamed over `path`; then the directory is fsync'ed so the rename survives a
 /// power loss. When produce or any step throws, the temporary file is removed, `path` is left as
-/// it was, and the exception propagates (system errors as IOError).
+/// it was, and the exception propagates (system errors as IOError). Pieces smaller than 1 MiB are
+/// gathered into write calls of up to 1 MiB.
 void write_file_atomic(const std::string& path, const std::function<void(const ByteSink&)>& produce);
+
+/// The system calls of a crash-safe write (write_file_atomic, in this order; `write` repeats), and
+/// the removal of a superseded file (checkpoint rotation).
+enum class FileOp { create, write, fsync, close, rename, open_dir, fsync_dir, remove };
+/// "create", "write", ... "remove".
+const char* file_op_name(FileOp op);
+
+/// Fault injection, for tests only: when a hook is set, hook(op, path) runs before each FileOp
+/// call; a nonzero return (an errno value such as ENOSPC) makes that call fail with it without
+/// being made, so the caller's real error handling runs. A hook may also end the process there (a
+/// kill at that exact point). Process-wide; returns the previous hook (nullptr removes it).
+using FileFaultHook = std::function<int(FileOp op, const std::string& path)>;
+FileFaultHook set_file_fault_hook(FileFaultHook hook);
+/// The installed hook's answer for (op, path); 0 (go ahead) when none is set.
+int file_fault(FileOp op, const std::string& path);
 
 /// What a stat mode describes, for messages: "a directory", "a FIFO (named pipe)", ...
 const char* file_kind(unsigned mode);

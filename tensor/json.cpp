@@ -7,6 +7,13 @@
 
 namespace precis::json {
 
+Value::Value() = default;
+Value::~Value() = default;
+Value::Value(const Value&) = default;
+Value::Value(Value&&) noexcept = default;
+Value& Value::operator=(const Value&) = default;
+Value& Value::operator=(Value&&) noexcept = default;
+
 const Value* Value::find(std::string_view key) const {
   for (const auto& [k, v] : object)
     if (k == key) return &v;

@@ -13,6 +13,15 @@
 namespace precis::json {
 
 struct Value {
+  // Declared here, defined in json.cpp where Value is complete: clang with libstdc++ 12 refuses
+  // to instantiate vector<pair<string, Value>>'s members inside Value's own definition.
+  Value();
+  ~Value();
+  Value(const Value&);
+  Value(Value&&) noexcept;
+  Value& operator=(const Value&);
+  Value& operator=(Value&&) noexcept;
+
   enum class Kind : uint8_t { null, boolean, number, string, array, object };
   Kind kind = Kind::null;
   bool boolean = false;

@@ -8,9 +8,7 @@
 #include <numeric>
 #include <set>
 
-#include "autograd/grad_mode.h"
 #include "core/checked_math.h"
-#include "tensor/factory.h"
 #include "tensor/file_io.h"
 #include "tensor/json.h"
 
@@ -132,20 +130,59 @@ Layout plan(const NamedTensors& tensors, const std::map<std::string, std::string
   return layout;
 }
 
-// Streams the file: one contiguous CPU copy at a time, so saving needs little extra memory.
+// t's elements in row-major order as host bytes, without a kernel (the tensor layer runs none):
+// the storage span t covers is copied to the host by its allocator (a device copy for CUDA), then
+// gathered with t's strides. A contiguous CPU tensor is passed through without a copy.
+struct HostBytes {
+  const char* data = nullptr;
+  size_t size = 0;
+  std::string owned;
+};
+HostBytes host_bytes(const Tensor& t) {
+  HostBytes out;
+  const size_t elem = t.element_size();
+  out.size = static_cast<size_t>(t.numel()) * elem;
+  if (out.size == 0) return out;
+  if (t.device().is_cpu() && t.is_contiguous()) {
+    out.data = static_cast<const char*>(t.data_ptr());
+    return out;
+  }
+  // Views have non-negative strides (flip and friends copy), so the span is [0, last] elements.
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.sizes()[d] - 1) * t.strides()[d];
+  const size_t span = static_cast<size_t>(last + 1) * elem;
+  std::string raw(span, '\0');
+  allocator_for(t.device()).copy_to_host(raw.data(), t.data_ptr(), span);
+  out.owned.resize(out.size);
+  const Shape& sizes = t.sizes();
+  const Shape& strides = t.strides();
+  Shape index(sizes.size(), 0);
+  for (size_t k = 0; k < out.size; k += elem) {
+    int64_t at = 0;
+    for (size_t d = 0; d < sizes.size(); ++d) at += index[d] * strides[d];
+    std::memcpy(out.owned.data() + k, raw.data() + static_cast<size_t>(at) * elem, elem);
+    for (size_t d = sizes.size(); d-- > 0;) {  // odometer: advance the row-major index
+      if (++index[d] < sizes[d]) break;
+      index[d] = 0;
+    }
+  }
+  out.data = out.owned.data();
+  return out;
+}
+
+// Streams the file: one contiguous host copy at a time, so saving needs little extra memory.
 void emit(const NamedTensors& tensors, const Layout& layout, const ByteSink& sink) {
   sink(layout.prefix.data(), layout.prefix.size());
-  NoGradGuard no_grad;
   for (size_t i : layout.data_order) {
-    Tensor c = tensors[i].second.detach().cpu().contiguous();
-    const size_t nbytes = static_cast<size_t>(c.numel()) * c.element_size();
-    if (nbytes == 0) continue;
+    const Tensor& t = tensors[i].second;
+    HostBytes b = host_bytes(t);
+    if (b.size == 0) continue;
     if constexpr (std::endian::native == std::endian::little) {
-      sink(c.data_ptr(), nbytes);
+      sink(b.data, b.size);
     } else {
-      std::string le(static_cast<const char*>(c.data_ptr()), nbytes);
-      swap_elements(le.data(), nbytes, c.element_size());
-      sink(le.data(), nbytes);
+      std::string le(b.data, b.size);
+      swap_elements(le.data(), b.size, t.element_size());
+      sink(le.data(), b.size);
     }
   }
 }
@@ -292,7 +329,7 @@ SafetensorsFile read_safetensors(uint64_t total, const ReadAt& read_at, const st
   out.tensors.reserve(h.entries.size());
   const uint64_t data_start = 8 + n;
   for (Entry& e : h.entries) {
-    Tensor t = empty(e.shape, {.dtype = e.dtype});
+    Tensor t = detail::new_contiguous(e.shape, e.dtype, Device::cpu());
     const size_t nbytes = static_cast<size_t>(e.end - e.begin);
     if (nbytes > 0) read_at(data_start + e.begin, t.data_ptr(), nbytes);
     if constexpr (std::endian::native != std::endian::little) swap_elements(t.data_ptr(), nbytes, t.element_size());

@@ -1,12 +1,49 @@
 #include "tensor/state_dict.h"
 
-#include "tensor/factory.h"
+#include <cstring>
+
+#include "core/half.h"
 #include "tensor/safetensors.h"
 
 namespace precis {
 
-Tensor state_real(double value) { return scalar_tensor(value, {.dtype = DType::f64}); }
-Tensor state_int(int64_t value) { return scalar_tensor(value, {.dtype = DType::i64}); }
+namespace {
+
+// 0-d CPU tensors made and read without kernels: state values are single numbers, and the tensor
+// layer runs no kernel (docs/design/architecture.md). The value may live on a device (a scaler
+// keeps its state there): one element is copied to the host by its allocator.
+template <typename T>
+Tensor scalar_of(T value, DType dtype) {
+  Tensor t = detail::new_contiguous({}, dtype, Device::cpu());
+  std::memcpy(t.data_ptr(), &value, sizeof value);
+  return t;
+}
+
+template <typename T>
+T host_value(const Tensor& t) {
+  unsigned char raw[8] = {};
+  allocator_for(t.device()).copy_to_host(raw, t.data_ptr(), t.element_size());
+  const auto as = [&raw]<typename S>(S) {
+    S v;
+    std::memcpy(&v, raw, sizeof v);
+    return v;
+  };
+  switch (t.dtype()) {
+    case DType::f32: return static_cast<T>(as(float{}));
+    case DType::f64: return static_cast<T>(as(double{}));
+    case DType::f16: return static_cast<T>(static_cast<float>(as(Half{})));
+    case DType::bf16: return static_cast<T>(static_cast<float>(as(BFloat16{})));
+    case DType::i64: return static_cast<T>(as(int64_t{}));
+    case DType::i32: return static_cast<T>(as(int32_t{}));
+    case DType::boolean: return static_cast<T>(raw[0] != 0);
+  }
+  throw InternalError("state_dict: unknown dtype");
+}
+
+}  // namespace
+
+Tensor state_real(double value) { return scalar_of(value, DType::f64); }
+Tensor state_int(int64_t value) { return scalar_of(value, DType::i64); }
 
 Tensor state_tensor(const StateDict& dict, const std::string& key, const char* owner) {
   auto it = dict.find(key);
@@ -29,7 +66,7 @@ Tensor state_tensor(const StateDict& dict, const std::string& key, const char* o
 double state_get_real(const StateDict& dict, const std::string& key, const char* owner) {
   Tensor t = state_tensor(dict, key, owner);
   PRECIS_CHECK_SHAPE(t.numel() == 1, owner, ": state entry '", key, "' should hold one value, got ", t.describe());
-  return t.item<double>();
+  return host_value<double>(t);
 }
 
 int64_t state_get_int(const StateDict& dict, const std::string& key, const char* owner) {
@@ -37,7 +74,7 @@ int64_t state_get_int(const StateDict& dict, const std::string& key, const char*
   PRECIS_CHECK_SHAPE(t.numel() == 1, owner, ": state entry '", key, "' should hold one value, got ", t.describe());
   PRECIS_CHECK_DTYPE(!is_floating(t.dtype()), owner, ": state entry '", key, "' should be an integer, got ",
                      t.describe());
-  return t.item<int64_t>();
+  return host_value<int64_t>(t);
 }
 
 void state_merge(StateDict& dst, const StateDict& src, const std::string& prefix) {

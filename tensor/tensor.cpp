@@ -1,12 +1,13 @@
 #include "tensor/tensor.h"
 
-#include <cmath>
-#include <cstdio>
-#include <ostream>
-#include <sstream>
+#include <optional>
 
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
+#include "core/checked_math.h"
+#include "core/error.h"
+
+// The Tensor methods that only look at or re-describe metadata. Methods that run kernels (to,
+// contiguous, item, printing, ...) are declared in tensor.h but defined in ops/
+// (docs/design/architecture.md).
 
 namespace precis {
 
@@ -16,6 +17,27 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, const Tensor& t) {
   PRECIS_CHECK_INDEX(dim >= -n && dim < n, op, ": dimension ", dim, " out of range for a tensor ", t.describe(),
                      " (valid: ", -n, " to ", n - 1, ")");
   return dim < 0 ? dim + n : dim;
+}
+
+// The bytes of a tensor of `sizes` and `dtype`; OutOfMemoryError when they exceed what a 64-bit
+// offset addresses (a shape of 2^62 f32 elements fits in int64, its 2^64 bytes do not).
+static size_t storage_bytes(const Shape& sizes, DType dtype, Device device, const char* op) {
+  const int64_t n = shape_numel(sizes);
+  const size_t elem = element_size(dtype);
+  if (const std::optional<uint64_t> nbytes = checked_nbytes(n, elem)) [[likely]]
+    return static_cast<size_t>(*nbytes);
+  uint64_t requested = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(n), static_cast<uint64_t>(elem), &requested))
+    requested = UINT64_MAX;
+  throw OutOfMemoryError(detail::str_cat(op, ": a tensor of shape ", shape_str(sizes), " and dtype ", dtype_name(dtype),
+                                         " needs ", n, " x ", elem, " bytes, more than the ", kMaxAllocationBytes,
+                                         " a 64-bit offset can address; cannot allocate it on ", device.str()),
+                         requested, device.str());
+}
+
+Tensor new_contiguous(const Shape& sizes, DType dtype, Device device, const char* op) {
+  auto storage = std::make_shared<StorageImpl>(storage_bytes(sizes, dtype, device, op), device);
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
 }
 
 Tensor make_alias(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
@@ -44,151 +66,5 @@ std::string Tensor::describe() const {
   if (!defined()) return "(undefined)";
   return shape_str(sizes()) + " " + std::string(dtype_name(dtype())) + " " + device().str();
 }
-
-template <typename T>
-std::vector<T> Tensor::to_vector() const {
-  Tensor c = detach().to(Device::cpu()).to(dtype_of<T>()).contiguous();
-  const T* p = c.data_ptr<T>();
-  return std::vector<T>(p, p + c.numel());
-}
-
-template <>
-std::vector<bool> Tensor::to_vector<bool>() const {
-  Tensor c = detach().to(Device::cpu()).to(DType::boolean).contiguous();
-  const bool* p = c.data_ptr<bool>();
-  return std::vector<bool>(p, p + c.numel());
-}
-
-template <typename T>
-T Tensor::item() const {
-  PRECIS_CHECK(numel() == 1, "item() needs a tensor with exactly one element, got ", describe());
-  return to_vector<T>()[0];
-}
-
-template float Tensor::item<float>() const;
-template double Tensor::item<double>() const;
-template int64_t Tensor::item<int64_t>() const;
-template int32_t Tensor::item<int32_t>() const;
-template bool Tensor::item<bool>() const;
-template std::vector<float> Tensor::to_vector<float>() const;
-template std::vector<double> Tensor::to_vector<double>() const;
-template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
-template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
-
-// ---- printing -----------------------------------------------------------------------------------
-namespace {
-
-constexpr int64_t kSummariseAbove = 1000;  // like PyTorch's print threshold
-constexpr int64_t kEdgeItems = 3;
-
-// Prints nested brackets like PyTorch, eliding the middle of long dims when summarising. The same
-// walk runs twice: once to collect the elements shown (to choose one number format and width for
-// all of them), then to print.
-struct Printer {
-  const Shape& sizes;
-  Shape strides;  // contiguous strides of the value array
-  bool summarise;
-  std::vector<std::string> cells;  // formatted elements in print order (second pass)
-  size_t next_cell = 0;
-  int width = 0;
-
-  template <typename Visit>
-  void walk(std::ostream* os, size_t dim, int64_t offset, int indent, Visit& visit) {
-    if (dim == sizes.size()) {
-      if (os == nullptr) {
-        visit(offset);
-      } else {
-        const std::string& c = cells[next_cell++];
-        *os << std::string(std::max<int>(0, width - static_cast<int>(c.size())), ' ') << c;
-      }
-      return;
-    }
-    if (os) *os << '[';
-    const int64_t n = sizes[dim];
-    for (int64_t i = 0; i < n; ++i) {
-      if (summarise && n > 2 * kEdgeItems && i == kEdgeItems) {
-        if (os) {
-          *os << "...,";
-          *os << (dim + 1 == sizes.size() ? std::string(" ")
-                                          : std::string(sizes.size() - dim - 1, '\n') + std::string(indent + 1, ' '));
-        }
-        i = n - kEdgeItems;
-      }
-      walk(os, dim + 1, offset + i * strides[dim], indent + 1, visit);
-      if (os && i + 1 < n) {
-        if (dim + 1 == sizes.size()) {
-          *os << ", ";
-        } else {
-          *os << ',' << std::string(sizes.size() - dim - 1, '\n') << std::string(indent + 1, ' ');
-        }
-      }
-    }
-    if (os) *os << ']';
-  }
-};
-
-// One format for every shown float: scientific when any magnitude is very large or very small
-// (mixing "%.4f" and "%.4e" in one tensor is hard to read), else fixed with 4 decimals.
-std::vector<std::string> format_floats(const std::vector<double>& v) {
-  bool sci = false;
-  for (double x : v)
-    if (std::isfinite(x) && x != 0 && (std::fabs(x) >= 1e5 || std::fabs(x) < 1e-4)) sci = true;
-  std::vector<std::string> out;
-  char buf[64];
-  for (double x : v) {
-    if (std::isnan(x)) {
-      out.emplace_back("nan");
-    } else if (std::isinf(x)) {
-      out.emplace_back(x > 0 ? "inf" : "-inf");
-    } else {
-      std::snprintf(buf, sizeof buf, sci ? "%.4e" : "%.4f", x);
-      out.emplace_back(buf);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string Tensor::str() const {
-  if (!defined()) return "tensor(undefined)";
-  std::ostringstream os;
-  Printer p{sizes(), contiguous_strides(sizes()), numel() > kSummariseAbove, {}};
-  // Integers print from int64 (exact beyond 2^53), bools as True/False, floats through f64.
-  std::vector<int64_t> shown;
-  auto collect = [&](int64_t i) { shown.push_back(i); };
-  if (numel() > 0) p.walk(nullptr, 0, 0, 7, collect);
-  if (dtype() == DType::boolean) {
-    const std::vector<bool> v = to_vector<bool>();
-    for (int64_t i : shown) p.cells.emplace_back(v[i] ? "True" : "False");
-  } else if (is_integral(dtype())) {
-    const std::vector<int64_t> v = to_vector<int64_t>();
-    for (int64_t i : shown) p.cells.push_back(std::to_string(v[i]));
-  } else {
-    const std::vector<double> v = to_vector<double>();
-    std::vector<double> picked;
-    for (int64_t i : shown) picked.push_back(v[i]);
-    p.cells = format_floats(picked);
-  }
-  for (const std::string& c : p.cells) p.width = std::max(p.width, static_cast<int>(c.size()));
-  os << "tensor(";
-  if (numel() == 0) {
-    os << "[]";
-  } else {
-    auto none = [](int64_t) {};
-    p.walk(&os, 0, 0, 7, none);
-  }
-  os << ", shape=" << shape_str(sizes()) << ", dtype=" << dtype_name(dtype());
-  if (!device().is_cpu()) os << ", device=" << device().str();
-  if (auto fn = grad_fn()) {
-    os << ", grad_fn=<" << fn->name() << ">";
-  } else if (requires_grad()) {
-    os << ", requires_grad=true";
-  }
-  os << ')';
-  return os.str();
-}
-
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 
 }  // namespace precis

@@ -150,6 +150,24 @@ class Tensor {
   /// For a leaf: calls hook(tensor) after its .grad has been accumulated.
   int register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
 
+  // ---- PyTorch-style shorthands for functions in ops/functional.h ----------------------------
+  /// The sizes (PyTorch's x.shape).
+  const Shape& shape() const { return sizes(); }
+  /// precis::sum over every element, one dim, or several: x.sum(), x.sum(1), x.sum({0, 2}, true)
+  /// (an empty list, as in precis::sum, reduces every dim).
+  Tensor sum() const;
+  Tensor sum(int64_t dim, bool keepdim = false) const;
+  Tensor sum(std::initializer_list<int64_t> dims, bool keepdim = false) const;
+  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  /// precis::mean, with the same forms as sum.
+  Tensor mean() const;
+  Tensor mean(int64_t dim, bool keepdim = false) const;
+  Tensor mean(std::initializer_list<int64_t> dims, bool keepdim = false) const;
+  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  /// precis::argmax: x.argmax() (into the flattened tensor), x.argmax(1).
+  Tensor argmax() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+
   // ---- arithmetic shorthands (see ops/functional.h) ----------------------------------------
   Tensor operator-() const;
   Tensor& operator+=(const Tensor& other);
@@ -201,6 +219,10 @@ namespace precis::detail {
 /// A tensor sharing base's storage and version counter with new sizes, strides and offset (in
 /// elements). No autograd: the differentiable view functions (ops/views.cpp) wrap this.
 Tensor make_alias(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
+/// A new contiguous tensor on uninitialised memory from `device`'s allocator: what `empty` does
+/// without autograd, for the layers below the ops (readers). Throws OutOfMemoryError, naming `op`,
+/// when the byte size exceeds what a 64-bit offset addresses.
+Tensor new_contiguous(const Shape& sizes, DType dtype, Device device, const char* op = "empty");
 /// Checks and wraps a dim index for a tensor of `ndim` dims (negative counts from the end).
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, const Tensor& t);
 }  // namespace precis::detail

@@ -2,7 +2,6 @@
 
 #include <limits>
 
-#include "autograd/autograd_meta.h"
 #include "core/checked_math.h"
 #include "core/error.h"
 
@@ -65,10 +64,19 @@ TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offs
 
 TensorImpl::~TensorImpl() = default;
 
-autograd::AutogradMeta& TensorImpl::ensure_autograd_meta() {
-  if (!autograd_) autograd_ = std::make_unique<autograd::AutogradMeta>();
-  return *autograd_;
+void TensorImpl::set_data(const TensorImpl& src) {
+  if (&src == this) return;
+  storage_ = src.storage_;
+  sizes_ = src.sizes_;
+  strides_ = src.strides_;
+  offset_ = src.offset_;
+  numel_ = src.numel_;
+  dtype_ = src.dtype_;
+  contiguous_ = src.contiguous_;
+  version_->value.fetch_add(1, std::memory_order_relaxed);
 }
+
+AutogradMetaInterface::~AutogradMetaInterface() = default;
 
 void TensorImpl::reset_autograd_meta() { autograd_.reset(); }
 

@@ -19,6 +19,12 @@ struct AutogradMeta;
 
 using Shape = std::vector<int64_t>;
 
+/// The base of what a TensorImpl keeps for autograd (autograd::AutogradMeta). The tensor layer only
+/// owns and destroys it; autograd creates and reads it (the accessors below are defined there).
+struct AutogradMetaInterface {
+  virtual ~AutogradMetaInterface();
+};
+
 /// Counts in-place modifications of a storage; shared by every view of it. Autograd records the
 /// version of each tensor it saves and refuses to use one that changed since.
 struct VersionCounter {
@@ -46,9 +52,16 @@ class TensorImpl {
 
   const std::shared_ptr<VersionCounter>& version_counter() const { return version_; }
 
-  /// Null for tensors autograd has never touched.
-  autograd::AutogradMeta* autograd_meta() const { return autograd_.get(); }
-  /// Creates the metadata on first use.
+  /// Makes this tensor hold `src`'s data (storage, sizes, strides, offset, dtype, hence device)
+  /// while staying the same object: every handle to it, its autograd metadata (requires_grad,
+  /// .grad, hooks) and its version counter are kept, and the version is bumped, so a graph or an
+  /// autocast cache entry that saved the old data refuses it. PyTorch's `param.data = src`; what
+  /// Module::to() uses so optimizers keep their parameters. Views made before keep the old data.
+  void set_data(const TensorImpl& src);
+
+  /// Null for tensors autograd has never touched. Defined in autograd/tensor_autograd.cpp.
+  autograd::AutogradMeta* autograd_meta() const;
+  /// Creates the metadata on first use. Defined in autograd/tensor_autograd.cpp.
   autograd::AutogradMeta& ensure_autograd_meta();
   void reset_autograd_meta();
 
@@ -61,7 +74,7 @@ class TensorImpl {
   DType dtype_;
   bool contiguous_;
   std::shared_ptr<VersionCounter> version_;
-  std::unique_ptr<autograd::AutogradMeta> autograd_;
+  std::unique_ptr<AutogradMetaInterface> autograd_;
 };
 
 /// Row-major (C-order) strides for `sizes`. Throws ShapeError where shape_numel does.

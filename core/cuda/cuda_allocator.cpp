@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/caching_allocator.h"
 #include "core/checked_math.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
@@ -25,7 +26,7 @@ std::string bytes_str(size_t n) {
   return precis::detail::str_cat(n, " bytes (", mib, " MiB)");
 }
 
-class CachingAllocator final : public Allocator {
+class CachingAllocator final : public CachingAllocatorBase {
  public:
   explicit CachingAllocator(int index) : index_(index) {}
 
@@ -39,20 +40,18 @@ class CachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     // Fetched on first use so that registering the allocator creates no CUDA context.
     if (stream_ == nullptr) stream_ = device_stream(index_);
-    ++stats_.num_allocs;
+    book_.count_request();
     void* ptr = nullptr;
     auto it = free_.find({stream_, size});
     if (it != free_.end() && !it->second.empty()) {
       ptr = it->second.back();
       it->second.pop_back();
-      ++stats_.num_cache_hits;
+      book_.cache_hit(size);
     } else {
       ptr = malloc_with_retry(nbytes, size);
-      stats_.reserved += size;
+      book_.fresh_block(size);
     }
     live_.emplace(ptr, Block{size, stream_});
-    stats_.allocated += size;
-    if (stats_.allocated > stats_.peak_allocated) stats_.peak_allocated = stats_.allocated;
     return ptr;
   }
 
@@ -65,18 +64,8 @@ class CachingAllocator final : public Allocator {
     Block b = it->second;
     live_.erase(it);
     b.stream = stream_;  // the stream it is freed on: the device's only stream
-    stats_.allocated -= b.size;
+    book_.freed(b.size);
     free_[{b.stream, b.size}].push_back(ptr);
-  }
-
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-
-  void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated = stats_.allocated;
   }
 
   void empty_cache() override {
@@ -85,6 +74,13 @@ class CachingAllocator final : public Allocator {
   }
 
   Device device() const override { return Device::cuda(index_); }
+  void copy_to_host(void* dst, const void* src, size_t nbytes) const override {
+    if (nbytes == 0) return;
+    cudaStream_t stream = device_stream(index_);
+    PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream), "copy of ", nbytes,
+                      " bytes from ", device().str(), " to the host");
+    PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy of ", nbytes, " bytes from ", device().str(), " to the host");
+  }
 
  private:
   struct Block {
@@ -107,11 +103,12 @@ class CachingAllocator final : public Allocator {
         size_t free_b = 0, total_b = 0;
         (void)cudaMemGetInfo(&free_b, &total_b);
         (void)cudaGetLastError();
+        const AllocatorStats& st = book_.get();
         throw OutOfMemoryError(precis::detail::str_cat(
             "CUDA out of memory on cuda:", index_, ": cannot allocate ", bytes_str(nbytes), " (block of ",
             bytes_str(size), ") even after releasing the cache; the caching allocator holds ",
-            bytes_str(stats_.allocated), " in live tensors (peak ", bytes_str(stats_.peak_allocated), "), ",
-            bytes_str(stats_.reserved), " reserved; the device has ", bytes_str(free_b), " free of ",
+            bytes_str(st.allocated), " in live tensors (peak ", bytes_str(st.peak_allocated), "), ",
+            bytes_str(st.reserved), " reserved; the device has ", bytes_str(free_b), " free of ",
             bytes_str(total_b), ". Free tensors you no longer need, or reduce the batch size"),
             nbytes, precis::detail::str_cat("cuda:", index_));
       }
@@ -129,7 +126,7 @@ class CachingAllocator final : public Allocator {
     for (auto& [key, ptrs] : free_) {
       for (void* p : ptrs) {
         PRECIS_CUDA_CHECK(cudaFree(p), "releasing a cached block on cuda:", index_);
-        stats_.reserved -= key.second;
+        book_.released(key.second);
       }
     }
     free_.clear();
@@ -137,9 +134,7 @@ class CachingAllocator final : public Allocator {
 
   const int index_;
   cudaStream_t stream_ = nullptr;  // the device stream, set by the first allocate()
-  mutable std::mutex mutex_;
-  AllocatorStats stats_;
-  std::unordered_map<void*, Block> live_;
+  std::unordered_map<void*, Block> live_;  // guarded by mutex_, as is free_
   std::map<FreeKey, std::vector<void*>> free_;
 };
 

@@ -27,7 +27,8 @@ size_t round_block_size(size_t nbytes);
 Allocator& caching_allocator(int index);
 
 /// Registers, for every CUDA index precis addresses, the caching allocator of a visible device or
-/// an allocator that throws DeviceError explaining that the device is missing.
+/// an allocator that throws DeviceError explaining that the device is missing. Called once, by
+/// allocator_for (core/allocator.cpp), on the first request for a CUDA device.
 void register_allocators();
 
 }  // namespace precis::cuda

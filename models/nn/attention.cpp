@@ -29,8 +29,8 @@ void MultiheadAttention::reset_parameters(Generator* gen) {
   if (out_proj->bias.defined()) init::zeros_(out_proj->bias);
 }
 
-Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                   const Tensor& key_padding_mask, const Tensor& attn_mask) {
+std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                       const ForwardOptions& fo) {
   const int64_t e = embed_dim_, h = num_heads_, d = e / h;
   PRECIS_CHECK_SHAPE(query.dim() == 3 && key.dim() == 3 && value.dim() == 3 && query.size(2) == e &&
                          key.size(2) == e && value.size(2) == e && key.sizes() == value.sizes(),
@@ -54,24 +54,41 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   // Masks become one additive fp32 mask broadcastable to (N, H, L, S).
   Tensor mask;
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (key_padding_mask.defined()) {
-    PRECIS_CHECK_SHAPE(key_padding_mask.dim() == 2 && key_padding_mask.size(0) == n && key_padding_mask.size(1) == s,
-                       "nn::MultiheadAttention: key_padding_mask ", key_padding_mask.describe(), " must be (", n, ", ",
-                       s, ")");
-    Tensor ignore = key_padding_mask.dtype() == DType::boolean ? key_padding_mask : ne(key_padding_mask, 0);
-    mask = masked_fill(zeros({n, 1, 1, s}), ignore.view({n, 1, 1, s}), neg_inf);
+  const Tensor& kpm = fo.key_padding_mask;
+  if (kpm.defined()) {
+    PRECIS_CHECK_SHAPE(kpm.dim() == 2 && kpm.size(0) == n && kpm.size(1) == s, "nn::MultiheadAttention: key_padding_mask ",
+                       kpm.describe(), " must be (", n, ", ", s, ")");
+    Tensor ignore = kpm.dtype() == DType::boolean ? kpm : ne(kpm, 0);
+    mask = masked_fill(zeros({n, 1, 1, s}, {.device = kpm.device()}), ignore.view({n, 1, 1, s}), neg_inf);
   }
-  if (attn_mask.defined()) {
-    Tensor am;
-    if (attn_mask.dim() == 2) am = attn_mask.view({1, 1, l, s});
-    else am = attn_mask.view({n, h, l, s});
-    if (am.dtype() == DType::boolean) am = masked_fill(zeros(am.sizes()), am, neg_inf);
+  if (fo.attn_mask.defined()) {
+    const Tensor& attn_mask = fo.attn_mask;
+    const bool two_d = attn_mask.dim() == 2 && attn_mask.size(0) == l && attn_mask.size(1) == s;
+    const bool three_d = attn_mask.dim() == 3 && attn_mask.size(0) == n * h && attn_mask.size(1) == l &&
+                         attn_mask.size(2) == s;
+    PRECIS_CHECK_SHAPE(two_d || three_d, "nn::MultiheadAttention: attn_mask ", attn_mask.describe(), " must be (", l,
+                       ", ", s, ") or (", n * h, ", ", l, ", ", s, ")");
+    Tensor am = two_d ? attn_mask.view({1, 1, l, s}) : attn_mask.view({n, h, l, s});
+    if (am.dtype() == DType::boolean) am = masked_fill(zeros(am.sizes(), {.device = am.device()}), am, neg_inf);
     mask = mask.defined() ? mask + am : am;
   }
   const double p = is_training() ? options_.dropout : 0.0;
-  Tensor ctx = scaled_dot_product_attention(q, k, v, mask, p);  // (N, H, L, D)
+  Tensor ctx, weights;
+  if (!fo.need_weights) {
+    ctx = scaled_dot_product_attention(q, k, v, mask, p);  // (N, H, L, D)
+  } else {
+    // The weights are asked for: the same math written out (sdpa keeps them internal).
+    Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
+    if (mask.defined()) scores = scores + mask;
+    weights = softmax(scores, -1, scores.dtype() == DType::f64 ? DType::f64 : DType::f32);
+    // A row with every key masked is NaN after softmax; sdpa gives such rows zero weights.
+    if (mask.defined()) weights = masked_fill(weights, ne(weights, weights), 0.0);
+    weights = dropout(weights, p, p > 0.0);
+    ctx = matmul(weights.to(v.dtype()), v);
+    if (fo.average_attn_weights) weights = mean(weights, {1});
+  }
   Tensor out = (*out_proj)(ctx.transpose(1, 2).reshape({n, l, e}));
-  return options_.batch_first ? out : out.transpose(0, 1);
+  return {options_.batch_first ? out : out.transpose(0, 1), weights};
 }
 
 std::string MultiheadAttention::extra_repr() const {

@@ -66,6 +66,25 @@ std::string MaxPool2d::extra_repr() const {
          ", ceil_mode=" + (options_.ceil_mode ? "true" : "false");
 }
 
+AvgPool2d::AvgPool2d(Size2 kernel_size, Options options) : kernel_size_(kernel_size), options_(options) {
+  PRECIS_CHECK(kernel_size.h > 0 && kernel_size.w > 0, "nn::AvgPool2d: kernel size must be positive, got ",
+               kernel_size.str());
+  PRECIS_CHECK(options.divisor_override >= 0, "nn::AvgPool2d: divisor_override must be >= 0 (0: none), got ",
+               options.divisor_override);
+}
+
+Tensor AvgPool2d::forward(const Tensor& x) {
+  return avg_pool2d(x, kernel_size_.vec(), options_.stride.value_or(kernel_size_).vec(), options_.padding.vec(),
+                    options_.ceil_mode, options_.count_include_pad, options_.divisor_override);
+}
+
+std::string AvgPool2d::extra_repr() const {
+  return "kernel_size=" + kernel_size_.str() + ", stride=" + options_.stride.value_or(kernel_size_).str() +
+         ", padding=" + options_.padding.str() + ", ceil_mode=" + (options_.ceil_mode ? "true" : "false") +
+         ", count_include_pad=" + (options_.count_include_pad ? "true" : "false") +
+         (options_.divisor_override ? ", divisor_override=" + std::to_string(options_.divisor_override) : "");
+}
+
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, output_size_.vec()); }
 
 }  // namespace precis::nn

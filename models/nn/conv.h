@@ -1,5 +1,5 @@
 #pragma once
-// nn::Conv2d and the pooling layers (torch.nn.Conv2d, MaxPool2d, AdaptiveAvgPool2d).
+// nn::Conv2d and the pooling layers (torch.nn.Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d).
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +68,28 @@ class MaxPool2d : public Module {
   explicit MaxPool2d(Size2 kernel_size, Options options = {});
   Tensor forward(const Tensor& x) override;  ///< Passthrough.
   std::string type_name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+
+ private:
+  Size2 kernel_size_;
+  Options options_;
+};
+
+struct AvgPool2dOptions {
+  std::optional<Size2> stride = std::nullopt;  ///< defaults to the kernel size
+  Size2 padding = 0;                           ///< zero padding, at most half the kernel
+  bool ceil_mode = false;
+  bool count_include_pad = true;  ///< the zero padding counts in the divisor
+  int64_t divisor_override = 0;   ///< when non-zero, the divisor of every window
+};
+
+/// torch.nn.AvgPool2d: the mean of each kernel_size window. Passthrough (accumulates in fp32).
+class AvgPool2d : public Module {
+ public:
+  using Options = AvgPool2dOptions;
+  explicit AvgPool2d(Size2 kernel_size, Options options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "AvgPool2d"; }
   std::string extra_repr() const override;
 
  private:

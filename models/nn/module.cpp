@@ -4,6 +4,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -23,11 +24,22 @@ namespace {
 using CloneMap = std::unordered_map<const Module*, std::shared_ptr<Module>>;
 thread_local CloneMap* t_clone_map = nullptr;
 
-// A registered member must lie inside the object being built, after the Module base (members of
-// a derived class follow its bases). The bound only catches gross mistakes (a local variable).
+// At registration the object is still being built and its size is unknown, so a member is only
+// required to lie after the Module base (a class's own members follow its bases) and within this
+// bound of it, which turns away a local variable. add() and clone<T>() check the exact extent
+// (Note [Module tensor slots]).
 constexpr std::ptrdiff_t kMaxMemberOffset = std::ptrdiff_t{1} << 20;
 
+// The readable C++ name of a class.
+std::string demangle(const std::type_info& type) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string name = (status == 0 && demangled) ? demangled : type.name();
+  std::free(demangled);
+  return name;
+}
 
+std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
 // The closest candidate within a third of the name's length (at least 2 edits), or "".
 std::string closest(const std::string& name, const std::vector<std::string>& candidates) {
@@ -74,7 +86,10 @@ std::shared_ptr<Module> clone_lookup(const Module* original) {
 // ---- construction -------------------------------------------------------------------------------
 
 Module::Module(const Module& other)
-    : training_(other.training_), params_(other.params_), buffers_(other.buffers_), owned_(other.owned_) {
+    : training_(other.training_), params_(other.params_), buffers_(other.buffers_), owned_(other.owned_),
+      copied_from_(&typeid(other)) {
+  other.check_not_sliced();  // a copy of a sliced copy would hide the mismatch
+  repoint_members(other);
   for (const ChildSlot& c : other.children_) {
     std::shared_ptr<Module> m = c.module;
     if (t_clone_map != nullptr) {
@@ -87,6 +102,50 @@ Module::Module(const Module& other)
     }
     children_.push_back({c.name, std::move(m), c.clone});
   }
+}
+
+Module::Module(Module&& other)
+    : training_(other.training_), params_(std::move(other.params_)), buffers_(std::move(other.buffers_)),
+      owned_(std::move(other.owned_)), children_(std::move(other.children_)), copied_from_(&typeid(other)) {
+  other.check_not_sliced();
+  repoint_members(other);
+}
+
+void Module::repoint_members(const Module& source) {
+  // Unsigned arithmetic: a member's distance from the Module base, carried over to this object.
+  // Dereferenced only after check_not_sliced() has seen that this object has the source's class.
+  const std::uintptr_t from = address(&source), to = address(this);
+  for (std::vector<TensorSlot>* slots : {&params_, &buffers_})
+    for (TensorSlot& s : *slots)
+      if (s.member != nullptr) s.member = reinterpret_cast<Tensor*>(to + (address(s.member) - from));
+}
+
+void Module::check_not_sliced() const {
+  PRECIS_CHECK_T(StateError, copied_from_ == nullptr || typeid(*this) == *copied_from_, type_name(),
+                 ": this module was copied or moved from a ", demangle(*copied_from_),
+                 " (a sliced copy), so its registered tensor members are not where they were; copy a module "
+                 "only as its own class (clone<", demangle(*copied_from_), ">())");
+}
+
+void Module::check_copy_layout(const std::type_info& as, size_t size, const char* what) const {
+  check_not_sliced();
+  PRECIS_CHECK_T(StateError, typeid(*this) == as, what, ": this module is a ", demangle(typeid(*this)),
+                 " but would be copied as a ", demangle(as),
+                 ", dropping the members the derived class adds (a sliced copy); copy it as its own class");
+  // The complete object: its start (dynamic_cast<const void*>) and, as typeid(*this) == as, sizeof(as).
+  const std::uintptr_t start = address(dynamic_cast<const void*>(this)), base = address(this);
+  for (const std::vector<TensorSlot>* slots : {&params_, &buffers_})
+    for (const TensorSlot& s : *slots) {
+      if (s.member == nullptr) continue;
+      const std::uintptr_t p = address(s.member);
+      const bool inside = p >= start && p + sizeof(Tensor) <= start + size;
+      const bool in_base = p + sizeof(Tensor) > base && p < base + sizeof(Module);
+      PRECIS_CHECK_T(StateError, inside && !in_base, what, ": ", type_name(), "'s ",
+                     slots == &params_ ? "parameter" : "buffer", " '", s.name,
+                     "' was registered from a tensor that is not a data member of this ", type_name(),
+                     "; register other tensors as rvalues (register_parameter(name, std::move(t))) so the "
+                     "module owns them");
+    }
 }
 
 Tensor Module::forward(const Tensor&) {
@@ -109,14 +168,16 @@ void Module::check_new_name(const std::string& name, const char* what) const {
 Tensor& Module::register_tensor(std::vector<TensorSlot>& slots, const std::string& name, Tensor* member, Tensor* value,
                                 bool persistent, const char* what) {
   check_new_name(name, what);
-  TensorSlot slot{name, -1, 0, persistent};
+  TensorSlot slot{name, nullptr, 0, persistent};
   if (member != nullptr) {
-    const std::ptrdiff_t offset = reinterpret_cast<const char*>(member) - reinterpret_cast<const char*>(this);
-    PRECIS_CHECK(offset >= static_cast<std::ptrdiff_t>(sizeof(Module)) && offset < kMaxMemberOffset, type_name(),
+    // Distances as integers: comparing pointers into different objects is unspecified.
+    const std::uintptr_t p = address(member), base = address(this);
+    PRECIS_CHECK(p >= base + sizeof(Module) && p - base < static_cast<std::uintptr_t>(kMaxMemberOffset), type_name(),
                  ": register_", what, "('", name,
-                 "', member) needs a data member of this module; for any other tensor pass it as an rvalue "
-                 "(register_", what, "(name, std::move(t))) so the module owns it");
-    slot.offset = offset;
+                 "', member) needs a data member of this module, declared in a class that lists nn::Module "
+                 "before any other base; for any other tensor pass it as an rvalue (register_", what,
+                 "(name, std::move(t))) so the module owns it");
+    slot.member = member;
   } else {
     slot.owned_index = owned_.size();
     owned_.push_back(std::move(*value));
@@ -152,12 +213,14 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module,
 }
 
 Tensor& Module::slot_tensor(const TensorSlot& slot) {
-  if (slot.offset < 0) return owned_[slot.owned_index];
-  return *reinterpret_cast<Tensor*>(reinterpret_cast<char*>(this) + slot.offset);
+  if (slot.member == nullptr) return owned_[slot.owned_index];
+  check_not_sliced();
+  return *slot.member;
 }
 const Tensor& Module::slot_tensor(const TensorSlot& slot) const {
-  if (slot.offset < 0) return owned_[slot.owned_index];
-  return *reinterpret_cast<const Tensor*>(reinterpret_cast<const char*>(this) + slot.offset);
+  if (slot.member == nullptr) return owned_[slot.owned_index];
+  check_not_sliced();
+  return *slot.member;
 }
 
 // ---- traversal ----------------------------------------------------------------------------------
@@ -249,27 +312,30 @@ Module& Module::train(bool on) {
 }
 
 namespace {
-// Replaces t by convert(t) (a new leaf with the same requires_grad and a converted grad); tensors
-// shared by several slots are converted once. The memo keeps the old tensors alive, so no freed
-// TensorImpl address can be reused while it is a key.
-using ConvertMemo = std::unordered_map<const TensorImpl*, std::pair<Tensor, Tensor>>;
+// Converts the tensor of a slot to convert(t) in place (TensorImpl::set_data): the TensorImpl stays,
+// so every handle to it (an optimizer's, a user's) sees the new dtype or device, as PyTorch's
+// module.to() keeps its Parameter objects. The gradient is converted too. A tensor in several slots
+// (tied) is one TensorImpl, converted at its first slot. A slot holding a non-leaf (computed by a
+// recorded op, so a graph refers to its dtype) is replaced by a new leaf instead.
 template <typename Convert>
-void convert_slot(Tensor& t, ConvertMemo& memo, Convert&& convert) {
-  if (auto it = memo.find(t.impl()); it != memo.end()) { t = it->second.second; return; }
+void convert_slot(Tensor& t, Convert&& convert) {
   Tensor n = convert(t.detach());
-  if (t.requires_grad()) n.requires_grad_(true);
-  if (Tensor g = t.grad(); g.defined()) n.set_grad(convert(g));
-  memo.emplace(t.impl(), std::make_pair(t, n));
-  t = n;
+  Tensor g = t.grad();
+  if (!t.is_leaf()) {
+    if (t.requires_grad()) n.requires_grad_(true);
+    t = n;
+  } else {
+    t.impl()->set_data(*n.impl());
+  }
+  if (g.defined()) t.set_grad(convert(g));
 }
 }  // namespace
 
 Module& Module::to(Device device) {
   NoGradGuard no_grad;
-  ConvertMemo memo;
   for_each_tensor_slot([&](Module&, Tensor& t) {
     if (!t.defined() || t.device() == device) return;
-    convert_slot(t, memo, [&](const Tensor& x) { return x.to(device); });
+    convert_slot(t, [&](const Tensor& x) { return x.to(device); });
   });
   return *this;
 }
@@ -278,12 +344,12 @@ Module& Module::to(DType dtype) {
   PRECIS_CHECK_DTYPE(is_floating(dtype), type_name(), ".to(", dtype_name(dtype),
                      "): modules convert to a floating dtype (f32, f64, f16, bf16)");
   NoGradGuard no_grad;
-  ConvertMemo memo;
+  std::unordered_set<const TensorImpl*> done;  // a tied tensor follows its first slot's module
   for_each_tensor_slot([&](Module& m, Tensor& t) {
-    if (!t.defined() || !t.is_floating_point()) return;
+    if (!t.defined() || !t.is_floating_point() || !done.insert(t.impl()).second) return;
     const DType target = (m.keep_fp32_params() && is_low_precision(dtype)) ? DType::f32 : dtype;
     if (t.dtype() == target) return;
-    convert_slot(t, memo, [&](const Tensor& x) { return x.to(target); });
+    convert_slot(t, [&](const Tensor& x) { return x.to(target); });
   });
   return *this;
 }
@@ -426,7 +492,8 @@ void Module::CloneSession::finish(Module& copy) {
                    "clone relinks; a std::shared_ptr member cannot be redirected.");
   }
   NoGradGuard no_grad;
-  ConvertMemo memo;
+  // Old tensor -> its copy; holding the old tensors keeps their addresses from being reused.
+  std::unordered_map<const TensorImpl*, std::pair<Tensor, Tensor>> memo;
   copy.for_each_tensor_slot([&](Module&, Tensor& t) {
     if (!t.defined()) return;
     if (auto it = memo.find(t.impl()); it != memo.end()) { t = it->second.second; return; }
@@ -440,11 +507,7 @@ void Module::CloneSession::finish(Module& copy) {
 // ---- description --------------------------------------------------------------------------------
 
 std::string Module::type_name() const {
-  const char* mangled = typeid(*this).name();
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  std::string name = (status == 0 && demangled) ? demangled : mangled;
-  std::free(demangled);
+  std::string name = demangle(typeid(*this));
   // Drop namespaces (but not inside template arguments).
   const auto angle = name.find('<');
   const auto colon = name.rfind("::", angle == std::string::npos ? std::string::npos : angle);

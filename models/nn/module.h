@@ -14,29 +14,40 @@
 //   };
 //
 // Note [Module tensor slots]: a module's tensors are the module's own data members
-// (`Tensor weight;` registered with register_parameter("weight", weight)). The module remembers
-// where each member lives (its byte offset from the Module base, which is the same in every copy
-// and after a move), so to(dtype), to(device) and clone() write the new tensor straight into the
-// member: `weight` always is the registered tensor, and there is no second table to go stale.
+// (`Tensor weight;` registered with register_parameter("weight", weight)). The module keeps a
+// pointer to each member, so clone() writes the copy's tensor straight into the copy's member (and
+// to(dtype) / to(device) convert the member's tensor in place): `weight` always is the registered
+// tensor, and there is no second table to go stale.
+// A copy or move re-points those pointers at the copy's members: the same distance from the Module
+// base, which holds only when the copy has the same class as the original. So every copy is
+// checked, and misuse is a precis::Error rather than a write through a stray pointer:
+//   - add() and clone<T>() copy a module of exactly class T (typeid) whose registered members lie
+//     inside its own sizeof(T) bytes, else StateError (a sliced copy: clone<Base>() of a Derived;
+//     a "member" that belongs to another object);
+//   - any other copy or move (a user's `Base b = derived;`) remembers the class it was made from,
+//     and using its tensors when its own class differs throws StateError.
+// Registration itself checks what it can before the object is complete: the member must lie after
+// the Module base (a class's own members follow its bases, so put nn::Module before any other base
+// that has tensor members) and near it (not a local variable).
 // A tensor without a member is registered as an rvalue (register_parameter("w", randn(...)));
-// the module then owns its slot and returns a reference to it. Member registration needs the
-// tensor to be a data member of the module being constructed (checked roughly: it must lie just
-// after the Module base, never before it).
+// the module then owns its slot and returns a reference to it.
 //
 // Note [Child handles]: add() returns a std::shared_ptr<M>. Keep it in an nn::Child<M> member:
 // clone() relinks Child members to the copy's own children. A std::shared_ptr member also works
 // for everything but clone<T>(), which detects it and throws (a copied std::shared_ptr would keep
 // pointing at the original's child).
 //
-// to(dtype) and to(device) replace tensors (new TensorImpls): create optimizers after moving the
-// model, as in PyTorch. load_state_dict copies into the existing tensors in place, so it can run
-// at any time.
+// to(dtype) and to(device) convert each tensor in place (TensorImpl::set_data: the same tensor
+// object with new data, as PyTorch's module.to() keeps its Parameter objects), so a handle held
+// before (an optimizer's, a user's) sees the new dtype and device. load_state_dict copies into the
+// existing tensors in place. Both can run at any time; an optimizer converts its state to follow.
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -100,9 +111,9 @@ class Module {
  public:
   Module() = default;
   virtual ~Module() = default;
-  // Moving keeps the slots valid (offsets are relative to the Module base). Assignment is not
-  // supported: a module is built once and then changed through its methods.
-  Module(Module&&) = default;
+  // Moving re-points the member slots at the new object (Note [Module tensor slots]). Assignment
+  // is not supported: a module is built once and then changed through its methods.
+  Module(Module&& other);
   Module& operator=(const Module&) = delete;
   Module& operator=(Module&&) = delete;
 
@@ -134,6 +145,7 @@ class Module {
                   "add(\"name\", std::move(module)). To share an existing module, pass a std::shared_ptr.");
     using T = std::remove_cvref_t<M>;
     static_assert(std::is_base_of_v<Module, T>, "Module::add: the child must derive from nn::Module");
+    static_cast<const Module&>(module).check_copy_layout(typeid(T), sizeof(T), "Module::add");
     auto ptr = std::make_shared<T>(std::move(module));
     add_child(name, ptr, &clone_as<T>);
     return ptr;
@@ -170,13 +182,17 @@ class Module {
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
 
-  /// Moves every parameter and buffer to `device` (Note [Module tensor slots]). Gradients move too.
+  /// Moves every parameter and buffer to `device`, in place: each tensor object stays and holds
+  /// its new data (an optimizer built before keeps working). Gradients move too.
   Module& to(Device device);
-  /// Casts floating parameters and buffers to `dtype`; integer buffers are untouched. Modules whose
-  /// keep_fp32_params() is true (BatchNorm) keep fp32 tensors when dtype is f16 or bf16: DESIGN §3's
-  /// low-precision model mode. Gradients are cast too. Tied tensors stay tied.
+  /// Casts floating parameters and buffers to `dtype` in place (as to(Device)); integer buffers
+  /// are untouched. Modules whose keep_fp32_params() is true (the normalisation layers) keep fp32
+  /// tensors when dtype is f16 or bf16: docs/design/precision.md's low-precision model mode. Gradients are cast
+  /// too. Tied tensors stay tied (and follow the first module that holds them).
   Module& to(DType dtype);
-  /// True for modules whose parameters and buffers stay fp32 in a low-precision model.
+  /// True for modules whose parameters and buffers stay fp32 in a low-precision model: BatchNorm,
+  /// LayerNorm and GroupNorm (their statistics and affine parameters are computed in fp32 anyway;
+  /// bf16/f16 weights near 1 would round every small update away).
   virtual bool keep_fp32_params() const { return false; }
 
   /// Clears the gradients of every parameter: dropped (set_to_none, default) or zeroed in place.
@@ -204,6 +220,7 @@ class Module {
     static_assert(std::is_copy_constructible_v<T>, "clone<T>: T must be copy-constructible");
     const T* self = dynamic_cast<const T*>(this);
     PRECIS_CHECK(self != nullptr, "clone<T>: this module is a ", type_name(), ", not the T requested");
+    check_copy_layout(typeid(T), sizeof(T), "clone<T>");
     CloneSession session(*this);
     auto copy = std::make_shared<T>(*self);
     session.finish(*copy);
@@ -228,7 +245,7 @@ class Module {
  private:
   struct TensorSlot {
     std::string name;
-    std::ptrdiff_t offset = -1;  // member: byte offset from the Module base; -1: owned
+    Tensor* member = nullptr;  // the data member; nullptr: an owned tensor, owned_[owned_index]
     size_t owned_index = 0;
     bool persistent = true;
   };
@@ -239,6 +256,7 @@ class Module {
   };
   template <typename T>
   static std::shared_ptr<Module> clone_as(const Module& m) {
+    m.check_copy_layout(typeid(T), sizeof(T), "clone");
     return std::make_shared<T>(static_cast<const T&>(m));
   }
 
@@ -262,6 +280,13 @@ class Module {
   void check_new_name(const std::string& name, const char* what) const;
   Tensor& register_tensor(std::vector<TensorSlot>& slots, const std::string& name, Tensor* member, Tensor* value,
                           bool persistent, const char* what);
+  // Throws StateError unless this module is exactly of class `as` and every member slot lies in its
+  // `size` bytes: a copy made as `as` then re-points the slots correctly.
+  void check_copy_layout(const std::type_info& as, size_t size, const char* what) const;
+  // Throws StateError when this module was copied or moved from another class (a sliced copy).
+  void check_not_sliced() const;
+  // After a copy or move from `source`: point the member slots at this object's members.
+  void repoint_members(const Module& source);
   Tensor& slot_tensor(const TensorSlot& slot);
   const Tensor& slot_tensor(const TensorSlot& slot) const;
   // Calls fn(slot_tensor) for every parameter and buffer slot of every module in the tree.
@@ -278,6 +303,9 @@ class Module {
   std::vector<TensorSlot> buffers_;
   std::deque<Tensor> owned_;  // tensors of owned slots (a deque: references stay valid)
   std::vector<ChildSlot> children_;
+  // The class of the module this one was copied or moved from (null for an original): the member
+  // slots were re-pointed for that class's layout.
+  const std::type_info* copied_from_ = nullptr;
 };
 
 }  // namespace precis::nn

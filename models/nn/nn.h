@@ -9,3 +9,4 @@
 #include "models/nn/module.h"
 #include "models/nn/norm.h"
 #include "models/nn/sequential.h"
+#include "models/nn/transformer.h"

@@ -90,4 +90,34 @@ std::string LayerNorm::extra_repr() const {
   return s.str();
 }
 
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, Options options)
+    : num_groups_(num_groups), num_channels_(num_channels), options_(options) {
+  PRECIS_CHECK(num_groups > 0 && num_channels > 0 && num_channels % num_groups == 0, "nn::GroupNorm: num_channels (",
+               num_channels, ") must be a positive multiple of num_groups (", num_groups, ")");
+  if (options.affine) {
+    weight = ones({num_channels});
+    bias = zeros({num_channels});
+  }
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+void GroupNorm::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  PRECIS_CHECK_SHAPE(x.dim() >= 2 && x.size(1) == num_channels_, "nn::GroupNorm(", num_groups_, ", ", num_channels_,
+                     "): input ", x.describe(), " must be (N, ", num_channels_, ", ...)");
+  return group_norm(x, num_groups_, weight, bias, options_.eps);
+}
+
+std::string GroupNorm::extra_repr() const {
+  std::ostringstream s;
+  s << num_groups_ << ", " << num_channels_ << ", eps=" << options_.eps
+    << ", affine=" << (options_.affine ? "true" : "false");
+  return s.str();
+}
+
 }  // namespace precis::nn

@@ -1,5 +1,7 @@
 #pragma once
-// nn::BatchNorm2d and nn::LayerNorm (torch.nn names, buffers and defaults).
+// nn::BatchNorm2d, nn::LayerNorm and nn::GroupNorm (torch.nn names, buffers and defaults). All three
+// keep fp32 parameters in a low-precision model (keep_fp32_params): their statistics are fp32 anyway,
+// and a weight near 1 stored in bf16 (8 significant bits) would round small updates away.
 #include "models/nn/module.h"
 
 namespace precis::nn {
@@ -15,7 +17,8 @@ struct BatchNormOptions {
 /// the batch statistics and updates the running ones (and counts num_batches_tracked); eval mode
 /// uses the running statistics (batch statistics when track_running_stats is false). Parameters
 /// and running statistics stay fp32 in a low-precision model (keep_fp32_params); the output has
-/// the input's dtype. FP32 under autocast.
+/// the input's dtype. Passthrough under autocast: the kernel computes in fp32 whatever the input's
+/// dtype, and a bf16/f16 input gives a bf16/f16 output (no cast of the activation).
 class BatchNorm2d : public Module {
  public:
   using Options = BatchNormOptions;
@@ -50,7 +53,8 @@ struct LayerNormOptions {
   bool bias = true;
 };
 
-/// Layer normalisation over the trailing dims `normalized_shape`. FP32 under autocast.
+/// Layer normalisation over the trailing dims `normalized_shape`. FP32 under autocast; fp32
+/// parameters in a low-precision model (the output keeps the input's dtype).
 class LayerNorm : public Module {
  public:
   using Options = LayerNormOptions;
@@ -59,6 +63,7 @@ class LayerNorm : public Module {
 
   Tensor forward(const Tensor& x) override;
   void reset_parameters();
+  bool keep_fp32_params() const override { return true; }
   std::string type_name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
 
@@ -69,6 +74,39 @@ class LayerNorm : public Module {
 
  private:
   Shape normalized_shape_;
+  Options options_;
+};
+
+struct GroupNormOptions {
+  double eps = 1e-5;
+  bool affine = true;  ///< per-channel "weight" (ones) and "bias" (zeros)
+};
+
+/// torch.nn.GroupNorm: the C channels of an (N, C, ...) input are split into num_groups groups of
+/// C / num_groups channels, each normalised per sample over its channels and spatial positions;
+/// then a per-channel affine transform. Batch-independent (the same in train and eval). FP32 under
+/// autocast; fp32 parameters in a low-precision model (the output keeps the input's dtype).
+class GroupNorm : public Module {
+ public:
+  using Options = GroupNormOptions;
+  /// num_channels must be divisible by num_groups.
+  GroupNorm(int64_t num_groups, int64_t num_channels, Options options = {});
+
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters();
+  bool keep_fp32_params() const override { return true; }
+  std::string type_name() const override { return "GroupNorm"; }
+  std::string extra_repr() const override;
+
+  int64_t num_groups() const { return num_groups_; }
+  int64_t num_channels() const { return num_channels_; }
+
+  Tensor weight;  ///< (C) "weight"; undefined when !affine
+  Tensor bias;    ///< (C) "bias"
+
+ private:
+  int64_t num_groups_;
+  int64_t num_channels_;
   Options options_;
 };
 

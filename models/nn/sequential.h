@@ -71,6 +71,13 @@ class ModuleList : public Module {
   }
   size_t size() const { return size_; }
   Module& operator[](size_t i) const;
+  /// The module at i as M (ValueError when it is another type).
+  template <typename M>
+  M& at(size_t i) const {
+    auto* m = dynamic_cast<M*>(&(*this)[i]);
+    PRECIS_CHECK(m != nullptr, "nn::ModuleList::at<T>(", i, "): the module there is a ", (*this)[i].type_name());
+    return *m;
+  }
   std::string type_name() const override { return "ModuleList"; }
 
  private:

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "models/tools/fault_inject.h"
 #include "models/tools/train_cli.h"
 #include "models/train/trainer.h"
 
@@ -17,6 +18,10 @@ int main(int argc, char** argv) {
   std::optional<precis::train::TrainOptions> options =
       precis::train::parse_train_cli(argc, argv, std::cout, std::cerr, &code);
   if (!options) return code;
+  if (const std::string bad = precis::train::install_fault_injection_from_env(); !bad.empty()) {
+    std::cerr << "precis-train: error: " << bad << "\n";
+    return 2;
+  }
   try {
     precis::train::validate(*options);
   } catch (const std::exception& e) {

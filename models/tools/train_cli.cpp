@@ -93,6 +93,9 @@ std::optional<TrainOptions> parse_train_cli(int argc, const char* const* argv, s
                "precis-train"};
   app.require_subcommand(1, 1);
   app.fallthrough(false);
+  // An option given twice takes its last value (the usual command-line convention): `make train`
+  // passes its defaults first and TRAIN_ARGS after them. Set before the subcommands, which inherit it.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
   // resnet: the defaults are those of `make train` (resnet20, 4 epochs, OneCycle SGD).
   TrainOptions resnet_o;

@@ -1,13 +1,18 @@
 #include "models/train/checkpoint.h"
 
+#include <signal.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
 
 #include "core/error.h"
+#include "tensor/file_io.h"
 #include "tensor/safetensors.h"
 
 namespace precis::train {
@@ -52,7 +57,45 @@ std::string others_hint(const std::string& path) {
   for (const std::string& other : list_checkpoints(parent.empty() ? "." : parent.string()))
     if (fs::path(other) != fs::path(path)) list += (list.empty() ? "" : ", ") + other;
   if (list.empty()) return " No other checkpoint is in its folder.";
-  return " Other checkpoints in its folder (untouched; resume from one with --resume FILE): " + list + ".";
+  return " Other checkpoints in its folder (untouched; resume from one with --resume-from FILE): " + list + ".";
+}
+
+// Temporary files that writers killed mid-write left behind ("step-*.safetensors.tmp.<pid>.<n>",
+// tensor/file_io.h): never taken for checkpoints (list_checkpoints matches whole names only),
+// but they hold disk space. Those of processes that no longer exist are removed.
+void remove_stale_temporaries(const std::string& dir) {
+  static const std::regex kTemp(R"(step-\d+\.safetensors\.tmp\.(\d+)\.\d+)");
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, kTemp)) continue;
+    const long pid = std::stol(m[1].str());
+    if (pid == static_cast<long>(::getpid()) || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    if (file_fault(FileOp::remove, entry.path().string()) == 0) fs::remove(entry.path(), ec);
+  }
+}
+
+// Why a save into `dir` may have failed, from the folder's state (the error itself says which
+// system call failed and how).
+std::string folder_diagnosis(const std::string& dir, uint64_t bytes_needed) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return "";
+  if (st.f_flag & ST_RDONLY) return " The folder is on a read-only file system: point --checkpoint at a writable folder.";
+  if (::access(dir.c_str(), W_OK) != 0)
+    return " The folder is not writable by this user: fix its permissions or point --checkpoint elsewhere.";
+  const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+  if (free_bytes < bytes_needed)
+    return " The disk is full: " + std::to_string(free_bytes) + " bytes free, the checkpoint needs about " +
+           std::to_string(bytes_needed) + "; free space or point --checkpoint at another disk.";
+  return "";
+}
+
+uint64_t data_bytes(const NamedTensors& tensors) {
+  uint64_t n = 0;
+  for (const auto& [name, t] : tensors) n += static_cast<uint64_t>(t.numel()) * t.element_size();
+  return n;
 }
 
 }  // namespace
@@ -93,11 +136,30 @@ std::string save_checkpoint(const std::string& dir, int64_t global_step, const S
   metadata[kCrcKey] = std::to_string(checksum(tensors));
   metadata[kCountKey] = std::to_string(tensors.size());
   const std::string path = checkpoint_path(dir, global_step);
-  save_safetensors(path, tensors, metadata);
-  // Only now that the new file is complete may older ones go.
+  remove_stale_temporaries(dir);
+  const std::vector<std::string> before = list_checkpoints(dir);
+  try {
+    save_safetensors(path, tensors, metadata);
+  } catch (const IOError& e) {
+    // write_file_atomic removed its temporary file and left `path` as it was; say what is usable.
+    std::string previous;
+    for (auto it = before.rbegin(); it != before.rend() && previous.empty(); ++it)
+      if (fs::path(*it) != fs::path(path)) previous = *it;
+    const bool renamed = fs::exists(path) && std::find(before.begin(), before.end(), path) == before.end();
+    throw IOError(detail::str_cat(
+        "cannot write the checkpoint of step ", global_step, " to '", path, "': ", e.what(), ".",
+        renamed ? " The file itself is complete (it was renamed into place) but the folder could not be synced, so "
+                  "it may not survive a power loss."
+                : "",
+        folder_diagnosis(dir, data_bytes(tensors)),
+        previous.empty() ? " No earlier checkpoint is in '" + dir + "'."
+                         : " The previous checkpoint '" + previous + "' is intact: resume from it with --resume."));
+  }
+  // Only now that the new file is complete may older ones go. A removal that fails (or a kill
+  // between removals) leaves an extra old checkpoint, which the next save removes.
   std::vector<std::string> all = list_checkpoints(dir);
   for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i)
-    if (fs::path(all[i]) != fs::path(path)) fs::remove(all[i], ec);
+    if (fs::path(all[i]) != fs::path(path) && file_fault(FileOp::remove, all[i]) == 0) fs::remove(all[i], ec);
   return path;
 }
 

@@ -4,10 +4,12 @@
 // "accumulator.", "trainer."), plus string metadata describing the run (model, precision, ...).
 //
 // Files are named step-<global step, 9 digits>.safetensors inside the checkpoint folder, and each
-// is written atomically (save_safetensors: temporary file, fsync, rename), so a crash leaves
-// either the old set of files or the old set plus the complete new one. After a new checkpoint
-// is complete, older ones beyond `keep` are deleted: the previous checkpoint survives until its
-// successor is whole.
+// is written atomically (save_safetensors: temporary file, fsync, rename, fsync of the folder), so
+// a crash leaves either the old set of files or the old set plus the complete new one. After a new
+// checkpoint is complete, older ones beyond `keep` are deleted: the previous checkpoint survives
+// until its successor is whole. tests/models/checkpoint_fault_test.cpp fails and kills the writer
+// at each of its system calls (tensor/file_io.h's fault hook) and fills the disk;
+// train_kill_test.cpp kills precis-train at random moments.
 //
 // Integrity: the metadata carries a CRC-32 of every tensor's bytes ("precis.crc32") and the
 // number of tensors; load_checkpoint recomputes both, so a file whose data region was damaged
@@ -40,7 +42,11 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 
 /// Writes `state` and `metadata` to checkpoint_path(dir, global_step) atomically (creating `dir`),
-/// then deletes all but the newest `keep` (>= 1) checkpoints of `dir`. Returns the path.
+/// then deletes all but the newest `keep` (>= 1) checkpoints of `dir`. Returns the path. Temporary
+/// files that killed writers left in `dir` are removed first. When the write fails (full disk,
+/// read-only folder, I/O error) the IOError names the checkpoint, the failed system call and its
+/// error, what the folder's state suggests (disk full, not writable), and the previous checkpoint,
+/// which is intact.
 std::string save_checkpoint(const std::string& dir, int64_t global_step, const StateDict& state,
                             std::map<std::string, std::string> metadata, int keep = 2);
 

@@ -100,7 +100,7 @@ class ImageTask : public TrainTask {
     s.loss = cross_entropy(logits, y);
     NoGradGuard no_grad;
     auto [values, pred] = max(logits.detach(), 1);
-    s.correct = sum(eq(pred, y)).item<int64_t>();
+    s.correct = sum(eq(pred, y));
     s.count = s.samples = y.numel();
     return s;
   }

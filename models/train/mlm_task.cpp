@@ -132,7 +132,8 @@ class MlmTask : public TrainTask {
     {
       NoGradGuard no_grad;
       auto [values, pred] = max(logits.detach(), 2);
-      s.correct = sum(eq(pred, labels)).item<int64_t>();
+      s.correct = sum(eq(pred, labels));
+      // The labels come from the loader (host memory): counting them reads no device result.
       s.count = sum(ne(labels, data::kIgnoreIndex)).item<int64_t>();
     }
     // A batch without a masked token has no loss (cross_entropy's mean would be 0/0 = NaN): it

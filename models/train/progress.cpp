@@ -42,15 +42,20 @@ std::string format_progress(const ProgressInfo& p) {
 Progress::Progress(std::ostream& out, bool tty, int64_t every, bool quiet)
     : out_(out), tty_(tty), quiet_(quiet), every_(every < 1 ? 1 : every) {}
 
+bool Progress::due(int64_t step, bool last) const {
+  if (quiet_) return false;
+  if (tty_)
+    return last || !line_open_ || std::chrono::steady_clock::now() - last_draw_ >= std::chrono::milliseconds(200);
+  return last || step % every_ == 0;
+}
+
 void Progress::update(const ProgressInfo& p, bool last) {
-  if (quiet_) return;
+  if (!due(p.step, last)) return;
   if (tty_) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!last && line_open_ && now - last_draw_ < std::chrono::milliseconds(200)) return;
-    last_draw_ = now;
+    last_draw_ = std::chrono::steady_clock::now();
     out_ << '\r' << format_progress(p) << "\x1b[K" << std::flush;
     line_open_ = true;
-  } else if (last || p.step % every_ == 0) {
+  } else {
     out_ << format_progress(p) << '\n' << std::flush;
   }
 }

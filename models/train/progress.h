@@ -30,6 +30,9 @@ class Progress {
  public:
   /// tty: redraw in place (at most every 0.2 s); else print a line every `every` steps (>= 1).
   Progress(std::ostream& out, bool tty, int64_t every, bool quiet);
+  /// Whether update() after optimizer step `step` of the epoch would print: the caller builds the
+  /// ProgressInfo (which reads device metrics) only then.
+  bool due(int64_t step, bool last = false) const;
   /// Shows the state after a step; `last` forces the line out (end of an epoch).
   void update(const ProgressInfo& p, bool last = false);
   /// Ends a redrawn line, so that other output starts on a fresh line.

@@ -15,9 +15,11 @@ namespace precis::train {
 
 /// One forward pass: the mean loss (a graph to backpropagate through, unless under NoGradGuard),
 /// and how many of `count` predictions were right (images: examples; MLM: masked tokens).
+/// Nothing here waits for the device: `loss` and `correct` are device tensors (read at log points
+/// only); `count` and `samples` follow from the batch, which the loader builds on the host.
 struct ForwardStats {
   Tensor loss;
-  int64_t correct = 0;
+  Tensor correct;       ///< 0-d i64
   int64_t count = 0;
   int64_t samples = 0;  ///< examples in the batch
 };

@@ -1,6 +1,7 @@
 // copy (strided, with dtype conversion) and fill on the CPU.
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"

@@ -8,7 +8,8 @@
 
 #include "core/rng.h"
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels_loss.h"
 #include "ops/op_table.h"

@@ -8,7 +8,8 @@
 #include <type_traits>
 
 #include "core/half.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 
 namespace precis::cpu {
 

@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"

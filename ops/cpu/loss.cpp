@@ -11,8 +11,10 @@
 
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
+#include "ops/cpu/lanes.h"
 #include "ops/cpu/softmax_rows.h"
 #include "ops/kernels_loss.h"
 #include "ops/op_table.h"
@@ -45,8 +47,8 @@ opmath_t<T> row_weighted_gap(const T* x, const opmath_t<T>* w, int64_t n, opmath
   using A = opmath_t<T>;
   A total = 0;
   rows_detail::for_each_block(x, n, [&](const A* b, int64_t off, int64_t k) {
-    total += w != nullptr ? rows_detail::lanes_sum<A>(k, [&](int64_t i) { return w[off + i] * (m - b[i]); })
-                          : rows_detail::lanes_sum<A>(k, [&](int64_t i) { return m - b[i]; });
+    total += w != nullptr ? lanes_sum<A>(k, [&](int64_t i) { return w[off + i] * (m - b[i]); })
+                          : lanes_sum<A>(k, [&](int64_t i) { return m - b[i]; });
   });
   return total;
 }

@@ -12,8 +12,10 @@
 
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
+#include "ops/cpu/lanes.h"
 #include "ops/cpu/softmax_rows.h"
 #include "ops/kernels_norm.h"
 #include "ops/op_table.h"
@@ -27,8 +29,6 @@ constexpr int64_t kNormGrain = 32768;
 // fp32 partial sums run over at most this many elements before being folded into f64, so the
 // rounding error of a long reduction stays that of a short one.
 constexpr int64_t kFoldBlock = 4096;
-
-using rows_detail::lanes_sum;
 
 // A contiguous row as compute-type values: the row itself for f32/f64, a widened copy in a
 // reusable buffer for f16/bf16. out()/store() give a compute-type destination and write it back.

@@ -5,7 +5,9 @@
 #include <limits>
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
+#include "ops/cpu/lanes.h"
 #include "ops/cpu/reduce_plan.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -14,9 +16,6 @@ namespace precis::cpu {
 
 namespace {
 
-// Independent accumulators in the contiguous loops: enough to hide the add latency and to let
-// the compiler keep them in vector registers.
-constexpr int64_t kLanes = 16;
 // f16/bf16 rows are widened to fp32 in blocks of this many elements (bulk conversion).
 constexpr int64_t kWidenBlock = 512;
 
@@ -31,19 +30,6 @@ template <typename T> constexpr bool kLowPrecision = std::is_same_v<T, Half> || 
 
 inline void widen(const Half* p, float* out, int64_t n) { half_to_float(p, out, n); }
 inline void widen(const BFloat16* p, float* out, int64_t n) { bfloat16_to_float(p, out, n); }
-
-// Sum of a contiguous run of A (float/double/int64) with kLanes accumulators, combined pairwise.
-template <typename A, typename F>
-A lanes_sum(int64_t n, F&& value) {
-  A acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t k = 0; k < kLanes; ++k) acc[k] += value(i + k);
-  for (int64_t k = 0; i + k < n; ++k) acc[k] += value(i + k);
-  for (int64_t w = kLanes / 2; w > 0; w /= 2)
-    for (int64_t k = 0; k < w; ++k) acc[k] += acc[k + w];
-  return acc[0];
-}
 
 // Reduces a strided row of T with f(value as A) summed in A. Low-precision rows are widened
 // to fp32 in blocks first so that the inner loop is plain fp32.

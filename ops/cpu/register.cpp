@@ -16,6 +16,8 @@ void register_cpu_kernels() {
   register_loss_kernels();
   register_dropout_kernels();
   register_unscale_kernels();
+  register_optim_kernels();
+  register_clip_kernels();
 }
 
 }  // namespace precis::cpu

@@ -9,7 +9,8 @@
 
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/softmax_rows.h"
 #include "ops/kernels_norm.h"

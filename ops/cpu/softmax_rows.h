@@ -19,15 +19,13 @@
 #include <limits>
 #include <type_traits>
 
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
+#include "ops/cpu/lanes.h"
 #include "ops/cpu/vec_exp.h"
 
 namespace precis::cpu {
-
-/// Independent accumulators in the f64 row reductions: enough to hide add latency and let the
-/// compiler keep them in vector registers (fp reductions do not vectorise otherwise).
-inline constexpr int64_t kRowLanes = 16;
 
 namespace rows_detail {
 
@@ -65,28 +63,16 @@ inline void for_each_block2(const T* x, const T* y, int64_t n, F&& f) {
   }
 }
 
-template <typename A, typename F>
-inline A lanes_sum(int64_t n, F&& f) {
-  A acc[kRowLanes] = {};
-  int64_t i = 0;
-  for (; i + kRowLanes <= n; i += kRowLanes)
-    for (int64_t k = 0; k < kRowLanes; ++k) acc[k] += f(i + k);
-  for (int64_t k = 0; i + k < n; ++k) acc[k] += f(i + k);
-  for (int64_t w = kRowLanes / 2; w > 0; w /= 2)
-    for (int64_t k = 0; k < w; ++k) acc[k] += acc[k + w];
-  return acc[0];
-}
-
 inline float lanes_max(const float* x, int64_t n) { return row_max_f32(x, n); }
 template <typename A>
 inline A lanes_max(const A* x, int64_t n) {
-  A acc[kRowLanes];
-  for (int64_t k = 0; k < kRowLanes; ++k) acc[k] = -std::numeric_limits<A>::infinity();
+  A acc[kLanes];
+  for (int64_t k = 0; k < kLanes; ++k) acc[k] = -std::numeric_limits<A>::infinity();
   int64_t i = 0;
-  for (; i + kRowLanes <= n; i += kRowLanes)
-    for (int64_t k = 0; k < kRowLanes; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t k = 0; k < kLanes; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
   for (int64_t k = 0; i + k < n; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
-  for (int64_t w = kRowLanes / 2; w > 0; w /= 2)
+  for (int64_t w = kLanes / 2; w > 0; w /= 2)
     for (int64_t k = 0; k < w; ++k) acc[k] = acc[k + w] > acc[k] ? acc[k + w] : acc[k];
   return acc[0];
 }
@@ -176,7 +162,8 @@ template <typename T, typename U>
 inline void row_log_softmax(const T* x, U* y, int64_t n) {
   using A = opmath_t<T>;
   const auto [m, log_sum] = row_log_normaliser(x, n);
-  rows_detail::for_each_block(x, n, [&](const A* b, int64_t off, int64_t k) {
+  // Named captures: clang before 16 cannot capture structured bindings implicitly.
+  rows_detail::for_each_block(x, n, [&, &m = m, &log_sum = log_sum](const A* b, int64_t off, int64_t k) {
     if constexpr (std::is_same_v<U, A>) {
       for (int64_t i = 0; i < k; ++i) y[off + i] = (b[i] - m) - log_sum;
     } else {
@@ -196,7 +183,7 @@ inline void row_softmax_backward(const T* g, const T* y, T* dx, int64_t n) {
   using A = opmath_t<T>;
   A dot = 0;
   rows_detail::for_each_block2(g, y, n, [&](const A* gb, const A* yb, int64_t, int64_t k) {
-    dot += rows_detail::lanes_sum<A>(k, [&](int64_t i) { return gb[i] * yb[i]; });
+    dot += lanes_sum<A>(k, [&](int64_t i) { return gb[i] * yb[i]; });
   });
   rows_detail::for_each_block2(g, y, n, [&](const A* gb, const A* yb, int64_t off, int64_t k) {
     if constexpr (std::is_same_v<T, A>) {
@@ -215,7 +202,7 @@ inline void row_log_softmax_backward(const T* g, const T* y, T* dx, int64_t n) {
   using A = opmath_t<T>;
   A total = 0;
   rows_detail::for_each_block(g, n, [&](const A* gb, int64_t, int64_t k) {
-    total += rows_detail::lanes_sum<A>(k, [&](int64_t i) { return gb[i]; });
+    total += lanes_sum<A>(k, [&](int64_t i) { return gb[i]; });
   });
   if constexpr (std::is_same_v<T, A>) {
     if (dx != g) {

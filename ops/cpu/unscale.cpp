@@ -5,7 +5,8 @@
 
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/dispatch.h"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/kernels_amp.h"
 #include "ops/op_table.h"
 

@@ -17,6 +17,7 @@ void register_elementwise_kernels();  // copy, fill, add ... ge, where, masked_f
 void register_unary_kernels();        // neg ... erf, relu_backward, gelu_backward
 void register_reduce_kernels();       // sum, mean, max along a dim
 void register_unscale_kernels();      // unscale_grads (the loss scaler's fused pass)
+void register_optim_kernels();        // sgd_step, adam_step, grad_norms, clip_grad_norm, clip_grad_value
 void register_matmul_kernels();       // matmul (cuBLAS)
 void register_device_copy();          // set_device_copy: H2D, D2H, D2D
 

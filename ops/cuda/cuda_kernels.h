@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "ops/optim_math.h"
 
 typedef struct CUstream_st* cudaStream_t;  // NOLINT: identical to the runtime's own typedef
 
@@ -118,8 +119,9 @@ void launch_reduce(ReduceOp op, DType dtype, void* out, int64_t* indices, const 
                    const ReduceLaunch& l);
 
 // ---- the loss scaler's unscale pass (ops/cuda/unscale.cu) ----------------------------------------
-/// One gradient of an unscale_grads call: contiguous, `numel` elements of `dtype`.
-struct UnscaleGrad {
+/// One gradient of a multi-tensor call (unscale_grads, grad_norms, clip_grad_*): contiguous,
+/// `numel` elements of `dtype`.
+struct GradBuffer {
   void* data = nullptr;
   int64_t numel = 0;
   DType dtype = DType::f32;
@@ -130,7 +132,7 @@ struct UnscaleGrad {
 inline constexpr int64_t kUnscaleChunk = 65536;
 /// Device scratch bytes for an unscale_grads call over `grads` (the per-block partials and the
 /// per-gradient partial ranges).
-size_t unscale_scratch_bytes(const UnscaleGrad* grads, int count);
+size_t unscale_scratch_bytes(const GradBuffer* grads, int count);
 
 /// The fused unscale pass (see ops/kernels_amp.h): u = g · inv_scale (in f64 for f64 gradients,
 /// fp32 otherwise), g = u when `write`; counts[i] (f32) = non-finite elements of u_i;
@@ -138,7 +140,37 @@ size_t unscale_scratch_bytes(const UnscaleGrad* grads, int count);
 /// set to 1 when any count is non-zero, otherwise left as it is. inv_scale and found_inf are
 /// device pointers read and written by the kernels: no host synchronisation. Deterministic: the
 /// per-block partials are reduced in a fixed order by a second kernel.
-void launch_unscale(const UnscaleGrad* grads, int count, const float* inv_scale, bool write, float* found_inf,
+void launch_unscale(const GradBuffer* grads, int count, const float* inv_scale, bool write, float* found_inf,
                     float* counts, void* sq_norms, bool sq_norms_f64, void* scratch, cudaStream_t stream);
+
+// ---- optimizer updates (ops/cuda/optim.cu) ---------------------------------------------------------
+/// The fused SGD / Adam(W) updates (ops/kernels_optim.h, element math ops/optim_math.h) of `count`
+/// parameters on the current device, all with parameter dtype `param_dtype` and gradient dtype
+/// `grad_dtype` (the same, or f32 for f16/bf16 parameters). Multi-tensor apply: a few launches
+/// for any number of tensors. found_inf, grad_scale and the step counters are read by the kernels
+/// (a second kernel bumps the counters after the updates): no host synchronisation.
+void launch_sgd_step(DType param_dtype, DType grad_dtype, const kernels::SgdTensor* tensors, int count,
+                     const kernels::SgdHyper& hyper, const kernels::ScalerArgs& scaler, cudaStream_t stream);
+void launch_adam_step(DType param_dtype, DType grad_dtype, const kernels::AdamTensor* tensors, int count,
+                      const kernels::AdamHyper& hyper, const kernels::ScalerArgs& scaler, cudaStream_t stream);
+
+// ---- gradient norms and clipping (ops/cuda/clip.cu) ------------------------------------------------
+/// Elements per block of the norm and clipping passes; every gradient takes
+/// max(1, ceil(numel / kClipChunk)) blocks.
+inline constexpr int64_t kClipChunk = 65536;
+/// Device scratch bytes for a launch_grad_norms call over `grads`.
+size_t grad_norms_scratch_bytes(const GradBuffer* grads, int count);
+/// out[i] (f64, device) = the power sum of grads[i] for the p-norm of `kind` (ops/optim_math.h),
+/// in f64; deterministic (per-block partials combined in chunk order by a second kernel).
+void launch_grad_norms(const GradBuffer* grads, int count, kernels::NormKind kind, double p, double* out,
+                       void* scratch, cudaStream_t stream);
+/// The clip of clip_grad_norm (ops/kernels_optim.h): the total norm from `count` power sums
+/// (f64 or f32, device) into *total_out (f32), then every gradient scaled in place by
+/// clip_coefficient when clip_scales, decided on the device. coef: 2 floats of device scratch.
+void launch_clip_grad_norm(const GradBuffer* grads, int count, const void* power_sums, bool sums_f64,
+                           kernels::NormKind kind, double p, double max_norm, float* total_out, float* coef,
+                           cudaStream_t stream);
+/// Every gradient element clamped to [-clip_value, clip_value] in place (NaN stays).
+void launch_clip_grad_value(const GradBuffer* grads, int count, double clip_value, cudaStream_t stream);
 
 }  // namespace precis::cuda

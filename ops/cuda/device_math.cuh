@@ -1,66 +1,30 @@
 #pragma once
-// Device-side helpers shared by the element-wise .cu files: storage types per dtype, fp32 "opmath"
-// for f16/bf16, conversions, offsets and launch geometry.
+// Device-side helpers shared by the .cu files: the dtype visitor over device storage types,
+// offsets and launch geometry. The compute types and conversions (opmath_t, load_op, store_op,
+// convert) are core/opmath.h, shared with the CPU kernels, with core/cuda/device_types.cuh for
+// the device's 16-bit float types.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_types.cuh"
+#include "core/dtype_visit.h"
+#include "core/opmath.h"
 #include "ops/cuda/cuda_kernels.h"
 
 namespace precis::cuda {
 
-/// Calls f.template operator()<T>() with T the device storage type of `dtype`.
+/// Calls f.template operator()<T>() with T the device storage type of `dtype`. opmath_t,
+/// load_op, store_op and convert for these types are core/opmath.h's, shared with the CPU (the
+/// device types' traits are in core/cuda/device_types.cuh).
 template <typename F>
 void visit_device_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32: f.template operator()<float>(); return;
-    case DType::f64: f.template operator()<double>(); return;
-    case DType::f16: f.template operator()<__half>(); return;
-    case DType::bf16: f.template operator()<__nv_bfloat16>(); return;
-    case DType::i64: f.template operator()<int64_t>(); return;
-    case DType::i32: f.template operator()<int32_t>(); return;
-    case DType::boolean: f.template operator()<bool>(); return;
-  }
-  throw InternalError("visit_device_dtype: unknown dtype");
-}
-
-/// The type arithmetic on T is done in: fp32 for f16/bf16, T otherwise.
-template <typename T> struct OpMath { using type = T; };
-template <> struct OpMath<__half> { using type = float; };
-template <> struct OpMath<__nv_bfloat16> { using type = float; };
-template <typename T> using opmath_t = typename OpMath<T>::type;
-
-template <typename T>
-__device__ __forceinline__ opmath_t<T> load_op(T v) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
-  else return v;
-}
-
-/// Rounds (to nearest even for f16/bf16) or converts v into storage type T.
-template <typename T, typename U>
-__device__ __forceinline__ T store_op(U v) {
-  if constexpr (std::is_same_v<T, U>) return v;
-  else if constexpr (std::is_same_v<T, bool>) return v != U(0);
-  else if constexpr (std::is_same_v<T, __half>) {
-    if constexpr (std::is_same_v<U, double>) return __double2half(v);
-    else return __float2half_rn(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if constexpr (std::is_same_v<U, double>) return __double2bfloat16(v);
-    else return __float2bfloat16_rn(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-template <typename Dst, typename Src>
-__device__ __forceinline__ Dst convert(Src v) {
-  if constexpr (std::is_same_v<Dst, Src>) return v;
-  else return store_op<Dst>(load_op(v));
+  visit_dtype<DeviceTypes>(dtype, std::forward<F>(f));
 }
 
 /// Element offsets of the first N operands for linear index i (innermost dim varies fastest).

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kFinishThreads)
 // Launches the chunks of every gradient of dtype T, kMaxTensors gradients / kMaxBlocks chunks at
 // a time.
 template <typename T>
-void launch_dtype(const UnscaleGrad* grads, int count, DType dtype, const int64_t* bases, const float* inv_scale,
+void launch_dtype(const GradBuffer* grads, int count, DType dtype, const int64_t* bases, const float* inv_scale,
                   bool write, Partial* partials, int64_t* ranges, cudaStream_t stream) {
   LaunchArgs args;
   int ntensors = 0, nblocks = 0;
@@ -142,13 +142,13 @@ void launch_dtype(const UnscaleGrad* grads, int count, DType dtype, const int64_
 
 }  // namespace
 
-size_t unscale_scratch_bytes(const UnscaleGrad* grads, int count) {
+size_t unscale_scratch_bytes(const GradBuffer* grads, int count) {
   int64_t chunks = 0;
   for (int i = 0; i < count; ++i) chunks += chunks_of(grads[i].numel);
   return static_cast<size_t>(chunks) * sizeof(Partial) + static_cast<size_t>(count) * 2 * sizeof(int64_t);
 }
 
-void launch_unscale(const UnscaleGrad* grads, int count, const float* inv_scale, bool write, float* found_inf,
+void launch_unscale(const GradBuffer* grads, int count, const float* inv_scale, bool write, float* found_inf,
                     float* counts, void* sq_norms, bool sq_norms_f64, void* scratch, cudaStream_t stream) {
   if (count == 0) return;
   std::vector<int64_t> bases(static_cast<size_t>(count));
@@ -161,14 +161,9 @@ void launch_unscale(const UnscaleGrad* grads, int count, const float* inv_scale,
   auto* partials = static_cast<Partial*>(scratch);
   auto* ranges = reinterpret_cast<int64_t*>(partials + total);
   for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
-    switch (dt) {
-      case DType::f32: launch_dtype<float>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream); break;
-      case DType::f16: launch_dtype<__half>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream); break;
-      case DType::bf16:
-        launch_dtype<__nv_bfloat16>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream);
-        break;
-      default: launch_dtype<double>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream); break;
-    }
+    visit_floating_dtype<DeviceTypes>(dt, [&]<typename T>() {
+      launch_dtype<T>(grads, count, dt, bases.data(), inv_scale, write, partials, ranges, stream);
+    });
     PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the unscale kernel (", dtype_name(dt), " gradients)");
   }
   if (sq_norms_f64) {

@@ -30,7 +30,7 @@ void unscale_kernel(const std::vector<Tensor>& grads, const Tensor& inv_scale, b
   PRECIS_CHECK_SHAPE(counts.numel() == n && sq_norms.numel() == n && counts.is_contiguous() && sq_norms.is_contiguous(),
                      "unscale_grads: counts and sq_norms need one contiguous entry per gradient (", n, "); got ",
                      describe_all());
-  std::vector<UnscaleGrad> args;
+  std::vector<GradBuffer> args;
   args.reserve(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
     const Tensor& g = grads[i];

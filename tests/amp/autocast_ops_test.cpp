@@ -1,4 +1,4 @@
-// Autocast output dtypes for every op of the table (DESIGN §3): one invocation per op, run under
+// Autocast output dtypes for every op of the table (docs/design/precision.md): one invocation per op, run under
 // bf16 and f16 regions with fp32 and low-precision inputs (mixed for Promote ops), checked against
 // the op's category. A coverage check makes a new op add its entry here, and an override test
 // proves each op really calls the autocast hook with its own id and runs on what it returns.
@@ -157,7 +157,8 @@ const std::vector<Entry>& entries() {
 
 // Rows with no entry: backward-only kernels (called by the engine, whose backward runs in the
 // forward's dtypes, never by users under autocast), copy and fill (kernels behind Tensor::to,
-// copy_ and fill_, which autocast never touches) and unscale_grads (the loss scaler's own pass).
+// copy_ and fill_, which autocast never touches), unscale_grads (the loss scaler's own pass) and
+// the optimizer and clipping kernels (called by optim/ on gradients, never under autocast).
 const std::set<OpId> kNoEntry = {
     OpId::copy,
     OpId::fill,
@@ -174,6 +175,11 @@ const std::set<OpId> kNoEntry = {
     OpId::log_softmax_backward,
     OpId::cross_entropy_backward,
     OpId::unscale_grads,
+    OpId::sgd_step,
+    OpId::adam_step,
+    OpId::grad_norms,
+    OpId::clip_grad_norm,
+    OpId::clip_grad_value,
 };
 
 // Ops that by design do not call the autocast hook: views alias their input (a cast would break

@@ -7,6 +7,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/functional.h"
+#include "ops/precision.h"
 #include "tests/support/tensor_testing.h"
 
 namespace precis::amp {
@@ -204,6 +205,39 @@ TEST_CASE("without an audit nothing is recorded, and audits nest", "[amp][audit]
   }
   CHECK(active_audit() == &outer);
   CHECK(outer.records().empty());
+}
+
+}  // namespace
+}  // namespace precis::amp
+
+namespace precis::amp {
+namespace {
+
+TEST_CASE("amp's policy is in the ops' precision hook exactly while a region or an audit is open", "[amp][autocast]") {
+  REQUIRE(precision_policy() == nullptr);  // the ops' fast path: nothing to call
+  {
+    amp::Autocast outer(DType::bf16);
+    PrecisionPolicy* installed = precision_policy();
+    REQUIRE(installed != nullptr);
+    {
+      amp::Audit audit;
+      amp::Autocast inner(DType::bf16, DeviceType::cpu, /*enabled=*/false);
+      REQUIRE(precision_policy() == installed);
+    }
+    REQUIRE(precision_policy() == installed);
+    // The hook casts as the table says: linear is Lower.
+    Tensor x = randn({2, 3});
+    const auto [cast] = apply_precision(OpId::linear, x);
+    REQUIRE(cast.dtype() == DType::bf16);
+  }
+  REQUIRE(precision_policy() == nullptr);
+  {
+    amp::Audit audit;  // an audit alone installs it too, and casts nothing
+    REQUIRE(precision_policy() != nullptr);
+    Tensor x = randn({2, 3});
+    REQUIRE(apply_precision(OpId::linear, x)[0].dtype() == DType::f32);
+  }
+  REQUIRE(precision_policy() == nullptr);
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ TEST_CASE("defaults are PyTorch's plus hysteresis 1, floor 1 and cap 2^24", "[am
   CHECK(s.get_scale() == 65536.0);
 }
 
-TEST_CASE("an overflow at step k skips that step and halves the scale; clean steps apply", "[amp][scaler]") {
+TEST_CASE("an overflow at step k skips that step and halves the scale, and clean steps apply", "[amp][scaler]") {
   Rig rig;
   StepResult r0 = rig.run(1.0, 0.25);
   CHECK(r0.applied());
@@ -302,6 +302,75 @@ TEST_CASE("state_dict restores every field: a resumed run continues bit for bit"
   CHECK_FALSE(h[1].applied);
   CHECK(h[1].reason == SkipReason::overflow);
   CHECK(h[0].grad_norm == Approx(0.2));  // |(0.1, 0.1, 0.1, 0.1)|
+}
+
+TEST_CASE("last_overflow covers every optimizer of the round and survives clean steps", "[amp][scaler]") {
+  Tensor a = zeros({3}).requires_grad_(), b = zeros({2}).requires_grad_();
+  optim::SGD oa({a}, {.lr = 0.1}), ob({b}, {.lr = 0.1});
+  GradScaler scaler({.init_scale = 4.0});
+  scaler.set_parameter_names({{"first.weight", a}, {"second.bias", b}});
+  CHECK(scaler.last_overflow().empty());  // nothing has overflowed yet
+  // Only the first stepped optimizer overflows; the second's clean step must not hide it.
+  scaler.scale(scalar_tensor(1.0));
+  a.set_grad(from_vector<float>({INFINITY, 1.0f, NAN}));
+  b.set_grad(full({2}, 1.0));
+  CHECK_FALSE(scaler.step(oa).applied());
+  CHECK(scaler.step(ob).applied());
+  using Entry = std::pair<std::string, int64_t>;
+  CHECK(scaler.last_overflow() == std::vector<Entry>{{"first.weight", 2}});  // between step() and update()
+  scaler.update();
+  CHECK(scaler.last_overflow() == std::vector<Entry>{{"first.weight", 2}});
+  // Clean rounds afterwards keep the record of the last round that overflowed.
+  for (int i = 0; i < 3; ++i) {
+    scaler.scale(scalar_tensor(1.0));
+    a.set_grad(full({3}, 1.0));
+    b.set_grad(full({2}, 1.0));
+    scaler.step(oa);
+    scaler.step(ob);
+    scaler.update();
+  }
+  CHECK(scaler.last_overflow() == std::vector<Entry>{{"first.weight", 2}});
+  // A later round where both overflow replaces it, largest count first across optimizers.
+  scaler.scale(scalar_tensor(1.0));
+  a.set_grad(from_vector<float>({INFINITY, 1.0f, 1.0f}));
+  b.set_grad(full({2}, kInf));
+  scaler.step(oa);
+  scaler.step(ob);
+  scaler.update();
+  CHECK(scaler.last_overflow() == std::vector<Entry>{{"second.bias", 2}, {"first.weight", 1}});
+  // Many clean rounds (past the internal backlog bound) still keep it.
+  for (int i = 0; i < 70; ++i) {
+    scaler.scale(scalar_tensor(1.0));
+    a.set_grad(full({3}, 1.0));
+    b.set_grad(full({2}, 1.0));
+    scaler.step(oa);
+    scaler.step(ob);
+    scaler.update();
+  }
+  CHECK(scaler.last_overflow() == std::vector<Entry>{{"second.bias", 2}, {"first.weight", 1}});
+}
+
+TEST_CASE("hysteresis refills after a back-off and at growth, not on a clean step alone", "[amp][scaler]") {
+  // growth_interval 2, hysteresis 2 (the counter starts full, at 2):
+  //   overflow (2 -> 1), clean, overflow (1 -> 0: back off to 32; the clean step did not refill),
+  //   overflow (refilled at the back-off: 2 -> 1, no back-off), clean, clean (growth to 64, refill),
+  //   overflow (2 -> 1: no back-off; without the growth refill it would back off here), overflow
+  //   (back off to 32).
+  Rig rig({.init_scale = 64.0, .growth_interval = 2, .hysteresis = 2});
+  std::vector<double> scales;
+  for (double g : {kInf, 0.1, kInf, kInf, 0.1, 0.1, kInf, kInf}) {
+    rig.run(1.0, g);
+    scales.push_back(rig.scaler.get_scale());
+  }
+  CHECK(scales == std::vector<double>{64, 64, 32, 32, 32, 64, 64, 32});
+}
+
+TEST_CASE("init_scale must lie within [min_scale, max_scale]", "[amp][scaler]") {
+  PRECIS_REQUIRE_THROWS_WITH_ALL(GradScaler({.init_scale = 0.5, .min_scale = 1.0}), ValueError,
+                                 "init_scale must lie within [min_scale, max_scale]", "init_scale 0.5");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(GradScaler({.init_scale = 1e9}), ValueError, "within [min_scale, max_scale]",
+                                 "init_scale 1e+09", "max_scale 1.67772e+07");
+  CHECK(GradScaler({.init_scale = 1.0, .min_scale = 1.0, .max_scale = 1.0}).get_scale() == 1.0);
 }
 
 }  // namespace

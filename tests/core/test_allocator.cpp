@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "core/allocator.h"
+#ifdef PRECIS_HAS_CUDA
+#include "core/cuda/cuda_context.h"
+#endif
 #include "core/error.h"
 
 using namespace precis;
@@ -132,16 +135,25 @@ TEST_CASE("cpu allocator: concurrent allocate/deallocate", "[core][allocator]") 
 
 TEST_CASE("allocator_for: cpu always, cuda only when registered", "[core][allocator]") {
   REQUIRE(&allocator_for(Device::cpu()) == &cpu_allocator());
+  // A registered allocator is found.
+  register_allocator(DeviceType::cuda, 7, &cpu_allocator());
+  REQUIRE(&allocator_for(Device::cuda(7)) == &cpu_allocator());
 #ifndef PRECIS_HAS_CUDA
   REQUIRE_THROWS_AS(allocator_for(Device::cuda(0)), DeviceError);
   REQUIRE_THROWS_WITH(allocator_for(Device::cuda(1)),
                       "no CUDA allocator for cuda:1: precis was built without CUDA or the device is absent");
-#endif
-  // A registered allocator is found; unregistering (nullptr) makes the device absent again.
-  register_allocator(DeviceType::cuda, 7, &cpu_allocator());
-  REQUIRE(&allocator_for(Device::cuda(7)) == &cpu_allocator());
+  // Unregistering (nullptr) makes the device absent again.
   register_allocator(DeviceType::cuda, 7, nullptr);
   REQUIRE_THROWS_AS(allocator_for(Device::cuda(7)), DeviceError);
+#else
+  register_allocator(DeviceType::cuda, 7, nullptr);
+  // With CUDA, core registers the CUDA allocators itself on the first request, without the kernel
+  // layer's init: a visible device gets the caching allocator, an absent one an allocator whose
+  // allocate() explains why.
+  Allocator& a = allocator_for(Device::cuda(0));
+  REQUIRE(a.device() == Device::cuda(0));
+  if (cuda::device_count() == 0) REQUIRE_THROWS_AS(a.allocate(16), DeviceError);
+#endif
   REQUIRE_THROWS_AS(allocator_for(Device::cuda(1000)), DeviceError);
   REQUIRE_THROWS_AS(register_allocator(DeviceType::cuda, -1, nullptr), ValueError);
 }

@@ -77,12 +77,15 @@ TEST_CASE("the CUDA backend registers the scaler-path kernels without a GPU", "[
     CHECK(find_kernel(OpId::gelu_backward, DeviceType::cuda, dt) != nullptr);
     CHECK(find_kernel(OpId::mean, DeviceType::cuda, dt) != nullptr);
     CHECK(find_kernel(OpId::unscale_grads, DeviceType::cuda, dt) != nullptr);
+    for (OpId op : {OpId::sgd_step, OpId::adam_step, OpId::grad_norms, OpId::clip_grad_norm, OpId::clip_grad_value})
+      CHECK(find_kernel(op, DeviceType::cuda, dt) != nullptr);
   }
   CHECK(find_kernel(OpId::neg, DeviceType::cuda, DType::i64) != nullptr);
   CHECK(find_kernel(OpId::exp, DeviceType::cuda, DType::i64) == nullptr);
   CHECK(find_kernel(OpId::mean, DeviceType::cuda, DType::i32) == nullptr);
 #else
   CHECK(find_kernel(OpId::unscale_grads, DeviceType::cuda, DType::f32) == nullptr);
+  CHECK(find_kernel(OpId::adam_step, DeviceType::cuda, DType::f32) == nullptr);
 #endif
 }
 

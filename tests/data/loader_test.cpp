@@ -153,7 +153,7 @@ TEST_CASE("data loader: workers never run more than prefetch batches ahead", "[d
   }
 }
 
-TEST_CASE("data loader: breaking out early stops the workers; the loader can iterate again", "[data]") {
+TEST_CASE("data loader: breaking out early stops the workers, and the loader can iterate again", "[data]") {
   auto ds = std::make_shared<ProbeDataset>(1000);
   DataLoader loader(ds, {.batch_size = 2, .num_workers = 4, .prefetch = 4});
   int n = 0;

@@ -198,6 +198,78 @@ TEST_CASE("module: clone is deep and keeps names, values and modes", "[models]")
   CHECK_FALSE(seq2->at<nn::Linear>(2).weight.is_same(seq.at<nn::Linear>(2).weight));
 }
 
+namespace {
+// For Note [Module tensor slots]: a base layer, a derived one adding a member, and a module whose
+// nn::Module base is not the first base (its members still follow every base).
+class Base : public nn::Module {
+ public:
+  Base() : w(ones({2})) { register_parameter("w", w); }
+  Tensor w;
+};
+class Derived : public Base {
+ public:
+  Derived() : v(full({3}, 2.0)) { register_parameter("v", v); }
+  Tensor v;
+};
+struct Padding {
+  virtual ~Padding() = default;
+  double pad[5] = {};
+};
+class SecondBase : public Padding, public nn::Module {
+ public:
+  SecondBase() : w(full({2}, 3.0)) { register_buffer("w", w); }
+  Tensor w;
+};
+class Holder : public nn::Module {
+ public:
+  // Adds a Derived as a Base: the copy into the shared_ptr would drop Derived's part.
+  void add_sliced(Derived&& d) { add("child", std::move(static_cast<Base&>(d))); }
+  void add_whole(SecondBase&& m) { child = add("child", std::move(m)); }
+  nn::Child<SecondBase> child;
+};
+}  // namespace
+
+TEST_CASE("module: copies and moves re-point member slots at the copy's own members", "[models]") {
+  Derived d;
+  auto copy = d.clone<Derived>();
+  REQUIRE(copy->named_parameters().size() == 2);
+  CHECK(copy->named_parameters()[0].second.is_same(copy->w));
+  CHECK(copy->named_parameters()[1].second.is_same(copy->v));
+  CHECK_FALSE(copy->v.is_same(d.v));
+  Derived moved = std::move(d);
+  CHECK(moved.named_parameters()[1].second.is_same(moved.v));
+  CHECK(moved.v.to_vector<float>() == std::vector<float>{2, 2, 2});
+  // nn::Module as the second base: clone, add (a move) and to() all reach the member.
+  SecondBase sb;
+  auto sb2 = sb.clone<SecondBase>();
+  CHECK(sb2->named_buffers()[0].second.is_same(sb2->w));
+  CHECK_FALSE(sb2->w.is_same(sb.w));
+  Holder h;
+  h.add_whole(SecondBase());
+  h.to(DType::f64);
+  CHECK(h.child->w.dtype() == DType::f64);
+  CHECK(h.named_buffers()[0].second.is_same(h.child->w));
+}
+
+TEST_CASE("module: a sliced copy is a StateError, not a write through a stray member pointer", "[models]") {
+  Derived d;
+  // clone<Base>() of a Derived would copy only the Base part, whose slot 'v' lies past it.
+  PRECIS_REQUIRE_THROWS_WITH_ALL(d.clone<Base>(), StateError, "clone<T>", "Derived", "copied as a", "Base");
+  Holder h;
+  PRECIS_REQUIRE_THROWS_WITH_ALL(h.add_sliced(Derived()), StateError, "Module::add", "Derived", "Base");
+  CHECK(h.named_children().empty());
+  // A plain C++ copy cannot be stopped, but its tensors cannot be reached either.
+  const Base& as_base = d;
+  Base sliced = as_base;
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sliced.named_parameters(), StateError, "copied or moved from a", "Derived");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sliced.to(DType::f64), StateError, "sliced copy");
+  // Nor through a copy of the sliced copy.
+  CHECK_THROWS_AS(Base(sliced), StateError);
+  // The original is untouched by all of this.
+  CHECK(d.named_parameters().size() == 2);
+  CHECK(d.v.to_vector<float>() == std::vector<float>{2, 2, 2});
+}
+
 TEST_CASE("module: to(dtype) keeps BatchNorm fp32 and updates the members", "[models]") {
   Net net;
   net.to(DType::bf16);
@@ -344,6 +416,7 @@ TEST_CASE("nn::MultiheadAttention: PyTorch names and masking", "[models]") {
     NoGradGuard ng;
     x2.select(0, 0).select(0, 4).fill_(9.0);
   }
-  Tensor a = mha.forward(x, x2, x2, pad), b = mha.forward(x, x, x, pad);
+  Tensor a = std::get<0>(mha.forward(x, x2, x2, {.key_padding_mask = pad}));
+  Tensor b = std::get<0>(mha.forward(x, x, x, {.key_padding_mask = pad}));
   PRECIS_REQUIRE_CLOSE(a, b, DType::f32);
 }

@@ -72,7 +72,7 @@ TEST_CASE("overfit: resnet20 (width 8) memorises 8 Fashion-MNIST-sized images", 
 TEST_CASE("overfit: resnet20 as a bf16 model (fp32 master weights in the optimizer, BatchNorm fp32)", "[models][overfit]") {
   Generator gen(42);
   auto model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 8, .generator = &gen});
-  model->to(DType::bf16);  // DESIGN §3's low-precision model mode
+  model->to(DType::bf16);  // docs/design/precision.md's low-precision model mode
   const Tensor x = randn({8, 1, 28, 28}, {}, &gen).to(DType::bf16);
   const Tensor y = randint(0, 10, {8}, {.dtype = DType::i64}, &gen);
   int steps = 0;

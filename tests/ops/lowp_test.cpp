@@ -1,4 +1,4 @@
-// Every op in f16 and bf16 against the f64 reference (DESIGN §6). One generic runner: build a
+// Every op in f16 and bf16 against the f64 reference (docs/design/testing.md). One generic runner: build a
 // case's f64 inputs, round the floating ones to the low dtype, and run the case once in the low
 // dtype and once in f64 on the very same (rounded) values; outputs must agree under
 // testing::tolerance(dtype, op), and so must the input gradients for one fixed upstream gradient
@@ -282,8 +282,10 @@ const std::map<OpId, OpId> kBackwardOf = {
     {OpId::cross_entropy_backward, OpId::cross_entropy},
 };
 
-// Rows checked by a test case of their own in this file.
-const std::set<OpId> kOwnTest = {OpId::unscale_grads};
+// Rows checked by a test case of their own: unscale_grads in this file, the optimizer and
+// clipping kernels in optim_kernels_test.cpp (f16/bf16 parameters and gradients against f64).
+const std::set<OpId> kOwnTest = {OpId::unscale_grads, OpId::sgd_step,       OpId::adam_step,
+                                   OpId::grad_norms,    OpId::clip_grad_norm, OpId::clip_grad_value};
 
 TEST_CASE("every op matches the f64 reference in f16 and bf16, outputs and gradients", "[ops][lowp]") {
   std::vector<const GradCase*> all;

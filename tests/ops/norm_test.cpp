@@ -384,7 +384,7 @@ const bool kNormCases = register_grad_cases(norm_grad_cases());
 
 // batch_norm is Passthrough (as PyTorch's CPU autocast): a bf16 activation stays bf16, with fp32
 // statistics and fp32 affine parameters inside the kernel; layer_norm and group_norm are FP32.
-TEST_CASE("normalisation under autocast; running statistics stay the caller's buffers", "[ops][norm][amp]") {
+TEST_CASE("normalisation under autocast, and running statistics stay the caller's buffers", "[ops][norm][amp]") {
   Tensor x = randn_input({4, 3, 5}, false, 1, DType::f32).to(DType::bf16);
   Tensor w = ones({3}), b = zeros({3}), rm = zeros({3}), rv = ones({3});
   amp::Autocast autocast(DType::bf16);

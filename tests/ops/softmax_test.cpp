@@ -126,7 +126,7 @@ TEST_CASE("softmax of a 0-d tensor and of an empty tensor", "[ops][softmax]") {
   REQUIRE(log_softmax(e, 0).sizes() == Shape{0, 4});
 }
 
-TEST_CASE("softmax dtype= casts first; f16 and bf16 compute in fp32", "[ops][softmax]") {
+TEST_CASE("softmax dtype= casts first, and f16 and bf16 compute in fp32", "[ops][softmax]") {
   Tensor x = randn_input({6, 40}, false, 7, DType::f64);
   for (DType low : {DType::f16, DType::bf16}) {
     Tensor xl = x.to(low);

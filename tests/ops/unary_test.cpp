@@ -177,7 +177,7 @@ TEST_CASE("unary ops reject integer input where only floating is defined", "[ops
                                  "[3] f64 cpu");
 }
 
-TEST_CASE("abs and relu have zero gradient at 0; pow with exponent 0 a zero gradient", "[ops][unary][grad]") {
+TEST_CASE("abs and relu have zero gradient at 0, and pow with exponent 0 a zero gradient", "[ops][unary][grad]") {
   Tensor x = from_vector<double>({-2, 0, 3}, {3});
   x.requires_grad_(true);
   sum(add(abs(x), relu(x))).backward();

@@ -97,7 +97,7 @@ TEST_CASE("f16/bf16 parameters: the master follows exactly the f32 run on the sa
   }
 }
 
-TEST_CASE("f32 gradients for f16 parameters are accepted; other dtype mixes are refused", "[optim][master]") {
+TEST_CASE("f32 gradients for f16 parameters are accepted, and other dtype mixes are refused", "[optim][master]") {
   Tensor w = ones({3}, {.dtype = DType::bf16}).requires_grad_();
   Adam opt({w}, {.lr = 0.1});
   w.set_grad(full({3}, 0.5));
@@ -153,7 +153,7 @@ TEST_CASE("state_dict round trip through safetensors bytes resumes bit for bit",
   }
 }
 
-TEST_CASE("state_dict holds options and copies; mismatched loads are refused", "[optim][state_dict]") {
+TEST_CASE("state_dict holds options and copies, and mismatched loads are refused", "[optim][state_dict]") {
   Tensor w = ones({2, 3}).requires_grad_(), b = ones({3}).requires_grad_();
   Adam opt(std::vector<ParamGroup<AdamOptions>>{{{w}, std::nullopt}, {{b}, AdamOptions{.lr = 0.5, .betas = {0.8, 0.9}}}},
            {.lr = 0.01});
@@ -187,7 +187,7 @@ TEST_CASE("state_dict holds options and copies; mismatched loads are refused", "
   PRECIS_REQUIRE_THROWS_WITH_ALL(sgd.load_state_dict(sd), ValueError, "SGD.load_state_dict");
 }
 
-TEST_CASE("found_inf makes the step a no-op; grad_scale divides the gradients", "[optim][scaler]") {
+TEST_CASE("found_inf makes the step a no-op, and grad_scale divides the gradients", "[optim][scaler]") {
   const Regression problem(problem_file());
   for (DType dtype : {DType::f32, DType::f16}) {
     for (const Make& make : all_optimizers()) {

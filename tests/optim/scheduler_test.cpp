@@ -124,7 +124,7 @@ TEST_CASE("schedulers hold on skipped steps and round-trip their state", "[optim
   CHECK(s2.get_last_lr()[0] == s.get_last_lr()[0]);
 }
 
-TEST_CASE("schedulers apply per-group base lrs; bad options are rejected", "[optim][scheduler]") {
+TEST_CASE("schedulers apply per-group base lrs, and bad options are rejected", "[optim][scheduler]") {
   SGD opt(std::vector<ParamGroup<SGDOptions>>{{{param()}, SGDOptions{.lr = 0.1}}, {{param()}, SGDOptions{.lr = 0.01}}});
   StepLR s(opt, {.step_size = 2, .gamma = 0.5});
   s.step();

@@ -15,7 +15,7 @@
 namespace precis::testing {
 
 /// Forward tolerances per dtype for comparing an op's result with a reference computed in f64.
-/// The one table all tests use (DESIGN §6); widen a value only with a reason written here.
+/// The one table all tests use (docs/design/testing.md); widen a value only with a reason written here.
 struct Tolerance {
   double rtol;
   double atol;

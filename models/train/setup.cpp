@@ -1,0 +1,141 @@
+// Building a run from its options: optimizer, schedule, resume identity, option checks, and the
+// names of the option values.
+#include "models/train/setup.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "models/train/trainer.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+
+namespace precis::train {
+
+const char* precision_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    default: return "other";
+  }
+}
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::none: return "none";
+    case Schedule::step: return "step";
+    case Schedule::cosine: return "cosine";
+    case Schedule::onecycle: return "onecycle";
+    case Schedule::warmup_cosine: return "warmup-cosine";
+    case Schedule::warmup_linear: return "warmup-linear";
+  }
+  return "?";
+}
+
+const char* optimizer_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::sgd: return "sgd";
+    case OptimizerKind::adam: return "adam";
+    case OptimizerKind::adamw: return "adamw";
+  }
+  return "?";
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
+  switch (o.optimizer) {
+    case OptimizerKind::sgd:
+      return std::make_unique<optim::SGD>(std::move(params),
+                                          optim::SGDOptions{.lr = o.lr, .momentum = o.momentum,
+                                                            .weight_decay = o.weight_decay,
+                                                            .nesterov = o.nesterov && o.momentum > 0});
+    case OptimizerKind::adam:
+      return std::make_unique<optim::Adam>(std::move(params),
+                                           optim::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+    case OptimizerKind::adamw:
+      return std::make_unique<optim::AdamW>(std::move(params),
+                                            optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+  }
+  throw ValueError("unknown optimizer");
+}
+
+std::unique_ptr<optim::LRScheduler> make_scheduler(const TrainOptions& o, optim::Optimizer& opt,
+                                                   int64_t steps_per_epoch, int64_t total_steps) {
+  const int64_t total = std::max<int64_t>(total_steps, 1);
+  const int64_t warmup = o.warmup_steps > 0 ? o.warmup_steps : std::max<int64_t>(1, total * 6 / 100);
+  switch (o.schedule) {
+    case Schedule::none: return nullptr;
+    case Schedule::step:
+      return std::make_unique<optim::StepLR>(
+          opt, optim::StepLROptions{.step_size = std::max<int64_t>(1, o.step_size * steps_per_epoch), .gamma = o.gamma});
+    case Schedule::cosine:
+      return std::make_unique<optim::CosineAnnealingLR>(opt, optim::CosineAnnealingLROptions{.T_max = total});
+    case Schedule::onecycle:
+      return std::make_unique<optim::OneCycleLR>(
+          opt, optim::OneCycleLROptions{.max_lr = o.lr, .total_steps = total,
+                                        .cycle_momentum = o.optimizer == OptimizerKind::sgd ? o.momentum > 0 : true});
+    case Schedule::warmup_cosine:
+    case Schedule::warmup_linear:
+      PRECIS_CHECK(warmup < total, "--warmup-steps ", warmup, " must be below the run's ", total, " optimizer steps");
+      return std::make_unique<optim::WarmupDecayLR>(
+          opt, optim::WarmupDecayLROptions{
+                   .warmup_steps = warmup, .total_steps = total,
+                   .decay = o.schedule == Schedule::warmup_cosine ? optim::Decay::Cosine : optim::Decay::Linear});
+  }
+  return nullptr;
+}
+
+std::map<std::string, std::string> run_identity(const TrainOptions& o, const TrainTask& task) {
+  std::map<std::string, std::string> m = task.metadata();
+  m["task"] = o.task == Task::resnet ? "resnet" : "bert-mini";
+  m["model"] = o.model;
+  m["width"] = std::to_string(o.width);
+  m["precision"] = precision_name(o.precision);
+  m["master_weights"] = o.master_weights ? "1" : "0";
+  m["optimizer"] = optimizer_name(o.optimizer);
+  m["batch"] = std::to_string(o.batch);
+  m["max_tokens"] = std::to_string(o.max_tokens);
+  m["accum"] = std::to_string(o.accum);
+  m["seed"] = std::to_string(o.seed);
+  m["limit_train"] = std::to_string(o.limit_train);
+  return m;
+}
+
+void validate(const TrainOptions& o) {
+  auto positive = [](const char* name, int64_t v) {
+    PRECIS_CHECK(v > 0, "precis-train: ", name, " must be positive, got ", v);
+  };
+  positive("--epochs", o.epochs);
+  positive("--batch", o.batch);
+  positive("--accum", o.accum);
+  positive("--eval-batch", o.eval_batch);
+  PRECIS_CHECK(o.precision == DType::f32 || o.precision == DType::bf16 || o.precision == DType::f16,
+               "precis-train: --precision must be f32, bf16 or f16");
+  PRECIS_CHECK(o.eval_precision == DType::f32 || o.eval_precision == DType::bf16 || o.eval_precision == DType::f16,
+               "precis-train: --eval-precision must be f32, bf16 or f16");
+  PRECIS_CHECK(!o.master_weights || o.precision != DType::f32,
+               "precis-train: --master-weights keeps the model in low precision with fp32 master copies; "
+               "it needs --precision bf16 or f16");
+  PRECIS_CHECK(o.lr > 0 && std::isfinite(o.lr), "precis-train: --lr must be positive, got ", o.lr);
+  PRECIS_CHECK(o.clip >= 0, "precis-train: --clip must be >= 0 (0 disables clipping), got ", o.clip);
+  PRECIS_CHECK(o.weight_decay >= 0, "precis-train: --weight-decay must be >= 0, got ", o.weight_decay);
+  PRECIS_CHECK(o.workers >= 0, "precis-train: --workers must be >= 0, got ", o.workers);
+  PRECIS_CHECK(o.threads >= 0, "precis-train: --threads must be >= 0, got ", o.threads);
+  PRECIS_CHECK(o.keep >= 1, "precis-train: --keep must be >= 1, got ", o.keep);
+  PRECIS_CHECK(o.checkpoint_every >= 0 && o.stop_after_steps >= 0 && o.limit_train >= 0 && o.limit_test >= 0,
+               "precis-train: step and example counts must be >= 0");
+  PRECIS_CHECK(!o.resume || !o.checkpoint_dir.empty() || !o.resume_from.empty(),
+               "precis-train: --resume needs --checkpoint DIR (resume from its newest checkpoint) or a file "
+               "(--resume-from FILE)");
+  PRECIS_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(),
+               "precis-train: --checkpoint-every needs --checkpoint DIR");
+  if (o.task == Task::bert_mini) {
+    positive("--max-len", o.max_len);
+    PRECIS_CHECK(o.max_len >= 3, "precis-train: --max-len must be >= 3 ([CLS] token [SEP])");
+    PRECIS_CHECK(o.max_tokens == 0 || o.max_tokens >= o.max_len, "precis-train: --max-tokens ", o.max_tokens,
+                 " must be at least --max-len ", o.max_len, " (a batch must hold the longest sequence)");
+    PRECIS_CHECK(o.hidden > 0 && o.heads > 0 && o.hidden % o.heads == 0, "precis-train: --hidden ", o.hidden,
+                 " must be a positive multiple of --heads ", o.heads);
+  }
+}
+
+}  // namespace precis::train

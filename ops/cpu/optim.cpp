@@ -1,0 +1,192 @@
+// The fused optimizer updates on the CPU (sgd_step, adam_step; ops/kernels_optim.h): one pass per
+// parameter over contiguous buffers, in blocks of kBlock elements so that f16/bf16 gradients and
+// parameters are converted with the vectorised bulk conversions (core/half.h) and the inner
+// loops run over plain float/double arrays.
+#include <algorithm>
+#include <type_traits>
+
+#include "core/dtype_visit.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/opmath.h"
+#include "core/thread_pool.h"
+
+// The element math (ops/optim_math.h) says where it fuses multiply-adds, as PyTorch's kernels do;
+// GCC would contract other multiply-adds into FMA by default in C++ when -mfma is on, changing
+// last bits, so contraction is off for this file.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "ops/cpu/cpu_backend.h"
+#include "ops/kernels_optim.h"
+#include "ops/op_table.h"
+#include "ops/optim_args.h"
+
+namespace precis::cpu {
+namespace {
+
+using kernels::AdamHyper;
+using kernels::AdamTensor;
+using kernels::ScalerArgs;
+using kernels::SgdHyper;
+using kernels::SgdTensor;
+
+constexpr int64_t kBlock = 512;    // elements converted per block (stack buffers)
+constexpr int64_t kGrain = 16384;  // elements per parallel chunk, at least
+
+/// The gradient block as compute-type values, scaled by inv_scale when `scaled`: either a pointer
+/// into the gradient itself (same type, no scaling) or `buf` filled with converted values.
+template <typename G, typename C>
+const C* load_grad(const G* g, C* buf, int64_t n, bool scaled, C inv_scale) {
+  if constexpr (std::is_same_v<G, C>) {
+    if (!scaled) return g;
+    for (int64_t i = 0; i < n; ++i) buf[i] = g[i] * inv_scale;
+    return buf;
+  } else {
+    static_assert(std::is_same_v<C, float>);
+    if constexpr (std::is_same_v<G, Half>) {
+      half_to_float(g, buf, n);
+    } else if constexpr (std::is_same_v<G, BFloat16>) {
+      bfloat16_to_float(g, buf, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) buf[i] = load_op(g[i]);
+    }
+    if (scaled)
+      for (int64_t i = 0; i < n; ++i) buf[i] = buf[i] * inv_scale;
+    return buf;
+  }
+}
+
+/// Writes the rounded fp32 master block into the low-precision parameter.
+template <typename P>
+void store_low_precision(const float* master, P* param, int64_t n) {
+  if constexpr (std::is_same_v<P, Half>) {
+    float_to_half(master, param, n);
+  } else {
+    float_to_bfloat16(master, param, n);
+  }
+}
+
+/// The parameter values the update works on, in the update's compute type opmath_t<P> (f64 for
+/// f64 parameters, f32 otherwise): the master copy for f16/bf16, else the parameter.
+template <typename P>
+opmath_t<P>* working_values(void* param, float* master) {
+  if constexpr (is_reduced_float_v<P>) {
+    return master;
+  } else {
+    return static_cast<P*>(param);
+  }
+}
+
+bool skipped(const ScalerArgs& sc) { return sc.found_inf != nullptr && *sc.found_inf != 0.0f; }
+
+template <typename P, typename G>
+void sgd_tensor(const SgdTensor& t, const SgdHyper& h, const ScalerArgs& sc) {
+  using C = opmath_t<P>;
+  // The momentum buffer is new (takes the gradient as it is) until one step has been applied.
+  const bool first = t.step != nullptr && *t.step == 0.0f;
+  const kernels::SgdScalars<C> s = kernels::make_sgd_scalars<C>(h);
+  const bool scaled = sc.grad_scale != nullptr;
+  const C inv_scale = scaled ? static_cast<C>(kernels::inverse_scale(*sc.grad_scale)) : C(1);
+  C* p_all = working_values<P>(t.param, t.master);
+  const G* g_all = static_cast<const G*>(t.grad);
+  C* buf_all = static_cast<C*>(t.momentum_buffer);
+  // param, grad, buffer: (numel,)
+  parallel_for(0, t.numel, kGrain, [&](int64_t begin, int64_t end) {
+    C gbuf[kBlock];
+    for (int64_t b0 = begin; b0 < end; b0 += kBlock) {
+      const int64_t n = std::min(kBlock, end - b0);
+      C* p = p_all + b0;
+      const C* g = load_grad<G, C>(g_all + b0, gbuf, n, scaled, inv_scale);
+      C* buf = buf_all ? buf_all + b0 : nullptr;
+      if (buf) {
+        for (int64_t i = 0; i < n; ++i) kernels::sgd_element<C>(p[i], g[i], buf + i, first, s);
+      } else {
+        for (int64_t i = 0; i < n; ++i) kernels::sgd_element<C>(p[i], g[i], nullptr, first, s);
+      }
+      if constexpr (is_reduced_float_v<P>) store_low_precision<P>(p, static_cast<P*>(t.param) + b0, n);
+    }
+  });
+  if (t.step != nullptr) *t.step = *t.step + 1.0f;
+}
+
+template <typename P, typename G>
+void adam_tensor(const AdamTensor& t, const AdamHyper& h, const ScalerArgs& sc) {
+  using C = opmath_t<P>;
+  const float step = *t.step + 1.0f;  // f32 like PyTorch's state["step"]
+  const kernels::AdamScalars<C> s = kernels::make_adam_scalars<C>(h, static_cast<double>(step));
+  const bool scaled = sc.grad_scale != nullptr;
+  const C inv_scale = scaled ? static_cast<C>(kernels::inverse_scale(*sc.grad_scale)) : C(1);
+  C* p_all = working_values<P>(t.param, t.master);
+  const G* g_all = static_cast<const G*>(t.grad);
+  C* m_all = static_cast<C*>(t.exp_avg);
+  C* v_all = static_cast<C*>(t.exp_avg_sq);
+  C* vmax_all = static_cast<C*>(t.max_exp_avg_sq);
+  // param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq: (numel,)
+  parallel_for(0, t.numel, kGrain / 2, [&](int64_t begin, int64_t end) {
+    C gbuf[kBlock];
+    for (int64_t b0 = begin; b0 < end; b0 += kBlock) {
+      const int64_t n = std::min(kBlock, end - b0);
+      C* p = p_all + b0;
+      const C* g = load_grad<G, C>(g_all + b0, gbuf, n, scaled, inv_scale);
+      C* m = m_all + b0;
+      C* v = v_all + b0;
+      if (vmax_all) {
+        C* vmax = vmax_all + b0;
+        for (int64_t i = 0; i < n; ++i) kernels::adam_element<C>(p[i], g[i], m[i], v[i], vmax + i, s);
+      } else {
+        for (int64_t i = 0; i < n; ++i) kernels::adam_element<C>(p[i], g[i], m[i], v[i], nullptr, s);
+      }
+      if constexpr (is_reduced_float_v<P>) store_low_precision<P>(p, static_cast<P*>(t.param) + b0, n);
+    }
+  });
+  *t.step = step;
+}
+
+template <typename P>
+void sgd_kernel(const std::vector<kernels::SgdParam>& params, const SgdHyper& h, const Tensor& grad_scale,
+                const Tensor& found_inf) {
+  const ScalerArgs sc = kernels::scaler_args("sgd_step", grad_scale, found_inf, Device::cpu());
+  const std::vector<SgdTensor> ts = kernels::sgd_tensors("sgd_step", params, h, Device::cpu(), dtype_of<P>());
+  if (skipped(sc)) return;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (params[i].grad.dtype() == params[i].param.dtype()) {
+      sgd_tensor<P, P>(ts[i], h, sc);
+    } else if constexpr (is_reduced_float_v<P>) {
+      sgd_tensor<P, float>(ts[i], h, sc);
+    }
+  }
+}
+
+template <typename P>
+void adam_kernel(const std::vector<kernels::AdamParam>& params, const AdamHyper& h, const Tensor& grad_scale,
+                 const Tensor& found_inf) {
+  const ScalerArgs sc = kernels::scaler_args("adam_step", grad_scale, found_inf, Device::cpu());
+  const std::vector<AdamTensor> ts = kernels::adam_tensors("adam_step", params, h, Device::cpu(), dtype_of<P>());
+  if (skipped(sc)) return;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (params[i].grad.dtype() == params[i].param.dtype()) {
+      adam_tensor<P, P>(ts[i], h, sc);
+    } else if constexpr (is_reduced_float_v<P>) {
+      adam_tensor<P, float>(ts[i], h, sc);
+    }
+  }
+}
+
+}  // namespace
+
+void register_optim_kernels() {
+  // One instantiation per parameter dtype; the gradient's dtype (the parameter's, or f32 for an
+  // f16/bf16 parameter) is dispatched per tensor inside.
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    visit_floating_dtype(dt, [&]<typename P>() {
+      register_kernel<kernels::SgdStepKernel>(OpId::sgd_step, DeviceType::cpu, dt, &sgd_kernel<P>);
+      register_kernel<kernels::AdamStepKernel>(OpId::adam_step, DeviceType::cpu, dt, &adam_kernel<P>);
+    });
+  }
+}
+
+}  // namespace precis::cpu
