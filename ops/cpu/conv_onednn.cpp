@@ -7,7 +7,8 @@
 // (grad_out once for both backward passes of a layer).
 // The reorders are memory-bound passes, cheap next to the convolution's flops at the shapes that
 // matter (see docs/design/cpu-conv.md for the measurements behind this choice).
-// Primitives and their reorders are cached per problem, dtype and thread count.
+// Primitives and their reorders are cached per problem, dtype and thread count, and shared by all
+// threads: every execution brings its own scratchpad (ops/cpu/onednn_util.h).
 #ifdef PRECIS_HAS_ONEDNN
 
 #include <array>
@@ -44,6 +45,7 @@ struct Operand {
   int arg = 0;
   memory::desc plain, chosen;
   dnnl::reorder reorder;
+  memory::desc reorder_scratchpad;
   bool needs_reorder() const { return static_cast<bool>(reorder); }
 };
 
@@ -54,6 +56,7 @@ struct Operand {
 // implementation for the key.
 struct CachedConv {
   dnnl::primitive primitive;
+  memory::desc scratchpad;
   Operand in0, in1, out;
   int bias_arg = 0;
   memory::desc bias;
@@ -99,8 +102,10 @@ Operand make_operand(int arg, const memory::desc& plain, const memory::desc& cho
   op.chosen = chosen;
   if (plain != chosen) {
     const dnnl::engine& e = cpu_engine();
-    op.reorder = is_output ? dnnl::reorder(dnnl::reorder::primitive_desc(e, chosen, e, plain))
-                           : dnnl::reorder(dnnl::reorder::primitive_desc(e, plain, e, chosen));
+    const auto pd = is_output ? dnnl::reorder::primitive_desc(e, chosen, e, plain, scratchpad_attr())
+                              : dnnl::reorder::primitive_desc(e, plain, e, chosen, scratchpad_attr());
+    op.reorder = dnnl::reorder(pd);
+    op.reorder_scratchpad = pd.scratchpad_desc();
   }
   return op;
 }
@@ -117,11 +122,11 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias) 
     const memory::desc b({d.dst[1]}, d.dt, tag::a);
     return {dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                             any_src, any_w, b, any_dst, d.strides, d.dilates, d.padding, d.padding),
-            e};
+            scratchpad_attr(), e};
   }
   return {dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                           any_src, any_w, any_dst, d.strides, d.dilates, d.padding, d.padding),
-          e};
+          scratchpad_attr(), e};
 }
 
 std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const ConvShape& s) {
@@ -135,6 +140,7 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
       const auto pd = forward_pd(d, bias);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_forward(pd);
+      c->scratchpad = pd.scratchpad_desc();
       c->in0 = make_operand(DNNL_ARG_SRC, plain_src, pd.src_desc(), false);
       c->in1 = make_operand(DNNL_ARG_WEIGHTS, plain_w, pd.weights_desc(), false);
       c->out = make_operand(DNNL_ARG_DST, plain_dst, pd.dst_desc(), true);
@@ -148,9 +154,10 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
           dnnl::algorithm::convolution_direct, memory::desc(d.src, d.dt, tag::any),
           memory::desc(d.weights, d.dt, tag::any), memory::desc(d.dst, d.dt, tag::any), d.strides, d.dilates,
           d.padding, d.padding);
-      const dnnl::convolution_backward_data::primitive_desc pd(desc, e, hint);
+      const dnnl::convolution_backward_data::primitive_desc pd(desc, scratchpad_attr(), e, hint);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_backward_data(pd);
+      c->scratchpad = pd.scratchpad_desc();
       c->in0 = make_operand(DNNL_ARG_DIFF_DST, plain_dst, pd.diff_dst_desc(), false);
       c->in1 = make_operand(DNNL_ARG_WEIGHTS, plain_w, pd.weights_desc(), false);
       c->out = make_operand(DNNL_ARG_DIFF_SRC, plain_src, pd.diff_src_desc(), true);
@@ -165,9 +172,10 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
                              : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any_src,
                                                                         any_w, any_dst, d.strides, d.dilates,
                                                                         d.padding, d.padding);
-      const dnnl::convolution_backward_weights::primitive_desc pd(desc, e, hint);
+      const dnnl::convolution_backward_weights::primitive_desc pd(desc, scratchpad_attr(), e, hint);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_backward_weights(pd);
+      c->scratchpad = pd.scratchpad_desc();
       c->in0 = make_operand(DNNL_ARG_DIFF_DST, plain_dst, pd.diff_dst_desc(), false);
       c->in1 = make_operand(DNNL_ARG_SRC, plain_src, pd.src_desc(), false);
       c->out = make_operand(DNNL_ARG_DIFF_WEIGHTS, plain_w, pd.diff_weights_desc(), true);
@@ -200,11 +208,11 @@ std::shared_ptr<const CachedConv> primitive_for(Pass pass, DType dtype, int thre
 
 // An input operand in the layout its primitive chose: the user's memory itself, or a reordered
 // copy in scratch memory held by `holder`.
-memory prepare_input(const Operand& op, const void* data, Tensor& holder, dnnl::stream& stream) {
+memory prepare_input(const Operand& op, const void* data, Tensor& holder) {
   memory user(op.plain, cpu_engine(), const_cast<void*>(data));
   if (!op.needs_reorder()) return user;
   memory m = scratch(op.chosen, holder);
-  op.reorder.execute(stream, user, m);
+  execute_primitive(op.reorder, op.reorder_scratchpad, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, m}});
   return m;
 }
 
@@ -212,19 +220,18 @@ memory prepare_input(const Operand& op, const void* data, Tensor& holder, dnnl::
 // in the chosen layout (shared between the two backward passes).
 void execute(const CachedConv& c, const void* in0, const void* in1, void* out, void* bias,
              const memory* ready0 = nullptr) {
-  dnnl::stream& stream = thread_stream();
   Tensor holders[3];
   try {
     std::unordered_map<int, memory> args;
-    args.emplace(c.in0.arg, ready0 != nullptr ? *ready0 : prepare_input(c.in0, in0, holders[0], stream));
-    args.emplace(c.in1.arg, prepare_input(c.in1, in1, holders[1], stream));
+    args.emplace(c.in0.arg, ready0 != nullptr ? *ready0 : prepare_input(c.in0, in0, holders[0]));
+    args.emplace(c.in1.arg, prepare_input(c.in1, in1, holders[1]));
     memory user_out(c.out.plain, cpu_engine(), out);
     memory prim_out = c.out.needs_reorder() ? scratch(c.out.chosen, holders[2]) : user_out;
     args.emplace(c.out.arg, prim_out);
     if (bias != nullptr) args.emplace(c.bias_arg, memory(c.bias, cpu_engine(), bias));
-    c.primitive.execute(stream, args);
-    if (c.out.needs_reorder()) c.out.reorder.execute(stream, prim_out, user_out);
-    stream.wait();
+    execute_primitive(c.primitive, c.scratchpad, std::move(args));
+    if (c.out.needs_reorder())
+      execute_primitive(c.out.reorder, c.out.reorder_scratchpad, {{DNNL_ARG_FROM, prim_out}, {DNNL_ARG_TO, user_out}});
   } catch (const dnnl::error& err) {
     PRECIS_INTERNAL_ASSERT(false, "oneDNN convolution failed: ", err.what());
   }
@@ -264,7 +271,7 @@ bool onednn_conv_backward(DType dtype, const ConvShape& s, const void* grad_out,
                      data->in0.chosen == weights->in0.chosen;
   if (share) {
     try {
-      shared = prepare_input(data->in0, grad_out, shared_holder, thread_stream());
+      shared = prepare_input(data->in0, grad_out, shared_holder);
     } catch (const dnnl::error& err) {
       PRECIS_INTERNAL_ASSERT(false, "oneDNN reorder failed: ", err.what());
     }

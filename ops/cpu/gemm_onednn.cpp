@@ -2,7 +2,8 @@
 //
 // Building a primitive (choosing an implementation, JIT-compiling its kernels) costs from tens of
 // microseconds to milliseconds, far more than a small GEMM, so primitives are cached per problem
-// (shapes, strides, dtype, bias, thread count) in a small LRU map shared by all threads.
+// (shapes, strides, dtype, bias, thread count) in a small LRU map shared by all threads; each
+// execution brings its own scratchpad (execute_primitive), so any thread may run any of them.
 // Transposed operands are described to oneDNN through strides, never copied.
 #ifdef PRECIS_HAS_ONEDNN
 
@@ -29,7 +30,7 @@ using Key = std::array<int64_t, 14>;
 // records that oneDNN has no fast implementation for the key, so that is not asked again.
 struct CachedMatmul {
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, bias, c;
+  dnnl::memory::desc a, b, bias, c, scratchpad;
   bool supported() const { return static_cast<bool>(primitive); }
 };
 
@@ -60,13 +61,14 @@ std::shared_ptr<const CachedMatmul> build(const GemmArgs& g) {
     dnnl::matmul::primitive_desc pd;
     if (g.bias != nullptr) {
       p->bias = memory::desc({1, 1, g.n}, dt, {g.n, g.n, 1});
-      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->bias, p->c), cpu_engine());
+      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->bias, p->c), scratchpad_attr(), cpu_engine());
     } else {
-      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->c), cpu_engine());
+      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->c), scratchpad_attr(), cpu_engine());
     }
     // The reference implementations are slower than our own fallbacks.
     if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::make_shared<CachedMatmul>();
     p->primitive = dnnl::matmul(pd);
+    p->scratchpad = pd.scratchpad_desc();
   } catch (const dnnl::error&) {
     return std::make_shared<CachedMatmul>();  // unimplemented here (e.g. bf16 without AVX-512)
   }
@@ -94,9 +96,7 @@ bool onednn_gemm(const GemmArgs& g) {
       {DNNL_ARG_DST, dnnl::memory(p->c, engine, g.c)}};
   if (g.bias != nullptr) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias, engine, const_cast<void*>(g.bias)));
   try {
-    dnnl::stream& stream = thread_stream();
-    p->primitive.execute(stream, args);
-    stream.wait();
+    execute_primitive(p->primitive, p->scratchpad, std::move(args));
   } catch (const dnnl::error& e) {
     PRECIS_INTERNAL_ASSERT(false, "oneDNN matmul failed: ", e.what());
   }

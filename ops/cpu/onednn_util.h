@@ -26,6 +26,18 @@ dnnl::stream& thread_stream();
 /// for the thread count it was created under, so callers put the count in their cache keys.
 int sync_thread_count();
 
+/// The attributes every primitive precis builds carries: the scratchpad in user mode. oneDNN's
+/// default (library-managed) scratchpad is one buffer per creating thread, so such a primitive may
+/// not run on another thread, nor on two threads at once, and precis's caches share primitives
+/// between threads. Each execution therefore brings its own scratchpad (execute_primitive).
+dnnl::primitive_attr scratchpad_attr();
+
+/// Runs `primitive` on this thread's stream with `args` plus, when `scratchpad` (the primitive
+/// descriptor's scratchpad_desc()) is not empty, a scratchpad from precis's caching allocator that
+/// only this execution uses; waits for it. Throws dnnl::error as the primitive does.
+void execute_primitive(const dnnl::primitive& primitive, const dnnl::memory::desc& scratchpad,
+                       std::unordered_map<int, dnnl::memory> args);
+
 /// A small LRU map from a problem key (an array of integers) to a ready primitive, shared by all
 /// threads: creating a primitive (choosing an implementation, JIT-compiling its kernels) costs from
 /// tens of microseconds to milliseconds, far more than running a small one. Lookups lock a mutex;
