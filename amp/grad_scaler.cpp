@@ -123,6 +123,16 @@ Tensor GradScaler::scale(const Tensor& loss) {
   return mul(loss.to(DType::f32), scale_);
 }
 
+void GradScaler::set_loss_nonfinite(const Tensor& flag) {
+  if (!options_.enabled) return;
+  PRECIS_CHECK_T(StateError, initialised_, "GradScaler::set_loss_nonfinite before the first scale(): there is no "
+                 "flag to replace yet; call it after the backward of a scaled loss");
+  PRECIS_CHECK_SHAPE(flag.numel() == 1, "GradScaler::set_loss_nonfinite: the flag must have one element, got ",
+                     flag.describe());
+  NoGradGuard no_grad;
+  loss_nonfinite_ = ne(flag.detach().reshape({}).to(DType::f32).to(device_), 0.0).to(DType::f32);
+}
+
 GradScaler::OptimizerState& GradScaler::state_of(optim::Optimizer& opt) { return per_optimizer_[&opt]; }
 
 void GradScaler::check_grads(optim::Optimizer& opt, OptimizerState& s, bool write) {

@@ -138,6 +138,16 @@ class GradScaler {
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
+  /// The rank-local "a loss passed to scale() was non-finite since the last update()" flag: a 0-d
+  /// f32 tensor, 0 or 1, on the scaler's device; undefined before the first scale() (and when
+  /// disabled). step() skips and update() keeps the scale when it is set.
+  Tensor loss_nonfinite() const { return loss_nonfinite_; }
+  /// Replaces that flag with `flag` (0-d, nonzero meaning non-finite), before step(). Data-parallel
+  /// training (dist::DistributedDataParallel) reduces the flags of every rank with the gradients and
+  /// sets the reduced one here, so that every rank skips and keeps its scale alike. StateError
+  /// before the first scale(); ShapeError unless one element.
+  void set_loss_nonfinite(const Tensor& flag);
+
   /// Names for messages: (name, parameter) pairs, e.g. a module's named_parameters().
   void set_parameter_names(const std::vector<std::pair<std::string, Tensor>>& named);
   /// For the last optimizer step with non-finite gradients (the newest update() round, or the

@@ -16,6 +16,8 @@ set -euo pipefail
 # precis-bench), pkg-config, zlib (readers of compressed data), python3 (fixture generators).
 build_packages=(build-essential g++ cmake ninja-build ccache libeigen3-dev catch2 libdnnl-dev ocl-icd-opencl-dev
                 libcli11-dev pkg-config zlib1g-dev python3)
+# Data-parallel training on the CPU (dist/, PRECIS_MPI=AUTO builds it when MPI is found): Open MPI.
+build_packages+=(libopenmpi-dev openmpi-bin)
 # Training data for `make train`: required, and optional (reported, never fatal, when absent).
 data_packages=(dataset-fashion-mnist)
 optional_data_packages=(wordnet-base)

@@ -3,7 +3,8 @@
 
 Reads the folder table from the design document (so the rule and its test cannot drift), lists
 every repository-rooted #include in each library folder, and fails on an edge the table does not
-allow, or on a backend-private header (ops/cpu/, ops/cuda/) included from outside ops/.
+allow, or on a backend-private header (ops/cpu/, ops/cuda/) included from outside ops/, or on a
+header outside a backend folder (cpu/, cuda/, mpi/) that includes MPI's or NCCL's own header.
 
     include_rule.py REPO_ROOT            check the tree; exit 1 listing every violation
     include_rule.py REPO_ROOT --list     also print the folder-to-folder edges found, with counts
@@ -16,6 +17,8 @@ from pathlib import Path
 SOURCE_SUFFIXES = {".h", ".hpp", ".cpp", ".cu", ".cuh", ".def"}
 PRIVATE_BACKENDS = ("ops/cpu/", "ops/cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+TRANSPORT = re.compile(r'^\s*#\s*include\s+[<"](mpi\.h|nccl\.h)[>"]')
+BACKEND_DIR = re.compile(r"/(cpu|cuda|mpi)/")
 
 
 def read_rule(doc: Path):
@@ -52,6 +55,10 @@ def main() -> int:
                 continue
             rel = path.relative_to(root).as_posix()
             for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                t = TRANSPORT.match(line)
+                if t and path.suffix in {".h", ".hpp", ".cuh"} and not BACKEND_DIR.search("/" + rel):
+                    violations.append(f"{rel}:{n}: the header includes <{t.group(1)}>: public headers stay free of "
+                                      "transport headers; keep it in a .cpp under mpi/ or cuda/")
                 m = INCLUDE.match(line)
                 if not m:
                     continue

@@ -1,0 +1,320 @@
+// DistributedDataParallel: the construction checks, the buckets, the hooks and the end-of-backward
+// finish (dist/ddp.h says what and why; docs/distributed.md the order of events).
+#include "dist/ddp.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "amp/grad_scaler.h"
+#include "autograd/engine.h"
+#include "core/grad_mode.h"
+#include "tensor/factory.h"
+
+namespace precis::dist {
+
+namespace {
+
+std::string shape_str(const Tensor& t) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < t.sizes().size(); ++i) os << (i ? ", " : "") << t.sizes()[i];
+  os << "]";
+  return os.str();
+}
+
+// One line per tensor: what must agree across ranks.
+std::string describe_entry(const char* kind, const std::string& name, const Tensor& t) {
+  return std::string(kind) + " '" + name + "' " + shape_str(t) + " " + std::string(dtype_name(t.dtype())) +
+         (t.requires_grad() ? " requires_grad" : "");
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  for (std::string line; std::getline(is, line);) out.push_back(line);
+  return out;
+}
+
+// The first difference between rank 0's list and another's, as a sentence.
+std::string first_difference(const std::vector<std::string>& ref, const std::vector<std::string>& other, int rank) {
+  const size_t n = std::min(ref.size(), other.size());
+  for (size_t i = 0; i < n; ++i)
+    if (ref[i] != other[i])
+      return "entry " + std::to_string(i) + " is " + other[i] + " on rank " + std::to_string(rank) + " but " + ref[i] +
+             " on rank 0";
+  if (other.size() > ref.size())
+    return "rank " + std::to_string(rank) + " has " + std::to_string(other.size() - ref.size()) +
+           " more, the first being " + other[n] + " (rank 0 has " + std::to_string(ref.size()) + " entries)";
+  return "rank " + std::to_string(rank) + " lacks " + ref[n] + " and " + std::to_string(ref.size() - n - 1) +
+         " more that rank 0 has";
+}
+
+// dst[k] = src[k] / n for the gradient's values, in the bucket's dtype (f32 or f64).
+void copy_divided(const Tensor& grad, const Tensor& flat, int64_t offset, int n) {
+  Tensor src = grad.contiguous();
+  if (src.dtype() != flat.dtype()) src = src.to(flat.dtype());
+  const int64_t count = src.numel();
+  if (flat.dtype() == DType::f64) {
+    const double* s = src.data_ptr<double>();
+    double* d = flat.data_ptr<double>() + offset;
+    for (int64_t k = 0; k < count; ++k) d[k] = s[k] / static_cast<double>(n);
+  } else {
+    const float* s = src.data_ptr<float>();
+    float* d = flat.data_ptr<float>() + offset;
+    for (int64_t k = 0; k < count; ++k) d[k] = s[k] / static_cast<float>(n);
+  }
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<ProcessGroup> group, NamedTensors named_parameters,
+                                                 NamedTensors named_buffers, DistributedDataParallelOptions options)
+    : group_(std::move(group)), buffers_(std::move(named_buffers)), options_(options) {
+  PRECIS_CHECK(group_ != nullptr, "DistributedDataParallel: the process group is null; pass dist::init_process_group()");
+  PRECIS_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
+               "DistributedDataParallel: bucket_cap_mb (", options_.bucket_cap_mb, ") and first_bucket_cap_mb (",
+               options_.first_bucket_cap_mb, ") must be positive");
+  auto check_tensor = [](const char* kind, const std::string& name, const Tensor& t) {
+    PRECIS_CHECK(t.defined(), "DistributedDataParallel: ", kind, " '", name, "' is undefined");
+    PRECIS_CHECK_DEVICE(t.device().is_cpu(), "DistributedDataParallel: ", kind, " '", name, "' is ", t.describe(),
+                        "; the MPI backend reduces CPU tensors only (the NCCL backend is not built yet)");
+    PRECIS_CHECK(t.is_contiguous(), "DistributedDataParallel: ", kind, " '", name, "' (", t.describe(),
+                 ") is not contiguous; collectives write dense storage in place");
+  };
+  for (const auto& [name, t] : named_parameters) check_tensor("parameter", name, t);
+  for (const auto& [name, t] : buffers_) check_tensor("buffer", name, t);
+  verify_same_everywhere(named_parameters, buffers_);
+
+  {  // Every replica starts from rank 0's values.
+    NoGradGuard no_grad;
+    std::vector<std::shared_ptr<Work>> works;
+    for (const auto& [name, t] : named_parameters) works.push_back(group_->broadcast(t, 0));
+    for (const auto& [name, t] : buffers_) works.push_back(group_->broadcast(t, 0));
+    for (auto& w : works) w->wait();
+  }
+  for (auto& [name, t] : named_parameters)
+    if (t.requires_grad()) params_.push_back(Param{name, t});
+  build_buckets(options_);
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].hook = params_[i].tensor.register_post_accumulate_grad_hook(
+        [this, i](const Tensor&) { on_gradient(static_cast<int64_t>(i)); });
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (auto& p : params_)
+    if (p.hook >= 0) p.tensor.remove_hook(p.hook);
+  for (auto& b : buckets_)
+    if (b.work) {
+      try {
+        b.work->wait();
+      } catch (...) {  // a destructor cannot report it; the failed collective ends the job anyway
+      }
+    }
+}
+
+void DistributedDataParallel::verify_same_everywhere(const NamedTensors& params, const NamedTensors& buffers) {
+  std::string desc;
+  for (const auto& [name, t] : params) desc += describe_entry("parameter", name, t) + "\n";
+  for (const auto& [name, t] : buffers) desc += describe_entry("buffer", name, t) + "\n";
+  const int world = group_->size();
+  // Round 1: (count, hash) of every rank, fixed size, so a mismatch cannot hang a collective.
+  Tensor mine = zeros({2}, {.dtype = DType::i64});
+  mine.data_ptr<int64_t>()[0] = static_cast<int64_t>(params.size() + buffers.size());
+  mine.data_ptr<int64_t>()[1] = static_cast<int64_t>(fnv1a(desc));
+  Tensor all = zeros({world, 2}, {.dtype = DType::i64});
+  group_->all_gather(mine, all)->wait();
+  const int64_t* a = all.data_ptr<int64_t>();
+  bool same = true;
+  for (int r = 1; r < world; ++r) same = same && a[2 * r] == a[0] && a[2 * r + 1] == a[1];
+  if (same) return;
+  // Round 2 (every rank saw the same round 1, so all take it): the descriptions themselves.
+  Tensor len = zeros({1}, {.dtype = DType::i64});
+  len.data_ptr<int64_t>()[0] = static_cast<int64_t>(desc.size());
+  Tensor lens = zeros({world, 1}, {.dtype = DType::i64});
+  group_->all_gather(len, lens)->wait();
+  int64_t longest = 0;
+  for (int r = 0; r < world; ++r) longest = std::max(longest, lens.data_ptr<int64_t>()[r]);
+  const int64_t words = (longest + 7) / 8 + 1;
+  Tensor text = zeros({words}, {.dtype = DType::i64});
+  std::copy(desc.begin(), desc.end(), reinterpret_cast<char*>(text.data_ptr()));
+  Tensor texts = zeros({world, words}, {.dtype = DType::i64});
+  group_->all_gather(text, texts)->wait();
+  auto text_of = [&](int r) {
+    const char* p = reinterpret_cast<const char*>(texts.data_ptr<int64_t>() + r * words);
+    return std::string(p, static_cast<size_t>(lens.data_ptr<int64_t>()[r]));
+  };
+  const auto ref = split_lines(text_of(0));
+  std::string msg = "DistributedDataParallel: the ranks do not have the same parameters and buffers (names, shapes, "
+                    "dtypes, order): ";
+  int reported = 0;
+  for (int r = 1; r < world && reported < 3; ++r) {
+    const auto other = split_lines(text_of(r));
+    if (other == ref) continue;
+    msg += (reported++ ? "; " : "") + first_difference(ref, other, r);
+  }
+  throw ValueError(msg + ". Every rank must build the same model (same configuration and code) before wrapping it");
+}
+
+void DistributedDataParallel::build_buckets(const DistributedDataParallelOptions& o) {
+  const double mib = 1024.0 * 1024.0;
+  double bytes = 0;
+  DType bucket_dtype = DType::f32;
+  std::vector<int64_t> sizes;
+  for (int64_t i = static_cast<int64_t>(params_.size()) - 1; i >= 0; --i) {  // reverse registration order
+    Param& p = params_[static_cast<size_t>(i)];
+    const DType d = p.tensor.dtype() == DType::f64 ? DType::f64 : DType::f32;
+    const double pbytes = static_cast<double>(p.tensor.numel()) * static_cast<double>(element_size(d));
+    // The bucket being filled is buckets_.back(); the first one (index 0) has the smaller cap.
+    const double cap = (buckets_.size() == 1 ? o.first_bucket_cap_mb : o.bucket_cap_mb) * mib;
+    const bool start_new = buckets_.empty() || d != bucket_dtype || (bytes > 0 && bytes + pbytes > cap);
+    if (start_new) {
+      buckets_.emplace_back();
+      sizes.push_back(0);
+      bytes = 0;
+      bucket_dtype = d;
+    }
+    Bucket& b = buckets_.back();
+    p.bucket = static_cast<int64_t>(buckets_.size()) - 1;
+    p.offset = sizes.back();
+    sizes.back() += p.tensor.numel();
+    bytes += pbytes;
+    b.params.push_back(i);
+  }
+  const bool tail = o.scaler != nullptr && o.scaler->is_enabled();
+  if (tail && buckets_.empty()) {  // no trainable parameter: the flag still travels
+    buckets_.emplace_back();
+    sizes.push_back(0);
+  }
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const bool last = k + 1 == buckets_.size();
+    DType d = DType::f32;
+    if (!buckets_[k].params.empty() && params_[static_cast<size_t>(buckets_[k].params[0])].tensor.dtype() == DType::f64)
+      d = DType::f64;
+    if (last && tail) tail_offset_ = sizes[k];
+    buckets_[k].flat = zeros({sizes[k] + (last && tail ? 1 : 0)}, {.dtype = d});
+  }
+}
+
+void DistributedDataParallel::reset_pass() {
+  for (auto& p : params_) p.ready = false;
+  for (auto& b : buckets_) {
+    b.pending = static_cast<int64_t>(b.params.size());
+    b.work.reset();
+  }
+  next_launch_ = 0;
+  pass_active_ = false;
+}
+
+void DistributedDataParallel::on_gradient(int64_t index) {
+  if (!sync_) return;
+  if (!pass_active_) {
+    reset_pass();
+    pass_active_ = true;
+    autograd::queue_callback([this] { finalize(); });
+  }
+  Param& p = params_[static_cast<size_t>(index)];
+  PRECIS_CHECK_T(StateError, !p.ready, "DistributedDataParallel: the gradient of parameter '", p.name,
+                 "' was accumulated twice in one backward pass; each parameter's gradient is reduced once per pass");
+  NoGradGuard no_grad;
+  Bucket& b = buckets_[static_cast<size_t>(p.bucket)];
+  copy_divided(p.tensor.grad(), b.flat, p.offset, group_->size());
+  p.ready = true;
+  --b.pending;
+  launch_ready();
+}
+
+void DistributedDataParallel::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& b = buckets_[next_launch_];
+    if (next_launch_ + 1 == buckets_.size() && tail_offset_ >= 0) {
+      Tensor flag = options_.scaler->loss_nonfinite();
+      const double v = flag.defined() ? flag.item<double>() : 0.0;
+      if (b.flat.dtype() == DType::f64) b.flat.data_ptr<double>()[tail_offset_] = v;
+      else b.flat.data_ptr<float>()[tail_offset_] = static_cast<float>(v);
+    }
+    b.work = group_->all_reduce(b.flat, ReduceOp::sum);
+    ++next_launch_;
+  }
+  for (size_t k = 0; k < next_launch_; ++k) buckets_[k].work->done();  // lets MPI make progress
+}
+
+void DistributedDataParallel::finalize() {
+  NoGradGuard no_grad;
+  try {
+    std::vector<std::string> unused;
+    for (auto& p : params_)
+      if (!p.ready) unused.push_back(p.name);
+    if (!unused.empty()) {
+      if (!options_.find_unused_parameters) {
+        for (size_t k = 0; k < next_launch_; ++k) buckets_[k].work->wait();
+        std::string names;
+        for (size_t i = 0; i < unused.size() && i < 8; ++i) names += (i ? ", '" : "'") + unused[i] + "'";
+        if (unused.size() > 8) names += " and " + std::to_string(unused.size() - 8) + " more";
+        throw ValueError("DistributedDataParallel: backward produced no gradient for parameter " + names + " on rank " +
+                         std::to_string(group_->rank()) +
+                         "; its bucket could not be reduced. If the model leaves parameters unused in some steps, "
+                         "construct with find_unused_parameters = true; if one is never trained, set its "
+                         "requires_grad to false before wrapping");
+      }
+      for (auto& p : params_) {
+        if (p.ready) continue;
+        Bucket& b = buckets_[static_cast<size_t>(p.bucket)];
+        b.flat.narrow(0, p.offset, p.tensor.numel()).zero_();
+        p.ready = true;
+        --b.pending;
+      }
+      launch_ready();
+    }
+    PRECIS_INTERNAL_ASSERT(next_launch_ == buckets_.size(), "DistributedDataParallel: ", next_launch_, " of ",
+                           buckets_.size(), " buckets launched at the end of backward");
+    for (auto& b : buckets_) b.work->wait();
+    for (auto& p : params_) {
+      const Bucket& b = buckets_[static_cast<size_t>(p.bucket)];
+      Tensor mean = b.flat.narrow(0, p.offset, p.tensor.numel()).reshape(p.tensor.sizes());
+      Tensor g = p.tensor.grad();
+      if (!g.defined()) {
+        p.tensor.set_grad(mean.to(p.tensor.dtype()).clone());
+      } else if (g.is_contiguous() && g.dtype() == mean.dtype()) {
+        std::copy_n(static_cast<const char*>(mean.data_ptr()), g.numel() * g.element_size(),
+                    static_cast<char*>(g.data_ptr()));
+        g.bump_version();
+      } else {
+        g.copy_(mean);
+      }
+    }
+    if (tail_offset_ >= 0 && options_.scaler->loss_nonfinite().defined()) {
+      const Bucket& b = buckets_.back();
+      Tensor reduced = b.flat.narrow(0, tail_offset_, 1).clone();
+      options_.scaler->set_loss_nonfinite(reduced);
+    }
+  } catch (...) {
+    reset_pass();
+    throw;
+  }
+  reset_pass();
+}
+
+void DistributedDataParallel::pre_forward() {
+  if (!options_.broadcast_buffers || buffers_.empty() || group_->size() == 1) return;
+  NoGradGuard no_grad;
+  std::vector<std::shared_ptr<Work>> works;
+  for (const auto& [name, t] : buffers_) works.push_back(group_->broadcast(t, 0));
+  for (auto& w : works) w->wait();
+}
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : buckets_) {
+    out.emplace_back();
+    for (int64_t i : b.params) out.back().push_back(params_[static_cast<size_t>(i)].name);
+  }
+  return out;
+}
+
+}  // namespace precis::dist

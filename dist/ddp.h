@@ -1,0 +1,132 @@
+#pragma once
+// Data-parallel training (torch.nn.parallel.DistributedDataParallel's reducer): every rank holds a
+// replica of the parameters, computes gradients on its share of the batch, and after backward
+// every rank's .grad holds the mean over the ranks, so the optimizers step identical replicas.
+//
+//   auto pg = dist::init_process_group();
+//   dist::DistributedDataParallel ddp(pg, model.named_parameters(), model.named_buffers(),
+//                                     {.scaler = &scaler});
+//   for (batch : this rank's share) {
+//     ddp.pre_forward();                          // BatchNorm buffers from rank 0
+//     Tensor loss = loss_fn(model(batch.x), batch.y);
+//     scaler.scale(loss).backward();              // gradients reduced while backward runs
+//     scaler.step(opt); scaler.update(); opt.zero_grad();
+//   }
+//
+// How: gradients are grouped in buckets, in reverse registration order (roughly the order backward
+// produces them), a small first bucket then bucket_cap_mb each. Each parameter's post-accumulate
+// hook copies its gradient / world size into its bucket's slice; a bucket whose gradients are all
+// in is all-reduced (sum) at once, buckets launching in index order only, so that every rank
+// issues the same collectives in the same order. A callback queued for the end of backward
+// launches what is left, waits for every bucket and writes the means back into .grad (in place).
+// With a scaler, the rank-local "non-finite loss" flag rides in one extra element at the tail of
+// the last bucket, so every rank skips (and keeps its scale) alike without another collective.
+// Works on dist/ (not nn::Module) so that it sits below models: pass named_parameters().
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dist/process_group.h"
+
+namespace precis::amp {
+class GradScaler;
+}
+
+namespace precis::dist {
+
+struct DistributedDataParallelOptions {
+  /// Bytes of gradients per bucket after the first (PyTorch's default 25 MiB).
+  double bucket_cap_mb = 25;
+  /// The first bucket (the last layers' gradients, ready first) is small so that communication
+  /// starts early (PyTorch's 1 MiB).
+  double first_bucket_cap_mb = 1;
+  /// Broadcast the buffers (BatchNorm running statistics) from rank 0 in pre_forward().
+  bool broadcast_buffers = true;
+  /// false: a parameter whose gradient backward did not produce is an error naming it (it would
+  /// leave its bucket unlaunched). true: it contributes zeros, and after the reduction it gets the
+  /// mean of the ranks that did produce one.
+  bool find_unused_parameters = false;
+  /// When set (and enabled), its non-finite-loss flag is reduced with the gradients and set back.
+  amp::GradScaler* scaler = nullptr;
+};
+
+class DistributedDataParallel {
+ public:
+  using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+  /// Checks that every rank passes the same parameters and buffers (names, shapes, dtypes, order):
+  /// otherwise ValueError on every rank naming the first difference (never a hang: each rank first
+  /// gathers a count and hash of the others). Then copies rank 0's parameters and buffers to every
+  /// rank, builds the buckets and registers one post-accumulate hook per parameter that requires
+  /// grad. Parameters must be contiguous CPU tensors (DeviceError / ValueError otherwise).
+  DistributedDataParallel(std::shared_ptr<ProcessGroup> group, NamedTensors named_parameters,
+                          NamedTensors named_buffers = {}, DistributedDataParallelOptions options = {});
+  /// Removes the hooks. A reduction still in flight is waited for.
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  /// Call before each forward: broadcasts the buffers from rank 0 (when broadcast_buffers).
+  void pre_forward();
+
+  /// Whether the next backward reduces the gradients. false: backward only accumulates locally
+  /// (gradient accumulation: call require_sync(acc.is_last_micro_step()) before each forward).
+  void require_sync(bool sync) { sync_ = sync; }
+  bool require_sync() const { return sync_; }
+
+  /// RAII form of require_sync(false) (torch's `with ddp.no_sync():`).
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), before_(ddp.sync_) { ddp.sync_ = false; }
+    ~NoSync() { ddp_.sync_ = before_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool before_;
+  };
+  /// Gradients of backward passes inside the returned guard's lifetime are not reduced.
+  NoSync no_sync() { return NoSync(*this); }
+
+  ProcessGroup& process_group() const { return *group_; }
+  /// The parameter names of each bucket, in launch order.
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+
+ private:
+  struct Param {
+    std::string name;
+    Tensor tensor;
+    int64_t bucket = 0;
+    int64_t offset = 0;  // elements into the bucket's flat buffer
+    int hook = -1;
+    bool ready = false;  // its gradient is in the bucket in the current backward pass
+  };
+  struct Bucket {
+    Tensor flat;                   // f32 (f64 for f64 parameters); the last one may have a tail
+    std::vector<int64_t> params;   // indices into params_
+    int64_t pending = 0;
+    std::shared_ptr<Work> work;
+  };
+
+  void verify_same_everywhere(const NamedTensors& params, const NamedTensors& buffers);
+  void build_buckets(const DistributedDataParallelOptions& o);
+  void on_gradient(int64_t index);
+  void launch_ready();
+  void finalize();
+  void reset_pass();
+
+  std::shared_ptr<ProcessGroup> group_;
+  std::vector<Param> params_;
+  NamedTensors buffers_;
+  std::vector<Bucket> buckets_;
+  DistributedDataParallelOptions options_;
+  bool sync_ = true;
+  bool pass_active_ = false;
+  size_t next_launch_ = 0;
+  int64_t tail_offset_ = -1;  // the scaler flag's slot in the last bucket, or -1
+};
+
+}  // namespace precis::dist

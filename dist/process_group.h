@@ -1,0 +1,91 @@
+#pragma once
+// Collective communication between the processes of a data-parallel job (torch.distributed's
+// ProcessGroup). One process per rank; ranks come from the launcher (`mpirun`, `srun --mpi=pmix`).
+//
+//   auto pg = dist::init_process_group();          // MPI under mpirun, else a world of one
+//   Tensor g = ...;                                // contiguous, on the CPU
+//   auto work = pg->all_reduce(g, dist::ReduceOp::avg);
+//   ...                                            // overlap other work
+//   work->wait();                                  // g holds the mean over the ranks
+//
+// Every collective is asynchronous and returns a Work handle; every rank must issue the same
+// collectives in the same order (MPI's rule), and a handle must be waited before its tensor is
+// read or written. Backends: MPI for CPU tensors (dist/mpi/, built when MPI is found); a world of
+// one needs no backend. The interface holds no MPI type, so an NCCL backend for CUDA tensors can
+// be a second implementation (docs/distributed.md). Public headers of dist/ include no MPI header.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tensor/tensor.h"
+
+namespace precis::dist {
+
+/// A collective failed (the transport reported an error, or a rank left the job); the message
+/// names the collective, the tensor and the backend's own text.
+class DistributedError : public Error { using Error::Error; };
+
+enum class ReduceOp { sum, avg, max };
+/// "sum", "avg", "max".
+const char* reduce_op_name(ReduceOp op);
+
+/// A collective in flight. wait() blocks until its result is in the tensor(s) it was given and
+/// rethrows its error (DistributedError); done() polls without blocking (and makes progress).
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Blocks until complete; DistributedError on failure. Idempotent.
+  virtual void wait() = 0;
+  /// Whether it has completed (a completed failure reports true; wait() throws it).
+  virtual bool done() = 0;
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  /// This process's rank, 0 .. size()-1.
+  virtual int rank() const = 0;
+  /// Number of ranks.
+  virtual int size() const = 0;
+  /// Rank among the processes on this machine (for choosing a GPU).
+  virtual int local_rank() const = 0;
+  /// "mpi", "local" (a world of one), or a wrapper's name.
+  virtual std::string backend() const = 0;
+
+  /// Reduces `t` over the ranks in place. `t` is contiguous, on the same device on every rank, with
+  /// the same shape and dtype everywhere; f16/bf16 are reduced through f32; avg needs a floating
+  /// dtype. Integer-valued inputs give exact results.
+  virtual std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) = 0;
+  /// Copies `root`'s `t` into every rank's `t` (same shape and dtype everywhere).
+  virtual std::shared_ptr<Work> broadcast(const Tensor& t, int root) = 0;
+  /// out (shape [size(), *in.shape], contiguous, in's dtype) receives every rank's `in`, in rank order.
+  virtual std::shared_ptr<Work> all_gather(const Tensor& in, const Tensor& out) = 0;
+  /// Returns once every rank has called it.
+  virtual std::shared_ptr<Work> barrier() = 0;
+};
+
+enum class Backend { automatic, mpi, local };
+
+/// The process group of this job, created on the first call (later calls return the same one;
+/// `backend` must then agree). automatic: MPI when the process was started by an MPI launcher
+/// (mpirun/srun set OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK), else a world of one. Starting
+/// MPI initialises it once (MPI_THREAD_FUNNELED: collectives are issued from the thread that
+/// created the group) and finalises it at exit, and installs abort_on_uncaught(). DistributedError
+/// when MPI is asked for (or launched) but precis was built without it.
+std::shared_ptr<ProcessGroup> init_process_group(Backend backend = Backend::automatic);
+/// Whether init_process_group() has created the group.
+bool is_initialized();
+/// Whether precis was built with the MPI backend.
+bool mpi_available();
+
+/// Ends the whole job now: with MPI, MPI_Abort on every rank (so no rank hangs waiting in a
+/// collective for one that failed); otherwise std::_Exit. Prints `message` on stderr first.
+[[noreturn]] void abort_job(const std::string& message, int code = 1);
+/// std::set_terminate handler that prints the uncaught exception and calls abort_job: an exception
+/// that escapes main() on one rank ends every rank within the launcher's kill time instead of
+/// leaving the others blocked. init_process_group installs it when it starts MPI.
+void abort_on_uncaught();
+
+}  // namespace precis::dist

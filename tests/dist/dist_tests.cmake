@@ -1,0 +1,35 @@
+# Distributed tests (label dist): precis_dist_tests has its own main (tests/dist/dist_main.cpp) and
+# runs whole under `mpirun -np 2` and `-np 3` (oversubscribed on this 2-core machine, one thread
+# per rank, as root in CI) and once without mpirun (a world of one, no MPI needed). The abort
+# probe checks that an exception on one rank ends the job within 60 s. Without MPI the mpirun
+# entries are registered as skipped (exit 77), loudly, not passed.
+file(GLOB _dist_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_*.cpp)
+add_executable(precis_dist_tests ${CMAKE_CURRENT_SOURCE_DIR}/dist/dist_main.cpp ${_dist_tests})
+target_link_libraries(precis_dist_tests PRIVATE precis_test_support)
+set(_dist_env OMP_NUM_THREADS=1 PRECIS_NUM_THREADS=1 OMP_WAIT_POLICY=passive)
+add_test(NAME "dist/world of one (no mpirun)" COMMAND precis_dist_tests)
+set_tests_properties("dist/world of one (no mpirun)" PROPERTIES LABELS dist TIMEOUT 300 ENVIRONMENT "${_dist_env}")
+if(PRECIS_WITH_MPI)
+  add_executable(precis_dist_abort_probe ${CMAKE_CURRENT_SOURCE_DIR}/dist/abort_probe.cpp)
+  target_link_libraries(precis_dist_abort_probe PRIVATE precis::precis)
+  # vader's single-copy (CMA) mechanism fails inside containers; --bind-to none lets the
+  # oversubscribed ranks share the cores.
+  set(_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none
+      -x OMP_NUM_THREADS -x PRECIS_NUM_THREADS -x OMP_WAIT_POLICY)
+  set(_root_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+  foreach(_np 2 3)
+    add_test(NAME "dist/mpirun -np ${_np}" COMMAND ${_mpirun} ${MPIEXEC_NUMPROC_FLAG} ${_np} $<TARGET_FILE:precis_dist_tests>)
+    set_tests_properties("dist/mpirun -np ${_np}" PROPERTIES LABELS dist TIMEOUT 300 PROCESSORS 2
+                         ENVIRONMENT "${_dist_env};${_root_env}")
+  endforeach()
+  add_test(NAME "dist/an exception on one rank ends the job (np 2)"
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect_abort.sh 60
+                   ${_mpirun} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:precis_dist_abort_probe>)
+  set_tests_properties("dist/an exception on one rank ends the job (np 2)" PROPERTIES LABELS dist TIMEOUT 120
+                       PROCESSORS 2 ENVIRONMENT "${_dist_env};${_root_env}")
+else()
+  foreach(_name "dist/mpirun -np 2" "dist/mpirun -np 3" "dist/an exception on one rank ends the job (np 2)")
+    add_test(NAME "${_name}" COMMAND sh -c "echo 'SKIPPED: precis was built without MPI (PRECIS_MPI; scripts/install-deps.sh installs Open MPI)'; exit 77")
+    set_tests_properties("${_name}" PROPERTIES LABELS dist SKIP_RETURN_CODE 77)
+  endforeach()
+endif()
