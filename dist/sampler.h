@@ -5,7 +5,7 @@
 //   data::DataLoader global_view(ds, g);                      // the global batches (not iterated)
 //   data::DataLoaderOptions o = g;
 //   o.batch_sampler = dist::distributed_batch_sampler(
-//       [&](int64_t e) { return global_view.batches(e); }, pg->rank(), pg->size());
+//       [&](int64_t e) { return global_view.batch_indices(e); }, pg->rank(), pg->size());
 //   data::DataLoader loader(ds, o);                           // this rank's shares
 //
 // Global batch i (the same for every world size: it depends on the seed and epoch only) is cut

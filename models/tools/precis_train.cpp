@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "dist/process_group.h"
 #include "models/tools/fault_inject.h"
 #include "models/tools/train_cli.h"
 #include "models/train/trainer.h"
@@ -30,9 +31,12 @@ int main(int argc, char** argv) {
   }
   try {
     precis::train::TrainSummary summary = precis::train::train(*options, std::cout);
-    std::cout << summary.json() << std::endl;
+    if (!options->distributed || precis::dist::init_process_group()->rank() == 0)
+      std::cout << summary.json() << std::endl;
   } catch (const std::exception& e) {
     std::cout.flush();
+    // Other ranks may be waiting in a collective for this one: end the whole job.
+    if (options->distributed) precis::dist::abort_job(std::string("precis-train: error: ") + e.what());
     std::cerr << "precis-train: error: " << e.what() << "\n";
     return 1;
   }

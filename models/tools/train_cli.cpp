@@ -82,6 +82,8 @@ void add_common(CLI::App& app, TrainOptions& o, Common& c) {
   app.add_option("--log-every", o.log_every, "when not on a terminal: a progress line every N steps")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--quiet", o.quiet, "print only the final JSON line");
+  app.add_flag("--distributed", o.distributed,
+               "data-parallel: run as one rank of an mpirun job, batch per rank (docs/distributed.md)");
 }
 
 }  // namespace

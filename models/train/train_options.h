@@ -64,6 +64,9 @@ struct TrainOptions {
   int64_t log_every = 0;            ///< non-TTY progress lines every N steps (0: ~10 per epoch)
   int progress = -1;                ///< 1: redraw one line (\r), 0: plain lines, -1: by isatty(stdout)
   bool quiet = false;               ///< only the final JSON line
+  /// One rank of an mpirun job (docs/distributed.md): DDP, this rank's share of each global batch,
+  /// rank-0 checkpoints and output, sharded evaluation.
+  bool distributed = false;
 };
 
 const char* precision_name(DType dtype);  ///< "f32", "bf16", "f16"

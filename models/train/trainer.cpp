@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "models/train/checkpoint.h"
+#include "models/train/distributed.h"
 #include "models/train/metrics.h"
 #include "models/train/progress.h"
 #include "models/train/setup.h"
@@ -77,6 +78,8 @@ class Trainer {
   std::unique_ptr<optim::GradAccumulator> acc_;
   std::unique_ptr<optim::LRScheduler> sched_;
   data::DataLoader* loader_ = nullptr;
+  std::unique_ptr<DistributedRun> dist_;  // --distributed: this rank's loaders and DDP
+  bool rank0() const { return !dist_ || dist_->rank() == 0; }
   std::map<std::string, std::string> identity_;
   std::unique_ptr<MetricsCsv> csv_;
   bool tty_ = false;
@@ -90,6 +93,7 @@ class Trainer {
   // ---- the current epoch (this process)
   int64_t epoch_ = 0, epoch_step_ = 0, epoch_steps_ = 0, first_step_ = 0;
   int64_t epoch_samples_ = 0;
+  int64_t epoch_batches_ = 0;       // batches the loader yields this epoch (on this rank)
   double epoch_seconds_ = 0;
   Clock::time_point epoch_start_, step_start_;
   RunningMetrics step_metrics_;     // the current optimizer step's micro-batches
@@ -119,6 +123,12 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
   scaler_->set_parameter_names(model_->named_parameters());
   acc_ = std::make_unique<optim::GradAccumulator>(o_.accum);
   loader_ = &task_->train_loader();
+  if (o_.distributed) {
+    dist_ = make_distributed_run(*model_, *scaler_, task_->train_loader(), task_->test_loader());
+    loader_ = dist_->train_loader.get();
+    // Each rank its own dropout stream, advancing in step with rank 0's (whose state checkpoints keep).
+    default_generator().set_state(o_.seed + static_cast<uint64_t>(dist_->rank()), default_generator().offset());
+  }
 
   int64_t total_steps = 0;
   for (int64_t e = 0; e < o_.epochs; ++e) total_steps += steps_in(e);
@@ -126,7 +136,8 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
                " examples, batch ", o_.batch, ")");
   sched_ = make_scheduler(o_, *opt_, steps_in(0), total_steps);
   identity_ = run_identity(o_, *task_);
-  csv_ = std::make_unique<MetricsCsv>(o_.metrics, o_.resume);
+  if (dist_) identity_["world_size"] = std::to_string(dist_->size());
+  csv_ = std::make_unique<MetricsCsv>(rank0() ? o_.metrics : std::string(), o_.resume);
   tty_ = o_.progress >= 0 ? o_.progress == 1 : ::isatty(STDOUT_FILENO) == 1;
 }
 
@@ -160,7 +171,8 @@ void Trainer::resume() {
   skipped_ = state_get_int(t, "skipped", who);
   start_.epoch = state_get_int(t, "epoch", who);
   start_.batch = state_get_int(t, "batch", who);
-  default_generator().set_state(static_cast<uint64_t>(state_get_int(t, "generator_seed", who)),
+  default_generator().set_state(static_cast<uint64_t>(state_get_int(t, "generator_seed", who)) +
+                                    static_cast<uint64_t>(dist_ ? dist_->rank() : 0),
                                 static_cast<uint64_t>(state_get_int(t, "generator_offset", who)));
   epoch_metrics_.load_state_dict(t, who);
   last_checkpoint_ = path;  // until this run writes one
@@ -177,6 +189,12 @@ void Trainer::checkpoint(data::DataPosition at) {
   if (o_.checkpoint_dir.empty()) return;
   // An epoch's last step checkpointed by --checkpoint-every is the epoch-end state already.
   if (global_step_ == written_step_ && at == written_at_) return;
+  if (!rank0()) {  // rank 0 writes; the others wait until the file is complete
+    written_step_ = global_step_;
+    written_at_ = at;
+    dist_->group->barrier()->wait();
+    return;
+  }
   const Generator& g = default_generator();
   StateDict trainer = epoch_metrics_.state_dict();
   trainer.insert({{"global_step", state_int(global_step_)},
@@ -197,6 +215,7 @@ void Trainer::checkpoint(data::DataPosition at) {
   last_checkpoint_ = save_checkpoint(o_.checkpoint_dir, global_step_, state, meta, o_.keep);
   written_step_ = global_step_;
   written_at_ = at;
+  if (dist_) dist_->group->barrier()->wait();
 }
 
 // ---- step --------------------------------------------------------------------------------------
@@ -205,6 +224,10 @@ void Trainer::checkpoint(data::DataPosition at) {
 // loss scaler, its figures added on the device. When it completes an accumulation window, the
 // optimizer step follows. Returns whether it did.
 bool Trainer::step(const data::Batch& batch) {
+  if (dist_) {  // reduce on a window's last micro-batch, and on the epoch's last (a short window)
+    dist_->ddp->require_sync(acc_->is_last_micro_step() || batch.index + 1 == epoch_batches_);
+    dist_->ddp->pre_forward();
+  }
   ForwardStats s;
   {
     amp::Autocast ac(autocast_for(o_.precision));
@@ -323,7 +346,7 @@ Evaluation Trainer::evaluate() {
   Tensor loss_sum, correct;
   {
     NoGradGuard no_grad;
-    for (data::Batch& b : task_->test_loader().epoch(0)) {
+    for (data::Batch& b : (dist_ ? *dist_->test_loader : task_->test_loader()).epoch(0)) {
       amp::Autocast ac(autocast_for(o_.eval_precision));
       ForwardStats s = task_->forward(*m, b);
       if (s.count == 0) continue;
@@ -335,8 +358,13 @@ Evaluation Trainer::evaluate() {
     }
   }
   model_->train();
-  e.loss = e.count > 0 ? loss_sum.item<double>() / static_cast<double>(e.count) : NAN;
-  e.accuracy = e.count > 0 ? static_cast<double>(correct.item<int64_t>()) / static_cast<double>(e.count) : NAN;
+  double loss_total = loss_sum.defined() ? loss_sum.item<double>() : 0.0;
+  double correct_total = correct.defined() ? static_cast<double>(correct.item<int64_t>()) : 0.0;
+  double count = static_cast<double>(e.count);
+  if (dist_) reduce_evaluation(*dist_, loss_total, correct_total, count);  // sharded: sum the ranks' parts
+  e.count = static_cast<int64_t>(count);
+  e.loss = e.count > 0 ? loss_total / count : NAN;
+  e.accuracy = e.count > 0 ? correct_total / count : NAN;
   e.seconds = seconds_since(start);
   return e;
 }
@@ -349,6 +377,7 @@ bool Trainer::train_epoch(int64_t epoch) {
   const int64_t first_batch = epoch == start_.epoch ? start_.batch : 0;
   if (first_batch == 0) epoch_metrics_.reset();
   epoch_steps_ = steps_in(epoch);
+  epoch_batches_ = loader_->num_batches(epoch);
   epoch_step_ = first_step_ = first_batch / o_.accum;
   const int64_t log_every = o_.log_every > 0 ? o_.log_every : std::max<int64_t>(1, epoch_steps_ / 10);
   progress_ = std::make_unique<Progress>(out_, tty_, log_every, o_.quiet);
@@ -438,7 +467,10 @@ std::string TrainSummary::json() const {
 }
 
 TrainSummary train(const TrainOptions& options, std::ostream& out, const TrainHooks& hooks) {
-  return Trainer(options, out, hooks).run();
+  // --distributed: only rank 0 prints (the others write into a stream that discards).
+  static std::ostream discard(nullptr);
+  const bool silent = options.distributed && dist::init_process_group()->rank() != 0;
+  return Trainer(options, silent ? discard : out, hooks).run();
 }
 
 }  // namespace precis::train

@@ -22,13 +22,19 @@ if(PRECIS_WITH_MPI)
     set_tests_properties("dist/mpirun -np ${_np}" PROPERTIES LABELS dist TIMEOUT 300 PROCESSORS 2
                          ENVIRONMENT "${_dist_env};${_root_env}")
   endforeach()
+  add_test(NAME "dist/precis-train np 2 equals --accum 2 bit for bit; resume too"
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_equivalence.sh $<TARGET_FILE:precis-train>
+                   ${CMAKE_CURRENT_BINARY_DIR}/dist-train-work ${_mpirun} ${MPIEXEC_NUMPROC_FLAG})
+  set_tests_properties("dist/precis-train np 2 equals --accum 2 bit for bit; resume too" PROPERTIES LABELS dist
+                       TIMEOUT 300 PROCESSORS 2 SKIP_RETURN_CODE 77 ENVIRONMENT "${_dist_env};${_root_env}")
   add_test(NAME "dist/an exception on one rank ends the job (np 2)"
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect_abort.sh 60
                    ${_mpirun} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:precis_dist_abort_probe>)
   set_tests_properties("dist/an exception on one rank ends the job (np 2)" PROPERTIES LABELS dist TIMEOUT 120
                        PROCESSORS 2 ENVIRONMENT "${_dist_env};${_root_env}")
 else()
-  foreach(_name "dist/mpirun -np 2" "dist/mpirun -np 3" "dist/an exception on one rank ends the job (np 2)")
+  foreach(_name "dist/mpirun -np 2" "dist/mpirun -np 3" "dist/an exception on one rank ends the job (np 2)"
+                "dist/precis-train np 2 equals --accum 2 bit for bit; resume too")
     add_test(NAME "${_name}" COMMAND sh -c "echo 'SKIPPED: precis was built without MPI (PRECIS_MPI; scripts/install-deps.sh installs Open MPI)'; exit 77")
     set_tests_properties("${_name}" PROPERTIES LABELS dist SKIP_RETURN_CODE 77)
   endforeach()

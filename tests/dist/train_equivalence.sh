@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Usage: train_equivalence.sh PRECIS_TRAIN WORKDIR MPIRUN-COMMAND... (ending in its -n flag)
+# 1. `mpirun -np 2 precis-train resnet --batch 16 --distributed` gives, after every one of its 4
+#    steps, parameters and optimizer state bit-identical (f32) to `precis-train --batch 16 --accum 2`.
+# 2. The same distributed run stopped after step 2 and resumed (--resume) ends bit-identical to the
+#    uninterrupted one, BatchNorm buffers included.
+# (Fashion-MNIST from the Debian package; the test is skipped, exit 77, when it is absent.)
+set -u
+train=$1 work=$2; shift 2
+data=/usr/share/datasets/fashion-mnist
+[[ -d $data ]] || { echo "SKIPPED: $data is absent (scripts/install-deps.sh --data)"; exit 77; }
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work" || exit 1
+common=(resnet --data "$data" --limit-train 128 --limit-test 64 --width 4 --epochs 1 --batch 16 --threads 1
+        --workers 0 --eval-batch 32 --precision f32 --checkpoint-every 1 --keep 10 --quiet)
+run() { echo "+ $*"; "$@" || { echo "train_equivalence: FAIL: the command failed"; exit 1; }; }
+run "$train" "${common[@]}" --accum 2 --checkpoint "$work/accum"
+run "$@" 2 "$train" "${common[@]}" --distributed --checkpoint "$work/np2"
+run "$@" 2 "$train" "${common[@]}" --distributed --checkpoint "$work/resumed" --stop-after-steps 2
+run "$@" 2 "$train" "${common[@]}" --distributed --checkpoint "$work/resumed" --resume
+status=0
+for s in 1 2 3 4; do
+  f=step-00000000$s.safetensors
+  echo "step $s, np 2 vs --accum 2:"
+  python3 "$here/compare_checkpoints.py" "$work/accum/$f" "$work/np2/$f" || status=1
+done
+echo "step 4, np 2 resumed after step 2 vs uninterrupted:"
+python3 "$here/compare_checkpoints.py" --with-buffers "$work/np2/step-000000004.safetensors" "$work/resumed/step-000000004.safetensors" || status=1
+(( status == 0 )) && echo "train_equivalence: PASS" || echo "train_equivalence: FAIL"
+exit $status
