@@ -191,7 +191,16 @@ TEST_CASE("ddp: buckets follow reverse registration order, launch in order, and 
   CHECK(names.back() == std::vector<std::string>{"fc1.weight"});
   one.loss(pg->rank() * kBatch, kBatch).backward();
   counting->reduce_numels.clear();
+  // Launches happen inside backward (these hooks run after DDP's own, as nodes run, before any
+  // end-of-backward callback): when bn.bias's gradient is in, fc2's and bn.bias's buckets are in
+  // flight while fc1's gradients are still to be computed; when fc1.weight's is, all six are.
+  size_t at_bn_bias = 0, at_fc1_weight = 0;
+  many.beta.register_post_accumulate_grad_hook([&](const Tensor&) { at_bn_bias = counting->reduce_numels.size(); });
+  many.w1.register_post_accumulate_grad_hook([&](const Tensor&) { at_fc1_weight = counting->reduce_numels.size(); });
   many.loss(pg->rank() * kBatch, kBatch).backward();
+  CHECK(at_bn_bias >= 3);
+  CHECK(at_bn_bias <= 4);
+  CHECK(at_fc1_weight == 6);
   CHECK(counting->reduce_numels == std::vector<int64_t>{3, 24, 8, 8, 8, 48});  // fc2.bias first ... fc1.weight last
   CHECK(same_bits(flat_grads(one), flat_grads(many)));
   // The default caps: the first (1 MiB) bucket takes all of this small model.
@@ -319,4 +328,21 @@ TEST_CASE("ddp: N ranks with batch B each equal one process accumulating N micro
     for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
   }
   CHECK(same_on_every_rank(*pg, got));
+}
+
+TEST_CASE("ddp: f16, bf16 and f64 parameters are averaged exactly on integer gradients", "[dist][ddp]") {
+  auto pg = dist::init_process_group();
+  const int n = pg->size(), r = pg->rank();
+  for (DType d : {DType::f16, DType::bf16, DType::f64}) {
+    INFO(dtype_name(d));
+    Tensor w = zeros({4}, {.dtype = d}).requires_grad_(true);
+    Tensor v = zeros({3}, {.dtype = d}).requires_grad_(true);
+    DistributedDataParallel ddp(pg, {{"w", w}, {"v", v}});
+    // d(loss)/dw = 2·(r + 1) everywhere: the mean over the ranks is n + 1, exact in every dtype.
+    Tensor loss = (w * (2.0 * (r + 1))).sum() + (v * 4.0).sum();
+    loss.backward();
+    CHECK(w.grad().dtype() == d);
+    CHECK(w.grad().to(DType::f64).to_vector<double>() == std::vector<double>(4, n + 1.0));
+    CHECK(v.grad().to(DType::f64).to_vector<double>() == std::vector<double>(3, 4.0));
+  }
 }
