@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "core/warning.h"
 #include "data/data.h"
+#include "dist/dist.h"
 #include "ops/functional.h"
 #include "optim/optim.h"
 #include "amp/amp.h"

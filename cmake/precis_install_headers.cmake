@@ -2,7 +2,7 @@
 # the library folders into <prefix>/<PRECIS_INCLUDE_DEST>/<folder>/..., keeping the layout, plus
 # the umbrella precis.h from the repository root when there is one.
 #
-# Public means: not under a cpu/ or cuda/ folder (backend code), and not including Eigen, oneDNN,
+# Public means: not under a cpu/, cuda/ or mpi/ folder (backend code), and not including Eigen, oneDNN,
 # CUDA, NCCL or MPI headers (DESIGN.md §2: public headers include none of them). The selection is
 # made here rather than at configure time so that editing a header's includes needs no re-configure.
 #
@@ -25,7 +25,7 @@ foreach(_folder IN LISTS PRECIS_HEADER_FOLDERS)
        "${PRECIS_SOURCE_DIR}/${_folder}/*.inl" "${PRECIS_SOURCE_DIR}/${_folder}/*.def")
   list(SORT _headers)
   foreach(_h IN LISTS _headers)
-    if(_h MATCHES "(^|/)(cpu|cuda)/")
+    if(_h MATCHES "(^|/)(cpu|cuda|mpi)/")
       continue()
     endif()
     file(STRINGS "${PRECIS_SOURCE_DIR}/${_h}" _private REGEX "${_private_include_regex}")
