@@ -244,30 +244,21 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(OpId::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(OpId::minimum, a, b); }
 
-Tensor add(const Tensor& a, Scalar b) {
-  return with_scalar("add", a, b, [](const Tensor& x, const Tensor& s) { return add(x, s); });
-}
-Tensor sub(const Tensor& a, Scalar b) {
-  return with_scalar("sub", a, b, [](const Tensor& x, const Tensor& s) { return sub(x, s); });
-}
-Tensor mul(const Tensor& a, Scalar b) {
-  return with_scalar("mul", a, b, [](const Tensor& x, const Tensor& s) { return mul(x, s); });
-}
-Tensor div(const Tensor& a, Scalar b) {
-  return with_scalar("div", a, b, [](const Tensor& x, const Tensor& s) { return div(x, s); });
-}
-Tensor maximum(const Tensor& a, Scalar b) {
-  return with_scalar("maximum", a, b, [](const Tensor& x, const Tensor& s) { return maximum(x, s); });
-}
-Tensor minimum(const Tensor& a, Scalar b) {
-  return with_scalar("minimum", a, b, [](const Tensor& x, const Tensor& s) { return minimum(x, s); });
-}
-
-#define PRECIS_DEFINE_COMPARISON(name)                                                            \
-  Tensor name(const Tensor& a, const Tensor& b) { return compare(OpId::name, a, b); }             \
+// The scalar-operand forms: the tensor form with the scalar as a 0-d tensor (with_scalar).
+#define PRECIS_DEFINE_SCALAR_FORM(name)                                                           \
   Tensor name(const Tensor& a, Scalar b) {                                                        \
     return with_scalar(#name, a, b, [](const Tensor& x, const Tensor& s) { return name(x, s); }); \
   }
+PRECIS_DEFINE_SCALAR_FORM(add)
+PRECIS_DEFINE_SCALAR_FORM(sub)
+PRECIS_DEFINE_SCALAR_FORM(mul)
+PRECIS_DEFINE_SCALAR_FORM(div)
+PRECIS_DEFINE_SCALAR_FORM(maximum)
+PRECIS_DEFINE_SCALAR_FORM(minimum)
+
+#define PRECIS_DEFINE_COMPARISON(name)                                                \
+  Tensor name(const Tensor& a, const Tensor& b) { return compare(OpId::name, a, b); } \
+  PRECIS_DEFINE_SCALAR_FORM(name)
 PRECIS_DEFINE_COMPARISON(eq)
 PRECIS_DEFINE_COMPARISON(ne)
 PRECIS_DEFINE_COMPARISON(lt)
@@ -275,6 +266,7 @@ PRECIS_DEFINE_COMPARISON(le)
 PRECIS_DEFINE_COMPARISON(gt)
 PRECIS_DEFINE_COMPARISON(ge)
 #undef PRECIS_DEFINE_COMPARISON
+#undef PRECIS_DEFINE_SCALAR_FORM
 
 Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   const auto [a, b] = apply_precision(OpId::where, a_in, b_in);
