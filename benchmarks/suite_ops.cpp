@@ -171,6 +171,13 @@ std::vector<OpCase> make_cases() {
                        for (int i = 0; i < 100; ++i) (void)autograd::grad({exp(x)}, {x}, {gy});
                      });
                    }});
+  cases.push_back({"elementwise: 100x mul 64 forward+backward", 0, [] {
+                     Generator gen(9);
+                     const Tensor a = leaf({64}, gen), b = leaf({64}, gen), gy = randn({64}, {}, &gen);
+                     return std::function<void()>([a, b, gy] {
+                       for (int i = 0; i < 100; ++i) (void)autograd::grad({mul(a, b)}, {a, b}, {gy});
+                     });
+                   }});
   cases.push_back({"elementwise: gelu 1024x1024", 0, [] {
                      Generator gen(8);
                      const Tensor x = leaf({1024, 1024}, gen), gy = randn({1024, 1024}, {}, &gen);
