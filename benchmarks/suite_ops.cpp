@@ -156,6 +156,33 @@ std::vector<OpCase> make_cases() {
                      const Tensor x = randn({64, 64, 32, 32});
                      return std::function<void()>([x] { (void)x.permute({0, 2, 3, 1}).contiguous(); });
                    }});
+  // The per-op front-end (precision hook, checks, kernel lookup, backward recording) on tensors
+  // too small for the kernel to matter, 100 calls a repetition; and one large unary op.
+  cases.push_back({"elementwise: 100x tanh 64 forward", 0, [] {
+                     const Tensor x = randn({64});
+                     return std::function<void()>([x] {
+                       for (int i = 0; i < 100; ++i) (void)tanh(x);
+                     });
+                   }});
+  cases.push_back({"elementwise: 100x exp 64 forward+backward", 0, [] {
+                     Generator gen(7);
+                     const Tensor x = leaf({64}, gen), gy = randn({64}, {}, &gen);
+                     return std::function<void()>([x, gy] {
+                       for (int i = 0; i < 100; ++i) (void)autograd::grad({exp(x)}, {x}, {gy});
+                     });
+                   }});
+  cases.push_back({"elementwise: 100x mul 64 forward+backward", 0, [] {
+                     Generator gen(9);
+                     const Tensor a = leaf({64}, gen), b = leaf({64}, gen), gy = randn({64}, {}, &gen);
+                     return std::function<void()>([a, b, gy] {
+                       for (int i = 0; i < 100; ++i) (void)autograd::grad({mul(a, b)}, {a, b}, {gy});
+                     });
+                   }});
+  cases.push_back({"elementwise: gelu 1024x1024", 0, [] {
+                     Generator gen(8);
+                     const Tensor x = leaf({1024, 1024}, gen), gy = randn({1024, 1024}, {}, &gen);
+                     return step([=] { return gelu(x); }, {x}, gy);
+                   }});
   return cases;
 }
 
@@ -177,7 +204,8 @@ SuiteReport run_ops(const Options& options) {
       "updated. attention: scaled_dot_product_attention, q, k, v (16, 4, 128, 64), GFLOP/s = 12·B·H·L²·d "
       "/ time; 'padding mask' adds a bool (16, 1, 1, 128) key mask. 'layout:' cases: forward only, f32, "
       "operands whose innermost dim is strided in memory (transposed, NCHW read as NHWC). GFLOP/s is 0 "
-      "for the memory-bound ops. "
+      "for the memory-bound ops. 'elementwise:' cases: the op front-end's cost (100 calls on 64 values a "
+      "repetition; no peer) and gelu forward+backward. "
       "benchmarks/peers/torch_ops.py times the same cases in PyTorch.";
   const int initial_threads = get_num_threads();
   for (const OpCase& c : make_cases()) {

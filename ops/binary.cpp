@@ -6,6 +6,7 @@
 // broadcast operand to its own shape with sum_to.
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "ops/precision.h"
 #include "autograd/record.h"
@@ -153,45 +154,62 @@ void check_alpha(const char* op, const Tensor& a, Scalar alpha) {
                      dtype_name(a.dtype()), " operands (got ", alpha.to_double(), "); convert the tensors with .to(DType::f32)");
 }
 
-Tensor add_sub(OpId op, const Tensor& a, const Tensor& b, Scalar alpha) {
-  const char* name = op_name(op);
-  Operands o = prepare(op, a, b);
-  check_alpha(name, o.a, alpha);
-  const double al = alpha.to_double();
-  Tensor out = run_binary(op, o.a, o.b, o.shape, o.a.dtype(), al);
+// When a binary op keeps an operand for its backward (ops/binary_ops.def).
+enum class Keep { never, for_a, for_b, always };
+// How a binary op promotes integer operands (prepare's true_division).
+enum class Promotion { Arithmetic, TrueDivision };
+
+constexpr bool kept(Keep k, bool need_a, bool need_b) {
+  return k == Keep::always || (k == Keep::for_a && need_a) || (k == Keep::for_b && need_b);
+}
+
+// The front-end of the differentiable binary ops, after prepare(): runs op's kernel and, when a
+// gradient is needed, records a node whose backward returns derivative(grad, a, b, need_a,
+// need_b) = {ga, gb} (undefined where not needed), a and b being the operands kept as KA / KB
+// say (undefined otherwise), each gradient summed back to its operand's shape. `name` names the
+// op in a kept operand's in-place error. The derivative is a lambda stored in the one closure
+// record() keeps, built only when a gradient is needed: nothing per call over hand-written code.
+template <Keep KA, Keep KB, typename Derivative>
+Tensor binary_op(OpId op, const char* name, const Operands& o, double alpha, const Derivative& derivative) {
+  Tensor out = run_binary(op, o.a, o.b, o.shape, o.a.dtype(), alpha);
   if (autograd::needs_grad({&o.a, &o.b})) {
-    const double gb_scale = op == OpId::add ? al : -al;
+    const bool need_a = o.a.requires_grad(), need_b = o.b.requires_grad();
     autograd::record(op, {o.a, o.b}, {out},
-                     [sa = o.a.sizes(), sb = o.b.sizes(), need_a = o.a.requires_grad(), need_b = o.b.requires_grad(),
-                      gb_scale](const TensorList& g) -> TensorList {
-                       Tensor ga, gb;
-                       if (need_a) ga = reduce_to(g[0], sa);
-                       if (need_b) gb = reduce_to(gb_scale == 1.0 ? g[0] : mul(g[0], gb_scale), sb);
-                       return {ga, gb};
+                     [sa = kept(KA, need_a, need_b) ? SavedTensor(o.a) : SavedTensor(),
+                      sb = kept(KB, need_a, need_b) ? SavedTensor(o.b) : SavedTensor(), need_a, need_b,
+                      shape_a = o.a.sizes(), shape_b = o.b.sizes(), name, derivative](const TensorList& g) -> TensorList {
+                       const Tensor a = sa.unpack(name), b = sb.unpack(name);
+                       const auto [ga, gb] = derivative(g[0], a, b, need_a, need_b);
+                       return {need_a ? reduce_to(ga, shape_a) : Tensor(), need_b ? reduce_to(gb, shape_b) : Tensor()};
                      });
   }
   return out;
 }
 
+using GradPair = std::pair<Tensor, Tensor>;
+
+Tensor add_sub(OpId op, const Tensor& a, const Tensor& b, Scalar alpha) {
+  Operands o = prepare(op, a, b);
+  check_alpha(op_name(op), o.a, alpha);
+  const double al = alpha.to_double();
+  const double gb_scale = op == OpId::add ? al : -al;
+  return binary_op<Keep::never, Keep::never>(
+      op, op_name(op), o, al, [gb_scale](const Tensor& grad, const Tensor&, const Tensor&, bool need_a, bool need_b) {
+        return GradPair{need_a ? grad : Tensor(), need_b ? (gb_scale == 1.0 ? grad : mul(grad, gb_scale)) : Tensor()};
+      });
+}
+
 // maximum / minimum: the gradient goes to the selected operand, split in half on ties (PyTorch).
 Tensor max_min(OpId op, const Tensor& a, const Tensor& b) {
-  Operands o = prepare(op, a, b);
-  Tensor out = run_binary(op, o.a, o.b, o.shape, o.a.dtype());
-  if (autograd::needs_grad({&o.a, &o.b})) {
-    const bool is_max = op == OpId::maximum;
-    autograd::record(op, {o.a, o.b}, {out},
-                     [sa = SavedTensor(o.a), sb = SavedTensor(o.b), need_a = o.a.requires_grad(),
-                      need_b = o.b.requires_grad(), is_max](const TensorList& g) -> TensorList {
-                       const Tensor a = sa.unpack(), b = sb.unpack();
-                       const Tensor shared = where(eq(a, b), mul(g[0], 0.5), g[0]);
-                       // a loses where it is below (maximum) or above (minimum) b; NaN loses nowhere.
-                       Tensor ga, gb;
-                       if (need_a) ga = reduce_to(masked_fill(shared, is_max ? lt(a, b) : gt(a, b), 0), a.sizes());
-                       if (need_b) gb = reduce_to(masked_fill(shared, is_max ? gt(a, b) : lt(a, b), 0), b.sizes());
-                       return {ga, gb};
-                     });
-  }
-  return out;
+  const bool is_max = op == OpId::maximum;
+  return binary_op<Keep::always, Keep::always>(
+      op, nullptr, prepare(op, a, b), 1.0,
+      [is_max](const Tensor& grad, const Tensor& a, const Tensor& b, bool need_a, bool need_b) {
+        const Tensor shared = where(eq(a, b), mul(grad, 0.5), grad);
+        // a loses where it is below (maximum) or above (minimum) b; NaN loses nowhere.
+        return GradPair{need_a ? masked_fill(shared, is_max ? lt(a, b) : gt(a, b), 0) : Tensor(),
+                        need_b ? masked_fill(shared, is_max ? gt(a, b) : lt(a, b), 0) : Tensor()};
+      });
 }
 
 Tensor compare(OpId op, const Tensor& a, const Tensor& b) {
@@ -205,69 +223,35 @@ Tensor compare(OpId op, const Tensor& a, const Tensor& b) {
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) { return add_sub(OpId::add, a, b, alpha); }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) { return add_sub(OpId::sub, a, b, alpha); }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
-  Operands o = prepare(OpId::mul, a, b);
-  Tensor out = run_binary(OpId::mul, o.a, o.b, o.shape, o.a.dtype());
-  if (autograd::needs_grad({&o.a, &o.b})) {
-    const bool need_a = o.a.requires_grad(), need_b = o.b.requires_grad();
-    // Each gradient needs only the other operand: save just what will be used.
-    autograd::record(OpId::mul, {o.a, o.b}, {out},
-                     [sa = need_b ? SavedTensor(o.a) : SavedTensor(), sb = need_a ? SavedTensor(o.b) : SavedTensor(),
-                      shape_a = o.a.sizes(), shape_b = o.b.sizes()](const TensorList& g) -> TensorList {
-                       Tensor ga, gb;
-                       if (sb.defined()) ga = reduce_to(mul(g[0], sb.unpack("mul")), shape_a);
-                       if (sa.defined()) gb = reduce_to(mul(g[0], sa.unpack("mul")), shape_b);
-                       return {ga, gb};
-                     });
+// One public function per row of the table.
+#define PRECIS_BINARY(op, promotion, keep_a, keep_b, grad_a, grad_b)                                                    \
+  Tensor op(const Tensor& a_in, const Tensor& b_in) {                                                                   \
+    return binary_op<Keep::keep_a, Keep::keep_b>(                                                                       \
+        OpId::op, #op, prepare(OpId::op, a_in, b_in, Promotion::promotion == Promotion::TrueDivision), 1.0,            \
+        [](const Tensor& grad, [[maybe_unused]] const Tensor& a, [[maybe_unused]] const Tensor& b, bool need_a,        \
+           bool need_b) { return GradPair{need_a ? (grad_a) : Tensor(), need_b ? (grad_b) : Tensor()}; });               \
   }
-  return out;
-}
-
-Tensor div(const Tensor& a, const Tensor& b) {
-  Operands o = prepare(OpId::div, a, b, /*true_division=*/true);
-  Tensor out = run_binary(OpId::div, o.a, o.b, o.shape, o.a.dtype());
-  if (autograd::needs_grad({&o.a, &o.b})) {
-    autograd::record(OpId::div, {o.a, o.b}, {out},
-                     [sa = o.b.requires_grad() ? SavedTensor(o.a) : SavedTensor(), sb = SavedTensor(o.b),
-                      need_a = o.a.requires_grad(), shape_a = o.a.sizes()](const TensorList& g) -> TensorList {
-                       const Tensor b = sb.unpack("div");
-                       Tensor ga, gb;
-                       if (need_a) ga = reduce_to(div(g[0], b), shape_a);
-                       // d(a/b)/db = -a/b²
-                       if (sa.defined()) gb = reduce_to(neg(div(mul(g[0], sa.unpack("div")), mul(b, b))), b.sizes());
-                       return {ga, gb};
-                     });
-  }
-  return out;
-}
+#include "ops/binary_ops.def"
+#undef PRECIS_BINARY
 
 Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(OpId::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(OpId::minimum, a, b); }
 
-Tensor add(const Tensor& a, Scalar b) {
-  return with_scalar("add", a, b, [](const Tensor& x, const Tensor& s) { return add(x, s); });
-}
-Tensor sub(const Tensor& a, Scalar b) {
-  return with_scalar("sub", a, b, [](const Tensor& x, const Tensor& s) { return sub(x, s); });
-}
-Tensor mul(const Tensor& a, Scalar b) {
-  return with_scalar("mul", a, b, [](const Tensor& x, const Tensor& s) { return mul(x, s); });
-}
-Tensor div(const Tensor& a, Scalar b) {
-  return with_scalar("div", a, b, [](const Tensor& x, const Tensor& s) { return div(x, s); });
-}
-Tensor maximum(const Tensor& a, Scalar b) {
-  return with_scalar("maximum", a, b, [](const Tensor& x, const Tensor& s) { return maximum(x, s); });
-}
-Tensor minimum(const Tensor& a, Scalar b) {
-  return with_scalar("minimum", a, b, [](const Tensor& x, const Tensor& s) { return minimum(x, s); });
-}
-
-#define PRECIS_DEFINE_COMPARISON(name)                                                            \
-  Tensor name(const Tensor& a, const Tensor& b) { return compare(OpId::name, a, b); }             \
+// The scalar-operand forms: the tensor form with the scalar as a 0-d tensor (with_scalar).
+#define PRECIS_DEFINE_SCALAR_FORM(name)                                                           \
   Tensor name(const Tensor& a, Scalar b) {                                                        \
     return with_scalar(#name, a, b, [](const Tensor& x, const Tensor& s) { return name(x, s); }); \
   }
+PRECIS_DEFINE_SCALAR_FORM(add)
+PRECIS_DEFINE_SCALAR_FORM(sub)
+PRECIS_DEFINE_SCALAR_FORM(mul)
+PRECIS_DEFINE_SCALAR_FORM(div)
+PRECIS_DEFINE_SCALAR_FORM(maximum)
+PRECIS_DEFINE_SCALAR_FORM(minimum)
+
+#define PRECIS_DEFINE_COMPARISON(name)                                                \
+  Tensor name(const Tensor& a, const Tensor& b) { return compare(OpId::name, a, b); } \
+  PRECIS_DEFINE_SCALAR_FORM(name)
 PRECIS_DEFINE_COMPARISON(eq)
 PRECIS_DEFINE_COMPARISON(ne)
 PRECIS_DEFINE_COMPARISON(lt)
@@ -275,6 +259,7 @@ PRECIS_DEFINE_COMPARISON(le)
 PRECIS_DEFINE_COMPARISON(gt)
 PRECIS_DEFINE_COMPARISON(ge)
 #undef PRECIS_DEFINE_COMPARISON
+#undef PRECIS_DEFINE_SCALAR_FORM
 
 Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   const auto [a, b] = apply_precision(OpId::where, a_in, b_in);

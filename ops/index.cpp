@@ -217,14 +217,21 @@ Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
   return result;
 }
 
+namespace {
+// index_add / scatter_add: one device, src in x's dtype, and not bool (nothing to add).
+void check_add_operands(const char* op, const Tensor& x, const Tensor& index, const Tensor& src) {
+  check_same_device(op, x, index, &src);
+  PRECIS_CHECK_DTYPE(src.dtype() == x.dtype(), op, ": src must have x's dtype, got ", operands(x, index, &src),
+                     "; convert src with src.to(x.dtype())");
+  PRECIS_CHECK_DTYPE(x.dtype() != DType::boolean, op, ": bool tensors cannot be added, got ",
+                     operands(x, index, &src));
+}
+}  // namespace
+
 Tensor index_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
   PRECIS_CHECK(x_in.defined() && index.defined() && src_in.defined(), "index_add: x, index and src must be defined");
   const auto [x, src] = apply_precision(OpId::index_add, x_in, src_in);
-  check_same_device("index_add", x, index, &src);
-  PRECIS_CHECK_DTYPE(src.dtype() == x.dtype(), "index_add: src must have x's dtype, got ", operands(x, index, &src),
-                     "; convert src with src.to(x.dtype())");
-  PRECIS_CHECK_DTYPE(x.dtype() != DType::boolean, "index_add: bool tensors cannot be added, got ",
-                     operands(x, index, &src));
+  check_add_operands("index_add", x, index, src);
   const Tensor x1 = as_1d(x.detach());
   const int64_t d = detail::wrap_dim(dim, x1.dim(), "index_add", x);
   const Tensor idx = checked_index_1d("index_add", x, index, x1.sizes()[d], &src);
@@ -248,11 +255,7 @@ Tensor index_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Ten
 Tensor scatter_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
   PRECIS_CHECK(x_in.defined() && index.defined() && src_in.defined(), "scatter_add: x, index and src must be defined");
   const auto [x, src] = apply_precision(OpId::scatter_add, x_in, src_in);
-  check_same_device("scatter_add", x, index, &src);
-  PRECIS_CHECK_DTYPE(src.dtype() == x.dtype(), "scatter_add: src must have x's dtype, got ", operands(x, index, &src),
-                     "; convert src with src.to(x.dtype())");
-  PRECIS_CHECK_DTYPE(x.dtype() != DType::boolean, "scatter_add: bool tensors cannot be added, got ",
-                     operands(x, index, &src));
+  check_add_operands("scatter_add", x, index, src);
   PRECIS_CHECK_SHAPE(index.dim() == x.dim() && src.dim() == x.dim(),
                      "scatter_add: x, index and src must have the same number of dims, got ", operands(x, index, &src));
   const Tensor x1 = as_1d(x.detach());

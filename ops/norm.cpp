@@ -59,6 +59,38 @@ Tensor grad_as(const Tensor& g, const Tensor& like, const Shape& kernel_shape) {
   return gc.contiguous().view(kernel_shape);
 }
 
+// Records the backward shared by the three norms when input, weight or bias needs a gradient.
+// x, w: the kernel's input view (shape kshape) and weight (statistics dtype). The op's fused
+// backward kernel runs as backward(dx, dw, db, g, x, w); a gradient that is not needed comes in
+// undefined and is skipped. dx returns in the input's shape; dw / db (kshape[1] values, statistics
+// dtype) in the parameter's dtype and param_shape.
+template <typename BackwardKernel>
+void record_norm_backward(OpId op, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                          const Tensor& result, const Tensor& x, const Tensor& w, const Shape& kshape, DType acc,
+                          const Shape& param_shape, const BackwardKernel& backward) {
+  if (!autograd::needs_grad({&input, &weight, &bias})) return;
+  const bool need_dx = input.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
+             need_db = bias.defined() && bias.requires_grad();
+  autograd::record(
+      op, {input, weight, bias}, {result},
+      [name = op_name(op), sx = SavedTensor(x), sw = SavedTensor(w), backward, need_dx, need_dw, need_db, kshape,
+       in_shape = input.sizes(), param_shape, w_dtype = weight.defined() ? weight.dtype() : acc,
+       b_dtype = bias.defined() ? bias.dtype() : acc, acc](const TensorList& g) -> TensorList {
+        const Tensor xv = sx.unpack(name);
+        const Tensor gv = grad_as(g[0], xv, kshape);
+        const Shape cs{kshape[1]};
+        Tensor dx = need_dx ? empty(kshape, {.dtype = xv.dtype(), .device = xv.device()}) : Tensor();
+        Tensor dw = need_dw ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
+        Tensor db = need_db ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
+        backward(dx, dw, db, gv, xv, sw.defined() ? sw.unpack(name) : Tensor());
+        const auto as_param = [&](const Tensor& d, DType dtype) {
+          const Tensor p = param_grad(d, dtype);
+          return p.defined() && p.sizes() != param_shape ? p.view(param_shape) : p;
+        };
+        return {dx.defined() ? dx.view(in_shape) : dx, as_param(dw, w_dtype), as_param(db, b_dtype)};
+      });
+}
+
 }  // namespace
 
 Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tensor& running_var,
@@ -112,25 +144,13 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
     }
   }
   Tensor result = out.view(input.sizes());
-  if (autograd::needs_grad({&input, &weight, &bias})) {
-    const bool need_dx = input.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
-               need_db = bias.defined() && bias.requires_grad();
-    autograd::record(
-        OpId::batch_norm, {input, weight, bias}, {result},
-        [sx = SavedTensor(x), sw = SavedTensor(w), save_mean, save_rstd, training, need_dx, need_dw, need_db, kshape,
-         in_shape = input.sizes(), w_dtype = weight.defined() ? weight.dtype() : acc,
-         b_dtype = bias.defined() ? bias.dtype() : acc, acc](const TensorList& g) -> TensorList {
-          const Tensor xv = sx.unpack("batch_norm");
-          const Tensor gv = grad_as(g[0], xv, kshape);
-          const Shape cs{kshape[1]};
-          Tensor dx = need_dx ? empty(kshape, {.dtype = xv.dtype(), .device = xv.device()}) : Tensor();
-          Tensor dw = need_dw ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
-          Tensor db = need_db ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
-          kernel<kernels::BatchNormBackwardKernel>(OpId::batch_norm_backward, xv.device().type, xv.dtype())(
-              dx, dw, db, gv, xv, sw.defined() ? sw.unpack("batch_norm") : Tensor(), save_mean, save_rstd, training);
-          return {dx.defined() ? dx.view(in_shape) : dx, param_grad(dw, w_dtype), param_grad(db, b_dtype)};
-        });
-  }
+  record_norm_backward(OpId::batch_norm, input, weight, bias, result, x, w, kshape, acc, cshape,
+                       [save_mean, save_rstd, training](const Tensor& dx, const Tensor& dw, const Tensor& db,
+                                                        const Tensor& g, const Tensor& xv, const Tensor& wv) {
+                         kernel<kernels::BatchNormBackwardKernel>(OpId::batch_norm_backward, xv.device().type,
+                                                                  xv.dtype())(dx, dw, db, g, xv, wv, save_mean,
+                                                                              save_rstd, training);
+                       });
   return result;
 }
 
@@ -163,26 +183,12 @@ Tensor layer_norm(const Tensor& input_in, const Shape& normalized_shape, const T
   Tensor rstd = empty({M}, {.dtype = acc, .device = input.device()});
   kernel<kernels::LayerNormKernel>(OpId::layer_norm, input.device().type, input.dtype())(out, mean, rstd, x, w, b, eps);
   Tensor result = out.view(input.sizes());
-  if (autograd::needs_grad({&input, &weight, &bias})) {
-    const bool need_dx = input.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
-               need_db = bias.defined() && bias.requires_grad();
-    autograd::record(
-        OpId::layer_norm, {input, weight, bias}, {result},
-        [sx = SavedTensor(x), sw = SavedTensor(w), mean, rstd, need_dx, need_dw, need_db, kshape,
-         in_shape = input.sizes(), p_shape = normalized_shape, w_dtype = weight.defined() ? weight.dtype() : acc,
-         b_dtype = bias.defined() ? bias.dtype() : acc, acc](const TensorList& g) -> TensorList {
-          const Tensor xv = sx.unpack("layer_norm");
-          const Tensor gv = grad_as(g[0], xv, kshape);
-          const Shape ds{kshape[1]};
-          Tensor dx = need_dx ? empty(kshape, {.dtype = xv.dtype(), .device = xv.device()}) : Tensor();
-          Tensor dw = need_dw ? empty(ds, {.dtype = acc, .device = xv.device()}) : Tensor();
-          Tensor db = need_db ? empty(ds, {.dtype = acc, .device = xv.device()}) : Tensor();
-          kernel<kernels::LayerNormBackwardKernel>(OpId::layer_norm_backward, xv.device().type, xv.dtype())(
-              dx, dw, db, gv, xv, sw.defined() ? sw.unpack("layer_norm") : Tensor(), mean, rstd);
-          return {dx.defined() ? dx.view(in_shape) : dx, dw.defined() ? param_grad(dw, w_dtype).view(p_shape) : dw,
-                  db.defined() ? param_grad(db, b_dtype).view(p_shape) : db};
-        });
-  }
+  record_norm_backward(OpId::layer_norm, input, weight, bias, result, x, w, kshape, acc, normalized_shape,
+                       [mean, rstd](const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& g,
+                                    const Tensor& xv, const Tensor& wv) {
+                         kernel<kernels::LayerNormBackwardKernel>(OpId::layer_norm_backward, xv.device().type,
+                                                                  xv.dtype())(dx, dw, db, g, xv, wv, mean, rstd);
+                       });
   return result;
 }
 
@@ -209,25 +215,13 @@ Tensor group_norm(const Tensor& input_in, int64_t num_groups, const Tensor& weig
   kernel<kernels::GroupNormKernel>(OpId::group_norm, input.device().type, input.dtype())(out, mean, rstd, x, w, b,
                                                                                         num_groups, eps);
   Tensor result = out.view(input.sizes());
-  if (autograd::needs_grad({&input, &weight, &bias})) {
-    const bool need_dx = input.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
-               need_db = bias.defined() && bias.requires_grad();
-    autograd::record(
-        OpId::group_norm, {input, weight, bias}, {result},
-        [sx = SavedTensor(x), sw = SavedTensor(w), mean, rstd, num_groups, need_dx, need_dw, need_db, kshape,
-         in_shape = input.sizes(), w_dtype = weight.defined() ? weight.dtype() : acc,
-         b_dtype = bias.defined() ? bias.dtype() : acc, acc](const TensorList& g) -> TensorList {
-          const Tensor xv = sx.unpack("group_norm");
-          const Tensor gv = grad_as(g[0], xv, kshape);
-          const Shape cs{kshape[1]};
-          Tensor dx = need_dx ? empty(kshape, {.dtype = xv.dtype(), .device = xv.device()}) : Tensor();
-          Tensor dw = need_dw ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
-          Tensor db = need_db ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
-          kernel<kernels::GroupNormBackwardKernel>(OpId::group_norm_backward, xv.device().type, xv.dtype())(
-              dx, dw, db, gv, xv, sw.defined() ? sw.unpack("group_norm") : Tensor(), mean, rstd, num_groups);
-          return {dx.defined() ? dx.view(in_shape) : dx, param_grad(dw, w_dtype), param_grad(db, b_dtype)};
-        });
-  }
+  record_norm_backward(OpId::group_norm, input, weight, bias, result, x, w, kshape, acc, cshape,
+                       [mean, rstd, num_groups](const Tensor& dx, const Tensor& dw, const Tensor& db,
+                                                const Tensor& g, const Tensor& xv, const Tensor& wv) {
+                         kernel<kernels::GroupNormBackwardKernel>(OpId::group_norm_backward, xv.device().type,
+                                                                  xv.dtype())(dx, dw, db, g, xv, wv, mean, rstd,
+                                                                              num_groups);
+                       });
   return result;
 }
 

@@ -41,6 +41,20 @@ void check_pair(const char* op, size_t index, const Tensor& param, const Tensor&
 
 DType state_dtype(DType param) { return param == DType::f64 ? DType::f64 : DType::f32; }
 
+// Checks a parameter's (param, grad) pair and sets what every optimizer's tensor has: param,
+// grad, the fp32 master (low-precision params only) and numel, which it returns.
+template <typename Tensors, typename Param>
+int64_t common_buffers(Tensors& t, const char* op, size_t i, const Param& a, Device device, DType param_dtype) {
+  check_pair(op, i, a.param, a.grad, param_dtype);
+  const int64_t n = a.param.numel();
+  t.param = buffer(op, i, "param", a.param, true, n, param_dtype, device);
+  t.grad = buffer(op, i, "grad", a.grad, true, n, a.grad.dtype(), device);
+  t.master = static_cast<float*>(
+      buffer(op, i, "master", a.master, is_low_precision(param_dtype), n, DType::f32, device));
+  t.numel = n;
+  return n;
+}
+
 }  // namespace
 
 std::vector<SgdTensor> sgd_tensors(const char* op, const std::vector<SgdParam>& params, const SgdHyper& hyper,
@@ -49,16 +63,10 @@ std::vector<SgdTensor> sgd_tensors(const char* op, const std::vector<SgdParam>& 
   std::vector<SgdTensor> out(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     const SgdParam& a = params[i];
-    check_pair(op, i, a.param, a.grad, param_dtype);
-    const int64_t n = a.param.numel();
     SgdTensor& t = out[i];
-    t.param = buffer(op, i, "param", a.param, true, n, param_dtype, device);
-    t.grad = buffer(op, i, "grad", a.grad, true, n, a.grad.dtype(), device);
-    t.master = static_cast<float*>(
-        buffer(op, i, "master", a.master, is_low_precision(param_dtype), n, DType::f32, device));
+    const int64_t n = common_buffers(t, op, i, a, device, param_dtype);
     t.momentum_buffer = buffer(op, i, "momentum_buffer", a.momentum_buffer, momentum, n, state_dtype(param_dtype), device);
     t.step = static_cast<float*>(buffer(op, i, "step", a.step, momentum, 1, DType::f32, device));
-    t.numel = n;
   }
   return out;
 }
@@ -69,18 +77,12 @@ std::vector<AdamTensor> adam_tensors(const char* op, const std::vector<AdamParam
   const DType state = state_dtype(param_dtype);
   for (size_t i = 0; i < params.size(); ++i) {
     const AdamParam& a = params[i];
-    check_pair(op, i, a.param, a.grad, param_dtype);
-    const int64_t n = a.param.numel();
     AdamTensor& t = out[i];
-    t.param = buffer(op, i, "param", a.param, true, n, param_dtype, device);
-    t.grad = buffer(op, i, "grad", a.grad, true, n, a.grad.dtype(), device);
-    t.master = static_cast<float*>(
-        buffer(op, i, "master", a.master, is_low_precision(param_dtype), n, DType::f32, device));
+    const int64_t n = common_buffers(t, op, i, a, device, param_dtype);
     t.exp_avg = buffer(op, i, "exp_avg", a.exp_avg, true, n, state, device);
     t.exp_avg_sq = buffer(op, i, "exp_avg_sq", a.exp_avg_sq, true, n, state, device);
     t.max_exp_avg_sq = buffer(op, i, "max_exp_avg_sq", a.max_exp_avg_sq, hyper.amsgrad, n, state, device);
     t.step = static_cast<float*>(buffer(op, i, "step", a.step, true, 1, DType::f32, device));
-    t.numel = n;
   }
   return out;
 }

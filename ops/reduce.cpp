@@ -60,6 +60,25 @@ Tensor expand_grad(const Tensor& g, const Shape& keep_shape, const Shape& x_shap
   return g.reshape(keep_shape).expand(x_shape);
 }
 
+// A floating reduction's operands: the input after the precision hook (checked defined and
+// floating), the dims it reduces and its keepdim shape.
+struct FloatingReduction {
+  Tensor x;
+  std::vector<int64_t> dims;
+  Shape keep_shape;
+};
+
+FloatingReduction prepare_floating(OpId op, const Tensor& x_in, const std::vector<int64_t>& dims) {
+  const char* name = op_name(op);
+  PRECIS_CHECK(x_in.defined(), name, ": the input tensor is undefined");
+  Tensor x = apply_precision(op, x_in)[0];
+  PRECIS_CHECK_DTYPE(is_floating(x.dtype()), name, ": expects a floating tensor, got ", x.describe(),
+                     "; convert it first, e.g. x.to(DType::f32)");
+  std::vector<int64_t> rd = reduce_dims(x, dims, name);
+  Shape keep_shape = keepdim_shape(x, rd);
+  return {std::move(x), std::move(rd), std::move(keep_shape)};
+}
+
 }  // namespace
 
 Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
@@ -106,12 +125,10 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
-  PRECIS_CHECK(x_in.defined(), "mean: the input tensor is undefined");
-  const Tensor x = apply_precision(OpId::mean, x_in)[0];
-  PRECIS_CHECK_DTYPE(is_floating(x.dtype()), "mean: expects a floating tensor, got ", x.describe(),
-                     "; convert it first, e.g. x.to(DType::f32)");
-  const std::vector<int64_t> rd = reduce_dims(x, dims, "mean");
-  const Shape keep_shape = keepdim_shape(x, rd);
+  const FloatingReduction r = prepare_floating(OpId::mean, x_in, dims);
+  const Tensor& x = r.x;
+  const std::vector<int64_t>& rd = r.dims;
+  const Shape& keep_shape = r.keep_shape;
   Tensor out = empty(keep_shape, {.dtype = x.dtype(), .device = x.device()});
   if (rd.empty()) {
     kernel<kernels::CopyKernel>(OpId::copy, x.device().type, x.dtype())(out, x);
@@ -130,12 +147,10 @@ Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) 
 }
 
 Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
-  PRECIS_CHECK(x_in.defined(), "var: the input tensor is undefined");
-  const Tensor x = apply_precision(OpId::var, x_in)[0];
-  PRECIS_CHECK_DTYPE(is_floating(x.dtype()), "var: expects a floating tensor, got ", x.describe(),
-                     "; convert it first, e.g. x.to(DType::f32)");
-  const std::vector<int64_t> rd = reduce_dims(x, dims, "var");
-  const Shape keep_shape = keepdim_shape(x, rd);
+  const FloatingReduction r = prepare_floating(OpId::var, x_in, dims);
+  const Tensor& x = r.x;
+  const std::vector<int64_t>& rd = r.dims;
+  const Shape& keep_shape = r.keep_shape;
   Tensor out = empty(keep_shape, {.dtype = x.dtype(), .device = x.device()});
   // A 0-d tensor reduces over nothing: N = 1, handled by the kernel as a 1-element reduction.
   const Tensor xr = rd.empty() ? detail::make_alias(x, {1}, {1}, x.storage_offset()) : x;

@@ -1,5 +1,8 @@
-// Unary element-wise ops: forward (checks, kernel call) and backward (public ops on the saved
-// input or output). Kernels: ops/cpu/unary.cpp.
+// Unary element-wise ops: one front-end (unary_op) for all of them; the simple ones take their
+// derivative from the table ops/unary_ops.def. Kernels: ops/cpu/unary.cpp.
+#include <concepts>
+#include <string>
+
 #include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/elementwise_backward.h"
@@ -14,12 +17,17 @@ using autograd::TensorList;
 
 namespace {
 
+// Which dtypes a unary op takes (ops/unary_ops.def).
+enum class Domain { Floating, Numeric };
+// What a unary op's derivative reads besides the incoming gradient.
+enum class Saved { nothing, self, result };
+
 // Runs the unary kernel of `op` into a new contiguous tensor of x's shape and dtype.
-// floating_only: the op is defined on f32/f64/f16/bf16 only (else also i32/i64).
-Tensor run_unary(OpId op, const Tensor& x, double param, bool floating_only) {
+// Floating: the op is defined on f32/f64/f16/bf16 only; Numeric: also i32/i64.
+Tensor run_unary(OpId op, const Tensor& x, double param, Domain domain) {
   const char* name = op_name(op);
   PRECIS_CHECK(x.defined(), name, ": the input tensor is undefined");
-  if (floating_only) {
+  if (domain == Domain::Floating) {
     PRECIS_CHECK_DTYPE(x.is_floating_point(), name, ": expected a floating tensor, got ", x.describe(),
                        "; convert it first, e.g. ", name, "(x.to(DType::f32))");
   } else {
@@ -28,6 +36,33 @@ Tensor run_unary(OpId op, const Tensor& x, double param, bool floating_only) {
   }
   Tensor out = empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()});
   kernel<kernels::UnaryKernel>(op, x.device().type, x.dtype())(out, x, param);
+  return out;
+}
+
+// A kernel parameter, either a value or a function computing it: gelu validates its argument
+// only after the precision hook has seen the call, as every op checks its operands after it.
+double param_value(double p) { return p; }
+template <std::invocable F>
+double param_value(const F& f) { return f(); }
+
+// The front-end of every unary op: precision hook, checks, kernel, and, when a gradient is
+// needed, a backward node returning derivative(grad, saved) with `saved` as S says (undefined for
+// Saved::nothing). `name` names the op in the saved tensor's in-place error. Nothing here costs
+// more than the hand-written form did: the derivative is a functor stored in the one closure that
+// record() keeps, built only when a gradient is needed.
+template <Saved S, typename Param, typename Derivative>
+Tensor unary_op(OpId op, const char* name, const Tensor& x_in, const Param& param, Domain domain,
+                const Derivative& derivative) {
+  const Tensor x = apply_precision(op, x_in)[0];
+  Tensor out = run_unary(op, x, param_value(param), domain);
+  if (autograd::needs_grad({&x})) {
+    SavedTensor saved;
+    if constexpr (S == Saved::self) saved = SavedTensor(x);
+    if constexpr (S == Saved::result) saved = SavedTensor(out);
+    autograd::record(op, {x}, {out}, [saved = std::move(saved), name, derivative](const TensorList& g) -> TensorList {
+      return {derivative(g[0], saved.unpack(name))};
+    });
+  }
   return out;
 }
 
@@ -56,135 +91,37 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& app
   return run_backward(OpId::gelu_backward, grad, x, gelu_flag("gelu_backward", approximate));
 }
 
-Tensor neg(const Tensor& x_in) {
-  const Tensor x = apply_precision(OpId::neg, x_in)[0];
-  Tensor out = run_unary(OpId::neg, x, 0.0, false);
-  if (autograd::needs_grad({&x}))
-    autograd::record(OpId::neg, {x}, {out}, [](const TensorList& g) -> TensorList { return {neg(g[0])}; });
-  return out;
-}
-
-Tensor abs(const Tensor& x_in) {
-  const Tensor x = apply_precision(OpId::abs, x_in)[0];
-  Tensor out = run_unary(OpId::abs, x, 0.0, false);
-  if (autograd::needs_grad({&x})) {
-    // g·sign(x), with sign(0) = 0 (as PyTorch).
-    autograd::record(OpId::abs, {x}, {out}, [sx = SavedTensor(x)](const TensorList& g) -> TensorList {
-      const Tensor x = sx.unpack("abs");
-      return {where(lt(x, 0), neg(g[0]), where(gt(x, 0), g[0], 0))};
-    });
+// One public function per row of the table.
+#define PRECIS_UNARY(op, domain, saved, derivative)                                                           \
+  Tensor op(const Tensor& x) {                                                                                \
+    return unary_op<Saved::saved>(OpId::op, #op, x, 0.0, Domain::domain,                                     \
+                                  [](const Tensor& grad, [[maybe_unused]] const Tensor& saved) -> Tensor { \
+                                    return derivative;                                                        \
+                                  });                                                                         \
   }
-  return out;
+#include "ops/unary_ops.def"
+#undef PRECIS_UNARY
+
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  return unary_op<Saved::self>(
+      OpId::gelu, "gelu", x, [&] { return gelu_flag("gelu", approximate); }, Domain::Floating,
+      [approximate](const Tensor& grad, const Tensor& self) { return gelu_backward(grad, self, approximate); });
 }
 
-Tensor exp(const Tensor& x_in) {
-  const Tensor x = apply_precision(OpId::exp, x_in)[0];
-  Tensor out = run_unary(OpId::exp, x, 0.0, true);
-  if (autograd::needs_grad({&x})) {
-    autograd::record(OpId::exp, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
-      return {mul(g[0], sy.unpack("exp"))};
-    });
-  }
-  return out;
-}
-
-Tensor log(const Tensor& x_in) {
-  const Tensor x = apply_precision(OpId::log, x_in)[0];
-  Tensor out = run_unary(OpId::log, x, 0.0, true);
-  if (autograd::needs_grad({&x})) {
-    autograd::record(OpId::log, {x}, {out}, [sx = SavedTensor(x)](const TensorList& g) -> TensorList {
-      return {div(g[0], sx.unpack("log"))};
-    });
-  }
-  return out;
-}
-
-Tensor sqrt(const Tensor& x_in) {
-  const Tensor x = apply_precision(OpId::sqrt, x_in)[0];
-  Tensor out = run_unary(OpId::sqrt, x, 0.0, true);
-  if (autograd::needs_grad({&x})) {
-    // d√x = 1 / (2√x)
-    autograd::record(OpId::sqrt, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
-      return {div(g[0], mul(sy.unpack("sqrt"), 2.0))};
-    });
-  }
-  return out;
-}
-
-Tensor rsqrt(const Tensor& x_in) {
-  const Tensor x = apply_precision(OpId::rsqrt, x_in)[0];
-  Tensor out = run_unary(OpId::rsqrt, x, 0.0, true);
-  if (autograd::needs_grad({&x})) {
-    // d x^(-1/2) = -½ x^(-3/2) = -½ y³
-    autograd::record(OpId::rsqrt, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
-      return {mul(g[0], mul(pow(sy.unpack("rsqrt"), 3), -0.5))};
-    });
-  }
-  return out;
-}
-
-Tensor tanh(const Tensor& x_in) {
-  const Tensor x = apply_precision(OpId::tanh, x_in)[0];
-  Tensor out = run_unary(OpId::tanh, x, 0.0, true);
-  if (autograd::needs_grad({&x})) {
-    autograd::record(OpId::tanh, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
-      const Tensor y = sy.unpack("tanh");
-      return {mul(g[0], 1.0 - mul(y, y))};
-    });
-  }
-  return out;
-}
-
-Tensor sigmoid(const Tensor& x_in) {
-  const Tensor x = apply_precision(OpId::sigmoid, x_in)[0];
-  Tensor out = run_unary(OpId::sigmoid, x, 0.0, true);
-  if (autograd::needs_grad({&x})) {
-    autograd::record(OpId::sigmoid, {x}, {out}, [sy = SavedTensor(out)](const TensorList& g) -> TensorList {
-      const Tensor y = sy.unpack("sigmoid");
-      return {mul(mul(g[0], y), 1.0 - y)};
-    });
-  }
-  return out;
-}
-
-Tensor relu(const Tensor& x_in) {
-  const Tensor x = apply_precision(OpId::relu, x_in)[0];
-  Tensor out = run_unary(OpId::relu, x, 0.0, false);
-  if (autograd::needs_grad({&x})) {
-    autograd::record(OpId::relu, {x}, {out}, [sx = SavedTensor(x)](const TensorList& g) -> TensorList {
-      return {relu_backward(g[0], sx.unpack("relu"))};
-    });
-  }
-  return out;
-}
-
-Tensor gelu(const Tensor& x_in, const std::string& approximate) {
-  const Tensor x = apply_precision(OpId::gelu, x_in)[0];
-  const double flag = gelu_flag("gelu", approximate);
-  Tensor out = run_unary(OpId::gelu, x, flag, true);
-  if (autograd::needs_grad({&x})) {
-    autograd::record(OpId::gelu, {x}, {out}, [sx = SavedTensor(x), approximate](const TensorList& g) -> TensorList {
-      return {gelu_backward(g[0], sx.unpack("gelu"), approximate)};
-    });
-  }
-  return out;
-}
-
-Tensor pow(const Tensor& x_in, Scalar exponent) {
-  const Tensor x = apply_precision(OpId::pow_scalar, x_in)[0];
+Tensor pow(const Tensor& x, Scalar exponent) {
   const double e = exponent.to_double();
-  Tensor out = run_unary(OpId::pow_scalar, x, e, true);
-  if (autograd::needs_grad({&x})) {
-    // d x^e = e·x^(e-1); e = 0 gives a zero gradient (not 0·x^-1, which is NaN at x = 0).
-    autograd::record(OpId::pow_scalar, {x}, {out}, [sx = SavedTensor(x), e](const TensorList& g) -> TensorList {
-      if (e == 0.0) return {zeros_like(g[0])};
-      const Tensor x = sx.unpack("pow");
-      if (e == 1.0) return {g[0]};
-      if (e == 2.0) return {mul(g[0], mul(x, 2.0))};
-      return {mul(g[0], mul(pow(x, e - 1.0), e))};
-    });
+  // d x^e = e·x^(e-1); e = 0 gives a zero gradient (not 0·x^-1, which is NaN at x = 0) and needs
+  // no saved input.
+  if (e == 0.0) {
+    return unary_op<Saved::nothing>(OpId::pow_scalar, "pow", x, e, Domain::Floating,
+                                    [](const Tensor& grad, const Tensor&) { return zeros_like(grad); });
   }
-  return out;
+  return unary_op<Saved::self>(OpId::pow_scalar, "pow", x, e, Domain::Floating,
+                               [e](const Tensor& grad, const Tensor& self) -> Tensor {
+                                 if (e == 1.0) return grad;
+                                 if (e == 2.0) return mul(grad, mul(self, 2.0));
+                                 return mul(grad, mul(pow(self, e - 1.0), e));
+                               });
 }
 
 }  // namespace precis

@@ -32,7 +32,7 @@ Adam::Adam(std::vector<ParamGroup<AdamOptions>> groups, AdamOptions defaults)
     : Adam("Adam", false, detail::params_of(groups), detail::options_of(groups, defaults)) {}
 
 Adam::Adam(std::string name, bool decoupled, std::vector<std::vector<Tensor>> groups, std::vector<AdamOptions> options)
-    : Optimizer(std::move(name), std::move(groups)), decoupled_(decoupled), options_(std::move(options)) {
+    : OptimizerWithOptions(std::move(name), std::move(groups), std::move(options)), decoupled_(decoupled) {
   for (size_t g = 0; g < options_.size(); ++g) check_options(options_[g], g);
 }
 
@@ -65,23 +65,6 @@ void Adam::check_options(const AdamOptions& o, size_t group) const {
       break;
     }
   }
-}
-
-const AdamOptions& Adam::options(size_t group) const {
-  (void)group_params(group);
-  return options_[group];
-}
-
-void Adam::set_options(size_t group, const AdamOptions& options) {
-  (void)group_params(group);
-  check_options(options, group);
-  options_[group] = options;
-}
-
-void Adam::set_group_lr(size_t group, double lr) {
-  AdamOptions o = options(group);
-  o.lr = lr;
-  set_options(group, o);
 }
 
 void Adam::set_group_momentum(size_t group, double beta1) {

@@ -37,18 +37,13 @@ struct AdamWOptions {
 /// Construction warns (core/warning.h) when eps is 0, or so small that it rounds to 0 or to a
 /// subnormal in the state dtype (below 1.18e-38 for fp32): adding it no longer keeps the
 /// denominator away from 0, and elements with zero second moment produce 0/0 = NaN.
-class Adam : public Optimizer {
+class Adam : public OptimizerWithOptions<AdamOptions> {
  public:
   explicit Adam(std::vector<Tensor> params, AdamOptions defaults = {});
   Adam(std::vector<ParamGroup<AdamOptions>> groups, AdamOptions defaults = {});
 
   void step(const StepOptions& options = {}) override;
 
-  const AdamOptions& options(size_t group) const;
-  void set_options(size_t group, const AdamOptions& options);
-
-  double group_lr(size_t group) const override { return options(group).lr; }
-  void set_group_lr(size_t group, double lr) override;
   /// The momentum OneCycleLR cycles is beta1.
   bool has_momentum() const override { return true; }
   double group_momentum(size_t group) const override { return options(group).betas.first; }
@@ -61,11 +56,10 @@ class Adam : public Optimizer {
   std::vector<std::string> state_keys() const override {
     return {"step", "master", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   }
+  void check_options(const AdamOptions& o, size_t group) const override;
 
  private:
-  void check_options(const AdamOptions& o, size_t group) const;
   bool decoupled_;
-  std::vector<AdamOptions> options_;
 };
 
 /// Adam with decoupled weight decay (Loshchilov & Hutter). Options are AdamWOptions for

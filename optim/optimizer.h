@@ -137,6 +137,39 @@ class Optimizer {
   bool warned_no_gradients_ = false;
 };
 
+/// The base of the optimizers configured by an options struct per group (SGD, Adam): the
+/// options, validated by the derived check_options on every change, and the lr schedulers set.
+template <typename Options>
+class OptimizerWithOptions : public Optimizer {
+ public:
+  /// The options of a group (change them with set_options, which validates).
+  const Options& options(size_t group) const {
+    (void)group_params(group);  // range check
+    return options_[group];
+  }
+  void set_options(size_t group, const Options& options) {
+    (void)group_params(group);
+    check_options(options, group);
+    options_[group] = options;
+  }
+
+  double group_lr(size_t group) const override { return options(group).lr; }
+  void set_group_lr(size_t group, double lr) override {
+    Options o = options(group);
+    o.lr = lr;
+    set_options(group, o);
+  }
+
+ protected:
+  /// The derived constructor checks `options` (check_options is virtual: not callable from here).
+  OptimizerWithOptions(std::string name, std::vector<std::vector<Tensor>> groups, std::vector<Options> options)
+      : Optimizer(std::move(name), std::move(groups)), options_(std::move(options)) {}
+  /// ValueError naming the group and the option when `o` is invalid.
+  virtual void check_options(const Options& o, size_t group) const = 0;
+
+  std::vector<Options> options_;
+};
+
 template <typename Fn>
 void Optimizer::for_each_param_with_grad(const StepOptions& options, Fn&& fn) {
   size_t index = 0, with_grad = 0;

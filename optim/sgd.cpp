@@ -9,17 +9,6 @@
 namespace precis::optim {
 namespace {
 
-void check_sgd_options(const SGDOptions& o, size_t group) {
-  const std::string who = "SGD (group " + std::to_string(group) + ")";
-  detail::check_non_negative(who, "lr", o.lr);
-  detail::check_non_negative(who, "momentum", o.momentum);
-  detail::check_non_negative(who, "weight_decay", o.weight_decay);
-  PRECIS_CHECK(o.dampening == o.dampening, who, ": invalid dampening ", o.dampening);
-  PRECIS_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), who,
-               ": nesterov momentum requires momentum > 0 and dampening == 0, got momentum ", o.momentum,
-               " and dampening ", o.dampening);
-}
-
 kernels::SgdHyper hyper_of(const SGDOptions& o) {
   return {o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.maximize};
 }
@@ -29,25 +18,19 @@ kernels::SgdHyper hyper_of(const SGDOptions& o) {
 SGD::SGD(std::vector<Tensor> params, SGDOptions defaults) : SGD(std::vector<ParamGroup<SGDOptions>>{{std::move(params), defaults}}) {}
 
 SGD::SGD(std::vector<ParamGroup<SGDOptions>> groups, SGDOptions defaults)
-    : Optimizer("SGD", detail::params_of(groups)), options_(detail::options_of(groups, defaults)) {
-  for (size_t g = 0; g < options_.size(); ++g) check_sgd_options(options_[g], g);
+    : OptimizerWithOptions("SGD", detail::params_of(groups), detail::options_of(groups, defaults)) {
+  for (size_t g = 0; g < options_.size(); ++g) check_options(options_[g], g);
 }
 
-const SGDOptions& SGD::options(size_t group) const {
-  (void)group_params(group);  // range check
-  return options_[group];
-}
-
-void SGD::set_options(size_t group, const SGDOptions& options) {
-  (void)group_params(group);
-  check_sgd_options(options, group);
-  options_[group] = options;
-}
-
-void SGD::set_group_lr(size_t group, double lr) {
-  SGDOptions o = options(group);
-  o.lr = lr;
-  set_options(group, o);
+void SGD::check_options(const SGDOptions& o, size_t group) const {
+  const std::string who = "SGD (group " + std::to_string(group) + ")";
+  detail::check_non_negative(who, "lr", o.lr);
+  detail::check_non_negative(who, "momentum", o.momentum);
+  detail::check_non_negative(who, "weight_decay", o.weight_decay);
+  PRECIS_CHECK(o.dampening == o.dampening, who, ": invalid dampening ", o.dampening);
+  PRECIS_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), who,
+               ": nesterov momentum requires momentum > 0 and dampening == 0, got momentum ", o.momentum,
+               " and dampening ", o.dampening);
 }
 
 void SGD::set_group_momentum(size_t group, double momentum) {

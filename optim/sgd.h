@@ -21,7 +21,7 @@ struct SGDOptions {
 /// State per parameter: "momentum_buffer" and "step" (f32 count of applied steps since the buffer
 /// was made; the first applied step fills the buffer with the gradient) when momentum != 0, and
 /// "master" for f16/bf16 parameters.
-class SGD : public Optimizer {
+class SGD : public OptimizerWithOptions<SGDOptions> {
  public:
   /// One group with `defaults`. Throws ValueError for invalid options or parameters.
   explicit SGD(std::vector<Tensor> params, SGDOptions defaults = {});
@@ -30,12 +30,6 @@ class SGD : public Optimizer {
 
   void step(const StepOptions& options = {}) override;
 
-  /// The options of a group (change them with set_options, which validates).
-  const SGDOptions& options(size_t group) const;
-  void set_options(size_t group, const SGDOptions& options);
-
-  double group_lr(size_t group) const override { return options(group).lr; }
-  void set_group_lr(size_t group, double lr) override;
   bool has_momentum() const override { return true; }
   double group_momentum(size_t group) const override { return options(group).momentum; }
   void set_group_momentum(size_t group, double momentum) override;
@@ -44,9 +38,7 @@ class SGD : public Optimizer {
   std::vector<std::pair<std::string, double>> group_options_as_reals(size_t group) const override;
   void load_group_options(size_t group, const StateDict& entries) override;
   std::vector<std::string> state_keys() const override { return {"step", "master", "momentum_buffer"}; }
-
- private:
-  std::vector<SGDOptions> options_;
+  void check_options(const SGDOptions& o, size_t group) const override;
 };
 
 }  // namespace precis::optim

@@ -145,6 +145,36 @@ void row_moments(const A* x, int64_t n, A& mean, A& var) {
   var = static_cast<A>(q / static_cast<double>(n));
 }
 
+// The rows a layer / group norm forward normalises: x and out as (rows, n) contiguous, and the
+// per-row mean and rstd it writes (statistics type A).
+template <typename T>
+struct NormRows {
+  using A = opmath_t<T>;
+  struct Row {
+    const A* x;  // the row in A (RowBuf's view)
+    A mean, rstd;
+  };
+  NormRows(const Tensor& out_t, const Tensor& mean_t, const Tensor& rstd_t, const Tensor& x_t, int64_t n, double eps)
+      : x(x_t.data_ptr<T>()), out(out_t.data_ptr<T>()), mean(mean_t.data_ptr<A>()), rstd(rstd_t.data_ptr<A>()),
+        n(n), eps(eps) {}
+  // Loads row r, computes its mean and 1/sqrt(var + eps) and stores them.
+  Row normalise_stats(int64_t r, RowBuf<T>& buf) const {
+    const A* xr = buf.load(x + r * n, n);
+    A mu = 0, var = 0;
+    if (n > 0) row_moments(xr, n, mu, var);
+    const A rs = static_cast<A>(1.0 / std::sqrt(static_cast<double>(var) + eps));
+    mean[r] = mu;
+    rstd[r] = rs;
+    return {xr, mu, rs};
+  }
+  const T* x;
+  T* out;
+  A* mean;
+  A* rstd;
+  int64_t n;
+  double eps;
+};
+
 // y = (x − mean)·scale + shift over a row. Centring first keeps the result exact to a few ulps
 // of itself when |mean| or scale is large (x·scale + (shift − mean·scale) would cancel).
 template <typename A>
@@ -302,22 +332,14 @@ void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
                        const Tensor& weight, const Tensor& bias, double eps) {
   using A = opmath_t<T>;
   const int64_t M = x.size(0), D = x.size(1);
-  const T* xp = x.data_ptr<T>();
-  T* op = out.data_ptr<T>();
   const A* w = ptr_or_null<A>(weight);
   const A* b = ptr_or_null<A>(bias);
-  A* mp = mean.data_ptr<A>();
-  A* rp = rstd.data_ptr<A>();
+  const NormRows<T> rows(out, mean, rstd, x, D, eps);
   parallel_for(0, M, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(D, 1)), [&](int64_t lo, int64_t hi) {
     RowBuf<T> xb(D), ob(D);
     for (int64_t r = lo; r < hi; ++r) {
-      const A* xr = xb.load(xp + r * D, D);
-      A mu = 0, var = 0;
-      if (D > 0) row_moments(xr, D, mu, var);
-      const A rs = static_cast<A>(1.0 / std::sqrt(static_cast<double>(var) + eps));
-      mp[r] = mu;
-      rp[r] = rs;
-      A* o = ob.out(op + r * D);
+      const auto [xr, mu, rs] = rows.normalise_stats(r, xb);
+      A* o = ob.out(rows.out + r * D);
       if (w && b) {
         for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mu) * rs * w[i] + b[i];
       } else if (w) {
@@ -327,7 +349,7 @@ void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
       } else {
         for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mu) * rs;
       }
-      ob.store(op + r * D, D);
+      ob.store(rows.out + r * D, D);
     }
   });
 }
@@ -413,28 +435,20 @@ void group_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
   using A = opmath_t<T>;
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const int64_t Cg = C / G, L = Cg * S;
-  const T* xp = x.data_ptr<T>();
-  T* op = out.data_ptr<T>();
   const A* w = ptr_or_null<A>(weight);
   const A* b = ptr_or_null<A>(bias);
-  A* mp = mean.data_ptr<A>();
-  A* rp = rstd.data_ptr<A>();
+  const NormRows<T> rows(out, mean, rstd, x, L, eps);
   parallel_for(0, N * G, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(L, 1)), [&](int64_t lo, int64_t hi) {
     RowBuf<T> xb(L), ob(L);
     for (int64_t t = lo; t < hi; ++t) {
-      const A* xr = xb.load(xp + t * L, L);
-      A mu = 0, var = 0;
-      if (L > 0) row_moments(xr, L, mu, var);
-      const A rs = static_cast<A>(1.0 / std::sqrt(static_cast<double>(var) + eps));
-      mp[t] = mu;
-      rp[t] = rs;
-      A* o = ob.out(op + t * L);
+      const auto [xr, mu, rs] = rows.normalise_stats(t, xb);
+      A* o = ob.out(rows.out + t * L);
       const int64_t c0 = (t % G) * Cg;
       for (int64_t j = 0; j < Cg; ++j) {
         const A scale = (w ? w[c0 + j] : A(1)) * rs;
         affine_row(xr + j * S, o + j * S, S, mu, scale, b ? b[c0 + j] : A(0));
       }
-      ob.store(op + t * L, L);
+      ob.store(rows.out + t * L, L);
     }
   });
 }

@@ -146,34 +146,38 @@ void adam_tensor(const AdamTensor& t, const AdamHyper& h, const ScalerArgs& sc) 
   *t.step = step;
 }
 
-template <typename P>
-void sgd_kernel(const std::vector<kernels::SgdParam>& params, const SgdHyper& h, const Tensor& grad_scale,
-                const Tensor& found_inf) {
-  const ScalerArgs sc = kernels::scaler_args("sgd_step", grad_scale, found_inf, Device::cpu());
-  const std::vector<SgdTensor> ts = kernels::sgd_tensors("sgd_step", params, h, Device::cpu(), dtype_of<P>());
+// An optimizer kernel's body: checks the scaler inputs and the parameters' tensors (op names
+// the kernel in messages), skips the step when found_inf is set, else updates each parameter with
+// update<G>, G the gradient's element type (P, or f32 for an f16/bf16 parameter's fp32 gradient).
+template <typename P, typename Param, typename Hyper, typename MakeTensors, typename Update>
+void run_step(const char* op, const std::vector<Param>& params, const Hyper& h, const Tensor& grad_scale,
+              const Tensor& found_inf, MakeTensors make_tensors, Update update) {
+  const ScalerArgs sc = kernels::scaler_args(op, grad_scale, found_inf, Device::cpu());
+  const auto ts = make_tensors(op, params, h, Device::cpu(), dtype_of<P>());
   if (skipped(sc)) return;
   for (size_t i = 0; i < ts.size(); ++i) {
     if (params[i].grad.dtype() == params[i].param.dtype()) {
-      sgd_tensor<P, P>(ts[i], h, sc);
+      update.template operator()<P>(ts[i], h, sc);
     } else if constexpr (is_reduced_float_v<P>) {
-      sgd_tensor<P, float>(ts[i], h, sc);
+      update.template operator()<float>(ts[i], h, sc);
     }
   }
 }
 
 template <typename P>
+void sgd_kernel(const std::vector<kernels::SgdParam>& params, const SgdHyper& h, const Tensor& grad_scale,
+                const Tensor& found_inf) {
+  run_step<P>("sgd_step", params, h, grad_scale, found_inf, &kernels::sgd_tensors,
+              []<typename G>(const SgdTensor& t, const SgdHyper& hy, const ScalerArgs& sc) { sgd_tensor<P, G>(t, hy, sc); });
+}
+
+template <typename P>
 void adam_kernel(const std::vector<kernels::AdamParam>& params, const AdamHyper& h, const Tensor& grad_scale,
                  const Tensor& found_inf) {
-  const ScalerArgs sc = kernels::scaler_args("adam_step", grad_scale, found_inf, Device::cpu());
-  const std::vector<AdamTensor> ts = kernels::adam_tensors("adam_step", params, h, Device::cpu(), dtype_of<P>());
-  if (skipped(sc)) return;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    if (params[i].grad.dtype() == params[i].param.dtype()) {
-      adam_tensor<P, P>(ts[i], h, sc);
-    } else if constexpr (is_reduced_float_v<P>) {
-      adam_tensor<P, float>(ts[i], h, sc);
-    }
-  }
+  run_step<P>("adam_step", params, h, grad_scale, found_inf, &kernels::adam_tensors,
+              []<typename G>(const AdamTensor& t, const AdamHyper& hy, const ScalerArgs& sc) {
+                adam_tensor<P, G>(t, hy, sc);
+              });
 }
 
 }  // namespace

@@ -72,13 +72,12 @@ template <typename T> using sum_out_t = std::conditional_t<std::is_floating_poin
 // Partials combine in f64 for floating types, so a long fp32 sum loses only the in-chunk error.
 template <typename T> using total_of = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, double, int64_t>;
 
-// sum (scale 1) and mean (scale 1/N).
-template <typename T>
-struct SumOp {
+// The summing part of a reduction op: rows and columns summed in acc_t, partial sums merged in
+// Total. The derived op adds where the total goes (write).
+template <typename T, typename Total>
+struct Summing {
   using acc_t = acc_of<T>;
-  using total_t = total_of<T>;
-  sum_out_t<T>* out;
-  double scale;
+  using total_t = Total;
   acc_t identity() const { return 0; }
   total_t total_identity() const { return 0; }
   total_t merge(total_t t, acc_t a) const { return t + static_cast<total_t>(a); }
@@ -88,6 +87,15 @@ struct SumOp {
   void columns(acc_t* buf, const T* p, int64_t n, int64_t) const {
     columns_add<T, acc_t>(buf, p, n, [](acc_t v, int64_t) { return v; });
   }
+};
+
+// sum (scale 1) and mean (scale 1/N).
+template <typename T>
+struct SumOp : Summing<T, total_of<T>> {
+  using typename Summing<T, total_of<T>>::total_t;
+  SumOp(sum_out_t<T>* out_, double scale_) : out(out_), scale(scale_) {}
+  sum_out_t<T>* out;
+  double scale;
   void write(int64_t o, total_t t) const {
     if constexpr (std::is_floating_point_v<total_t>) {
       out[o] = convert<sum_out_t<T>>(static_cast<opmath_t<T>>(t * scale));
@@ -121,21 +129,12 @@ struct SquaredDeviationOp {
 
 // Mean into an accumulator-typed buffer (first pass of var).
 template <typename T>
-struct MeanToBufferOp {
+struct MeanToBufferOp : Summing<T, double> {
   using acc_t = acc_of<T>;
-  using total_t = double;
+  MeanToBufferOp(acc_t* out_, double scale_) : out(out_), scale(scale_) {}
   acc_t* out;
   double scale;
-  acc_t identity() const { return 0; }
-  total_t total_identity() const { return 0; }
-  total_t merge(total_t t, acc_t a) const { return t + static_cast<double>(a); }
-  acc_t row(const T* p, int64_t n, int64_t st, int64_t) const {
-    return row_sum<T, acc_t>(p, n, st, [](acc_t v) { return v; });
-  }
-  void columns(acc_t* buf, const T* p, int64_t n, int64_t) const {
-    columns_add<T, acc_t>(buf, p, n, [](acc_t v, int64_t) { return v; });
-  }
-  void write(int64_t o, total_t t) const { out[o] = static_cast<acc_t>(t * scale); }
+  void write(int64_t o, double t) const { out[o] = static_cast<acc_t>(t * scale); }
 };
 
 // x: any shape and strides; out: keepdim shape, contiguous.

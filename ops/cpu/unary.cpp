@@ -31,19 +31,28 @@ constexpr int64_t kTranscendentalGrain = 8192;
 
 // Each functor assigns f(x) to dst (both Eigen arrays of the compute type C); `param` is the
 // kernel's parameter (pow's exponent, gelu's approximation flag). kIntegers: has i32/i64 kernels.
-struct NegOp {
-  static constexpr bool kIntegers = true;
-  explicit NegOp(double) {}
-  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = -x; }
+template <bool Integers>
+struct NoParam {  // the base of the ops that take no parameter
+  static constexpr bool kIntegers = Integers;
+  explicit NoParam(double) {}
 };
-struct AbsOp {
-  static constexpr bool kIntegers = true;
-  explicit AbsOp(double) {}
-  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.abs(); }
-};
-struct ExpOp {
-  static constexpr bool kIntegers = false;
-  explicit ExpOp(double) {}
+// The ops that are one Eigen array expression of x.
+#define PRECIS_EIGEN_UNARY(Name, integers, expr)                                          \
+  struct Name : NoParam<integers> {                                                      \
+    using NoParam::NoParam;                                                              \
+    template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = expr; } \
+  };
+PRECIS_EIGEN_UNARY(NegOp, true, -x)
+PRECIS_EIGEN_UNARY(AbsOp, true, x.abs())
+PRECIS_EIGEN_UNARY(LogOp, false, x.log())
+PRECIS_EIGEN_UNARY(SqrtOp, false, x.sqrt())
+PRECIS_EIGEN_UNARY(TanhOp, false, x.tanh())
+// Eigen's vectorised erf: a rational approximation for f32, about 1e-7 relative to |x|.
+PRECIS_EIGEN_UNARY(ErfOp, false, x.erf())
+#undef PRECIS_EIGEN_UNARY
+
+struct ExpOp : NoParam<false> {
+  using NoParam::NoParam;
   template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.exp(); }
   // Eigen 3.4's vectorised exp clamps its argument from below, so exp(-inf) and exp(-1000) come
   // out as a subnormal floor (2.9e-39 in f32, 5.6e-309 in f64) instead of 0, which would leak
@@ -54,40 +63,22 @@ struct ExpOp {
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] < lo ? C(0) : out[i];
   }
 };
-struct LogOp {
-  static constexpr bool kIntegers = false;
-  explicit LogOp(double) {}
-  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.log(); }
-};
-struct SqrtOp {
-  static constexpr bool kIntegers = false;
-  explicit SqrtOp(double) {}
-  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.sqrt(); }
-};
-struct RsqrtOp {
-  static constexpr bool kIntegers = false;
-  explicit RsqrtOp(double) {}
+struct RsqrtOp : NoParam<false> {
+  using NoParam::NoParam;
   // Eigen's rsqrt uses a fast approximation with one Newton step under EIGEN_FAST_MATH; an exact
   // square root and division keep f32 results within an ulp or two.
   template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.sqrt().inverse(); }
 };
-struct TanhOp {
-  static constexpr bool kIntegers = false;
-  explicit TanhOp(double) {}
-  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.tanh(); }
-};
-struct SigmoidOp {
-  static constexpr bool kIntegers = false;
-  explicit SigmoidOp(double) {}
+struct SigmoidOp : NoParam<false> {
+  using NoParam::NoParam;
   // 1 / (1 + e^-x): saturates to 0 for very negative x (e^-x = inf) without producing NaN.
   template <typename D, typename X> void operator()(D& dst, const X& x) const {
     using C = typename D::Scalar;
     dst = C(1) / (C(1) + (-x).exp());
   }
 };
-struct ReluOp {
-  static constexpr bool kIntegers = true;
-  explicit ReluOp(double) {}
+struct ReluOp : NoParam<true> {
+  using NoParam::NoParam;
   // Eigen's max(x, 0) returns x when x is NaN (std::max semantics, also in its packet path), so
   // NaN passes through as in PyTorch; select() would not vectorise in Eigen 3.4.
   template <typename D, typename X> void operator()(D& dst, const X& x) const {
@@ -120,12 +111,6 @@ struct GeluOp {
   }
 };
 
-struct ErfOp {
-  static constexpr bool kIntegers = false;
-  explicit ErfOp(double) {}
-  // Eigen's vectorised erf: a rational approximation for f32, about 1e-7 relative to |x|.
-  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.erf(); }
-};
 
 struct PowOp {
   static constexpr bool kIntegers = false;

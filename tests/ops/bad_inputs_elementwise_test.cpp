@@ -31,6 +31,20 @@ void backward_after_inplace(Tensor (*fn)(const Tensor&)) {
   y.backward(ones_like(y));
 }
 
+// Backward after the output fn saved (the derivative tables' `result`) was modified in place.
+void backward_after_output_inplace(Tensor (*fn)(const Tensor&)) {
+  Tensor x = randn_input({3, 4}, true, 1, DType::f32);
+  Tensor y = fn(x);
+  {
+    NoGradGuard no_grad;
+    y.fill_(0.5);
+  }
+  y.backward(ones_like(y));
+}
+
+Tensor exp_fn(const Tensor& x) { return exp(x); }
+Tensor mul_self(const Tensor& x) { return mul(x, x); }
+Tensor div_self(const Tensor& x) { return div(x, x); }
 Tensor gelu_none(const Tensor& x) { return gelu(x); }
 Tensor gelu_tanh(const Tensor& x) { return gelu(x, "tanh"); }
 Tensor relu_fn(const Tensor& x) { return relu(x); }
@@ -71,6 +85,17 @@ const bool kUnaryBackward = register_error_cases({
                      "gelu_backward", "second time"),
     PRECIS_BAD_INPUT(gelu_backward, StateError, "the saved input modified in place", backward_after_inplace(gelu_none),
                      "gelu", "modified by an in-place operation"),
+});
+
+// The derivative tables (ops/unary_ops.def, ops/binary_ops.def) keep what each row names, checked
+// for in-place changes and named after the op.
+const bool kSaved = register_error_cases({
+    PRECIS_BAD_INPUT(exp, StateError, "the saved output modified in place", backward_after_output_inplace(exp_fn),
+                     "exp", "modified by an in-place operation"),
+    PRECIS_BAD_INPUT(mul, StateError, "a saved operand modified in place", backward_after_inplace(mul_self),
+                     "mul", "modified by an in-place operation"),
+    PRECIS_BAD_INPUT(div, StateError, "a saved operand modified in place", backward_after_inplace(div_self),
+                     "div", "modified by an in-place operation"),
 });
 
 const bool kBinary = register_error_cases({
