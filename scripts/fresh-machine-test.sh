@@ -8,6 +8,8 @@
 #                                                 it is deleted first and after a passing run)
 #   FRESH_KEEP=1 ...                              keep the root afterwards, to look inside
 #   FRESH_TRAIN_ARGS="..."                        TRAIN_ARGS for the shortened `make train`
+#   FRESH_CCACHE=DIR|none                         compiler cache the root's build shares (default:
+#                                                 this machine's ccache folder when ccache is here)
 #
 # Why: a green CI on a developer machine once hid a missing package for a whole wave, because that
 # machine already had it. Here nothing is installed but Debian's minbase, so every package `make
@@ -18,11 +20,23 @@
 # uses: a newcomer's machine reaches the same archive this one does. CUDA is not in Debian, so the
 # root covers the CPU-only newcomer path; the CUDA build is covered by `make test` on the CI machine.
 # The clone is of the committed HEAD: uncommitted changes are not tested.
+#
+# The root's build shares this machine's ccache folder (bind-mounted; the root's own ccache, which
+# install-deps.sh installs, uses it), so the second full build of a CI run costs minutes instead of
+# ten. That cannot hide a missing package: ccache only skips a compile whose compiler, command line
+# and every header it read are the same and present (a missing header turns the lookup into a real
+# preprocessor run, which fails as it would without the cache); configuring, linking, every tool
+# and every test run for real. Hits need equal paths: both builds give ccache their checkout as
+# base_dir (.ci/run exports CCACHE_BASEDIR), and dpkg installs the same compiler with the same
+# size and mtime, which is what ccache's default compiler check compares.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 root=${FRESH_ROOT:-$repo/build/fresh-root}
 keep=${FRESH_KEEP:-0}
+ccache_dir=${FRESH_CCACHE:-}
+if [[ -z $ccache_dir ]] && command -v ccache >/dev/null 2>&1; then ccache_dir=$(ccache -k cache_dir); fi
+[[ $ccache_dir == none ]] && ccache_dir=
 train_args=${FRESH_TRAIN_ARGS:---epochs 1 --limit-train 4096 --limit-test 2000 --log-every 8}
 suite=bookworm
 
@@ -133,11 +147,19 @@ for m in proc sys dev dev/pts dev/shm; do
   esac
   mounted+=("$root/$m")
 done
+if [[ -n $ccache_dir ]]; then
+  mkdir -p "$ccache_dir" "$root/root/.cache/ccache"
+  mount --bind "$ccache_dir" "$root/root/.cache/ccache"
+  mounted+=("$root/root/.cache/ccache")
+  say "the root's build shares the compiler cache $ccache_dir"
+fi
 
 # Exactly the README's commands, as root in a login-like environment with nothing from the host.
 in_root() {
+  local cache=()
+  [[ -z $ccache_dir ]] || cache=(CCACHE_BASEDIR=/root/precis "CCACHE_MAXSIZE=$(ccache -k max_size)")
   env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-      TERM=dumb chroot "$root" /bin/bash -c "cd /root/precis && $1"
+      TERM=dumb "${cache[@]}" chroot "$root" /bin/bash -c "cd /root/precis && $1"
 }
 # A newcomer's bare machine has no make; the README says to install it with git first.
 say "apt-get install make (README: before the first make)"
@@ -180,7 +202,7 @@ echo "CUDA build is not covered here)"
 echo "  root built by debootstrap:  ${t_root} s"
 echo "  packages install-deps asked for: ${asked:-none}"
 echo "  packages in the root: $(wc -l <<<"$packages_before") before, $(wc -l <<<"$packages_after") after"
-echo "  make test (deps, build, all tests): ${t_test} s"
+echo "  make test (deps, build, all tests): ${t_test} s (compiler cache: ${ccache_dir:-none})"
 echo "  make train TRAIN_ARGS=\"$train_args\": ${t_train} s"
 echo "  JSON: $json"
 echo "fresh-machine: PASSED in $(( SECONDS - t0 )) s"

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The CPU test suite under sanitizers, in build folders of its own (CUDA off).
+# The CPU test suite under sanitizers, and the fuzz harnesses, in build folders of their own (CUDA off).
 #
-#   scripts/sanitize-test.sh          ASan + UBSan over the whole CPU suite, then TSan over the
-#                                     threaded tests (thread pool, allocator, data loader, OpenMP
-#                                     and oneDNN kernels at several thread counts)
-#   scripts/sanitize-test.sh asan     only the first
-#   scripts/sanitize-test.sh tsan     only the second
+#   scripts/sanitize-test.sh          ASan + UBSan over the whole CPU suite, the fuzz harnesses
+#                                     (fuzz/) for FUZZ_SECONDS each, then TSan over the threaded
+#                                     tests (thread pool, allocator, data loader, OpenMP and oneDNN
+#                                     kernels at several thread counts)
+#   scripts/sanitize-test.sh asan     only the first       ... fuzz   only the harnesses
+#   scripts/sanitize-test.sh tsan     only the last
 #
-# Variables: ASAN_BUILD_DIR (build-asan), TSAN_BUILD_DIR (build-tsan), JOBS (nproc).
+# Variables: ASAN_BUILD_DIR (build-asan), TSAN_BUILD_DIR (build-tsan), JOBS (nproc),
+# FUZZ_SECONDS (20: per harness, after replaying fuzz/regressions; `make fuzz` runs longer).
 # Exits non-zero when a test fails or a sanitizer reports anything. ASan, LSan and TSan reports are
 # also written to <build dir>/sanitizer-reports/ (the run fails if that folder is not empty at the
 # end) and printed, so a report in a process whose exit status is lost still fails the run; UBSan
 # reports (which the combined ASan runtime prints to stderr only) are counted in the ctest log.
 #
 # Why each choice (docs/design/sanitizers.md has the measurements):
+# - One clang build serves the sanitized suite and the fuzz harnesses (-DPRECIS_FUZZ=ON adds the
+#   libFuzzer coverage instrumentation, which the tests ignore): a second instrumented build of
+#   the library would not fit CI's 45 minutes on 2 cores. Eigen's headers are left uninstrumented
+#   there (fuzz/sanitizer-ignorelist.txt: instrumented, its GEMM templates triple the compile time).
 # - -O1 -g1: instrumented -O2 builds are slower still; -g1 (line tables only, enough for the
 #   file:line of every frame in a report) compiles about 30% faster than -g.
 # - The install tests (label `install`) are left out: they configure and build the library again
@@ -31,9 +37,9 @@ cd "$(dirname "$0")/.."
 
 what=${1:-all}
 case "$what" in
-  all|asan|tsan) ;;
-  -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "sanitize-test: unknown argument '$what' (asan, tsan or nothing for both)" >&2; exit 2 ;;
+  all|asan|fuzz|tsan) ;;
+  -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "sanitize-test: unknown argument '$what' (asan, fuzz, tsan or nothing for all)" >&2; exit 2 ;;
 esac
 
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -48,15 +54,30 @@ export OMP_WAIT_POLICY=passive
 
 say() { echo "== sanitize-test: $*"; }
 
-# configure <dir> <compile and link flags>: a CPU-only test build with the given instrumentation.
-# The per-layer link checks (shared libraries linked with --no-undefined) are off here: they check
-# the layering, which the ordinary build already does, and would need the sanitizer runtimes too.
+# configure <dir> <compile and link flags> [cmake options]: a CPU-only test build with the given
+# instrumentation. The per-layer link checks (shared libraries linked with --no-undefined) are off
+# here: they check the layering, which the ordinary build already does, and would need the
+# sanitizer runtimes too.
 configure() {
   local dir=$1 flags=$2
+  shift 2
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
         "-DCMAKE_CXX_FLAGS_SANITIZE=-O1 -g1 -fno-omit-frame-pointer $flags" \
         "-DCMAKE_EXE_LINKER_FLAGS_SANITIZE=$flags" \
-        -DPRECIS_CUDA=OFF -DPRECIS_BUILD_TESTS=ON -DPRECIS_BUILD_BENCHMARKS=OFF -DPRECIS_LAYER_CHECKS=OFF >/dev/null
+        -DPRECIS_CUDA=OFF -DPRECIS_BUILD_TESTS=ON -DPRECIS_BUILD_BENCHMARKS=OFF -DPRECIS_LAYER_CHECKS=OFF "$@" >/dev/null
+}
+
+# clang, libFuzzer's runtime and LLVM's OpenMP runtime (clang's -fopenmp), installed when missing.
+need_clang() {
+  local need=()
+  command -v clang++ >/dev/null 2>&1 || need+=(clang)
+  compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a" >/dev/null || need+=(libclang-rt-14-dev)
+  compgen -G "/usr/lib/llvm-*/lib/libomp.so" >/dev/null || need+=(libomp-dev)
+  ((${#need[@]} == 0)) && return 0
+  say "installing ${need[*]}"
+  local sudo=()
+  ((EUID == 0)) || sudo=(sudo)
+  "${sudo[@]}" apt-get update -q && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${need[@]}"
 }
 
 # reports <dir>: prints the sanitizer reports collected in <dir>/sanitizer-reports and fails if any.
@@ -78,12 +99,15 @@ check_reports() {
 run_asan() {
   local start=$SECONDS
   local reports="$root/$asan_dir/sanitizer-reports"
-  say "ASan + UBSan: configure and build $asan_dir"
-  configure "$asan_dir" "-fsanitize=address,undefined -fno-sanitize-recover=all" || return 1
+  say "ASan + UBSan: configure and build $asan_dir (clang, with the fuzz harnesses)"
+  need_clang || return 1
+  configure "$asan_dir" "-fsanitize=address,undefined -fno-sanitize-recover=all" \
+            -DCMAKE_CXX_COMPILER=clang++ -DPRECIS_FUZZ=ON || return 1
   rm -rf "$reports" && mkdir -p "$reports"
   # Test discovery runs each test executable at build time: it must already run instrumented.
   export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=0:log_path=$reports/asan"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
+  export LSAN_OPTIONS="suppressions=$root/scripts/lsan-suppressions.txt:print_suppressions=0"
   cmake --build "$asan_dir" -j "$jobs" || { check_reports "$asan_dir"; return 1; }
   local built=$SECONDS
   say "ASan + UBSan: build took $((built - start)) s; running ctest (all but the install label)"
@@ -100,7 +124,7 @@ run_asan() {
     say "$ub UBSan report(s) in the test output above (grep 'runtime error:' $asan_dir/ctest.log)"
     rc=1
   fi
-  unset ASAN_OPTIONS UBSAN_OPTIONS
+  unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
   return $rc
 }
 
@@ -126,7 +150,16 @@ run_tsan() {
   return $rc
 }
 
+# The harnesses from the same build: every committed regression input, then FUZZ_SECONDS each.
+run_fuzz() {
+  [[ -f $asan_dir/build.ninja ]] || { need_clang && configure "$asan_dir" "-fsanitize=address,undefined -fno-sanitize-recover=all" \
+                                        -DCMAKE_CXX_COMPILER=clang++ -DPRECIS_FUZZ=ON; } || return 1
+  say "fuzz: ${FUZZ_SECONDS:-20} s per harness"
+  FUZZ_BUILD_DIR=$asan_dir scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+}
+
 if [[ $what == all || $what == asan ]]; then run_asan || status=1; fi
+if [[ $what == all || $what == fuzz ]]; then run_fuzz || status=1; fi
 if [[ $what == all || $what == tsan ]]; then run_tsan || status=1; fi
 if (( status )); then
   say "FAILED (see the test output and reports above)"

@@ -131,8 +131,11 @@ TEST_CASE("CUDA unary edge cases: relu passes NaN, sigmoid saturates, exp underf
 TEST_CASE("CUDA relu and gelu backward kernels match the CPU kernels", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   for (DType dt : kFloating) {
-    for (const auto& [op, param] : {std::pair{OpId::relu_backward, 0.0}, std::pair{OpId::gelu_backward, 0.0},
-                                    std::pair{OpId::gelu_backward, 1.0}}) {
+    for (const auto& op_param : {std::pair{OpId::relu_backward, 0.0}, std::pair{OpId::gelu_backward, 0.0},
+                                 std::pair{OpId::gelu_backward, 1.0}}) {
+      // Named copies, not a structured binding: clang 14 (the sanitizer build) cannot capture one.
+      const OpId op = op_param.first;
+      const double param = op_param.second;
       INFO(op_name(op) << " param " << param << " " << dtype_name(dt));
       const Tensor x = input(dt, -5, 4, 7), g = input(dt, -2, 2, 8);
       const auto run = [&](const Tensor& gi, const Tensor& xi) {
