@@ -27,7 +27,65 @@
 
 namespace precis {
 
-/// Arithmetic types and bool: computed in themselves; stored by static_cast (bool: v != 0).
+/// v converted to the integer type I, saturating: NaN gives 0, a value below or above I's range
+/// gives I's minimum or maximum, any other value is truncated toward zero. A plain static_cast is
+/// undefined behaviour for NaN and out-of-range values (C++ [conv.fpint]); PyTorch leaves the
+/// result unspecified too (x86 gives INT_MIN, other CPUs saturate). Saturation is what CUDA's
+/// float-to-integer conversion (cvt.rzi) does, so the CPU and CUDA kernels agree on every input.
+template <typename I, typename F>
+PRECIS_HD_INLINE I saturating_float_to_int(F v) {
+  static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool> && std::is_floating_point_v<F>);
+  constexpr int kDigits = static_cast<int>(sizeof(I)) * 8 - (std::is_signed_v<I> ? 1 : 0);
+  constexpr F kLimit = static_cast<F>(uint64_t{1} << (kDigits - 1)) * F(2);  // max + 1, a power of 2: exact
+  constexpr I kMax = std::is_signed_v<I> ? static_cast<I>((uint64_t{1} << kDigits) - 1) : static_cast<I>(~uint64_t{0});
+  constexpr I kMin = std::is_signed_v<I> ? static_cast<I>(-kMax - 1) : I(0);
+  if (!(v == v)) return I(0);
+  if (v >= kLimit) return kMax;
+  if constexpr (std::is_signed_v<I>) {
+    if (v < -kLimit) return kMin;  // -kLimit itself is kMin, exact
+  } else {
+    if (v <= F(-1)) return kMin;  // (-1, 0) truncates to 0, in range
+  }
+  return static_cast<I>(v);
+}
+
+/// Integer arithmetic that wraps around modulo 2^bits on overflow (two's complement), as integer
+/// tensors do in PyTorch in practice and on CUDA hardware; signed overflow is undefined behaviour
+/// in C++, so signed operands are computed in the unsigned type (modular by definition) and
+/// converted back (modular since C++20). Floating types use the plain operators. Same instructions
+/// as the plain operators: vectorised loops stay vectorised.
+template <typename T>
+using wrapping_unsigned_t = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+template <typename T>
+PRECIS_HD_INLINE T wrapping_add(T a, T b) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = wrapping_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+template <typename T>
+PRECIS_HD_INLINE T wrapping_sub(T a, T b) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = wrapping_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+  } else {
+    return a - b;
+  }
+}
+template <typename T>
+PRECIS_HD_INLINE T wrapping_mul(T a, T b) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = wrapping_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+  } else {
+    return a * b;
+  }
+}
+
+/// Arithmetic types and bool: computed in themselves; stored by static_cast (bool: v != 0), a
+/// floating value into an integer type saturating (saturating_float_to_int).
 template <typename T>
 struct ElementTraits {
   using compute = T;
@@ -37,6 +95,8 @@ struct ElementTraits {
   static PRECIS_HD_INLINE T store(U v) {
     if constexpr (std::is_same_v<T, bool>) {
       return v != U(0);
+    } else if constexpr (std::is_integral_v<T> && std::is_floating_point_v<U>) {
+      return saturating_float_to_int<T>(v);
     } else {
       return static_cast<T>(v);
     }
@@ -73,8 +133,8 @@ PRECIS_HD_INLINE opmath_t<T> load_op(T v) {
   return ElementTraits<T>::load(v);
 }
 
-/// v stored as a T: rounded to nearest even for the 16-bit floats, v != 0 for bool, a
-/// static_cast otherwise.
+/// v stored as a T: rounded to nearest even for the 16-bit floats, v != 0 for bool, saturating
+/// from a floating type into an integer type (NaN gives 0), a static_cast otherwise.
 template <typename T, typename U>
 PRECIS_HD_INLINE T store_op(U v) {
   if constexpr (std::is_same_v<T, U>) {

@@ -13,6 +13,7 @@
 #include "ops/broadcast.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
+#include "ops/scalar_check.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -135,7 +136,9 @@ bool exactly_representable(Scalar s, DType dt) {
 
 // Applies fn(tensor, scalar-as-0-d-tensor). A scalar that f16/bf16 cannot hold exactly (0.1, a
 // loss scale of 65536 > the f16 maximum) is applied in f32 and the result rounded once, as
-// PyTorch does by keeping scalars in the compute type; exact scalars take the direct path.
+// PyTorch does by keeping scalars in the compute type; exact scalars take the direct path. Likewise
+// an integer scalar past i32's range next to an i32 tensor is applied in i64: comparisons are
+// exact, and arithmetic results wrap into i32 once, the value PyTorch's wraparound gives.
 template <typename F>
 Tensor with_scalar(const char* op, const Tensor& a, Scalar s, F&& fn) {
   check_defined(op, a, "a");
@@ -143,15 +146,23 @@ Tensor with_scalar(const char* op, const Tensor& a, Scalar s, F&& fn) {
     Tensor r = fn(a.to(DType::f32), scalar_tensor(s, {.dtype = DType::f32, .device = a.device()}));
     return r.dtype() == DType::f32 ? r.to(a.dtype()) : r;
   }
-  return fn(a, scalar_tensor(s, {.dtype = scalar_operand_dtype(a.dtype(), s), .device = a.device()}));
+  const DType sd = scalar_operand_dtype(a.dtype(), s);
+  if (!s.fits(sd)) {
+    Tensor r = fn(a.to(DType::i64), scalar_tensor(s, {.dtype = DType::i64, .device = a.device()}));
+    return r.dtype() == DType::i64 ? r.to(a.dtype()) : r;
+  }
+  return fn(a, scalar_tensor(s, {.dtype = sd, .device = a.device()}));
 }
 
-// PyTorch refuses a fractional alpha with integer operands; the default alpha (1.0) is fine.
-void check_alpha(const char* op, const Tensor& a, Scalar alpha) {
+// PyTorch refuses a fractional alpha with integer operands; the default alpha (1.0) is fine. An
+// integer alpha must also fit the operands' dtype (PyTorch converts it with an overflow check):
+// the kernels multiply in that dtype.
+void check_alpha(const char* op, const Tensor& a, const Tensor& b, Scalar alpha) {
   const double v = alpha.to_double();
   PRECIS_CHECK_DTYPE(is_floating(a.dtype()) || !alpha.is_floating() || v == std::trunc(v), op,
                      ": alpha must be an integer for ",
-                     dtype_name(a.dtype()), " operands (got ", alpha.to_double(), "); convert the tensors with .to(DType::f32)");
+                     dtype_name(a.dtype()), " operands (got ", scalar_str(alpha), "); convert the tensors with .to(DType::f32)");
+  check_scalar_fits(op, "alpha", alpha, a.dtype(), detail::str_cat("operands a ", a.describe(), ", b ", b.describe()));
 }
 
 // When a binary op keeps an operand for its backward (ops/binary_ops.def).
@@ -190,7 +201,7 @@ using GradPair = std::pair<Tensor, Tensor>;
 
 Tensor add_sub(OpId op, const Tensor& a, const Tensor& b, Scalar alpha) {
   Operands o = prepare(op, a, b);
-  check_alpha(op_name(op), o.a, alpha);
+  check_alpha(op_name(op), o.a, o.b, alpha);
   const double al = alpha.to_double();
   const double gb_scale = op == OpId::add ? al : -al;
   return binary_op<Keep::never, Keep::never>(
@@ -291,7 +302,11 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
 
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   check_defined("where", a, "a");
-  return where(cond, a, scalar_tensor(b, {.dtype = scalar_operand_dtype(a.dtype(), b), .device = a.device()}));
+  const DType bd = scalar_operand_dtype(a.dtype(), b);
+  // An integer scalar past i32's range next to an i32 tensor: selected in i64, then wrapped into
+  // i32 once (PyTorch's wraparound), as in with_scalar.
+  if (!b.fits(bd)) return where(cond, a.to(DType::i64), scalar_tensor(b, {.dtype = DType::i64, .device = a.device()})).to(a.dtype());
+  return where(cond, a, scalar_tensor(b, {.dtype = bd, .device = a.device()}));
 }
 
 Tensor masked_fill(const Tensor& x_in, const Tensor& mask, Scalar value) {
@@ -301,6 +316,7 @@ Tensor masked_fill(const Tensor& x_in, const Tensor& mask, Scalar value) {
   PRECIS_CHECK_DTYPE(mask.dtype() == DType::boolean, "masked_fill: mask must be bool, got mask ", mask.describe(),
                      " (x ", x.describe(), "); build it with a comparison or .to(DType::boolean)");
   check_same_device("masked_fill", x, "x", mask, "mask");
+  check_scalar_fits("masked_fill", "fill value", value, x.dtype(), detail::str_cat("x ", x.describe(), ", mask ", mask.describe()));
   const Shape shape = broadcast_shapes("masked_fill", {&x, &mask}, {"x", "mask"});
   Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
   kernel<kernels::MaskedFillKernel>(OpId::masked_fill, x.device().type, x.dtype())(out, x.detach().expand(shape),

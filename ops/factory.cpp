@@ -9,6 +9,7 @@
 #include "core/checked_math.h"
 #include "core/grad_mode.h"
 #include "core/thread_pool.h"
+#include "ops/scalar_check.h"
 
 namespace precis {
 
@@ -19,6 +20,9 @@ Tensor empty(const Shape& sizes, TensorOptions options) {
 }
 
 Tensor full(const Shape& sizes, Scalar value, TensorOptions options) {
+  check_scalar_fits("full", "fill value", value, options.dtype,
+                    detail::str_cat("a tensor of shape ", shape_str(sizes), ", dtype ", dtype_name(options.dtype),
+                                    ", device ", options.device.str()));
   const bool rg = options.requires_grad;
   options.requires_grad = false;
   Tensor t = empty(sizes, options);

@@ -10,6 +10,7 @@
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
+#include "ops/scalar_check.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -43,6 +44,7 @@ Tensor pad(const Tensor& x_in, const std::vector<int64_t>& pads, Scalar value) {
     dst_begin[d] = std::max<int64_t>(0, left);
     len[d] = std::max<int64_t>(0, std::min(x.size(d) + std::min<int64_t>(left, 0) + std::min<int64_t>(right, 0), size));
   }
+  check_scalar_fits("pad", "padding value", value, x.dtype(), "input " + x.describe());
   Tensor out = full(out_shape, value, {.dtype = x.dtype(), .device = x.device()});
   bool any = true;
   for (int64_t d = 0; d < nd; ++d) any = any && len[d] > 0;

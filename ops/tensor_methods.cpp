@@ -4,6 +4,7 @@
 #include "ops/backends.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
+#include "ops/scalar_check.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -14,7 +15,7 @@ namespace {
 DeviceCopyFn* g_device_copy = nullptr;
 
 void check_inplace_allowed(const char* op, const Tensor& self, const Tensor* src = nullptr) {
-  PRECIS_CHECK(self.defined(), op, ": operation on an undefined tensor");
+  require_defined(op, self, "destination");
   if (!is_grad_enabled()) return;
   const bool bad = self.requires_grad() || (src != nullptr && src->requires_grad());
   PRECIS_CHECK_T(StateError, !bad, op, ": in-place modification of ",
@@ -34,6 +35,7 @@ DeviceCopyFn* device_copy() { return g_device_copy; }
 
 Tensor& Tensor::fill_(Scalar value) {
   check_inplace_allowed("fill_", *this);
+  check_scalar_fits("fill_", "fill value", value, dtype(), "the tensor " + describe());
   kernel<kernels::FillKernel>(OpId::fill, device().type, dtype())(*this, value);
   bump_version();
   return *this;
@@ -52,7 +54,10 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  PRECIS_CHECK_SHAPE(src.defined(), "copy_: source tensor is undefined");
+  require_defined("copy_", *this, "destination");
+  // An undefined source is a bad value, not a shape mismatch (PyTorch: "Expected a proper Tensor").
+  PRECIS_CHECK(src.defined(), "copy_: the source tensor is undefined (a default-constructed Tensor holds no data), "
+               "destination ", describe(), "; pass a tensor made by a factory or returned by an op");
   check_inplace_allowed("copy_", *this, &src);
   PRECIS_CHECK_SHAPE(broadcasts_to(src.sizes(), sizes()), "copy_: the source ", src.describe(),
                      " does not broadcast to the destination ", describe());
@@ -87,6 +92,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
+  require_defined("cast", x);
   if (x.dtype() == dtype) return x;
   PRECIS_CHECK_DTYPE(!(x.requires_grad() && is_grad_enabled() && !is_floating(dtype)), "cast: a tensor ",
                      x.describe(), " that requires grad cannot be cast to ", dtype_name(dtype),
@@ -100,9 +106,13 @@ Tensor cast(const Tensor& x, DType dtype) {
   return out;
 }
 
-Tensor Tensor::to(DType dtype) const { return cast(*this, dtype); }
+Tensor Tensor::to(DType dtype) const {
+  require_defined("to", *this);
+  return cast(*this, dtype);
+}
 
 Tensor Tensor::to(Device device) const {
+  require_defined("to", *this);
   if (this->device() == device) return *this;
   Tensor out = empty(sizes(), {.dtype = dtype(), .device = device});
   {
@@ -118,6 +128,7 @@ Tensor Tensor::to(Device device) const {
 }
 
 Tensor Tensor::clone() const {
+  require_defined("clone", *this);
   Tensor out = empty(sizes(), {.dtype = dtype(), .device = device()});
   copy_same_device(out, *this);
   if (autograd::needs_grad({this}))

@@ -5,6 +5,7 @@
 
 #include "autograd/record.h"
 #include "core/checked_math.h"
+#include "ops/scalar_check.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
 
@@ -97,10 +98,17 @@ Tensor reshape_view(const Tensor& x, const Shape& sizes, const char* op, bool al
 
 }  // namespace
 
-Tensor Tensor::view(const Shape& sizes) const { return reshape_view(*this, sizes, "view", false); }
-Tensor Tensor::reshape(const Shape& sizes) const { return reshape_view(*this, sizes, "reshape", true); }
+Tensor Tensor::view(const Shape& sizes) const {
+  require_defined("view", *this);
+  return reshape_view(*this, sizes, "view", false);
+}
+Tensor Tensor::reshape(const Shape& sizes) const {
+  require_defined("reshape", *this);
+  return reshape_view(*this, sizes, "reshape", true);
+}
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  require_defined("flatten", *this);
   if (dim() == 0) return reshape({1});
   const int64_t s = wrap_dim(start_dim, dim(), "flatten", *this);
   const int64_t e = wrap_dim(end_dim, dim(), "flatten", *this);
@@ -115,6 +123,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 }
 
 Tensor Tensor::squeeze() const {
+  require_defined("squeeze", *this);
   Shape out;
   for (int64_t s : sizes())
     if (s != 1) out.push_back(s);
@@ -122,6 +131,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  require_defined("squeeze", *this);
   const int64_t w = wrap_dim(d, dim(), "squeeze", *this);
   if (dim() == 0 || sizes()[w] != 1) return *this;
   Shape out = sizes();
@@ -130,6 +140,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  require_defined("unsqueeze", *this);
   const int64_t w = wrap_dim(d, dim() + 1, "unsqueeze", *this);
   Shape out = sizes();
   out.insert(out.begin() + w, 1);
@@ -137,6 +148,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
+  require_defined("permute", *this);
   PRECIS_CHECK_SHAPE(static_cast<int64_t>(dims.size()) == dim(), "permute: got ", dims.size(),
                      " dims for a tensor ", describe());
   Shape perm(dims.size()), out_sizes(dims.size()), out_strides(dims.size());
@@ -155,6 +167,7 @@ Tensor Tensor::permute(const Shape& dims) const {
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  require_defined("transpose", *this);
   if (dim() == 0) return *this;
   Shape perm(dim());
   std::iota(perm.begin(), perm.end(), 0);
@@ -163,12 +176,14 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::t() const {
+  require_defined("t", *this);
   PRECIS_CHECK_SHAPE(dim() <= 2, "t: expects a tensor with at most 2 dims, got ", describe(),
                      "; use transpose(dim0, dim1)");
   return dim() < 2 ? *this : transpose(0, 1);
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  require_defined("slice", *this);
   PRECIS_CHECK_SHAPE(dim() > 0, "slice: cannot slice a 0-d tensor");
   const int64_t w = wrap_dim(d, dim(), "slice", *this);
   PRECIS_CHECK(step > 0, "slice: step must be positive, got ", step);
@@ -198,6 +213,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  require_defined("narrow", *this);
   PRECIS_CHECK_INDEX(dim() > 0, "narrow: cannot narrow a 0-d tensor ", describe());
   const int64_t w = wrap_dim(d, dim(), "narrow", *this);
   const int64_t n = sizes()[w];
@@ -216,6 +232,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  require_defined("select", *this);
   PRECIS_CHECK_INDEX(dim() > 0, "select: cannot select from a 0-d tensor ", describe());
   const int64_t w = wrap_dim(d, dim(), "select", *this);
   const int64_t n = sizes()[w];
@@ -226,6 +243,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::expand(const Shape& target) const {
+  require_defined("expand", *this);
   const int64_t nd = static_cast<int64_t>(target.size());
   PRECIS_CHECK_SHAPE(nd >= dim(), "expand: cannot expand a tensor ", describe(), " to fewer dims ",
                      shape_str(target));
@@ -247,6 +265,9 @@ Tensor Tensor::expand(const Shape& target) const {
                      [in_sizes](const TensorList& g) -> TensorList { return {sum_to(g[0], in_sizes)}; });
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  require_defined("contiguous", *this);
+  return is_contiguous() ? *this : clone();
+}
 
 }  // namespace precis

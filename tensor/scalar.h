@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "core/opmath.h"
 
 namespace precis {
 
@@ -21,8 +22,23 @@ class Scalar {
   Kind kind() const { return kind_; }
   bool is_floating() const { return kind_ == Kind::floating; }
   double to_double() const { return kind_ == Kind::floating ? d_ : static_cast<double>(i_); }
-  int64_t to_int64() const { return kind_ == Kind::floating ? static_cast<int64_t>(d_) : i_; }
+  /// Truncated toward zero; a floating value outside int64's range saturates and NaN gives 0, so
+  /// that the conversion is defined for every value (a static_cast is not). Ops that write a
+  /// Scalar into an integer tensor check fits() first and raise a typed error (as PyTorch does).
+  int64_t to_int64() const { return kind_ == Kind::floating ? saturating_float_to_int<int64_t>(d_) : i_; }
   bool to_bool() const { return kind_ == Kind::floating ? d_ != 0.0 : i_ != 0; }
+  /// True when the value converts to `dtype` without overflow (PyTorch's "value cannot be
+  /// converted to type ... without overflow"): for i32 and i64 a finite value whose truncation
+  /// lies in the type's range; always for bool and the floating dtypes, where a value past the
+  /// range rounds to +-inf (IEEE) and NaN stays NaN.
+  bool fits(DType dtype) const {
+    if (!is_integral(dtype) || kind_ == Kind::boolean) return true;
+    const bool i32 = dtype == DType::i32;
+    if (kind_ == Kind::integral) return !i32 || (i_ >= INT32_MIN && i_ <= INT32_MAX);
+    // The bounds are exact in double; NaN fails every comparison.
+    if (i32) return d_ > -0x1p31 - 1.0 && d_ < 0x1p31;
+    return d_ >= -0x1p63 && d_ < 0x1p63;
+  }
   /// The dtype a tensor made from this scalar alone gets: f32, i64 or bool (as in PyTorch).
   DType default_dtype() const {
     return kind_ == Kind::floating ? DType::f32 : kind_ == Kind::integral ? DType::i64 : DType::boolean;

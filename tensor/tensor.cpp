@@ -59,6 +59,8 @@ int64_t Tensor::stride(int64_t dim) const {
 }
 
 Tensor Tensor::detach() const {
+  PRECIS_CHECK(defined(), "detach: the input tensor is undefined (a default-constructed Tensor holds no data); pass "
+               "a tensor made by a factory (empty, zeros, ...) or returned by an op");
   return detail::make_alias(*this, sizes(), strides(), storage_offset());
 }
 

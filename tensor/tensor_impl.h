@@ -45,9 +45,13 @@ class TensorImpl {
   Device device() const { return storage_->device(); }
   int64_t numel() const { return numel_; }
   bool is_contiguous() const { return contiguous_; }
-  /// Address of element [0, 0, ...].
+  /// Address of element [0, 0, ...]. Null when the storage has no bytes (an empty tensor): its
+  /// offset is not added then, since arithmetic on a null pointer is undefined behaviour (a slice
+  /// or cat of empty tensors keeps a non-zero offset), and no element is ever read through it.
   void* data() const {
-    return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(element_size(dtype_));
+    char* base = static_cast<char*>(storage_->data());
+    if (base == nullptr) return nullptr;
+    return base + offset_ * static_cast<int64_t>(element_size(dtype_));
   }
 
   const std::shared_ptr<VersionCounter>& version_counter() const { return version_; }

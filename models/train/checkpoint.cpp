@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
@@ -43,12 +45,27 @@ uint32_t checksum(const NamedTensors& tensors) {
   return static_cast<uint32_t>(crc);
 }
 
+// The decimal digits as a non-negative int64, or nullopt when they exceed its range.
+std::optional<int64_t> parse_digits(const std::string& digits) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return v;
+}
+
+// The step in a checkpoint's file name. A name that matches but whose step exceeds int64 was
+// not written by save_checkpoint (steps are int64): refusing it, by name, is safer than skipping
+// it, which would silently resume from an older checkpoint.
 std::optional<int64_t> step_of(const fs::path& p) {
   static const std::regex kName(R"(step-(\d+)\.safetensors)");
   std::smatch m;
   const std::string name = p.filename().string();
   if (!std::regex_match(name, m, kName)) return std::nullopt;
-  return std::stoll(m[1].str());
+  const std::optional<int64_t> step = parse_digits(m[1].str());
+  PRECIS_CHECK_T(IOError, step.has_value(), "list_checkpoints: '", p.string(), "' is named like a checkpoint but its step ",
+                 m[1].str(), " exceeds 9223372036854775807 (int64), so precis did not write it; rename or move it "
+                 "out of the checkpoint folder");
+  return step;
 }
 
 std::string others_hint(const std::string& path) {
@@ -70,9 +87,10 @@ void remove_stale_temporaries(const std::string& dir) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
     if (!std::regex_match(name, m, kTemp)) continue;
-    const long pid = std::stol(m[1].str());
-    if (pid == static_cast<long>(::getpid()) || pid <= 0) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    // A pid past pid_t's range names no process precis ran: not ours to judge, kept.
+    const std::optional<int64_t> pid = parse_digits(m[1].str());
+    if (!pid || *pid > INT32_MAX || *pid == static_cast<int64_t>(::getpid()) || *pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(*pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
     if (file_fault(FileOp::remove, entry.path().string()) == 0) fs::remove(entry.path(), ec);
   }
 }

@@ -19,33 +19,36 @@ namespace precis::cpu {
 namespace {
 
 // Functors on the compute type C. `Result` is C for arithmetic and bool for comparisons; `alpha`
-// is add/sub's multiplier of b (unused by the others).
+// is add/sub's multiplier of b (unused by the others). Integer add, sub and mul wrap around on
+// overflow (core/opmath.h wrapping_*: defined, where the plain operators are undefined
+// behaviour); add()/sub() have checked that alpha fits the operands' dtype (ops/binary.cpp), the
+// saturating store_op only keeps the conversion defined for any double.
 template <typename C> struct PlusOp {
   using Result = C;
   explicit PlusOp(double) {}
-  C operator()(C a, C b) const { return a + b; }
+  C operator()(C a, C b) const { return wrapping_add(a, b); }
 };
 template <typename C> struct AddAlphaOp {
   using Result = C;
-  explicit AddAlphaOp(double alpha) : alpha(static_cast<C>(alpha)) {}
+  explicit AddAlphaOp(double alpha) : alpha(store_op<C>(alpha)) {}
   C alpha;
-  C operator()(C a, C b) const { return a + alpha * b; }
+  C operator()(C a, C b) const { return wrapping_add(a, wrapping_mul(alpha, b)); }
 };
 template <typename C> struct MinusOp {
   using Result = C;
   explicit MinusOp(double) {}
-  C operator()(C a, C b) const { return a - b; }
+  C operator()(C a, C b) const { return wrapping_sub(a, b); }
 };
 template <typename C> struct SubAlphaOp {
   using Result = C;
-  explicit SubAlphaOp(double alpha) : alpha(static_cast<C>(alpha)) {}
+  explicit SubAlphaOp(double alpha) : alpha(store_op<C>(alpha)) {}
   C alpha;
-  C operator()(C a, C b) const { return a - alpha * b; }
+  C operator()(C a, C b) const { return wrapping_sub(a, wrapping_mul(alpha, b)); }
 };
 template <typename C> struct MulOp {
   using Result = C;
   explicit MulOp(double) {}
-  C operator()(C a, C b) const { return a * b; }
+  C operator()(C a, C b) const { return wrapping_mul(a, b); }
 };
 template <typename C> struct DivOp {
   using Result = C;

@@ -7,12 +7,13 @@ namespace precis::cuda {
 
 namespace {
 
-// M: the compute type (opmath). alpha only matters for add/sub.
+// M: the compute type (opmath). alpha only matters for add/sub. Integer add, sub and mul wrap
+// around on overflow, as on the CPU (core/opmath.h wrapping_*).
 template <BinaryOp Op, typename M>
 __device__ __forceinline__ auto apply(M a, M b, M alpha) {
-  if constexpr (Op == BinaryOp::add) return a + alpha * b;
-  else if constexpr (Op == BinaryOp::sub) return a - alpha * b;
-  else if constexpr (Op == BinaryOp::mul) return a * b;
+  if constexpr (Op == BinaryOp::add) return wrapping_add(a, wrapping_mul(alpha, b));
+  else if constexpr (Op == BinaryOp::sub) return wrapping_sub(a, wrapping_mul(alpha, b));
+  else if constexpr (Op == BinaryOp::mul) return wrapping_mul(a, b);
   else if constexpr (Op == BinaryOp::div) return a / b;
   else if constexpr (Op == BinaryOp::maximum || Op == BinaryOp::minimum) {
     if constexpr (std::is_floating_point_v<M>) {
@@ -58,7 +59,7 @@ void launch_typed(void* out, const void* a, const void* b, double alpha, const E
   auto* o = static_cast<out_t<Op, T>*>(out);
   const T* pa = static_cast<const T*>(a);
   const T* pb = static_cast<const T*>(b);
-  const auto al = static_cast<opmath_t<T>>(alpha);
+  const auto al = store_op<opmath_t<T>>(alpha);  // saturating into integers; add/sub checked the range
   if (l.contiguous) {
     binary_contiguous_kernel<Op, T><<<grid_for(l.numel), kThreads, 0, l.stream>>>(o, pa, pb, al, l.numel);
   } else {

@@ -306,3 +306,33 @@ TEST_CASE("temporary files of killed writers are removed by the next save and ne
   REQUIRE(fs::exists(live));
   REQUIRE(train::list_checkpoints(ckpt) == std::vector<std::string>{train::checkpoint_path(ckpt, 1)});
 }
+
+TEST_CASE("checkpoint file names with numbers past int64 are refused by name or kept", "[train][faults]") {
+  TempDir dir("hugestep");
+  const std::string ckpt = dir / "ckpt";
+  fs::create_directories(ckpt);
+  // A temporary whose pid no pid_t holds: not a writer precis ran, so it is kept (std::stol threw
+  // an untyped std::out_of_range from save_checkpoint).
+  const std::string odd_temp = ckpt + "/step-000000003.safetensors.tmp.99999999999999999999999.0";
+  std::ofstream(odd_temp) << "partial";
+  train::save_checkpoint(ckpt, 1, {{"w", state_real(1.0)}}, {}, 2);
+  REQUIRE(fs::exists(odd_temp));
+  REQUIRE(train::list_checkpoints(ckpt) == std::vector<std::string>{train::checkpoint_path(ckpt, 1)});
+  // int64's maximum is a step precis can write; one more is not (std::stoll threw std::out_of_range).
+  const std::string max_step = ckpt + "/step-9223372036854775807.safetensors";
+  std::ofstream(max_step) << "x";
+  REQUIRE(train::list_checkpoints(ckpt).back() == max_step);
+  fs::remove(max_step);
+  const std::string huge = ckpt + "/step-9223372036854775808.safetensors";
+  std::ofstream(huge) << "x";
+  try {
+    (void)train::latest_checkpoint(ckpt);
+    FAIL("no exception");
+  } catch (const IOError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("list_checkpoints") != std::string::npos);
+    CHECK(msg.find(huge) != std::string::npos);
+    CHECK(msg.find("exceeds 9223372036854775807") != std::string::npos);
+    CHECK(msg.find("rename or move it") != std::string::npos);
+  }
+}

@@ -1,5 +1,7 @@
 // Bad-input cases (tests/support/op_cases.h) for the element-wise ops: unary, binary, comparisons,
 // selection, and the backward rows of the unary family.
+#include <limits>
+
 #include "autograd/grad_mode.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
@@ -102,6 +104,10 @@ const bool kBinary = register_error_cases({
     PRECIS_BAD_INPUT(add, ShapeError, "shapes that do not broadcast", add(f32({2, 3}), f32({4})), "add", "[2, 3]",
                      "[4]"),
     PRECIS_BAD_INPUT(add, ValueError, "an undefined operand", add(f32({2}), Tensor()), "add", "undefined"),
+    PRECIS_BAD_INPUT(add, ValueError, "an alpha the integer dtype cannot hold", add(i64({2}), i64({2}), 1e19), "add",
+                     "alpha 1e+19", "[2] i64 cpu", "without overflow"),
+    PRECIS_BAD_INPUT(sub, ValueError, "an alpha the integer dtype cannot hold", sub(i64({2}), i64({2}), -1e300), "sub",
+                     "alpha -1e+300", "[2] i64 cpu"),
     PRECIS_BAD_INPUT(sub, ShapeError, "shapes that do not broadcast", sub(f32({3}), f32({2})), "sub", "[3]", "[2]"),
     PRECIS_BAD_INPUT(sub, NotImplementedError, "bool operands (no bool subtraction)", sub(b8({2}), b8({2})), "sub",
                      "bool"),
@@ -130,6 +136,9 @@ const bool kBinary = register_error_cases({
     PRECIS_BAD_INPUT(where, DTypeError, "a condition that is not bool", where(f32({2}), f32({2}), f32({2})), "where",
                      "bool"),
     PRECIS_BAD_INPUT(where, ShapeError, "shapes that do not broadcast", where(b8({2}), f32({3}), f32({2})), "where"),
+    PRECIS_BAD_INPUT(masked_fill, ValueError, "a value the integer dtype cannot hold",
+                     masked_fill(i64({2}), b8({2}), std::numeric_limits<double>::infinity()), "masked_fill", "inf",
+                     "x [2] i64 cpu", "without overflow"),
     PRECIS_BAD_INPUT(masked_fill, DTypeError, "a mask that is not bool", masked_fill(f32({2}), f32({2}), 0.0),
                      "masked_fill", "bool"),
     PRECIS_BAD_INPUT(masked_fill, ShapeError, "a mask that does not broadcast", masked_fill(f32({2}), b8({3}), 0.0),

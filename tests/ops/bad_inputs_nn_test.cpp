@@ -186,6 +186,8 @@ const bool kOther = register_error_cases({
                                                   ones({3, 3}, {.dtype = DType::boolean}), 0.0, true),
                      "scaled_dot_product_attention", "is_causal"),
     PRECIS_BAD_INPUT(pad, ShapeError, "an odd number of amounts", pad(f32({2, 3}), {1, 2, 3}), "pad", "even"),
+    PRECIS_BAD_INPUT(pad, ValueError, "a value the integer dtype cannot hold", pad(i64({2, 3}), {1, 1}, 1e19), "pad",
+                     "padding value 1e+19", "[2, 3] i64 cpu"),
     PRECIS_BAD_INPUT(pad, ShapeError, "a crop past the size", pad(f32({2, 3}), {-2, -2}), "pad", "negative size"),
     PRECIS_BAD_INPUT(pad, ShapeError, "amounts that overflow int64",
                      pad(f32({2, 3}), {std::numeric_limits<int64_t>::max(), 1}), "pad", "overflows int64"),

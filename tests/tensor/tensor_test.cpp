@@ -182,7 +182,10 @@ TEST_CASE("copy_ broadcasts and converts", "[tensor][copy]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(zeros({2, 3}).copy_(ones({4})), ShapeError, "copy_", "[4] f32 cpu",
                                  "[2, 3] f32 cpu");
   PRECIS_REQUIRE_THROWS_WITH_ALL(zeros({3}).copy_(ones({1, 3})), ShapeError, "copy_", "[1, 3] f32 cpu");
-  PRECIS_REQUIRE_THROWS_WITH_ALL(zeros({3}).copy_(Tensor()), ShapeError, "copy_", "undefined");
+  // An undefined source is a bad value (ValueError), not a shape mismatch.
+  PRECIS_REQUIRE_THROWS_WITH_ALL(zeros({3}).copy_(Tensor()), ValueError, "copy_", "source tensor is undefined",
+                                 "destination [3] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(Tensor().copy_(zeros({3})), ValueError, "copy_", "destination tensor is undefined");
   Tensor expanded = zeros({1, 3}).expand({2, 3});
   PRECIS_REQUIRE_THROWS_WITH_ALL(expanded.copy_(ones({2, 3})), ValueError, "copy_", "expanded", "clone()");
 }
@@ -275,7 +278,7 @@ TEST_CASE("metadata errors name the tensor", "[tensor]") {
                                  "bf16");
   REQUIRE(x.data_ptr<float>() == x.data_ptr());
   PRECIS_REQUIRE_THROWS_WITH_ALL(Tensor().sizes(), ValueError, "undefined tensor");
-  PRECIS_REQUIRE_THROWS_WITH_ALL(Tensor().fill_(1.0), ValueError, "undefined tensor");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(Tensor().fill_(1.0), ValueError, "fill_", "tensor is undefined");
 }
 
 TEST_CASE("str() prints values and shape and dtype", "[tensor][print]") {
