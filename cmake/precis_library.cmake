@@ -1,6 +1,6 @@
 # The library precis::precis, built from one object library per layer (docs/design/architecture.md):
 #
-#   core <- tensor <- ops (autograd + ops, the one mutual pair) <- data, optim <- amp <- models
+#   core <- tensor <- ops (autograd + ops, the one mutual pair) <- data, optim, summary <- amp <- models
 #
 # Each layer compiles once, as precis_<layer>; precis::precis is all of their objects (installed and
 # exported as before: one libprecis). For each layer a check library links that layer's objects
@@ -8,13 +8,14 @@
 # into one above it (a back-edge) fails the build, naming the symbol. tests/architecture checks the
 # same rule on #include lines. Sources are collected per folder so that adding a file needs no
 # CMake edit; CUDA sources live only in */cuda/ folders and are compiled only with CUDA on.
-set(PRECIS_FOLDERS core tensor autograd ops amp optim data models)
-set(PRECIS_LAYERS core tensor ops data optim amp models)
+set(PRECIS_FOLDERS core tensor autograd ops amp optim data summary models)
+set(PRECIS_LAYERS core tensor ops data optim summary amp models)
 set(PRECIS_LAYER_core_FOLDERS core)
 set(PRECIS_LAYER_tensor_FOLDERS tensor)
 set(PRECIS_LAYER_ops_FOLDERS autograd ops)
 set(PRECIS_LAYER_data_FOLDERS data)
 set(PRECIS_LAYER_optim_FOLDERS optim)
+set(PRECIS_LAYER_summary_FOLDERS summary)
 set(PRECIS_LAYER_amp_FOLDERS amp)
 set(PRECIS_LAYER_models_FOLDERS models)
 # What each layer may link against, lowest first. data calls Tensor methods and factory functions
@@ -25,8 +26,10 @@ set(PRECIS_LAYER_tensor_USES core)
 set(PRECIS_LAYER_ops_USES core tensor)
 set(PRECIS_LAYER_data_USES core tensor ops)
 set(PRECIS_LAYER_optim_USES core tensor ops)
+# summary (TensorBoard event files) reads tensors to the host for histograms (ops runs the casts).
+set(PRECIS_LAYER_summary_USES core tensor ops)
 set(PRECIS_LAYER_amp_USES core tensor ops optim)
-set(PRECIS_LAYER_models_USES core tensor ops data optim amp)
+set(PRECIS_LAYER_models_USES core tensor ops data optim summary amp)
 
 # zlib: data/ reads gzip-compressed dataset files (MNIST's *.gz) in memory.
 find_package(ZLIB REQUIRED)
@@ -73,6 +76,9 @@ foreach(layer ${PRECIS_LAYERS})
     foreach(f ${_cpp})
       if(f MATCHES "/cuda/")
         list(APPEND _cuda_sources ${f})
+      elseif(f MATCHES "/summary/.*_off\\.cpp$" AND PRECIS_WITH_TENSORBOARD)
+        # summary/*_off.cpp stands in for the event code when TensorBoard support is off.
+      elseif(f MATCHES "/summary/" AND NOT f MATCHES "_off\\.cpp$" AND NOT PRECIS_WITH_TENSORBOARD)
       elseif(NOT f MATCHES "/models/tools/")
         list(APPEND _cpu_sources ${f})
       endif()
@@ -82,8 +88,14 @@ foreach(layer ${PRECIS_LAYERS})
   if(PRECIS_WITH_CUDA)
     list(APPEND _cpu_sources ${_cuda_sources})
   endif()
+  if(layer STREQUAL "summary")
+    list(APPEND _cpu_sources ${PRECIS_TENSORBOARD_PB_SOURCES})
+  endif()
   add_library(precis_${layer} OBJECT ${_cpu_sources})
   precis_layer_settings(precis_${layer})
+  if(layer STREQUAL "summary")
+    precis_tensorboard_usage(precis_summary PRIVATE)
+  endif()
   list(APPEND _precis_all_objects $<TARGET_OBJECTS:precis_${layer}>)
 endforeach()
 
@@ -97,6 +109,9 @@ target_compile_features(precis PUBLIC cxx_std_20)
 # so a static libprecis.a does not make its consumers find Eigen.
 target_link_libraries(precis PUBLIC Threads::Threads PRIVATE $<BUILD_INTERFACE:Eigen3::Eigen>)
 target_link_libraries(precis PRIVATE ZLIB::ZLIB)
+if(PRECIS_WITH_TENSORBOARD)
+  target_link_libraries(precis PRIVATE protobuf::libprotobuf ${PRECIS_ISAL_LIBRARY})
+endif()
 # OpenMP: the intra-op pool is an OpenMP team (core/thread_pool.cpp), shared with oneDNN. Private:
 # only the library is compiled with -fopenmp; a consumer of the static library links libgomp.
 target_link_libraries(precis PRIVATE OpenMP::OpenMP_CXX)
@@ -125,6 +140,9 @@ if(PRECIS_LAYER_CHECKS)
                           LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/layercheck)
     target_link_options(precis_layercheck_${layer} PRIVATE -Wl,--no-undefined)
     target_link_libraries(precis_layercheck_${layer} PRIVATE Threads::Threads ZLIB::ZLIB OpenMP::OpenMP_CXX)
+    if(PRECIS_WITH_TENSORBOARD)
+      target_link_libraries(precis_layercheck_${layer} PRIVATE protobuf::libprotobuf ${PRECIS_ISAL_LIBRARY})
+    endif()
     if(PRECIS_ONEDNN)
       target_link_libraries(precis_layercheck_${layer} PRIVATE DNNL::dnnl)
     endif()
