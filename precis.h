@@ -15,6 +15,7 @@
 #include "data/data.h"
 #include "ops/functional.h"
 #include "optim/optim.h"
+#include "summary/summary_writer.h"
 #include "amp/amp.h"
 #include "models/bert.h"
 #include "models/nn/nn.h"
