@@ -46,7 +46,7 @@ struct SummaryWriterOptions {
 class SummaryWriter {
  public:
   /// Creates `log_dir` (and its parents) when missing and opens a new events file in it. An
-  /// empty log_dir means PyTorch's default, runs/<date>_<time>_<host>. IOError when the file
+  /// empty log_dir means PyTorch's default, runs/DATE_TIME_HOST. IOError when the file
   /// cannot be created; ValueError for bad options.
   explicit SummaryWriter(std::string log_dir = "", SummaryWriterOptions options = {});
   /// Flushes and closes (close()); never throws (a failing final write is reported on stderr).
