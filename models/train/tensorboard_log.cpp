@@ -12,7 +12,11 @@ summary::SummaryWriterOptions writer_options(int64_t resumed_step) {
   summary::SummaryWriterOptions o;
   o.flush_secs = 30;
   o.max_queue = 100;
-  if (resumed_step >= 0) o.purge_step = resumed_step + 1;
+  // Every run's file opens with a session START: TensorBoard's server treats the first START of
+  // a folder as the beginning and a later one as a restart, dropping the points at and after its
+  // step that earlier files hold. A fresh run starts at 0 (replacing the curves of an earlier
+  // run in the same folder); a resumed one after its checkpoint's step.
+  o.purge_step = resumed_step >= 0 ? resumed_step + 1 : 0;
   return o;
 }
 }  // namespace

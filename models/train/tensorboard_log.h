@@ -15,8 +15,10 @@
 //   eval/loss, eval/accuracy          the test split at each epoch end (at that epoch's last step)
 //   weights/<param>, grads/<param>    histograms every --tensorboard-histograms N steps
 //   run/options                       text at step 0: the run's options
-// On resume from a checkpoint at step k the new file starts with purge_step k + 1, so TensorBoard
-// drops steps > k that the interrupted run had logged: no step appears twice.
+// Each run's file starts with a session START (SummaryWriterOptions::purge_step): at 0 for a fresh
+// run, at k + 1 for a run resumed from a checkpoint at step k, so TensorBoard drops the steps > k
+// that the interrupted run had logged: no step appears twice. (TensorBoard's server ignores the
+// first START of a folder, its reader does not need one; both drop at a later START.)
 #include <cstdint>
 #include <map>
 #include <memory>

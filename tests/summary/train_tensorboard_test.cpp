@@ -104,7 +104,9 @@ TEST_CASE("precis-train --tensorboard: every scalar per step, skips with their r
   REQUIRE(event_files(o.tensorboard).size() == 1);
   int starts = 0;
   const auto sc = scalars(o.tensorboard, &starts);
-  CHECK(starts == 0);
+  CHECK(starts == 1);  // the run's own, at step 0
+  CHECK(events_of(event_files(o.tensorboard)[0])[1].session_log().status() == pb::SessionLog::START);
+  CHECK(events_of(event_files(o.tensorboard)[0])[1].step() == 0);
   std::vector<int64_t> all_steps;
   for (int64_t i = 1; i <= 12; ++i) all_steps.push_back(i);
   for (const std::string& tag : kTrainTags) {
@@ -200,7 +202,7 @@ TEST_CASE("precis-train --tensorboard: a resumed run replaces the steps after it
   int starts = 0;
   const auto merged = scalars(o.tensorboard, &starts);
   const auto reference = scalars(whole.tensorboard);
-  CHECK(starts == 1);
+  CHECK(starts == 2);  // the first run's at 0, the resumed run's at 5
   for (const std::string& tag : {"train/loss", "train/accuracy", "train/lr", "train/grad_norm", "eval/loss"}) {
     INFO(tag);
     const std::vector<Point>& m = merged.at(tag);
