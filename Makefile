@@ -6,6 +6,8 @@
 #   make bench    build precis-bench
 #   make deps     install missing Debian packages only
 #   make clean    remove the build directory
+#   make docs     the API reference of the public headers (Doxygen, warnings are errors) in
+#                 BUILD_DIR/docs/html/index.html (docs/api/run_doxygen.py)
 #   make fuzz     build the libFuzzer harnesses (clang, sanitizers) in build-fuzz and run each for
 #                 FUZZ_SECONDS (300) after replaying fuzz/regressions (scripts/fuzz.sh, fuzz/README.md)
 #   make train    install missing packages (with the Fashion-MNIST data), build precis-train, train a
@@ -35,7 +37,7 @@ endif
 CONFIGURE = cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
             -DPRECIS_CUDA=$(PRECIS_CUDA) $(CMAKE_ARGS)
 
-.PHONY: all deps deps-data configure build test bench clean train fuzz
+.PHONY: all deps deps-data configure build test bench clean train fuzz docs
 
 all: build
 
@@ -66,6 +68,9 @@ bench: deps $(BUILD_DIR)/build.ninja
 
 clean:
 	rm -rf $(BUILD_DIR)
+
+docs: deps $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) --target docs
 
 # Fuzzing for FUZZ_SECONDS per harness (not yet part of .ci/run: see fuzz/README.md); crash inputs end up
 # under build-fuzz/fuzz-runs.

@@ -16,6 +16,7 @@
 #include "dist/dist.h"
 #include "ops/functional.h"
 #include "optim/optim.h"
+#include "summary/summary_writer.h"
 #include "amp/amp.h"
 #include "models/bert.h"
 #include "models/nn/nn.h"

@@ -19,7 +19,15 @@ ratios precis/peer of each (below 1 = precis faster). The verdict uses the ratio
 Several runs per side (comma-separated files, e.g. precis and peer runs alternated on a loaded
 machine) are combined as best-of-N: per (case, dtype, threads) the lowest median and the lowest
 minimum over the runs. --merged writes the combined records of both sides as one JSON array.
-Only the standard library is needed.
+A file may hold both sides (a --merged file): the precis side reads its "precis" records, the peer
+side the others.
+
+Charts: --svg FILE draws the report as an SVG (benchmarks/chart.py): precis vs the peer per case
+(the --by figure) and, for the models suite, the AMP speed-up per model (f32 step time over bf16 /
+f16) of precis beside the peer's. With --out, the chart goes beside the markdown (same name, .svg)
+and the markdown links it. Charts need matplotlib, kept out of the build and the tests: install it
+in a virtual environment (benchmarks/README.md, "Charts"); without it the table is still written
+and a note says why there is no chart. The table itself needs only the standard library.
 """
 import argparse
 import json
@@ -131,10 +139,26 @@ def main():
     ap.add_argument("--by", choices=["median", "min"], default="median")
     ap.add_argument("--out", help="write the markdown here instead of stdout")
     ap.add_argument("--merged", help="write the combined records of both sides here (JSON)")
+    ap.add_argument("--svg", help="write the chart here (needs matplotlib; default with --out: beside it)")
+    ap.add_argument("--title", help="the chart's title (default: the suite and the peer)")
     args = ap.parse_args()
     suite = None if args.suite == "all" else args.suite
-    precis, peer = load(args.precis, suite), load(args.peer, suite)
+    precis = [r for r in load(args.precis, suite) if r["impl"] == "precis"]
+    peer = [r for r in load(args.peer, suite) if r["impl"] != "precis"]
     text = report(precis, peer, args.by)
+    svg = args.svg or (args.out[:-3] + ".svg" if args.out and args.out.endswith(".md") else None)
+    if svg:
+        try:
+            import chart  # benchmarks/chart.py: imports matplotlib
+        except ImportError as e:
+            if args.svg:
+                sys.exit(f"report.py: --svg needs matplotlib ({e}); see benchmarks/README.md, 'Charts'")
+            print(f"report.py: no chart beside {args.out}: {e} (benchmarks/README.md, 'Charts')", file=sys.stderr)
+        else:
+            chart.draw(precis, peer, args.by, svg, args.title)
+            if args.out:
+                import os
+                text += f"\n![precis vs {peer[0]['impl'] if peer else 'peer'}]({os.path.basename(svg)})\n"
     if args.merged:
         with open(args.merged, "w") as f:
             json.dump(precis + peer, f, indent=1)

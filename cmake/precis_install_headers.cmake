@@ -16,7 +16,7 @@ else()
 endif()
 
 set(_private_include_regex
-    "^[ \t]*#[ \t]*include[ \t]*[<\"](Eigen/|unsupported/Eigen/|dnnl|oneapi/dnnl/|cuda|cublas|cudnn|curand|nccl|mpi\\.h|thrust/|cub/)")
+    "^[ \t]*#[ \t]*include[ \t]*[<\"](Eigen/|unsupported/Eigen/|dnnl|oneapi/dnnl/|cuda|cublas|cudnn|curand|nccl|mpi\\.h|thrust/|cub/|google/protobuf/|isa-l)")
 
 set(_count 0)
 foreach(_folder IN LISTS PRECIS_HEADER_FOLDERS)

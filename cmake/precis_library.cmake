@@ -1,6 +1,6 @@
 # The library precis::precis, built from one object library per layer (docs/design/architecture.md):
 #
-#   core <- tensor <- ops (autograd + ops, the one mutual pair) <- data, optim <- amp <- dist <- models
+#   core <- tensor <- ops (autograd + ops, the one mutual pair) <- data, optim, summary <- amp <- dist <- models
 #
 # Each layer compiles once, as precis_<layer>; precis::precis is all of their objects (installed and
 # exported as before: one libprecis). For each layer a check library links that layer's objects
@@ -9,13 +9,14 @@
 # same rule on #include lines. Sources are collected per folder so that adding a file needs no
 # CMake edit; CUDA sources live only in */cuda/ folders and are compiled only with CUDA on, MPI
 # sources only in */mpi/ folders, compiled only when MPI was found.
-set(PRECIS_FOLDERS core tensor autograd ops amp optim data dist models)
-set(PRECIS_LAYERS core tensor ops data optim amp dist models)
+set(PRECIS_FOLDERS core tensor autograd ops amp optim data summary dist models)
+set(PRECIS_LAYERS core tensor ops data optim summary amp dist models)
 set(PRECIS_LAYER_core_FOLDERS core)
 set(PRECIS_LAYER_tensor_FOLDERS tensor)
 set(PRECIS_LAYER_ops_FOLDERS autograd ops)
 set(PRECIS_LAYER_data_FOLDERS data)
 set(PRECIS_LAYER_optim_FOLDERS optim)
+set(PRECIS_LAYER_summary_FOLDERS summary)
 set(PRECIS_LAYER_amp_FOLDERS amp)
 set(PRECIS_LAYER_dist_FOLDERS dist)
 set(PRECIS_LAYER_models_FOLDERS models)
@@ -27,9 +28,11 @@ set(PRECIS_LAYER_tensor_USES core)
 set(PRECIS_LAYER_ops_USES core tensor)
 set(PRECIS_LAYER_data_USES core tensor ops)
 set(PRECIS_LAYER_optim_USES core tensor ops)
+# summary (TensorBoard event files) reads tensors to the host for histograms (ops runs the casts).
+set(PRECIS_LAYER_summary_USES core tensor ops)
 set(PRECIS_LAYER_amp_USES core tensor ops optim)
 set(PRECIS_LAYER_dist_USES core tensor ops optim amp)
-set(PRECIS_LAYER_models_USES core tensor ops data optim amp dist)
+set(PRECIS_LAYER_models_USES core tensor ops data optim summary amp dist)
 
 # zlib: data/ reads gzip-compressed dataset files (MNIST's *.gz) in memory.
 find_package(ZLIB REQUIRED)
@@ -83,6 +86,9 @@ foreach(layer ${PRECIS_LAYERS})
         list(APPEND _cuda_sources ${f})
       elseif(f MATCHES "/mpi/")
         list(APPEND _mpi_sources ${f})
+      elseif(f MATCHES "/summary/.*_off\\.cpp$" AND PRECIS_WITH_TENSORBOARD)
+        # summary/*_off.cpp stands in for the event code when TensorBoard support is off.
+      elseif(f MATCHES "/summary/" AND NOT f MATCHES "_off\\.cpp$" AND NOT PRECIS_WITH_TENSORBOARD)
       elseif(NOT f MATCHES "/models/tools/")
         list(APPEND _cpu_sources ${f})
       endif()
@@ -95,8 +101,14 @@ foreach(layer ${PRECIS_LAYERS})
   if(PRECIS_WITH_MPI)
     list(APPEND _cpu_sources ${_mpi_sources})
   endif()
+  if(layer STREQUAL "summary")
+    list(APPEND _cpu_sources ${PRECIS_TENSORBOARD_PB_SOURCES})
+  endif()
   add_library(precis_${layer} OBJECT ${_cpu_sources})
   precis_layer_settings(precis_${layer})
+  if(layer STREQUAL "summary")
+    precis_tensorboard_usage(precis_summary PRIVATE)
+  endif()
   list(APPEND _precis_all_objects $<TARGET_OBJECTS:precis_${layer}>)
 endforeach()
 
@@ -110,6 +122,9 @@ target_compile_features(precis PUBLIC cxx_std_20)
 # so a static libprecis.a does not make its consumers find Eigen.
 target_link_libraries(precis PUBLIC Threads::Threads PRIVATE $<BUILD_INTERFACE:Eigen3::Eigen>)
 target_link_libraries(precis PRIVATE ZLIB::ZLIB)
+if(PRECIS_WITH_TENSORBOARD)
+  target_link_libraries(precis PRIVATE protobuf::libprotobuf ${PRECIS_ISAL_LIBRARY})
+endif()
 # OpenMP: the intra-op pool is an OpenMP team (core/thread_pool.cpp), shared with oneDNN. Private:
 # only the library is compiled with -fopenmp; a consumer of the static library links libgomp.
 target_link_libraries(precis PRIVATE OpenMP::OpenMP_CXX)
@@ -142,6 +157,9 @@ if(PRECIS_LAYER_CHECKS)
                           LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/layercheck)
     target_link_options(precis_layercheck_${layer} PRIVATE -Wl,--no-undefined)
     target_link_libraries(precis_layercheck_${layer} PRIVATE Threads::Threads ZLIB::ZLIB OpenMP::OpenMP_CXX)
+    if(PRECIS_WITH_TENSORBOARD)
+      target_link_libraries(precis_layercheck_${layer} PRIVATE protobuf::libprotobuf ${PRECIS_ISAL_LIBRARY})
+    endif()
     if(PRECIS_ONEDNN)
       target_link_libraries(precis_layercheck_${layer} PRIVATE DNNL::dnnl)
     endif()

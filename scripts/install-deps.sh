@@ -13,9 +13,10 @@
 set -euo pipefail
 
 # Build and test: compiler, CMake + Ninja, ccache, Eigen, Catch2 v2, oneDNN, CLI11 (precis-train,
-# precis-bench), pkg-config, zlib (readers of compressed data), python3 (fixture generators).
+# precis-bench), pkg-config, zlib (readers of compressed data), python3 (fixture generators),
+# protobuf + ISA-L (TensorBoard event files: Event messages, CRC-32C), doxygen (`make docs`).
 build_packages=(build-essential g++ cmake ninja-build ccache libeigen3-dev catch2 libdnnl-dev ocl-icd-opencl-dev
-                libcli11-dev pkg-config zlib1g-dev python3)
+                libcli11-dev pkg-config zlib1g-dev python3 libprotobuf-dev protobuf-compiler libisal-dev doxygen)
 # Data-parallel training on the CPU (dist/, PRECIS_MPI=AUTO builds it when MPI is found): Open MPI.
 build_packages+=(libopenmpi-dev openmpi-bin)
 # Training data for `make train`: required, and optional (reported, never fatal, when absent).

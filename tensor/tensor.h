@@ -26,9 +26,9 @@ class Node;
 
 /// dtype / device / requires_grad for factories: `zeros({2, 3}, {.dtype = DType::f64})`.
 struct TensorOptions {
-  DType dtype = DType::f32;
-  Device device = Device::cpu();
-  bool requires_grad = false;
+  DType dtype = DType::f32;        ///< element type
+  Device device = Device::cpu();   ///< where the storage lives
+  bool requires_grad = false;      ///< whether the new tensor is a leaf that records gradients
 };
 
 /// C++ element type for a dtype: CType<DType::f32> is float, CType<DType::boolean> is bool.
@@ -41,30 +41,47 @@ template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
 
+/// The tensor handle: a shared reference to a TensorImpl (storage, layout, dtype, device and
+/// autograd state). Copies share the data, as in libtorch; clone() copies it.
 class Tensor {
  public:
   Tensor() = default;  ///< An undefined tensor (defined() is false).
+  /// A handle to an existing implementation (shares it).
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
+  /// False for an undefined (default-constructed) handle.
   bool defined() const { return impl_ != nullptr; }
+  /// The implementation (null when undefined).
   TensorImpl* impl() const { return impl_.get(); }
+  /// The shared implementation pointer.
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   /// True when both handles refer to the same TensorImpl.
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
 
   // ---- metadata ---------------------------------------------------------------------------
+  /// The size of every dimension.
   const Shape& sizes() const { return checked()->sizes(); }
+  /// The stride of every dimension, in elements.
   const Shape& strides() const { return checked()->strides(); }
   /// Size of `dim`; negative dims count from the end.
   int64_t size(int64_t dim) const;
+  /// Stride of `dim` in elements; negative dims count from the end.
   int64_t stride(int64_t dim) const;
+  /// The number of dimensions.
   int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
+  /// The number of elements.
   int64_t numel() const { return checked()->numel(); }
+  /// The element type.
   DType dtype() const { return checked()->dtype(); }
+  /// The device of the storage.
   Device device() const { return checked()->device(); }
+  /// Offset of the first element in the storage, in elements.
   int64_t storage_offset() const { return checked()->offset(); }
+  /// Whether the elements are dense in row-major order.
   bool is_contiguous() const { return checked()->is_contiguous(); }
+  /// Whether the dtype is f64, f32, f16 or bf16.
   bool is_floating_point() const { return is_floating(dtype()); }
+  /// Bytes per element.
   size_t element_size() const { return precis::element_size(dtype()); }
   /// "[2, 3] f32 cpu": the description used in every error message.
   std::string describe() const;
@@ -77,8 +94,10 @@ class Tensor {
     return static_cast<T*>(data_ptr());
   }
 
+  /// The storage shared with views.
   const Storage& storage() const { return checked()->storage(); }
 
+  /// The in-place modification counter shared with views (autograd checks saved tensors with it).
   uint32_t version() const { return checked()->version_counter()->value.load(std::memory_order_relaxed); }
   /// Marks an in-place modification (done by every in-place op).
   void bump_version() const { checked()->version_counter()->value.fetch_add(1, std::memory_order_relaxed); }
@@ -88,21 +107,29 @@ class Tensor {
   Tensor view(const Shape& sizes) const;
   /// view() when possible, otherwise a contiguous copy.
   Tensor reshape(const Shape& sizes) const;
+  /// Dims start_dim..end_dim merged into one (a view when possible).
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  /// Swaps two dims (a view).
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   /// Transpose of a 2-D tensor (0-D and 1-D are returned as they are).
   Tensor t() const;
+  /// Reorders the dims: result dim i is this tensor's dims[i] (a view).
   Tensor permute(const Shape& dims) const;
   /// Elements start, start+step, ... < end along dim (PyTorch's x[..., start:end:step]); step > 0.
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  /// Elements start .. start+length-1 along dim (a view).
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   /// Removes `dim` by taking index `index` along it.
   Tensor select(int64_t dim, int64_t index) const;
   /// Broadcasts size-1 dims to `sizes` (-1 keeps a size); stride 0, no copy.
   Tensor expand(const Shape& sizes) const;
+  /// expand() to other's sizes.
   Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  /// Removes every size-1 dim (a view).
   Tensor squeeze() const;
+  /// Removes `dim` when its size is 1 (a view; unchanged otherwise).
   Tensor squeeze(int64_t dim) const;
+  /// Inserts a size-1 dim at `dim` (a view).
   Tensor unsqueeze(int64_t dim) const;
   /// This tensor if contiguous, else a contiguous copy.
   Tensor contiguous() const;
@@ -114,6 +141,7 @@ class Tensor {
   Tensor to(DType dtype) const;
   /// Moves to a device (differentiable). Returns *this when equal.
   Tensor to(Device device) const;
+  /// to(Device::cpu()).
   Tensor cpu() const { return to(Device::cpu()); }
   /// Same data, cut from the graph (requires_grad false); shares the version counter.
   Tensor detach() const;
@@ -123,17 +151,21 @@ class Tensor {
   template <typename T> std::vector<T> to_vector() const;
 
   // ---- in-place (bump the version) ------------------------------------------------------------
+  /// Sets every element to value.
   Tensor& fill_(Scalar value);
+  /// Sets every element to 0.
   Tensor& zero_() { return fill_(0.0); }
   /// Copies src into this tensor, broadcasting src and converting dtype and device.
   Tensor& copy_(const Tensor& src);
 
   // ---- autograd ----------------------------------------------------------------------------
+  /// Whether gradients flow to (leaf) or through this tensor.
   bool requires_grad() const;
   /// Makes a leaf require (or stop requiring) gradients. Only floating tensors can require grad.
   Tensor& requires_grad_(bool requires_grad = true);
   /// The accumulated gradient, undefined when there is none.
   Tensor grad() const;
+  /// Replaces the accumulated gradient (undefined: clears it).
   void set_grad(const Tensor& grad) const;
   /// True for tensors not produced by a recorded op (user-created, or requires_grad false).
   bool is_leaf() const;
@@ -146,6 +178,7 @@ class Tensor {
   /// Calls hook(grad) when this tensor's gradient is computed; a defined return value replaces
   /// the gradient. Returns a handle for remove_hook.
   int register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  /// Removes a hook that register_hook returned the handle of.
   void remove_hook(int handle) const;
   /// For a leaf: calls hook(tensor) after its .grad has been accumulated.
   int register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
@@ -156,23 +189,35 @@ class Tensor {
   /// precis::sum over every element, one dim, or several: x.sum(), x.sum(1), x.sum({0, 2}, true)
   /// (an empty list, as in precis::sum, reduces every dim).
   Tensor sum() const;
+  /// precis::sum over `dim` (kept as size 1 when keepdim).
   Tensor sum(int64_t dim, bool keepdim = false) const;
+  /// precis::sum over `dims` (an empty list: every dim).
   Tensor sum(std::initializer_list<int64_t> dims, bool keepdim = false) const;
+  /// precis::sum over `dims` (an empty list: every dim).
   Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
   /// precis::mean, with the same forms as sum.
   Tensor mean() const;
+  /// precis::mean over `dim`.
   Tensor mean(int64_t dim, bool keepdim = false) const;
+  /// precis::mean over `dims` (an empty list: every dim).
   Tensor mean(std::initializer_list<int64_t> dims, bool keepdim = false) const;
+  /// precis::mean over `dims` (an empty list: every dim).
   Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
   /// precis::argmax: x.argmax() (into the flattened tensor), x.argmax(1).
   Tensor argmax() const;
+  /// precis::argmax along `dim`.
   Tensor argmax(int64_t dim, bool keepdim = false) const;
 
   // ---- arithmetic shorthands (see ops/functional.h) ----------------------------------------
+  /// precis::neg.
   Tensor operator-() const;
+  /// In-place precis::add (other broadcasts to this tensor's shape).
   Tensor& operator+=(const Tensor& other);
+  /// In-place precis::sub.
   Tensor& operator-=(const Tensor& other);
+  /// In-place precis::mul.
   Tensor& operator*=(const Tensor& other);
+  /// In-place precis::div.
   Tensor& operator/=(const Tensor& other);
 
   /// Printable form: values (summarised when large), shape, dtype, device, grad_fn.
@@ -211,6 +256,7 @@ extern template std::vector<float> Tensor::to_vector<float>() const;
 extern template std::vector<double> Tensor::to_vector<double>() const;
 extern template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
 extern template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+/// to_vector for bool: std::vector<bool> is a bit vector, so it has its own definition.
 template <> std::vector<bool> Tensor::to_vector<bool>() const;
 
 }  // namespace precis

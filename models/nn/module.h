@@ -72,17 +72,28 @@ template <typename M>
 class Child {
  public:
   Child() = default;
+  /// Holds `module` (implicit, so that `fc = add("fc", ...)` works).
   Child(std::shared_ptr<M> module) : ptr_(std::move(module)) {}  // NOLINT: implicit from add()
+  /// Copies; inside clone() the copy points at the cloned child.
   Child(const Child& other) : ptr_(remap(other.ptr_)) {}
+  /// Moves the handle.
   Child(Child&&) noexcept = default;
+  /// Copies the handle (shares the child).
   Child& operator=(const Child&) = default;
+  /// Moves the handle.
   Child& operator=(Child&&) noexcept = default;
+  /// Points the handle at `module`.
   Child& operator=(std::shared_ptr<M> module) { ptr_ = std::move(module); return *this; }
 
+  /// The child module.
   M* operator->() const { return ptr_.get(); }
+  /// The child module.
   M& operator*() const { return *ptr_; }
+  /// The child module (null when unset).
   M* get() const { return ptr_.get(); }
+  /// The shared pointer to the child.
   const std::shared_ptr<M>& ptr() const { return ptr_; }
+  /// Whether a child is held.
   explicit operator bool() const { return ptr_ != nullptr; }
   /// The child's forward: `conv1_(x)`, `layer_(x, mask)`.
   template <typename... Args>
@@ -102,17 +113,21 @@ class Child {
 
 /// Missing and unexpected keys of a non-strict load_state_dict (PyTorch's _IncompatibleKeys).
 struct LoadResult {
-  std::vector<std::string> missing_keys;
-  std::vector<std::string> unexpected_keys;
+  std::vector<std::string> missing_keys;     ///< the module's keys the dict lacked
+  std::vector<std::string> unexpected_keys;  ///< the dict's keys the module does not have
+  /// True when the dict matched exactly.
   bool ok() const { return missing_keys.empty() && unexpected_keys.empty(); }
 };
 
+/// The base of every layer and model, as torch.nn.Module: registered parameters, buffers and
+/// children, traversal, train/eval modes, placement and casting, state_dict and clone.
 class Module {
  public:
   Module() = default;
   virtual ~Module() = default;
   // Moving re-points the member slots at the new object (Note [Module tensor slots]). Assignment
   // is not supported: a module is built once and then changed through its methods.
+  /// Moves the module; its tensor slots point into the new object.
   Module(Module&& other);
   Module& operator=(const Module&) = delete;
   Module& operator=(Module&&) = delete;
@@ -121,6 +136,7 @@ class Module {
   /// The single-tensor forward pass (layers, Sequential, ResNet). Modules with other inputs
   /// define their own forward overloads; this one then throws NotImplementedError.
   virtual Tensor forward(const Tensor& x);
+  /// forward(x), as calling a torch module.
   Tensor operator()(const Tensor& x) { return forward(x); }
 
   // ---- registration (call from the constructor) -------------------------------------------------
@@ -133,6 +149,7 @@ class Module {
   /// Buffers: state that is not trained (running statistics). Persistent buffers are part of
   /// state_dict; non-persistent ones (cached masks) only follow to().
   Tensor& register_buffer(const std::string& name, Tensor& member, bool persistent = true);
+  /// Registers a buffer the module owns (no data member); returns its slot.
   Tensor& register_buffer(const std::string& name, Tensor&& value, bool persistent = true);
 
   /// Registers `module` (moved into a shared_ptr) as child `name` and returns the typed pointer;
@@ -164,22 +181,28 @@ class Module {
   /// Parameters under dotted names; a tensor registered twice (tied weights) appears once, under
   /// its first name, as PyTorch's named_parameters().
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  /// The tensors of named_parameters(), in the same order.
   std::vector<Tensor> parameters(bool recurse = true) const;
   /// Buffers (persistent or not), deduplicated as named_parameters.
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  /// The tensors of named_buffers(), in the same order.
   std::vector<Tensor> buffers(bool recurse = true) const;
   /// Direct children in registration order.
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  /// The modules of named_children(), in the same order.
   std::vector<std::shared_ptr<Module>> children() const;
   /// This module (name "") and every descendant, each once, depth-first in registration order.
   /// The root is returned as a non-owning pointer.
   std::vector<std::pair<std::string, Module*>> named_modules();
+  /// named_modules() of a const module.
   std::vector<std::pair<std::string, const Module*>> named_modules() const;
 
   // ---- modes and placement ----------------------------------------------------------------------
   /// Training mode (BatchNorm batch statistics, dropout on) for this module and its descendants.
   virtual Module& train(bool on = true);
+  /// train(false): evaluation mode for this module and its descendants.
   Module& eval() { return train(false); }
+  /// Whether this module is in training mode.
   bool is_training() const { return training_; }
 
   /// Moves every parameter and buffer to `device`, in place: each tensor object stays and holds
@@ -240,6 +263,7 @@ class Module {
  protected:
   // Copying is how clone() builds the copy (Note [Child handles]); outside clone() a copy shares
   // tensors and children with the original (as copying a Tensor shares data).
+  /// Copies for clone(); the copy shares tensors and children until clone() replaces them.
   Module(const Module& other);
 
  private:

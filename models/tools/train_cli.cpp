@@ -79,6 +79,11 @@ void add_common(CLI::App& app, TrainOptions& o, Common& c) {
   app.add_option("--stop-after-steps", o.stop_after_steps, "stop (after a checkpoint) once N optimizer steps ran")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics", o.metrics, "write a per-step CSV to FILE (appended to on --resume)");
+  app.add_option("--tensorboard", o.tensorboard,
+                 "write TensorBoard event files to DIR (`tensorboard --logdir DIR`; a resumed run adds a file)");
+  app.add_option("--tensorboard-histograms", o.tensorboard_histograms,
+                 "with --tensorboard: weight and gradient histograms every N steps (0: none)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--log-every", o.log_every, "when not on a terminal: a progress line every N steps")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--quiet", o.quiet, "print only the final JSON line");

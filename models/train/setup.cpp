@@ -128,6 +128,10 @@ void validate(const TrainOptions& o) {
                "(--resume-from FILE)");
   PRECIS_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(),
                "precis-train: --checkpoint-every needs --checkpoint DIR");
+  PRECIS_CHECK(o.tensorboard_histograms >= 0, "precis-train: --tensorboard-histograms must be >= 0, got ",
+               o.tensorboard_histograms);
+  PRECIS_CHECK(o.tensorboard_histograms == 0 || !o.tensorboard.empty(),
+               "precis-train: --tensorboard-histograms needs --tensorboard DIR");
   if (o.task == Task::bert_mini) {
     positive("--max-len", o.max_len);
     PRECIS_CHECK(o.max_len >= 3, "precis-train: --max-len must be >= 3 ([CLS] token [SEP])");

@@ -61,6 +61,8 @@ struct TrainOptions {
   int64_t stop_after_steps = 0;     ///< stop (after checkpointing) once this many optimizer steps ran
   // reporting
   std::string metrics;              ///< per-step CSV file (appended to on resume)
+  std::string tensorboard;          ///< TensorBoard events folder (empty: none; models/train/tensorboard_log.h)
+  int64_t tensorboard_histograms = 0;  ///< weight/gradient histograms every N steps (0: none)
   int64_t log_every = 0;            ///< non-TTY progress lines every N steps (0: ~10 per epoch)
   int progress = -1;                ///< 1: redraw one line (\r), 0: plain lines, -1: by isatty(stdout)
   bool quiet = false;               ///< only the final JSON line

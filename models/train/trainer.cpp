@@ -23,8 +23,10 @@
 #include "models/train/progress.h"
 #include "models/train/setup.h"
 #include "models/train/task.h"
+#include "models/train/tensorboard_log.h"
 #include "ops/functional.h"
 #include "optim/accumulation.h"
+#include "optim/clip_grad.h"
 
 namespace precis::train {
 
@@ -58,7 +60,7 @@ class Trainer {
   bool train_epoch(int64_t epoch);
   bool step(const data::Batch& batch);
   void update();
-  void log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm);
+  void log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm, double tb_grad_norm);
   void log_progress(bool last);
   void log_epoch(const Evaluation& ev);
   Evaluation evaluate();
@@ -82,6 +84,7 @@ class Trainer {
   bool rank0() const { return !dist_ || dist_->rank() == 0; }
   std::map<std::string, std::string> identity_;
   std::unique_ptr<MetricsCsv> csv_;
+  std::unique_ptr<TensorBoardLog> tb_;  // --tensorboard: opened in run(), after resume() knows the step
   bool tty_ = false;
 
   // ---- what a checkpoint carries besides the objects above
@@ -213,6 +216,7 @@ void Trainer::checkpoint(data::DataPosition at) {
   std::map<std::string, std::string> meta = identity_;
   meta["format"] = "precis-train checkpoint 1";
   last_checkpoint_ = save_checkpoint(o_.checkpoint_dir, global_step_, state, meta, o_.keep);
+  if (tb_) tb_->flush();  // a run resumed from here continues the curves without a gap
   written_step_ = global_step_;
   written_at_ = at;
   if (dist_) dist_->group->barrier()->wait();
@@ -258,10 +262,25 @@ void Trainer::update() {
   const bool applied = r.applied();
   if (!applied) ++skipped_;
   if (sched_) sched_->step(applied);
+  // --tensorboard reads the gradients before zero_grad: their norm (computed here when neither
+  // clipping nor the scaler's unscale_ did) and, when due, their histograms.
+  double tb_grad_norm = NAN;
+  if (tb_) {
+    if (grad_norm.defined()) {
+      tb_grad_norm = grad_norm.item<double>();
+    } else if (std::optional<double> n = r.grad_norm()) {
+      tb_grad_norm = *n;
+    } else {
+      double sq = 0;
+      for (double n : optim::grad_norms(model_->parameters())) sq += n * n;
+      tb_grad_norm = std::sqrt(sq);
+    }
+    if (tb_->histograms_due(global_step_ + 1)) tb_->histograms(*model_, global_step_ + 1);
+  }
   opt_->zero_grad();
   ++global_step_;
   ++epoch_step_;
-  log_step(r, lr, grad_norm);
+  log_step(r, lr, grad_norm, tb_grad_norm);
   step_metrics_.reset();
   step_start_ = Clock::now();
 }
@@ -269,13 +288,20 @@ void Trainer::update() {
 // ---- log ---------------------------------------------------------------------------------------
 
 // The --metrics row of the step just taken (a log point: it reads the step's device sums).
-void Trainer::log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm) {
-  if (!csv_->enabled()) return;
+// The --metrics row and the --tensorboard scalars of the step just taken (a log point: it reads
+// the step's device sums).
+void Trainer::log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm, double tb_grad_norm) {
+  if (!csv_->enabled() && !tb_) return;
   const RunningMetrics::Values v = step_metrics_.read();
   const double dt = seconds_since(step_start_);
+  const double samples_per_s = dt > 0 ? static_cast<double>(step_metrics_.samples) / dt : 0.0;
   csv_->row(epoch_, global_step_, epoch_step_, lr, v.loss, v.accuracy, r.scale_before(), r.applied(),
-           grad_norm.defined() ? grad_norm.item<double>() : NAN,
-           dt > 0 ? static_cast<double>(step_metrics_.samples) / dt : 0.0, loader_->wait_fraction());
+           grad_norm.defined() ? grad_norm.item<double>() : NAN, samples_per_s, loader_->wait_fraction());
+  if (tb_)
+    tb_->step({.step = global_step_, .loss = v.loss, .accuracy = v.accuracy, .lr = lr,
+               .loss_scale = r.scale_before(), .applied = r.applied(), .reason = r.reason(),
+               .scale_after = r.scale_after(), .skipped_total = skipped_, .grad_norm = tb_grad_norm,
+               .samples_per_s = samples_per_s, .data_wait = loader_->wait_fraction()});
 }
 
 // The progress line, when one is due (only then are the epoch's device sums read).
@@ -414,6 +440,9 @@ bool Trainer::train_epoch(int64_t epoch) {
 
 TrainSummary Trainer::run() {
   if (o_.resume) resume();
+  if (!o_.tensorboard.empty())
+    tb_ = std::make_unique<TensorBoardLog>(o_.tensorboard, o_.tensorboard_histograms, o_.resume ? global_step_ : -1,
+                                           identity_);
   TrainSummary summary;
   summary.model = o_.model;
   summary.precision = std::string(precision_name(o_.precision)) + (o_.master_weights ? "-master" : "");
@@ -440,9 +469,11 @@ TrainSummary Trainer::run() {
     const Evaluation ev = evaluate();
     summary.test_accuracy = ev.accuracy;
     summary.test_loss = ev.loss;
+    if (tb_) tb_->evaluation(global_step_, ev.loss, ev.accuracy);
     log_epoch(ev);
   }
 
+  if (tb_) tb_->flush();
   summary.steps = global_step_;
   summary.skipped_steps = skipped_;
   summary.stopped_early = stopped;
