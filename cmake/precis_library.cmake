@@ -130,7 +130,9 @@ if(PRECIS_WITH_CUDA)
   target_compile_definitions(precis PUBLIC PRECIS_HAS_CUDA=1)
 endif()
 if(PRECIS_WITH_NCCL)
-  target_link_libraries(precis PRIVATE $<BUILD_INTERFACE:precis_nccl_imported>)
+  # The library's path, not the imported target: a static libprecis.a's exported link interface
+  # then names libnccl for consumers (the imported target exists only in this build).
+  target_link_libraries(precis PRIVATE ${PRECIS_NCCL_LIBRARY})
   target_compile_definitions(precis PUBLIC PRECIS_HAS_NCCL=1)
 endif()
 if(PRECIS_SANITIZE)
