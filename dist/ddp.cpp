@@ -8,6 +8,7 @@
 #include "amp/grad_scaler.h"
 #include "autograd/engine.h"
 #include "core/grad_mode.h"
+#include "ops/functional.h"
 #include "tensor/factory.h"
 
 namespace precis::dist {
@@ -57,6 +58,11 @@ std::string first_difference(const std::vector<std::string>& ref, const std::vec
 
 // dst[k] = src[k] / n for the gradient's values, in the bucket's dtype (f32 or f64).
 void copy_divided(const Tensor& grad, const Tensor& flat, int64_t offset, int n) {
+  if (flat.device().is_cuda()) {  // device kernels: the same IEEE division, in the bucket's dtype
+    const int64_t count = grad.numel();
+    flat.narrow(0, offset, count).copy_(div(grad.reshape({count}).to(flat.dtype()), static_cast<double>(n)));
+    return;
+  }
   Tensor src = grad.contiguous();
   if (src.dtype() != flat.dtype()) src = src.to(flat.dtype());
   const int64_t count = src.numel();
@@ -71,6 +77,38 @@ void copy_divided(const Tensor& grad, const Tensor& flat, int64_t offset, int n)
   }
 }
 
+// Broadcasts `tensors` from rank 0 with one collective per (device, dtype): each group is packed
+// into one flat tensor, sent, and unpacked (copies of one dtype, so bit for bit). Fewer, larger
+// messages than one collective per tensor (a ResNet has ~100 parameters and buffers).
+void broadcast_coalesced(ProcessGroup& group, const std::vector<Tensor>& tensors) {
+  NoGradGuard no_grad;
+  std::vector<std::pair<std::pair<std::string, DType>, std::vector<Tensor>>> groups;
+  for (const Tensor& t : tensors) {
+    const auto key = std::make_pair(t.device().str(), t.dtype());
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+    if (it == groups.end()) groups.push_back({key, {t}});
+    else it->second.push_back(t);
+  }
+  std::vector<Tensor> flats;
+  std::vector<std::shared_ptr<Work>> works;
+  for (const auto& [key, members] : groups) {
+    std::vector<Tensor> pieces;
+    for (const Tensor& t : members) pieces.push_back(t.detach().reshape({t.numel()}));
+    Tensor flat = pieces.size() == 1 ? pieces[0].clone() : cat(pieces, 0);
+    works.push_back(group.broadcast(flat, 0));
+    flats.push_back(flat);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    works[g]->wait();
+    int64_t offset = 0;
+    for (const Tensor& t : groups[g].second) {
+      Tensor(t).detach().copy_(flats[g].narrow(0, offset, t.numel()).reshape(t.sizes()));
+      t.bump_version();
+      offset += t.numel();
+    }
+  }
+}
+
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<ProcessGroup> group, NamedTensors named_parameters,
@@ -80,10 +118,15 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<ProcessGroup> g
   PRECIS_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
                "DistributedDataParallel: bucket_cap_mb (", options_.bucket_cap_mb, ") and first_bucket_cap_mb (",
                options_.first_bucket_cap_mb, ") must be positive");
-  auto check_tensor = [](const char* kind, const std::string& name, const Tensor& t) {
+  if (!named_parameters.empty() && named_parameters.front().second.defined())
+    device_ = named_parameters.front().second.device();
+  auto check_tensor = [this](const char* kind, const std::string& name, const Tensor& t) {
     PRECIS_CHECK(t.defined(), "DistributedDataParallel: ", kind, " '", name, "' is undefined");
-    PRECIS_CHECK_DEVICE(t.device().is_cpu(), "DistributedDataParallel: ", kind, " '", name, "' is ", t.describe(),
-                        "; the MPI backend reduces CPU tensors only (the NCCL backend is not built yet)");
+    PRECIS_CHECK_DEVICE(t.device() == device_, "DistributedDataParallel: ", kind, " '", name, "' is ", t.describe(),
+                        " but the first parameter is on ", device_.str(), "; one replica lives on one device");
+    PRECIS_CHECK_DEVICE(t.device().is_cpu() || nccl_available(), "DistributedDataParallel: ", kind, " '", name,
+                        "' is ", t.describe(), "; CUDA tensors need the NCCL backend, which this build lacks "
+                        "(configure with PRECIS_CUDA and NCCL found)");
     PRECIS_CHECK(t.is_contiguous(), "DistributedDataParallel: ", kind, " '", name, "' (", t.describe(),
                  ") is not contiguous; collectives write dense storage in place");
   };
@@ -91,12 +134,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<ProcessGroup> g
   for (const auto& [name, t] : buffers_) check_tensor("buffer", name, t);
   verify_same_everywhere(named_parameters, buffers_);
 
-  {  // Every replica starts from rank 0's values.
-    NoGradGuard no_grad;
-    std::vector<std::shared_ptr<Work>> works;
-    for (const auto& [name, t] : named_parameters) works.push_back(group_->broadcast(t, 0));
-    for (const auto& [name, t] : buffers_) works.push_back(group_->broadcast(t, 0));
-    for (auto& w : works) w->wait();
+  {  // Every replica starts from rank 0's values: one broadcast per dtype.
+    std::vector<Tensor> all;
+    for (const auto& [name, t] : named_parameters) all.push_back(t);
+    for (const auto& [name, t] : buffers_) all.push_back(t);
+    broadcast_coalesced(*group_, all);
   }
   for (auto& [name, t] : named_parameters)
     if (t.requires_grad()) params_.push_back(Param{name, t});
@@ -197,7 +239,7 @@ void DistributedDataParallel::build_buckets(const DistributedDataParallelOptions
     if (!buckets_[k].params.empty() && params_[static_cast<size_t>(buckets_[k].params[0])].tensor.dtype() == DType::f64)
       d = DType::f64;
     if (last && tail) tail_offset_ = sizes[k];
-    buckets_[k].flat = zeros({sizes[k] + (last && tail ? 1 : 0)}, {.dtype = d});
+    buckets_[k].flat = zeros({sizes[k] + (last && tail ? 1 : 0)}, {.dtype = d, .device = device_});
   }
 }
 
@@ -235,7 +277,8 @@ void DistributedDataParallel::launch_ready() {
     if (next_launch_ + 1 == buckets_.size() && tail_offset_ >= 0) {
       Tensor flag = options_.scaler->loss_nonfinite();
       const double v = flag.defined() ? flag.item<double>() : 0.0;
-      if (b.flat.dtype() == DType::f64) b.flat.data_ptr<double>()[tail_offset_] = v;
+      if (b.flat.device().is_cuda()) b.flat.narrow(0, tail_offset_, 1).fill_(v);
+      else if (b.flat.dtype() == DType::f64) b.flat.data_ptr<double>()[tail_offset_] = v;
       else b.flat.data_ptr<float>()[tail_offset_] = static_cast<float>(v);
     }
     b.work = group_->all_reduce(b.flat, ReduceOp::sum);
@@ -280,7 +323,7 @@ void DistributedDataParallel::finalize() {
       Tensor g = p.tensor.grad();
       if (!g.defined()) {
         p.tensor.set_grad(mean.to(p.tensor.dtype()).clone());
-      } else if (g.is_contiguous() && g.dtype() == mean.dtype()) {
+      } else if (g.device().is_cpu() && g.is_contiguous() && g.dtype() == mean.dtype()) {
         std::copy_n(static_cast<const char*>(mean.data_ptr()), g.numel() * g.element_size(),
                     static_cast<char*>(g.data_ptr()));
         g.bump_version();
@@ -302,10 +345,9 @@ void DistributedDataParallel::finalize() {
 
 void DistributedDataParallel::pre_forward() {
   if (!options_.broadcast_buffers || buffers_.empty() || group_->size() == 1) return;
-  NoGradGuard no_grad;
-  std::vector<std::shared_ptr<Work>> works;
-  for (const auto& [name, t] : buffers_) works.push_back(group_->broadcast(t, 0));
-  for (auto& w : works) w->wait();
+  std::vector<Tensor> all;
+  for (const auto& [name, t] : buffers_) all.push_back(t);
+  broadcast_coalesced(*group_, all);
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {

@@ -126,6 +126,7 @@ class DistributedDataParallel {
   bool sync_ = true;
   bool pass_active_ = false;
   size_t next_launch_ = 0;
+  Device device_ = Device::cpu();  // where every parameter, buffer and bucket lives
   int64_t tail_offset_ = -1;  // the scaler flag's slot in the last bucket, or -1
 };
 

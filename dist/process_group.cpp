@@ -8,6 +8,7 @@
 
 #include "core/grad_mode.h"
 #include "dist/collective_checks.h"
+#include "dist/cuda/nccl_backend.h"
 #include "dist/mpi/mpi_backend.h"
 
 namespace precis::dist {
@@ -26,8 +27,8 @@ namespace detail {
 void check_collective_tensor(const char* collective, const Tensor& t) {
   PRECIS_CHECK(t.defined(), "dist::", collective, ": the tensor is undefined");
   PRECIS_CHECK_DEVICE(t.device().is_cpu(), "dist::", collective, ": ", t.describe(),
-                      " is not on the CPU; the MPI backend reduces CPU tensors (an NCCL backend for CUDA tensors "
-                      "is not built yet): move it with .to(Device::cpu())");
+                      " is not on the CPU; CUDA tensors go to the NCCL backend (built with PRECIS_CUDA when NCCL is "
+                      "found; nccl_available() says whether this build has it), else move it with .to(Device::cpu())");
   PRECIS_CHECK(t.is_contiguous(), "dist::", collective, ": ", t.describe(),
                " is not contiguous; collectives work on dense row-major storage: pass t.contiguous() and copy back");
 }
@@ -96,6 +97,14 @@ Backend g_backend = Backend::automatic;
 
 }  // namespace
 
+bool nccl_available() {
+#ifdef PRECIS_HAS_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool mpi_available() {
 #ifdef PRECIS_HAS_MPI
   return true;
@@ -124,6 +133,9 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend) {
   } else {
     g_group = std::make_shared<LocalProcessGroup>();
   }
+#ifdef PRECIS_HAS_NCCL
+  g_group = detail::make_nccl_routing_group(g_group);  // CUDA tensors to NCCL, the rest to the group above
+#endif
   g_backend = backend;
   return g_group;
 }

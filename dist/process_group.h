@@ -11,8 +11,10 @@
 // Every collective is asynchronous and returns a Work handle; every rank must issue the same
 // collectives in the same order (MPI's rule), and a handle must be waited before its tensor is
 // read or written. Backends: MPI for CPU tensors (dist/mpi/, built when MPI is found); a world of
-// one needs no backend. The interface holds no MPI type, so an NCCL backend for CUDA tensors can
-// be a second implementation (docs/distributed.md). Public headers of dist/ include no MPI header.
+// one needs no backend; NCCL for CUDA tensors (dist/cuda/, built with CUDA when NCCL is found),
+// chosen per call by the tensor's device (docs/distributed.md). For a CUDA tensor, wait() orders
+// the device's compute stream after the collective without blocking the host. Public headers of
+// dist/ include no MPI or NCCL header.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,7 +53,8 @@ class ProcessGroup {
   virtual int size() const = 0;
   /// Rank among the processes on this machine (for choosing a GPU).
   virtual int local_rank() const = 0;
-  /// "mpi", "local" (a world of one), or a wrapper's name.
+  /// "mpi", "local" (a world of one), either followed by "+nccl" when CUDA tensors go to NCCL, or
+  /// a wrapper's name.
   virtual std::string backend() const = 0;
 
   /// Reduces `t` over the ranks in place. `t` is contiguous, on the same device on every rank, with
@@ -79,6 +82,8 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend = Backend::auto
 bool is_initialized();
 /// Whether precis was built with the MPI backend.
 bool mpi_available();
+/// Whether precis was built with the NCCL backend (CUDA tensors; never run on a GPU so far).
+bool nccl_available();
 
 /// Ends the whole job now: with MPI, MPI_Abort on every rank (so no rank hangs waiting in a
 /// collective for one that failed); otherwise std::_Exit. Prints `message` on stderr first.

@@ -27,6 +27,7 @@
 #include "ops/functional.h"
 #include "optim/accumulation.h"
 #include "optim/clip_grad.h"
+#include "tensor/factory.h"
 
 namespace precis::train {
 
@@ -63,6 +64,7 @@ class Trainer {
   void log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm, double tb_grad_norm);
   void log_progress(bool last);
   void log_epoch(const Evaluation& ev);
+  RunningMetrics global(const RunningMetrics& m, int64_t& extra);
   Evaluation evaluate();
   void checkpoint(data::DataPosition at);
   bool checkpoint_due() const { return o_.checkpoint_every > 0 && global_step_ % o_.checkpoint_every == 0; }
@@ -142,6 +144,9 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
   if (dist_) identity_["world_size"] = std::to_string(dist_->size());
   csv_ = std::make_unique<MetricsCsv>(rank0() ? o_.metrics : std::string(), o_.resume);
   tty_ = o_.progress >= 0 ? o_.progress == 1 : ::isatty(STDOUT_FILENO) == 1;
+  // --distributed: progress lines are log points where every rank reduces its figures, so they
+  // must fall on the same steps everywhere: every log_every steps, never by the clock.
+  if (dist_) tty_ = false;
 }
 
 // ---- resume ------------------------------------------------------------------------------------
@@ -178,6 +183,7 @@ void Trainer::resume() {
                                     static_cast<uint64_t>(dist_ ? dist_->rank() : 0),
                                 static_cast<uint64_t>(state_get_int(t, "generator_offset", who)));
   epoch_metrics_.load_state_dict(t, who);
+  if (!rank0()) epoch_metrics_.reset();  // the saved sums are the job's (global()): rank 0 carries them
   last_checkpoint_ = path;  // until this run writes one
   if (!o_.quiet)
     out_ << "resumed from " << path << " (step " << global_step_ << ", epoch " << start_.epoch + 1 << ", batch "
@@ -192,6 +198,8 @@ void Trainer::checkpoint(data::DataPosition at) {
   if (o_.checkpoint_dir.empty()) return;
   // An epoch's last step checkpointed by --checkpoint-every is the epoch-end state already.
   if (global_step_ == written_step_ && at == written_at_) return;
+  int64_t unused = 0;
+  const RunningMetrics figures = global(epoch_metrics_, unused);  // the job's sums (a collective)
   if (!rank0()) {  // rank 0 writes; the others wait until the file is complete
     written_step_ = global_step_;
     written_at_ = at;
@@ -199,7 +207,7 @@ void Trainer::checkpoint(data::DataPosition at) {
     return;
   }
   const Generator& g = default_generator();
-  StateDict trainer = epoch_metrics_.state_dict();
+  StateDict trainer = figures.state_dict();
   trainer.insert({{"global_step", state_int(global_step_)},
                   {"skipped", state_int(skipped_)},
                   {"epoch", state_int(at.epoch)},
@@ -287,16 +295,18 @@ void Trainer::update() {
 
 // ---- log ---------------------------------------------------------------------------------------
 
-// The --metrics row of the step just taken (a log point: it reads the step's device sums).
 // The --metrics row and the --tensorboard scalars of the step just taken (a log point: it reads
-// the step's device sums).
+// the step's device sums; under --distributed, the job's sums).
 void Trainer::log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm, double tb_grad_norm) {
-  if (!csv_->enabled() && !tb_) return;
-  const RunningMetrics::Values v = step_metrics_.read();
+  // Not csv_->enabled() or tb_: only rank 0 writes, but every rank takes part in global().
+  if (o_.metrics.empty() && o_.tensorboard.empty()) return;
+  int64_t samples = step_metrics_.samples;
+  const RunningMetrics::Values v = global(step_metrics_, samples).read();
   const double dt = seconds_since(step_start_);
-  const double samples_per_s = dt > 0 ? static_cast<double>(step_metrics_.samples) / dt : 0.0;
-  csv_->row(epoch_, global_step_, epoch_step_, lr, v.loss, v.accuracy, r.scale_before(), r.applied(),
-           grad_norm.defined() ? grad_norm.item<double>() : NAN, samples_per_s, loader_->wait_fraction());
+  const double samples_per_s = dt > 0 ? static_cast<double>(samples) / dt : 0.0;
+  if (csv_->enabled())
+    csv_->row(epoch_, global_step_, epoch_step_, lr, v.loss, v.accuracy, r.scale_before(), r.applied(),
+             grad_norm.defined() ? grad_norm.item<double>() : NAN, samples_per_s, loader_->wait_fraction());
   if (tb_)
     tb_->step({.step = global_step_, .loss = v.loss, .accuracy = v.accuracy, .lr = lr,
                .loss_scale = r.scale_before(), .applied = r.applied(), .reason = r.reason(),
@@ -304,17 +314,39 @@ void Trainer::log_step(const amp::StepResult& r, double lr, const Tensor& grad_n
                .samples_per_s = samples_per_s, .data_wait = loader_->wait_fraction()});
 }
 
+// --distributed: `m`'s sums (and `extra`) over the ranks, one all_reduce at a log point; else `m`.
+// Values stay exact: counts are integers below 2^53, the loss a sum of f64 terms.
+RunningMetrics Trainer::global(const RunningMetrics& m, int64_t& extra) {
+  if (!dist_) return m;
+  const double loss = m.loss_sum.defined() ? m.loss_sum.item<double>() : 0.0;
+  const double correct = m.correct.defined() ? static_cast<double>(m.correct.item<int64_t>()) : 0.0;
+  Tensor t = from_vector<double>({loss, static_cast<double>(m.micro_batches), correct, static_cast<double>(m.count),
+                                  static_cast<double>(m.samples), static_cast<double>(extra)},
+                                 {6});
+  dist_->group->all_reduce(t, dist::ReduceOp::sum)->wait();
+  const std::vector<double> v = t.to_vector<double>();
+  RunningMetrics g;
+  g.micro_batches = static_cast<int64_t>(v[1]);
+  if (g.micro_batches > 0) g.loss_sum = state_real(v[0]);
+  if (v[3] > 0) g.correct = state_int(static_cast<int64_t>(v[2]));
+  g.count = static_cast<int64_t>(v[3]);
+  g.samples = static_cast<int64_t>(v[4]);
+  extra = static_cast<int64_t>(v[5]);
+  return g;
+}
+
 // The progress line, when one is due (only then are the epoch's device sums read).
 void Trainer::log_progress(bool last) {
   if (!progress_->due(epoch_step_, last)) return;
-  const RunningMetrics::Values v = epoch_metrics_.read();
+  int64_t samples = epoch_samples_;
+  const RunningMetrics::Values v = global(epoch_metrics_, samples).read();
   ProgressInfo p;
   p.epoch = epoch_, p.epochs = o_.epochs, p.step = epoch_step_, p.steps = epoch_steps_;
   p.loss = v.loss;
   p.accuracy = v.accuracy;
   p.metric = o_.task == Task::resnet ? "acc" : "mlm-acc";
   const double elapsed = seconds_since(epoch_start_);
-  p.samples_per_s = elapsed > 0 ? static_cast<double>(epoch_samples_) / elapsed : 0.0;
+  p.samples_per_s = elapsed > 0 ? static_cast<double>(samples) / elapsed : 0.0;
   p.scale = scaler_->is_enabled() ? scaler_->get_scale() : 0.0;
   p.skipped = skipped_;
   p.data_wait = loader_->wait_fraction();
@@ -328,15 +360,17 @@ void Trainer::log_progress(bool last) {
 void Trainer::log_epoch(const Evaluation& ev) {
   if (o_.quiet) return;
   const double epoch_seconds = epoch_seconds_;
-  const RunningMetrics::Values v = epoch_metrics_.read();
-  const bool any = epoch_metrics_.micro_batches > 0;
+  int64_t samples = epoch_samples_;
+  const RunningMetrics job = global(epoch_metrics_, samples);
+  const RunningMetrics::Values v = job.read();
+  const bool any = job.micro_batches > 0;
   char line[400];
   std::snprintf(line, sizeof line,
                 "epoch %lld/%lld: train loss %.4f %s %.2f%% (%.1f s, %.0f samples/s, data wait %.0f%%) | test "
                 "loss %.4f %s %.2f%% (%s, %.1f s)%s%s\n",
                 static_cast<long long>(epoch_ + 1), static_cast<long long>(o_.epochs), any ? v.loss : NAN,
-                task_->metric(), epoch_metrics_.count > 0 ? 100.0 * v.accuracy : NAN, epoch_seconds,
-                epoch_seconds > 0 ? static_cast<double>(epoch_samples_) / epoch_seconds : 0.0,
+                task_->metric(), job.count > 0 ? 100.0 * v.accuracy : NAN, epoch_seconds,
+                epoch_seconds > 0 ? static_cast<double>(samples) / epoch_seconds : 0.0,
                 100.0 * loader_->wait_fraction(), ev.loss, task_->metric(), 100.0 * ev.accuracy,
                 precision_name(o_.eval_precision), ev.seconds,
                 skipped_ > 0 ? (", skipped steps so far " + std::to_string(skipped_)).c_str() : "",
@@ -440,7 +474,7 @@ bool Trainer::train_epoch(int64_t epoch) {
 
 TrainSummary Trainer::run() {
   if (o_.resume) resume();
-  if (!o_.tensorboard.empty())
+  if (!o_.tensorboard.empty() && rank0())  // one writer: rank 0 logs the job's values
     tb_ = std::make_unique<TensorBoardLog>(o_.tensorboard, o_.tensorboard_histograms, o_.resume ? global_step_ : -1,
                                            identity_);
   TrainSummary summary;
@@ -479,7 +513,9 @@ TrainSummary Trainer::run() {
   summary.stopped_early = stopped;
   summary.last_checkpoint = last_checkpoint_;
   summary.train_s = train_seconds_;
-  summary.samples_per_s = train_seconds_ > 0 ? static_cast<double>(train_samples_) / train_seconds_ : 0.0;
+  int64_t samples = train_samples_;
+  if (dist_) global(RunningMetrics(), samples);  // the job's samples over rank 0's time
+  summary.samples_per_s = train_seconds_ > 0 ? static_cast<double>(samples) / train_seconds_ : 0.0;
   summary.wall_s = seconds_since(run_start_);
   return summary;
 }

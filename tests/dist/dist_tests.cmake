@@ -16,7 +16,9 @@ if(PRECIS_WITH_MPI)
   # oversubscribed ranks share the cores.
   set(_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none
       -x OMP_NUM_THREADS -x PRECIS_NUM_THREADS -x OMP_WAIT_POLICY)
-  set(_root_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+  # Local launches never use ssh/rsh, but Open MPI 4's rsh launcher fails the whole mpirun when its
+  # agent is not on PATH (a bare root, a container): "false" is found everywhere and never run.
+  set(_root_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=false)
   foreach(_np 2 3)
     add_test(NAME "dist/mpirun -np ${_np}" COMMAND ${_mpirun} ${MPIEXEC_NUMPROC_FLAG} ${_np} $<TARGET_FILE:precis_dist_tests>)
     set_tests_properties("dist/mpirun -np ${_np}" PROPERTIES LABELS dist TIMEOUT 300 PROCESSORS 2
@@ -27,6 +29,12 @@ if(PRECIS_WITH_MPI)
                    ${CMAKE_CURRENT_BINARY_DIR}/dist-train-work ${_mpirun} ${MPIEXEC_NUMPROC_FLAG})
   set_tests_properties("dist/precis-train np 2 equals --accum 2 bit for bit; resume too" PROPERTIES LABELS dist
                        TIMEOUT 300 PROCESSORS 2 SKIP_RETURN_CODE 77 ENVIRONMENT "${_dist_env};${_root_env}")
+  # Real SIGKILLs of the whole np 2 job at random moments; every chain resumes bit for bit.
+  add_test(NAME "dist/precis-train np 2 killed at random moments resumes bit for bit"
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_kill_resume.sh $<TARGET_FILE:precis-train>
+                   ${CMAKE_CURRENT_BINARY_DIR}/dist-kill-work 8 ${_mpirun} ${MPIEXEC_NUMPROC_FLAG})
+  set_tests_properties("dist/precis-train np 2 killed at random moments resumes bit for bit" PROPERTIES LABELS dist
+                       TIMEOUT 900 PROCESSORS 2 SKIP_RETURN_CODE 77 ENVIRONMENT "${_dist_env};${_root_env}")
   add_test(NAME "dist/an exception on one rank ends the job (np 2)"
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect_abort.sh 60
                    ${_mpirun} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:precis_dist_abort_probe>)
@@ -34,7 +42,8 @@ if(PRECIS_WITH_MPI)
                        PROCESSORS 2 ENVIRONMENT "${_dist_env};${_root_env}")
 else()
   foreach(_name "dist/mpirun -np 2" "dist/mpirun -np 3" "dist/an exception on one rank ends the job (np 2)"
-                "dist/precis-train np 2 equals --accum 2 bit for bit; resume too")
+                "dist/precis-train np 2 equals --accum 2 bit for bit; resume too"
+                "dist/precis-train np 2 killed at random moments resumes bit for bit")
     add_test(NAME "${_name}" COMMAND sh -c "echo 'SKIPPED: precis was built without MPI (PRECIS_MPI; scripts/install-deps.sh installs Open MPI)'; exit 77")
     set_tests_properties("${_name}" PROPERTIES LABELS dist SKIP_RETURN_CODE 77)
   endforeach()

@@ -136,6 +136,34 @@ TEST_CASE("ddp: construction copies rank 0's parameters and buffers to every ran
   CHECK(net.rm.to_vector<float>() == std::vector<float>(8, 0.0f));
 }
 
+TEST_CASE("ddp: construction and pre_forward broadcast once per dtype, and every dtype arrives bit for bit",
+          "[dist][ddp]") {
+  auto pg = dist::init_process_group();
+  auto counting = std::make_shared<CountingGroup>(pg);
+  const double r = 1.0 + pg->rank();
+  Net net(r);
+  Tensor steps = full({1}, 7.0 * r, {.dtype = DType::i64});
+  Tensor wide = full({5}, 0.1 * r, {.dtype = DType::f64});
+  auto buffers = net.buffers();
+  buffers.push_back({"bn.num_batches_tracked", steps});
+  buffers.push_back({"extra.f64", wide});
+  DistributedDataParallel ddp(counting, net.params(), buffers);
+  CHECK(counting->broadcasts == 3);  // f32 parameters and buffers, i64, f64
+  CHECK(same_bits(flat_values(net), flat_values(Net(1.0))));
+  CHECK(steps.item<int64_t>() == 7);
+  CHECK(wide.to_vector<double>() == std::vector<double>(5, 0.1));
+  {
+    NoGradGuard g;
+    net.rv.fill_(r);
+    steps.fill_(r);
+  }
+  counting->broadcasts = 0;
+  ddp.pre_forward();
+  CHECK(counting->broadcasts == (pg->size() == 1 ? 0 : 3));
+  CHECK(net.rv.to_vector<float>() == std::vector<float>(8, 1.0f));
+  CHECK(steps.item<int64_t>() == 1);
+}
+
 TEST_CASE("ddp: ranks with different parameters fail on every rank with a message naming the difference",
           "[dist][ddp]") {
   auto pg = dist::init_process_group();

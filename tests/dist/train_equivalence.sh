@@ -2,6 +2,7 @@
 # Usage: train_equivalence.sh PRECIS_TRAIN WORKDIR MPIRUN-COMMAND... (ending in its -n flag)
 # 1. `mpirun -np 2 precis-train resnet --batch 16 --distributed` gives, after every one of its 4
 #    steps, parameters and optimizer state bit-identical (f32) to `precis-train --batch 16 --accum 2`.
+#    Its --metrics rows (train loss and accuracy, reduced over the ranks) equal --accum 2's.
 # 2. The same distributed run stopped after step 2 and resumed (--resume) ends bit-identical to the
 #    uninterrupted one, BatchNorm buffers included.
 # (Fashion-MNIST from the Debian package; the test is skipped, exit 77, when it is absent.)
@@ -14,8 +15,8 @@ rm -rf "$work" && mkdir -p "$work" || exit 1
 common=(resnet --data "$data" --limit-train 128 --limit-test 64 --width 4 --epochs 1 --batch 16 --threads 1
         --workers 0 --eval-batch 32 --precision f32 --checkpoint-every 1 --keep 10 --quiet)
 run() { echo "+ $*"; "$@" || { echo "train_equivalence: FAIL: the command failed"; exit 1; }; }
-run "$train" "${common[@]}" --accum 2 --checkpoint "$work/accum"
-run "$@" 2 "$train" "${common[@]}" --distributed --checkpoint "$work/np2"
+run "$train" "${common[@]}" --accum 2 --checkpoint "$work/accum" --metrics "$work/accum.csv"
+run "$@" 2 "$train" "${common[@]}" --distributed --checkpoint "$work/np2" --metrics "$work/np2.csv"
 run "$@" 2 "$train" "${common[@]}" --distributed --checkpoint "$work/resumed" --stop-after-steps 2
 run "$@" 2 "$train" "${common[@]}" --distributed --checkpoint "$work/resumed" --resume
 status=0
@@ -24,6 +25,10 @@ for s in 1 2 3 4; do
   echo "step $s, np 2 vs --accum 2:"
   python3 "$here/compare_checkpoints.py" "$work/accum/$f" "$work/np2/$f" || status=1
 done
+# The logged train figures are the job's (reduced over the ranks), so the same as --accum 2's:
+# epoch, step, epoch_step, lr, loss, accuracy of every step.
+echo "--metrics loss and accuracy, np 2 vs --accum 2:"
+if diff <(cut -d, -f1-6 "$work/accum.csv") <(cut -d, -f1-6 "$work/np2.csv"); then echo "same"; else status=1; fi
 echo "step 4, np 2 resumed after step 2 vs uninterrupted:"
 python3 "$here/compare_checkpoints.py" --with-buffers "$work/np2/step-000000004.safetensors" "$work/resumed/step-000000004.safetensors" || status=1
 (( status == 0 )) && echo "train_equivalence: PASS" || echo "train_equivalence: FAIL"

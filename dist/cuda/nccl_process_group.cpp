@@ -1,0 +1,250 @@
+// The NCCL backend: CUDA tensors are reduced by NCCL on a communication stream per device; CPU
+// tensors and barriers go to the wrapped group (MPI or the world of one).
+//
+// Streams: precis has one compute stream per device (core/cuda/cuda_context.h). A collective
+// records an event on the compute stream, the communication stream waits on it (the tensor's
+// producers have run), NCCL runs on the communication stream and records `done`. Work::wait()
+// makes the compute stream wait on `done` and returns without blocking the host (as with CUDA
+// kernels, the host only waits where it reads device memory). The Work holds the tensors until
+// then, and a Work dropped unwaited still makes the compute stream wait in its destructor, so the
+// caching allocator (which reuses blocks in compute-stream order) never hands a block to new work
+// while NCCL may still touch it.
+//
+// Semantics match the MPI backend bit for bit where the arithmetic allows: f16/bf16 are reduced
+// through an f32 copy and rounded back once; avg is the sum divided by the world size afterwards.
+#ifdef PRECIS_HAS_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <climits>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_context.h"
+#include "core/grad_mode.h"
+#include "dist/collective_checks.h"
+#include "dist/cuda/nccl_backend.h"
+#include "ops/functional.h"
+#include "tensor/factory.h"
+
+namespace precis::dist::detail {
+
+namespace {
+
+void check_nccl(ncclResult_t rc, ncclComm_t comm, const std::string& what) {
+  if (rc == ncclSuccess || rc == ncclInProgress) return;
+  std::string text = ncclGetErrorString(rc);
+  if (comm != nullptr) {
+    const char* last = ncclGetLastError(comm);
+    if (last != nullptr && *last != '\0') text += " (" + std::string(last) + ")";
+  }
+  throw DistributedError("dist (nccl): " + what + " failed: " + text +
+                         ". A rank may have left the job, or two ranks share one GPU; see the other ranks' output");
+}
+
+ncclDataType_t nccl_type(DType d) {
+  switch (d) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::i64: return ncclInt64;
+    case DType::i32: return ncclInt32;
+    case DType::boolean: return ncclUint8;
+    default: return ncclUint8;  // f16/bf16 are staged through f32 before reaching here
+  }
+}
+
+void check_cuda_tensor(const char* collective, const Tensor& t, int device) {
+  PRECIS_CHECK(t.defined(), "dist::", collective, ": the tensor is undefined");
+  PRECIS_CHECK_DEVICE(t.device().is_cuda() && t.device().index == device, "dist::", collective, ": ", t.describe(),
+                      " is not on cuda:", device, "; the tensors of one NCCL collective share a device");
+  PRECIS_CHECK(t.is_contiguous(), "dist::", collective, ": ", t.describe(),
+               " is not contiguous; collectives work on dense row-major storage: pass t.contiguous() and copy back");
+}
+
+// One device's communicator and communication stream, alive until exit (NCCL's teardown at exit
+// can race with the CUDA runtime's own, so they are deliberately not destroyed).
+struct DeviceComm {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+class NcclWork : public Work {
+ public:
+  NcclWork(std::string what, int device, ncclComm_t comm, std::vector<Tensor> keep, std::function<void()> finish)
+      : what_(std::move(what)), device_(device), comm_(comm), keep_(std::move(keep)), finish_(std::move(finish)) {
+    PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "dist (nccl): creating an event");
+  }
+  ~NcclWork() override {
+    if (!waited_) {  // the compute stream must still not outrun NCCL (see the file comment)
+      cuda::DeviceGuard guard(device_);
+      cudaStreamWaitEvent(cuda::device_stream(device_), done_, 0);
+    }
+    cudaEventDestroy(done_);
+  }
+  cudaEvent_t event() const { return done_; }
+  void wait() override {
+    if (waited_) return;
+    check_async();
+    cuda::DeviceGuard guard(device_);
+    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(cuda::device_stream(device_), done_, 0), "dist (nccl): ", what_);
+    waited_ = true;
+    if (finish_) finish_();  // enqueued on the compute stream, after the collective
+    keep_.clear();
+  }
+  bool done() override {
+    if (waited_) return true;
+    check_async();
+    const cudaError_t q = cudaEventQuery(done_);
+    if (q == cudaErrorNotReady) return false;
+    PRECIS_CUDA_CHECK(q, "dist (nccl): ", what_);
+    return true;
+  }
+
+ private:
+  void check_async() {
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm_, &async), comm_, what_);
+    check_nccl(async, comm_, what_);
+  }
+  std::string what_;
+  int device_;
+  ncclComm_t comm_;
+  std::vector<Tensor> keep_;
+  std::function<void()> finish_;
+  cudaEvent_t done_ = nullptr;
+  bool waited_ = false;
+};
+
+class NcclRoutingGroup : public ProcessGroup {
+ public:
+  explicit NcclRoutingGroup(std::shared_ptr<ProcessGroup> cpu) : cpu_(std::move(cpu)) {}
+  int rank() const override { return cpu_->rank(); }
+  int size() const override { return cpu_->size(); }
+  int local_rank() const override { return cpu_->local_rank(); }
+  std::string backend() const override { return cpu_->backend() + "+nccl"; }
+
+  std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override {
+    if (!t.defined() || !t.device().is_cuda()) return cpu_->all_reduce(t, op);
+    const int dev = t.device().index;
+    check_cuda_tensor("all_reduce", t, dev);
+    check_reduce_dtype(t, op);
+    const std::string what = std::string("all_reduce(") + reduce_op_name(op) + ") of " + t.describe();
+    const bool staged = t.dtype() == DType::f16 || t.dtype() == DType::bf16;
+    Tensor buf = t;
+    if (staged) {
+      NoGradGuard no_grad;
+      buf = t.detach().to(DType::f32).contiguous();
+    }
+    const int n = size();
+    auto finish = [t, buf, staged, op, n] {
+      NoGradGuard no_grad;
+      Tensor b = buf.detach();
+      if (op == ReduceOp::avg && n > 1) b.copy_(div(b, static_cast<double>(n)));
+      if (staged) {
+        Tensor(t).detach().copy_(b);
+        t.bump_version();
+      }
+    };
+    const ncclRedOp_t nop = op == ReduceOp::max ? ncclMax : ncclSum;
+    auto work = launch(dev, what, {t, buf}, finish, [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclAllReduce(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), nccl_type(buf.dtype()),
+                           nop, comm, s);
+    });
+    t.bump_version();
+    return work;
+  }
+
+  std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {
+    if (!t.defined() || !t.device().is_cuda()) return cpu_->broadcast(t, root);
+    const int dev = t.device().index;
+    check_cuda_tensor("broadcast", t, dev);
+    PRECIS_CHECK_INDEX(root >= 0 && root < size(), "dist::broadcast: root ", root, " is not a rank of a world of size ",
+                       size());
+    const std::string what = "broadcast from rank " + std::to_string(root) + " of " + t.describe();
+    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+    auto work = launch(dev, what, {t}, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclBroadcast(t.data_ptr(), t.data_ptr(), bytes, ncclUint8, root, comm, s);
+    });
+    t.bump_version();
+    return work;
+  }
+
+  std::shared_ptr<Work> all_gather(const Tensor& in, const Tensor& out) override {
+    if (!in.defined() || !in.device().is_cuda()) {
+      PRECIS_CHECK_DEVICE(!out.defined() || !out.device().is_cuda(), "dist::all_gather: in is ", in.describe(),
+                          " but out is ", out.describe(), "; both must be on one device");
+      return cpu_->all_gather(in, out);
+    }
+    const int dev = in.device().index;
+    check_cuda_tensor("all_gather", in, dev);
+    check_cuda_tensor("all_gather", out, dev);
+    Shape want{size()};
+    for (int64_t s : in.sizes()) want.push_back(s);
+    PRECIS_CHECK_SHAPE(out.sizes() == want && out.dtype() == in.dtype(), "dist::all_gather: out is ", out.describe(),
+                       " but must be [world size = ", size(), ", *in.shape] with in's dtype for in ", in.describe());
+    const std::string what = "all_gather of " + in.describe();
+    const size_t bytes = static_cast<size_t>(in.numel()) * in.element_size();
+    auto work = launch(dev, what, {in, out}, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclAllGather(in.data_ptr(), out.data_ptr(), bytes, ncclUint8, comm, s);
+    });
+    out.bump_version();
+    return work;
+  }
+
+  std::shared_ptr<Work> barrier() override { return cpu_->barrier(); }
+
+ private:
+  DeviceComm& comm_for(int dev) {
+    auto it = comms_.find(dev);
+    if (it != comms_.end()) return it->second;
+    cuda::check_device_index(dev, "dist (nccl)");
+    // The unique id travels from rank 0 as 16 i64 words over the CPU group (MPI; identity alone).
+    static_assert(sizeof(ncclUniqueId) % sizeof(int64_t) == 0, "ncclUniqueId is a whole number of words");
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (rank() == 0) check_nccl(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId");
+    Tensor words = zeros({static_cast<int64_t>(sizeof id / sizeof(int64_t))}, {.dtype = DType::i64});
+    std::memcpy(words.data_ptr(), &id, sizeof id);
+    cpu_->broadcast(words, 0)->wait();
+    std::memcpy(&id, words.data_ptr(), sizeof id);
+    DeviceComm dc;
+    cuda::DeviceGuard guard(dev);
+    check_nccl(ncclCommInitRank(&dc.comm, size(), id, rank()), nullptr,
+               "ncclCommInitRank on cuda:" + std::to_string(dev) + " (rank " + std::to_string(rank()) + " of " +
+                   std::to_string(size()) + ")");
+    PRECIS_CUDA_CHECK(cudaStreamCreateWithFlags(&dc.stream, cudaStreamNonBlocking),
+                      "dist (nccl): creating the communication stream on cuda:", dev);
+    return comms_.emplace(dev, dc).first->second;
+  }
+
+  template <typename Call>
+  std::shared_ptr<Work> launch(int dev, const std::string& what, std::vector<Tensor> keep,
+                               std::function<void()> finish, Call&& call) {
+    DeviceComm& dc = comm_for(dev);
+    cuda::DeviceGuard guard(dev);
+    cudaEvent_t ready = nullptr;
+    PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "dist (nccl): creating an event");
+    PRECIS_CUDA_CHECK(cudaEventRecord(ready, cuda::device_stream(dev)), "dist (nccl): ", what);
+    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(dc.stream, ready, 0), "dist (nccl): ", what);
+    cudaEventDestroy(ready);  // released once recorded work completes; the wait above holds
+    auto work = std::make_shared<NcclWork>(what, dev, dc.comm, std::move(keep), std::move(finish));
+    check_nccl(call(dc.comm, dc.stream), dc.comm, what);
+    PRECIS_CUDA_CHECK(cudaEventRecord(work->event(), dc.stream), "dist (nccl): ", what);
+    return work;
+  }
+
+  std::shared_ptr<ProcessGroup> cpu_;
+  std::map<int, DeviceComm> comms_;
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_nccl_routing_group(std::shared_ptr<ProcessGroup> cpu) {
+  return std::make_shared<NcclRoutingGroup>(std::move(cpu));
+}
+
+}  // namespace precis::dist::detail
+#endif  // PRECIS_HAS_NCCL
