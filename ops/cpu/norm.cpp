@@ -16,6 +16,7 @@
 #include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/lanes.h"
+#include "ops/cpu/optional_operand.h"
 #include "ops/cpu/softmax_rows.h"
 #include "ops/kernels_norm.h"
 #include "ops/op_table.h"
@@ -60,15 +61,6 @@ class RowBuf {
  private:
   std::vector<A> buf_;
 };
-
-template <typename A>
-const A* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data_ptr<A>() : nullptr;
-}
-template <typename A>
-A* mut_ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data_ptr<A>() : nullptr;
-}
 
 // Two sums Σu, Σv over the N rows (length S) of one channel, in A with f64 folds. Short rows
 // (the 4×4 or 8×8 maps of late ResNet stages) accumulate per column across rows, so the inner
@@ -267,7 +259,7 @@ void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
   const int64_t M = N * S;
   const T* xp = x.data_ptr<T>();
   const T* gp = grad.data_ptr<T>();
-  T* dp = dx.defined() ? dx.data_ptr<T>() : nullptr;
+  T* dp = mut_ptr_or_null<T>(dx);
   const A* w = ptr_or_null<A>(weight);
   const A* sm = save_mean.data_ptr<A>();
   const A* sr = save_rstd.data_ptr<A>();
@@ -364,7 +356,7 @@ void layer_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
   const int64_t M = x.size(0), D = x.size(1);
   const T* xp = x.data_ptr<T>();
   const T* gp = grad.data_ptr<T>();
-  T* dp = dx.defined() ? dx.data_ptr<T>() : nullptr;
+  T* dp = mut_ptr_or_null<T>(dx);
   const A* w = ptr_or_null<A>(weight);
   const A* mp = mean.data_ptr<A>();
   const A* rp = rstd.data_ptr<A>();
@@ -465,7 +457,7 @@ void group_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
   const int64_t Cg = C / G, L = Cg * S;
   const T* xp = x.data_ptr<T>();
   const T* gp = grad.data_ptr<T>();
-  T* dp = dx.defined() ? dx.data_ptr<T>() : nullptr;
+  T* dp = mut_ptr_or_null<T>(dx);
   const A* w = ptr_or_null<A>(weight);
   const A* mp = mean.data_ptr<A>();
   const A* rp = rstd.data_ptr<A>();
