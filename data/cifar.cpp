@@ -1,7 +1,5 @@
 #include "data/cifar.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 #include "data/file_bytes.h"
 #include "tensor/factory.h"
@@ -39,9 +37,7 @@ Cifar10Dataset::Cifar10Dataset(const std::string& dir, bool train) {
 Example Cifar10Dataset::get(int64_t index) const {
   check_index("Cifar10Dataset", index, size());
   const uint8_t* px = pixels_.data() + index * kCifarImageBytes;
-  Tensor image = empty({3, 32, 32}, {.dtype = DType::f32});
-  std::transform(px, px + kCifarImageBytes, image.data_ptr<float>(), [](uint8_t b) { return static_cast<float>(b) / 255.0f; });
-  return Example{image, scalar_tensor(static_cast<int64_t>(labels_[static_cast<size_t>(index)]), {.dtype = DType::i64})};
+  return byte_image_example(px, {3, 32, 32}, labels_[static_cast<size_t>(index)]);
 }
 
 const std::vector<std::string>& cifar10_classes() {

@@ -157,14 +157,7 @@ std::vector<std::vector<int64_t>> DataLoader::batch_indices(int64_t epoch) const
     return plan;
   }
   const int64_t n = dataset_->size();
-  std::vector<int64_t> order;
-  if (options_.shuffle) {
-    SampleRng rng(options_.seed, kShuffleStream, static_cast<uint64_t>(epoch));
-    order = random_permutation(n, rng);
-  } else {
-    order.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-  }
+  const std::vector<int64_t> order = epoch_order(n, options_.shuffle, options_.seed, epoch);
   const int64_t bs = options_.batch_size;
   std::vector<std::vector<int64_t>> plan;
   plan.reserve(static_cast<size_t>((n + bs - 1) / bs));

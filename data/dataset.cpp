@@ -1,15 +1,24 @@
 #include "data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "core/error.h"
+#include "tensor/factory.h"
 
 namespace precis::data {
 
 void check_index(const char* who, int64_t index, int64_t dataset_size) {
   PRECIS_CHECK_INDEX(index >= 0 && index < dataset_size, who, ": index ", index, " is out of range for a dataset of ",
                      dataset_size, " examples");
+}
+
+Example byte_image_example(const uint8_t* pixels, Shape shape, uint8_t label) {
+  Tensor image = empty(std::move(shape), {.dtype = DType::f32});
+  std::transform(pixels, pixels + image.numel(), image.data_ptr<float>(),
+                 [](uint8_t b) { return static_cast<float>(b) / 255.0f; });
+  return Example{image, scalar_tensor(static_cast<int64_t>(label), {.dtype = DType::i64})};
 }
 
 TensorDataset::TensorDataset(std::vector<Tensor> tensors) : tensors_(std::move(tensors)) {

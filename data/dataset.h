@@ -91,4 +91,8 @@ std::vector<std::shared_ptr<Subset>> random_split(std::shared_ptr<const Dataset>
 /// Checks 0 <= index < dataset_size, throwing IndexError naming `who`.
 void check_index(const char* who, int64_t index, int64_t dataset_size);
 
+/// An image dataset's example: the 8-bit pixels at `pixels` (shape's element count of them) as an
+/// f32 tensor of `shape` scaled to [0, 1], and the class label as a 0-d i64 tensor.
+Example byte_image_example(const uint8_t* pixels, Shape shape, uint8_t label);
+
 }  // namespace precis::data

@@ -207,10 +207,7 @@ const uint8_t* MnistDataset::pixels(int64_t index) const {
 
 Example MnistDataset::get(int64_t index) const {
   const uint8_t* px = pixels(index);
-  Tensor image = empty({1, height_, width_}, {.dtype = DType::f32});
-  std::transform(px, px + height_ * width_, image.data_ptr<float>(),
-                 [](uint8_t b) { return static_cast<float>(b) / 255.0f; });
-  return Example{image, scalar_tensor(static_cast<int64_t>(labels_[static_cast<size_t>(index)]), {.dtype = DType::i64})};
+  return byte_image_example(px, {1, height_, width_}, labels_[static_cast<size_t>(index)]);
 }
 
 const std::vector<std::string>& fashion_mnist_classes() {

@@ -47,4 +47,14 @@ std::vector<int64_t> random_permutation(int64_t n, SampleRng& rng) {
   return perm;
 }
 
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
+  if (shuffle) {
+    SampleRng rng(seed, kShuffleStream, static_cast<uint64_t>(epoch));
+    return random_permutation(n, rng);
+  }
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  return order;
+}
+
 }  // namespace precis::data

@@ -43,4 +43,9 @@ inline constexpr uint64_t kBatchOrderStream = ~uint64_t{0} - 1;
 /// A seeded permutation of 0..n-1 (Fisher–Yates on a SampleRng), the same on every machine.
 std::vector<int64_t> random_permutation(int64_t n, SampleRng& rng);
 
+/// The order of 0..n-1 for one epoch: the permutation of the (seed, kShuffleStream, epoch) stream
+/// when `shuffle`, else 0, 1, ..., n-1. The DataLoader and the token batcher share it, so the
+/// same seed and epoch visit examples in the same order in both.
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
+
 }  // namespace precis::data

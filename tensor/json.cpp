@@ -116,6 +116,21 @@ class Parser {
     ++pos_;
   }
 
+  bool consume(char c) {
+    if (pos_ >= s_.size() || s_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+
+  // After a member or element: true at the container's `close`, false after a ',' (another one
+  // follows); anything else is an error naming the container (`what`).
+  bool end_of_container(char close, const char* what) {
+    skip_ws();
+    if (consume(',')) return false;
+    if (consume(close)) return true;
+    fail("expected ',' or '", close, "' in ", what, ", found ", describe_here());
+  }
+
   bool consume_literal(std::string_view lit) {
     if (s_.substr(pos_, lit.size()) != lit) return false;
     pos_ += lit.size();
@@ -153,10 +168,7 @@ class Parser {
     v.kind = Value::Kind::object;
     expect('{');
     skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == '}') {
-      ++pos_;
-      return;
-    }
+    if (consume('}')) return;
     // Duplicate keys: a linear search while the object is small (a safetensors entry has three
     // keys), a hash set once it is not, so a header of n tensors parses in O(n), not O(n^2).
     constexpr size_t kLinearKeys = 16;
@@ -183,16 +195,7 @@ class Parser {
       skip_ws();
       Value member = parse_value(depth + 1);
       v.object.emplace_back(std::move(key), std::move(member));
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == '}') {
-        ++pos_;
-        return;
-      }
-      fail("expected ',' or '}' in an object, found ", describe_here());
+      if (end_of_container('}', "an object")) return;
     }
   }
 
@@ -200,23 +203,11 @@ class Parser {
     v.kind = Value::Kind::array;
     expect('[');
     skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == ']') {
-      ++pos_;
-      return;
-    }
+    if (consume(']')) return;
     while (true) {
       skip_ws();
       v.array.push_back(parse_value(depth + 1));
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == ']') {
-        ++pos_;
-        return;
-      }
-      fail("expected ',' or ']' in an array, found ", describe_here());
+      if (end_of_container(']', "an array")) return;
     }
   }
 

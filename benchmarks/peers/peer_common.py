@@ -1,6 +1,7 @@
 """What the PyTorch peers (torch_ops.py, torch_models.py) share: the timing loop of precis-bench
 (benchmarks/bench.cpp: warm-up, then repeat until min_time and min_reps) and the glibc malloc
 tuning of MACHINE.md, which must be in the environment before the interpreter starts."""
+import argparse
 import json
 import os
 import statistics
@@ -8,6 +9,19 @@ import sys
 import time
 
 TUNABLES = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=68719476736"
+
+
+def peer_arg_parser(doc):
+    """The command line both peers take (thread counts, repetitions, output, case filter); a
+    peer adds its own options to it."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", default="2", help="comma-separated thread counts (default 2)")
+    p.add_argument("--repeat", type=int, default=200)
+    p.add_argument("--min-time", type=float, default=0.5)
+    p.add_argument("--json", help="write the records to this file")
+    p.add_argument("--cases", default="", help="only cases whose name contains this")
+    p.add_argument("--no-malloc-tuning", action="store_true")
+    return p
 
 
 def reexec_with_malloc_tuning(disabled):

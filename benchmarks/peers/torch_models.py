@@ -29,7 +29,7 @@ import os
 import subprocess
 import sys
 
-from peer_common import reexec_with_malloc_tuning, time_step, write_records
+from peer_common import peer_arg_parser, reexec_with_malloc_tuning, time_step, write_records
 # (name, flops per step: 3 x forward, MACHINE.md)
 CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("bert_mini b16x128", 3.0 * 46.2e9)]
 
@@ -171,13 +171,7 @@ def child(args):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--threads", default="2", help="comma-separated thread counts (default 2)")
-    p.add_argument("--repeat", type=int, default=200)
-    p.add_argument("--min-time", type=float, default=0.5)
-    p.add_argument("--json", help="write the records to this file")
-    p.add_argument("--cases", default="", help="only cases whose name contains this")
-    p.add_argument("--no-malloc-tuning", action="store_true")
+    p = peer_arg_parser(__doc__)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-dtype", help=argparse.SUPPRESS)
     p.add_argument("--child-threads", type=int, help=argparse.SUPPRESS)

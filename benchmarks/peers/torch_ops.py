@@ -18,11 +18,10 @@ given.
 
 Compare with benchmarks/report.py PRECIS.json TORCH.json.
 """
-import argparse
 import os
 import sys
 
-from peer_common import reexec_with_malloc_tuning, time_step, write_records
+from peer_common import peer_arg_parser, reexec_with_malloc_tuning, time_step, write_records
 
 BATCH = 64
 # Every distinct ResNet-18 (CIFAR layout) conv shape: (cin, cout, k, stride, input hw).
@@ -115,13 +114,7 @@ def make_cases(torch, F):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--threads", default="2", help="comma-separated thread counts (default 2)")
-    p.add_argument("--repeat", type=int, default=200)
-    p.add_argument("--min-time", type=float, default=0.5)
-    p.add_argument("--json", help="write the records to this file")
-    p.add_argument("--cases", default="", help="only cases whose name contains this")
-    p.add_argument("--no-malloc-tuning", action="store_true")
+    p = peer_arg_parser(__doc__)
     args = p.parse_args()
 
     reexec_with_malloc_tuning(args.no_malloc_tuning)

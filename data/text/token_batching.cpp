@@ -1,7 +1,6 @@
 #include "data/text/token_batching.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "core/checked_math.h"
 #include "core/error.h"
@@ -21,14 +20,7 @@ std::vector<std::vector<int64_t>> token_budget_batches(const std::vector<int64_t
                  " tokens, more than max_tokens = ", options.max_tokens,
                  " on its own (raise max_tokens or truncate the sequences)");
   }
-  std::vector<int64_t> order;
-  if (options.shuffle) {
-    SampleRng rng(options.seed, kShuffleStream, static_cast<uint64_t>(epoch));
-    order = random_permutation(n, rng);
-  } else {
-    order.resize(static_cast<size_t>(n));
-    std::iota(order.begin(), order.end(), int64_t{0});
-  }
+  std::vector<int64_t> order = epoch_order(n, options.shuffle, options.seed, epoch);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return lengths[static_cast<size_t>(a)] / options.bucket_width < lengths[static_cast<size_t>(b)] / options.bucket_width;
   });

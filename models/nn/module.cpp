@@ -247,41 +247,39 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+namespace {
+std::vector<Tensor> tensors_of(const std::vector<std::pair<std::string, Tensor>>& named) {
+  std::vector<Tensor> out;
+  out.reserve(named.size());
+  for (const auto& [name, t] : named) out.push_back(t);
+  return out;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> Module::named_slots(std::vector<TensorSlot> Module::*slots,
+                                                                bool recurse) const {
   std::vector<std::pair<std::string, Tensor>> out;
   std::unordered_set<const TensorImpl*> seen;
   auto modules = recurse ? named_modules() : std::vector<std::pair<std::string, const Module*>>{{"", this}};
   for (const auto& [prefix, m] : modules)
-    for (const TensorSlot& s : m->params_) {
+    for (const TensorSlot& s : m->*slots) {
       const Tensor& t = m->slot_tensor(s);
       if (t.defined() && seen.insert(t.impl()).second) out.emplace_back(join_name(prefix, s.name), t);
     }
   return out;
 }
 
-std::vector<Tensor> Module::parameters(bool recurse) const {
-  std::vector<Tensor> out;
-  for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
-  return out;
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+  return named_slots(&Module::params_, recurse);
 }
+
+std::vector<Tensor> Module::parameters(bool recurse) const { return tensors_of(named_parameters(recurse)); }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  std::unordered_set<const TensorImpl*> seen;
-  auto modules = recurse ? named_modules() : std::vector<std::pair<std::string, const Module*>>{{"", this}};
-  for (const auto& [prefix, m] : modules)
-    for (const TensorSlot& s : m->buffers_) {
-      const Tensor& t = m->slot_tensor(s);
-      if (t.defined() && seen.insert(t.impl()).second) out.emplace_back(join_name(prefix, s.name), t);
-    }
-  return out;
+  return named_slots(&Module::buffers_, recurse);
 }
 
-std::vector<Tensor> Module::buffers(bool recurse) const {
-  std::vector<Tensor> out;
-  for (auto& [name, t] : named_buffers(recurse)) out.push_back(t);
-  return out;
-}
+std::vector<Tensor> Module::buffers(bool recurse) const { return tensors_of(named_buffers(recurse)); }
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;

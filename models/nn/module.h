@@ -321,6 +321,9 @@ class Module {
   void str_into(std::string& out, int indent) const;
   // (name, live tensor) of every parameter and persistent buffer, all names of tied tensors.
   std::vector<std::pair<std::string, Tensor>> state_entries() const;
+  // (qualified name, tensor) of the defined slots in `slots` (params_ or buffers_) of this module,
+  // or of every module in the tree when `recurse`; a tensor held in two slots is listed once.
+  std::vector<std::pair<std::string, Tensor>> named_slots(std::vector<TensorSlot> Module::*slots, bool recurse) const;
 
   bool training_ = true;
   std::vector<TensorSlot> params_;

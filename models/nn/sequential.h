@@ -9,6 +9,16 @@
 
 namespace precis::nn {
 
+namespace detail {
+/// `m`, the module at index i of `container`, as M; ValueError naming both when it is another type.
+template <typename M>
+M& module_as(Module& m, const char* container, size_t i) {
+  auto* p = dynamic_cast<M*>(&m);
+  PRECIS_CHECK(p != nullptr, container, "::at<T>(", i, "): the module there is a ", m.type_name());
+  return *p;
+}
+}  // namespace detail
+
 class Sequential : public Module {
  public:
   Sequential() = default;
@@ -45,9 +55,7 @@ class Sequential : public Module {
   /// The module at i as M (ValueError when it is another type).
   template <typename M>
   M& at(size_t i) const {
-    auto* m = dynamic_cast<M*>(&(*this)[i]);
-    PRECIS_CHECK(m != nullptr, "nn::Sequential::at<T>(", i, "): the module there is a ", (*this)[i].type_name());
-    return *m;
+    return detail::module_as<M>((*this)[i], "nn::Sequential", i);
   }
   std::string type_name() const override { return "Sequential"; }
 
@@ -74,9 +82,7 @@ class ModuleList : public Module {
   /// The module at i as M (ValueError when it is another type).
   template <typename M>
   M& at(size_t i) const {
-    auto* m = dynamic_cast<M*>(&(*this)[i]);
-    PRECIS_CHECK(m != nullptr, "nn::ModuleList::at<T>(", i, "): the module there is a ", (*this)[i].type_name());
-    return *m;
+    return detail::module_as<M>((*this)[i], "nn::ModuleList", i);
   }
   std::string type_name() const override { return "ModuleList"; }
 

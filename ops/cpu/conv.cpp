@@ -7,6 +7,7 @@
 //   f64   im2col + Eigen (oneDNN has no f64)
 #include "ops/cpu/conv_impl.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/optional_operand.h"
 #include "ops/kernels.h"
 #include "ops/kernels_conv.h"
 #include "ops/op_table.h"
@@ -35,16 +36,6 @@ void copy_into(const Tensor& dst, const Tensor& src) {
 
 Tensor f32_like(const Tensor& t) { return t.defined() ? empty(t.sizes(), {.dtype = DType::f32}) : Tensor(); }
 
-template <typename T>
-const T* ptr(const Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
-template <typename T>
-T* mut_ptr(const Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
-void* raw_ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-
 // The problem shape of a backward call, whose x or w may be undefined (not needed).
 ConvShape backward_shape(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_out, const Tensor& x,
                          const Tensor& w, const Conv2dParams& p) {
@@ -58,9 +49,9 @@ void forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& 
   const ConvShape s = conv_shape(x, w, out, p);
 #ifdef PRECIS_HAS_ONEDNN
   if constexpr (std::is_same_v<T, float>)
-    if (onednn_conv_forward(DType::f32, s, x.data_ptr(), w.data_ptr(), raw_ptr(bias), out.data_ptr())) return;
+    if (onednn_conv_forward(DType::f32, s, x.data_ptr(), w.data_ptr(), raw_ptr_or_null(bias), out.data_ptr())) return;
 #endif
-  im2col_conv_forward<T>(s, x.data_ptr<T>(), w.data_ptr<T>(), ptr<T>(bias), out.data_ptr<T>());
+  im2col_conv_forward<T>(s, x.data_ptr<T>(), w.data_ptr<T>(), ptr_or_null<T>(bias), out.data_ptr<T>());
 }
 
 // The wanted gradients (defined outputs) of the f32 or f64 problem.
@@ -70,14 +61,14 @@ void backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bia
   const ConvShape s = backward_shape(grad_x, grad_w, grad_out, x, w, p);
 #ifdef PRECIS_HAS_ONEDNN
   if constexpr (std::is_same_v<T, float>)
-    if (onednn_conv_backward(DType::f32, s, grad_out.data_ptr(), raw_ptr(x), raw_ptr(w), raw_ptr(grad_x),
-                             raw_ptr(grad_w), raw_ptr(grad_bias)))
+    if (onednn_conv_backward(DType::f32, s, grad_out.data_ptr(), raw_ptr_or_null(x), raw_ptr_or_null(w), raw_ptr_or_null(grad_x),
+                             raw_ptr_or_null(grad_w), raw_ptr_or_null(grad_bias)))
       return;
 #endif
   if (grad_x.defined()) im2col_conv_backward_input<T>(s, grad_out.data_ptr<T>(), w.data_ptr<T>(), grad_x.data_ptr<T>());
   if (grad_w.defined())
     im2col_conv_backward_weight<T>(s, grad_out.data_ptr<T>(), x.data_ptr<T>(), grad_w.data_ptr<T>(),
-                                   mut_ptr<T>(grad_bias));
+                                   mut_ptr_or_null<T>(grad_bias));
 }
 
 // ---- the kernels: low precision via oneDNN bf16 or via f32 -------------------------------------
@@ -91,7 +82,7 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Te
 #ifdef PRECIS_HAS_ONEDNN
     if constexpr (std::is_same_v<T, BFloat16>)
       if (onednn_conv_forward(DType::bf16, conv_shape(x, w, out, p), x.data_ptr(), w.data_ptr(),
-                              raw_ptr(bias), out.data_ptr()))
+                              raw_ptr_or_null(bias), out.data_ptr()))
         return;
 #endif
     Tensor out_f = f32_like(out);
@@ -112,7 +103,7 @@ void conv2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_w, const Te
 #ifdef PRECIS_HAS_ONEDNN
     if constexpr (std::is_same_v<T, BFloat16>)
       if (onednn_conv_backward(DType::bf16, backward_shape(grad_x, grad_w, grad_out, x, w, p), grad_out.data_ptr(),
-                               raw_ptr(x), raw_ptr(w), raw_ptr(grad_x), raw_ptr(grad_w), raw_ptr(grad_bias)))
+                               raw_ptr_or_null(x), raw_ptr_or_null(w), raw_ptr_or_null(grad_x), raw_ptr_or_null(grad_w), raw_ptr_or_null(grad_bias)))
         return;
 #endif
     Tensor gx_f = f32_like(grad_x), gw_f = f32_like(grad_w), gb_f = f32_like(grad_bias);

@@ -16,6 +16,7 @@
 #include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/lanes.h"
+#include "ops/cpu/optional_operand.h"
 #include "ops/cpu/softmax_rows.h"
 #include "ops/kernels_norm.h"
 #include "ops/op_table.h"
@@ -23,6 +24,28 @@
 namespace precis::cpu {
 
 namespace {
+
+// The data of a norm backward's operands: x, grad and dx in T; weight, the saved statistics and the
+// parameter gradients in the compute type. dx, weight, dweight and dbias are null when undefined.
+template <typename T>
+struct NormBackwardPtrs {
+  const T* x;
+  const T* grad;
+  T* dx;
+  const opmath_t<T>* weight;
+  const opmath_t<T>* mean;
+  const opmath_t<T>* rstd;
+  opmath_t<T>* dweight;
+  opmath_t<T>* dbias;
+};
+
+template <typename T>
+NormBackwardPtrs<T> norm_backward_ptrs(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
+                                       const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  using A = opmath_t<T>;
+  return {x.data_ptr<T>(),    grad.data_ptr<T>(), mut_ptr_or_null<T>(dx),      ptr_or_null<A>(weight),
+          mean.data_ptr<A>(), rstd.data_ptr<A>(), mut_ptr_or_null<A>(dweight), mut_ptr_or_null<A>(dbias)};
+}
 
 // Elements per parallel chunk: normalisation costs a few cheap passes per element.
 constexpr int64_t kNormGrain = 32768;
@@ -60,15 +83,6 @@ class RowBuf {
  private:
   std::vector<A> buf_;
 };
-
-template <typename A>
-const A* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data_ptr<A>() : nullptr;
-}
-template <typename A>
-A* mut_ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data_ptr<A>() : nullptr;
-}
 
 // Two sums Σu, Σv over the N rows (length S) of one channel, in A with f64 folds. Short rows
 // (the 4×4 or 8×8 maps of late ResNet stages) accumulate per column across rows, so the inner
@@ -265,14 +279,8 @@ void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
   using A = opmath_t<T>;
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const int64_t M = N * S;
-  const T* xp = x.data_ptr<T>();
-  const T* gp = grad.data_ptr<T>();
-  T* dp = dx.defined() ? dx.data_ptr<T>() : nullptr;
-  const A* w = ptr_or_null<A>(weight);
-  const A* sm = save_mean.data_ptr<A>();
-  const A* sr = save_rstd.data_ptr<A>();
-  A* dw = mut_ptr_or_null<A>(dweight);
-  A* db = mut_ptr_or_null<A>(dbias);
+  const auto [xp, gp, dp, w, sm, sr, dw, db] =
+      norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, save_mean, save_rstd);
   const bool need_sums = training ? dp != nullptr || dw || db : dw || db;
   parallel_for(0, C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(M, 1)), [&](int64_t lo, int64_t hi) {
     RowBuf<T> xb(S), gb(S);
@@ -362,14 +370,7 @@ void layer_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
                                 const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
   using A = opmath_t<T>;
   const int64_t M = x.size(0), D = x.size(1);
-  const T* xp = x.data_ptr<T>();
-  const T* gp = grad.data_ptr<T>();
-  T* dp = dx.defined() ? dx.data_ptr<T>() : nullptr;
-  const A* w = ptr_or_null<A>(weight);
-  const A* mp = mean.data_ptr<A>();
-  const A* rp = rstd.data_ptr<A>();
-  A* dw = mut_ptr_or_null<A>(dweight);
-  A* db = mut_ptr_or_null<A>(dbias);
+  const auto [xp, gp, dp, w, mp, rp, dw, db] = norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, mean, rstd);
   const bool need_params = dw || db;
   const int64_t rows_per_block = std::max<int64_t>(1, kNormGrain / std::max<int64_t>(D, 1));
   const int64_t nblocks =
@@ -463,14 +464,7 @@ void group_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
   using A = opmath_t<T>;
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const int64_t Cg = C / G, L = Cg * S;
-  const T* xp = x.data_ptr<T>();
-  const T* gp = grad.data_ptr<T>();
-  T* dp = dx.defined() ? dx.data_ptr<T>() : nullptr;
-  const A* w = ptr_or_null<A>(weight);
-  const A* mp = mean.data_ptr<A>();
-  const A* rp = rstd.data_ptr<A>();
-  A* dw = mut_ptr_or_null<A>(dweight);
-  A* db = mut_ptr_or_null<A>(dbias);
+  const auto [xp, gp, dp, w, mp, rp, dw, db] = norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, mean, rstd);
   // Per (n, c): rstd·Σ g(x − mean) and Σ g.
   std::vector<A> chan_gx(static_cast<size_t>(N * C)), chan_g(static_cast<size_t>(N * C));
   parallel_for(0, N * G, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(L, 1)), [&](int64_t lo, int64_t hi) {

@@ -310,6 +310,16 @@ TEST_CASE("last_overflow covers every optimizer of the round and survives clean 
   GradScaler scaler({.init_scale = 4.0});
   scaler.set_parameter_names({{"first.weight", a}, {"second.bias", b}});
   CHECK(scaler.last_overflow().empty());  // nothing has overflowed yet
+  auto clean_rounds = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      scaler.scale(scalar_tensor(1.0));
+      a.set_grad(full({3}, 1.0));
+      b.set_grad(full({2}, 1.0));
+      scaler.step(oa);
+      scaler.step(ob);
+      scaler.update();
+    }
+  };
   // Only the first stepped optimizer overflows; the second's clean step must not hide it.
   scaler.scale(scalar_tensor(1.0));
   a.set_grad(from_vector<float>({INFINITY, 1.0f, NAN}));
@@ -321,14 +331,7 @@ TEST_CASE("last_overflow covers every optimizer of the round and survives clean 
   scaler.update();
   CHECK(scaler.last_overflow() == std::vector<Entry>{{"first.weight", 2}});
   // Clean rounds afterwards keep the record of the last round that overflowed.
-  for (int i = 0; i < 3; ++i) {
-    scaler.scale(scalar_tensor(1.0));
-    a.set_grad(full({3}, 1.0));
-    b.set_grad(full({2}, 1.0));
-    scaler.step(oa);
-    scaler.step(ob);
-    scaler.update();
-  }
+  clean_rounds(3);
   CHECK(scaler.last_overflow() == std::vector<Entry>{{"first.weight", 2}});
   // A later round where both overflow replaces it, largest count first across optimizers.
   scaler.scale(scalar_tensor(1.0));
@@ -339,14 +342,7 @@ TEST_CASE("last_overflow covers every optimizer of the round and survives clean 
   scaler.update();
   CHECK(scaler.last_overflow() == std::vector<Entry>{{"second.bias", 2}, {"first.weight", 1}});
   // Many clean rounds (past the internal backlog bound) still keep it.
-  for (int i = 0; i < 70; ++i) {
-    scaler.scale(scalar_tensor(1.0));
-    a.set_grad(full({3}, 1.0));
-    b.set_grad(full({2}, 1.0));
-    scaler.step(oa);
-    scaler.step(ob);
-    scaler.update();
-  }
+  clean_rounds(70);
   CHECK(scaler.last_overflow() == std::vector<Entry>{{"second.bias", 2}, {"first.weight", 1}});
 }
 

@@ -119,21 +119,17 @@ struct Job {
   }
 };
 
-std::vector<uint16_t> bits_of(const Tensor& t) {
-  REQUIRE(t.dtype() == DType::f16);
+// The raw bits of a tensor of `dtype` (whose elements are sizeof(Bits) bytes), for exact compares.
+template <class Bits>
+std::vector<Bits> raw_bits(const Tensor& t, DType dtype) {
+  REQUIRE(t.dtype() == dtype);
   Tensor c = t.contiguous();
-  std::vector<uint16_t> out(static_cast<size_t>(c.numel()));
-  std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(uint16_t));
+  std::vector<Bits> out(static_cast<size_t>(c.numel()));
+  std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(Bits));
   return out;
 }
-
-std::vector<uint32_t> bits_of_f32(const Tensor& t) {
-  REQUIRE(t.dtype() == DType::f32);
-  Tensor c = t.contiguous();
-  std::vector<uint32_t> out(static_cast<size_t>(c.numel()));
-  std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(uint32_t));
-  return out;
-}
+std::vector<uint16_t> bits_of(const Tensor& t) { return raw_bits<uint16_t>(t, DType::f16); }
+std::vector<uint32_t> bits_of_f32(const Tensor& t) { return raw_bits<uint32_t>(t, DType::f32); }
 
 uint64_t bits_of(double v) {
   uint64_t b;

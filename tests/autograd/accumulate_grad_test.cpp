@@ -96,23 +96,20 @@ TEST_CASE("AccumulateGrad: a first gradient someone else still holds is copied",
 }
 
 TEST_CASE("AccumulateGrad: no in-place write where it would be wrong", "[autograd]") {
-  SECTION("a .grad that requires grad is replaced, not written") {
-    Tensor x = leaf({1, 2});
-    Tensor user_grad = from_vector<double>({10, 20}).requires_grad_();
+  // x's .grad is set to user_grad = (10, 20); a backward of (1, 1) must leave it untouched and
+  // give x a new .grad (11, 21).
+  auto check_not_written = [](Tensor x, Tensor user_grad) {
     x.set_grad(user_grad);
     backward_with(x, {1, 1});
     CHECK(grad_impl(x) != user_grad.impl_ptr().get());
     CHECK(user_grad.to_vector<double>() == Vec{10, 20});
     CHECK(x.grad().to_vector<double>() == Vec{11, 21});
+  };
+  SECTION("a .grad that requires grad is replaced, not written") {
+    check_not_written(leaf({1, 2}), from_vector<double>({10, 20}).requires_grad_());
   }
   SECTION("a .grad of another dtype gets the promoted out-of-place sum") {
-    Tensor x = leaf({1, 2}, DType::f32);
-    Tensor user_grad = from_vector<double>({10, 20});
-    x.set_grad(user_grad);
-    backward_with(x, {1, 1});
-    CHECK(grad_impl(x) != user_grad.impl_ptr().get());
-    CHECK(user_grad.to_vector<double>() == Vec{10, 20});
-    CHECK(x.grad().to_vector<double>() == Vec{11, 21});
+    check_not_written(leaf({1, 2}, DType::f32), from_vector<double>({10, 20}));
   }
   SECTION("an expanded .grad (one element seen twice) is not written through") {
     Tensor x = leaf({1, 2});

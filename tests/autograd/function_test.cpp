@@ -11,28 +11,21 @@ namespace {
 using autograd::FunctionContext;
 using autograd::TensorList;
 
-struct Cube : autograd::Function<Cube> {
+// x^3 whose backward returns slope·x^2·g: the right derivative for slope 3, and a deliberately
+// wrong one (WrongCube) that gradcheck must catch.
+template <double Slope>
+struct CubeWithSlope : autograd::Function<CubeWithSlope<Slope>> {
   static Tensor forward(FunctionContext& ctx, const Tensor& x) {
     ctx.save_for_backward({x});
     return x * x * x;
   }
   static TensorList backward(FunctionContext& ctx, const TensorList& g) {
     Tensor x = ctx.saved()[0];
-    return {g[0] * x * x * 3.0};
+    return {g[0] * x * x * Slope};
   }
 };
-
-// A deliberately wrong backward: gradcheck must catch it.
-struct WrongCube : autograd::Function<WrongCube> {
-  static Tensor forward(FunctionContext& ctx, const Tensor& x) {
-    ctx.save_for_backward({x});
-    return x * x * x;
-  }
-  static TensorList backward(FunctionContext& ctx, const TensorList& g) {
-    Tensor x = ctx.saved()[0];
-    return {g[0] * x * x * 2.9};
-  }
-};
+using Cube = CubeWithSlope<3.0>;
+using WrongCube = CubeWithSlope<2.9>;
 
 struct ScaleBy : autograd::Function<ScaleBy> {
   static Tensor forward(FunctionContext& ctx, const Tensor& x, double s) {

@@ -56,16 +56,6 @@ std::vector<uint8_t> gzip_bomb(const std::vector<uint8_t>& prefix, size_t zeros)
 }
 
 
-// fn must throw IOError (not another precis::Error, not std::bad_alloc) with every part in its message.
-void require_io_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    FAIL("no exception");
-  } catch (const IOError& e) {
-    for (const std::string& p : parts) REQUIRE_THAT(e.what(), Catch::Contains(p));
-  }
-}
-
 }  // namespace
 
 TEST_CASE("readers refuse a directory where a file is expected, naming it", "[data][hostile]") {

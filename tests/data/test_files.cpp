@@ -1,24 +1,13 @@
 #include "test_files.h"
 
-#include <atomic>
+#include <catch2/catch.hpp>
+
 #include <fstream>
 #include <stdexcept>
-#include <unistd.h>
+
+#include "core/error.h"
 
 namespace precis::data::testing {
-
-ScratchDir::ScratchDir() {
-  static std::atomic<int> counter{0};
-  path_ = std::filesystem::temp_directory_path() /
-          ("precis-data-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-  std::filesystem::remove_all(path_);
-  std::filesystem::create_directories(path_);
-}
-
-ScratchDir::~ScratchDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream f(path, std::ios::binary);
@@ -74,5 +63,14 @@ std::vector<uint8_t> idx_bytes(uint8_t type_code, const std::vector<uint32_t>& d
 }
 
 std::string test_data_dir() { return PRECIS_TEST_DATA_DIR; }
+
+void require_io_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    FAIL("no IOError");
+  } catch (const IOError& e) {
+    for (const std::string& p : parts) REQUIRE_THAT(e.what(), Catch::Contains(p));
+  }
+}
 
 }  // namespace precis::data::testing

@@ -1,26 +1,18 @@
 #pragma once
-// Helpers for tests that write small data files: a scratch folder and gzip encoding (stored
-// deflate blocks, so the tests need no zlib of their own).
+// Helpers for tests that write small data files: a scratch folder (tests/support/scratch_dir.h) and
+// gzip encoding (stored deflate blocks, so the tests need no zlib of their own).
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "tests/support/scratch_dir.h"
 
 namespace precis::data::testing {
 
 /// A fresh empty folder under the system temp dir, removed on destruction.
-class ScratchDir {
- public:
-  ScratchDir();
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using precis::testing::ScratchDir;
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);
 void write_text(const std::string& path, const std::string& text);
@@ -28,6 +20,10 @@ void write_text(const std::string& path, const std::string& text);
 std::vector<uint8_t> gzip_stored(const std::vector<uint8_t>& data);
 /// An IDX file: magic (0, 0, type, dims.size()), big-endian u32 dims, then `payload`.
 std::vector<uint8_t> idx_bytes(uint8_t type_code, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload);
+
+/// REQUIREs that fn throws IOError (not another precis::Error, not std::bad_alloc) with every
+/// part in its message.
+void require_io_error(const std::function<void()>& fn, const std::vector<std::string>& parts);
 
 /// The folder of tests/ (for fixtures).
 std::string test_data_dir();

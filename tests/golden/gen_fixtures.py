@@ -47,68 +47,19 @@ Blocks (tests/golden/fixtures/blocks/):
 """
 import copy
 import json
-import math
 import os
-import struct
-import zlib
 
-import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
-from safetensors import safe_open
+
+from golden_common import F64, BasicBlock, BertLayer, generator, randn, round_state, uniform, write_safetensors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPS_DIR = os.path.join(HERE, "fixtures", "ops")
 BLOCKS_DIR = os.path.join(HERE, "fixtures", "blocks")
-F64 = torch.float64
 
 torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
-
-# ---- writing ---------------------------------------------------------------------------------
-
-_ST_DTYPES = {torch.float64: ("F64", "<f8"), torch.float32: ("F32", "<f4"), torch.int64: ("I64", "<i8"),
-              torch.bool: ("BOOL", "|b1")}
-
-
-def write_safetensors(path, tensors, metadata):
-    """Writes `tensors` (an ordered dict) in the given order with sorted metadata; then validates
-    the file with the reference reader."""
-    header = {"__metadata__": dict(sorted(metadata.items()))}
-    chunks, offset = [], 0
-    for name, t in tensors.items():
-        st, np_dtype = _ST_DTYPES[t.dtype]
-        raw = np.ascontiguousarray(t.detach().cpu().numpy().astype(np_dtype)).tobytes()
-        header[name] = {"dtype": st, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * ((8 - len(text) % 8) % 8)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
-    with safe_open(path, framework="pt") as f:
-        assert f.metadata() == header["__metadata__"]
-        for name, t in tensors.items():
-            assert torch.equal(f.get_tensor(name), t.detach()), name
-    return os.path.getsize(path)
-
-
-# ---- inputs ----------------------------------------------------------------------------------
-
-def generator(name):
-    return torch.Generator().manual_seed(zlib.crc32(name.encode()))
-
-
-def randn(g, *shape, scale=1.0, shift=0.0):
-    """f64 normal values rounded to f32 (exact in both dtypes)."""
-    return (torch.randn(tuple(shape), generator=g, dtype=F64) * scale + shift).float().double()
-
-
-def uniform(g, lo, hi, *shape):
-    return (torch.rand(tuple(shape), generator=g, dtype=F64) * (hi - lo) + lo).float().double()
-
 
 def f32_err(actual, expected, rtol=1e-5, atol=1e-6):
     """max |a - e| / (atol + rtol |e|): the measure tests/support/tensor_testing.cpp uses."""
@@ -502,114 +453,6 @@ def gen_pad():
 
 
 # ---- blocks ----------------------------------------------------------------------------------
-
-class BasicBlock(nn.Module):
-    """ResNet's BasicBlock (torchvision layout and names), written out here."""
-
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU()
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return self.relu(out + self.downsample(x))
-
-
-class BertSelfAttention(nn.Module):
-    def __init__(self, hidden, heads):
-        super().__init__()
-        self.heads, self.head_dim = heads, hidden // heads
-        self.query, self.key, self.value = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
-
-    def forward(self, x, additive_mask):
-        b, l, hid = x.shape
-
-        def split(t):  # (B, L, hidden) -> (B, heads, L, head_dim)
-            return t.view(b, l, self.heads, self.head_dim).transpose(1, 2)
-        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + additive_mask
-        ctx = torch.softmax(scores, dim=-1) @ v
-        return ctx.transpose(1, 2).reshape(b, l, hid)
-
-
-class BertSelfOutput(nn.Module):
-    def __init__(self, hidden):
-        super().__init__()
-        self.dense = nn.Linear(hidden, hidden)
-        self.LayerNorm = nn.LayerNorm(hidden, eps=1e-12)
-
-    def forward(self, h, residual):
-        return self.LayerNorm(self.dense(h) + residual)
-
-
-class BertAttention(nn.Module):
-    def __init__(self, hidden, heads):
-        super().__init__()
-        self.self = BertSelfAttention(hidden, heads)
-        self.output = BertSelfOutput(hidden)
-
-    def forward(self, x, additive_mask):
-        return self.output(self.self(x, additive_mask), x)
-
-
-class BertIntermediate(nn.Module):
-    def __init__(self, hidden, inter):
-        super().__init__()
-        self.dense = nn.Linear(hidden, inter)
-
-    def forward(self, x):
-        return F.gelu(self.dense(x))
-
-
-class BertOutput(nn.Module):
-    def __init__(self, inter, hidden):
-        super().__init__()
-        self.dense = nn.Linear(inter, hidden)
-        self.LayerNorm = nn.LayerNorm(hidden, eps=1e-12)
-
-    def forward(self, h, residual):
-        return self.LayerNorm(self.dense(h) + residual)
-
-
-class BertLayer(nn.Module):
-    """One BERT encoder layer (Hugging Face BertLayer names), post-LN, dropout 0."""
-
-    def __init__(self, hidden, heads, inter):
-        super().__init__()
-        self.attention = BertAttention(hidden, heads)
-        self.intermediate = BertIntermediate(hidden, inter)
-        self.output = BertOutput(inter, hidden)
-
-    def forward(self, x, attention_mask):
-        additive = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
-        a = self.attention(x, additive)
-        return self.output(self.intermediate(a), a)
-
-
-def round_state(module, g):
-    """Rounds every floating parameter/buffer to f32-exact f64 values and makes the affine and
-    running statistics of norm layers non-trivial."""
-    module.double()
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("LayerNorm.weight") or (name.startswith(("bn", "downsample.1")) and name.endswith("weight")):
-                p.copy_(uniform(g, 0.5, 1.5, *p.shape))
-            elif name.endswith("LayerNorm.bias") or name.startswith(("bn", "downsample.1")):
-                p.copy_(randn(g, *p.shape, scale=0.3))
-            else:
-                p.copy_(p.float().double())
-        for name, buf in module.named_buffers():
-            if name.endswith("running_mean"):
-                buf.copy_(randn(g, *buf.shape, scale=0.2))
-            elif name.endswith("running_var"):
-                buf.copy_(uniform(g, 0.5, 1.5, *buf.shape))
-
 
 def block_fixture(path, module, inputs, g, note):
     """Runs module(**inputs) in f64; the first input is differentiated. Writes the state_dict

@@ -43,7 +43,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gen_model_fixtures import generator, randn, uniform, write_safetensors
+from golden_common import generator, randn, uniform, write_safetensors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT_DIR = os.path.join(HERE, "fixtures", "layers")

@@ -14,32 +14,20 @@
 #include "ops/functional.h"
 #include "optim/adam.h"
 #include "tensor/safetensors.h"
-#include "tests/support/tensor_testing.h"
+#include "tests/support/golden.h"
 
 using namespace precis;
 
 namespace {
 
 StateDict load_fixture(const std::string& name) {
-  StateDict d;
-  for (auto& [k, t] : load_safetensors(std::string(PRECIS_TEST_DATA_DIR) + "/golden/fixtures/layers/" + name).tensors)
-    d[k] = t;
-  return d;
+  return testing::load_golden_dict(PRECIS_GOLDEN_DIR "/layers/" + name);
 }
 
 // Whole layers accumulate more rounding than one op: f32 gets 5x the table's tolerance, as the
 // golden model tests (tests/models/golden_models_test.cpp).
-testing::Tolerance tol_for(DType dtype) {
-  auto t = testing::tolerance(dtype);
-  if (dtype == DType::f32) t = {5 * t.rtol, 5 * t.atol};
-  return t;
-}
-
 void require_close(const Tensor& actual, const Tensor& expected, DType dtype, const std::string& what) {
-  REQUIRE(actual.defined());
-  const std::string report = testing::allclose_report(actual.to(DType::f64), expected, tol_for(dtype));
-  INFO(what << " (" << dtype_name(dtype) << "): " << report);
-  REQUIRE(report.empty());
+  testing::require_golden_close(actual, expected, dtype, what, 5.0);
 }
 
 // An i64 0/1 mask from the fixture as the bool mask PyTorch used.
@@ -48,6 +36,12 @@ Tensor mask(const StateDict& fx, const std::string& name) { return ne(fx.at(name
 // The fixture's input as a fresh leaf of `dtype` that requires grad.
 Tensor leaf(const StateDict& fx, const std::string& name, DType dtype) {
   return fx.at(name).to(dtype).clone().requires_grad_();
+}
+
+// Converts m to dtype and loads the fixture's "state." entries into it (strict).
+void load_state(nn::Module& m, const StateDict& fx, DType dtype) {
+  m.to(dtype);
+  REQUIRE(m.load_state_dict(state_subset(fx, "state.")).ok());
 }
 
 void check_param_grads(const nn::Module& m, const StateDict& fx, DType dtype) {
@@ -100,8 +94,7 @@ nn::Sequential groupnorm_cnn() {
 // Loads the fixture into `m` in `dtype`, runs `logits_of`, the label-smoothed loss and backward,
 // and compares logits, loss and every parameter gradient with PyTorch's.
 void check_model(nn::Module& m, const StateDict& fx, DType dtype, const std::function<Tensor()>& logits_of) {
-  m.to(dtype);
-  REQUIRE(m.load_state_dict(state_subset(fx, "state.")).ok());
+  load_state(m, fx, dtype);
   m.zero_grad();
   Tensor logits = logits_of();
   CHECK(logits.dtype() == dtype);
@@ -112,6 +105,18 @@ void check_model(nn::Module& m, const StateDict& fx, DType dtype, const std::fun
   check_param_grads(m, fx, dtype);
 }
 
+// Loads the fixture into `layer`, runs forward and backward on its input (and src_mask, the
+// fixture's src_key_padding_mask) and compares the output and every gradient.
+void check_encoder_layer(nn::TransformerEncoderLayer& layer, const StateDict& fx, DType dtype, const Tensor& src_mask) {
+  load_state(layer, fx, dtype);
+  Tensor x = leaf(fx, "input", dtype);
+  Tensor out = layer.forward(x, src_mask, mask(fx, "src_key_padding_mask"));
+  require_close(out, fx.at("out"), dtype, "out");
+  sum(out * fx.at("grad_out").to(dtype)).backward();
+  require_close(x.grad(), fx.at("grad.input"), dtype, "grad.input");
+  check_param_grads(layer, fx, dtype);
+}
+
 }  // namespace
 
 TEST_CASE("golden: TransformerEncoderLayer post-norm, causal and padding masks, matches PyTorch",
@@ -119,14 +124,7 @@ TEST_CASE("golden: TransformerEncoderLayer post-norm, causal and padding masks, 
   const StateDict fx = load_fixture("encoder_layer_post.safetensors");
   for (DType dtype : {DType::f64, DType::f32}) {
     nn::TransformerEncoderLayer layer(16, 4, {.dim_feedforward = 32, .dropout = 0.0, .activation = "relu"});
-    layer.to(dtype);
-    REQUIRE(layer.load_state_dict(state_subset(fx, "state.")).ok());
-    Tensor x = leaf(fx, "input", dtype);  // (S, N, E): sequence-first, PyTorch's default
-    Tensor out = layer.forward(x, mask(fx, "src_mask"), mask(fx, "src_key_padding_mask"));
-    require_close(out, fx.at("out"), dtype, "out");
-    sum(out * fx.at("grad_out").to(dtype)).backward();
-    require_close(x.grad(), fx.at("grad.input"), dtype, "grad.input");
-    check_param_grads(layer, fx, dtype);
+    check_encoder_layer(layer, fx, dtype, mask(fx, "src_mask"));  // input (S, N, E): sequence-first, the default
   }
 }
 
@@ -135,14 +133,7 @@ TEST_CASE("golden: TransformerEncoderLayer norm_first, gelu, batch_first, matche
   for (DType dtype : {DType::f64, DType::f32}) {
     nn::TransformerEncoderLayer layer(16, 4, {.dim_feedforward = 32, .dropout = 0.0, .activation = "gelu",
                                               .layer_norm_eps = 1e-6, .batch_first = true, .norm_first = true});
-    layer.to(dtype);
-    REQUIRE(layer.load_state_dict(state_subset(fx, "state.")).ok());
-    Tensor x = leaf(fx, "input", dtype);
-    Tensor out = layer.forward(x, Tensor(), mask(fx, "src_key_padding_mask"));
-    require_close(out, fx.at("out"), dtype, "out");
-    sum(out * fx.at("grad_out").to(dtype)).backward();
-    require_close(x.grad(), fx.at("grad.input"), dtype, "grad.input");
-    check_param_grads(layer, fx, dtype);
+    check_encoder_layer(layer, fx, dtype, Tensor());
   }
 }
 
@@ -151,8 +142,7 @@ TEST_CASE("golden: MultiheadAttention (output, weights) match PyTorch, gradients
   const StateDict fx = load_fixture("mha_weights.safetensors");
   for (DType dtype : {DType::f64, DType::f32}) {
     nn::MultiheadAttention mha(12, 3);
-    mha.to(dtype);
-    REQUIRE(mha.load_state_dict(state_subset(fx, "state.")).ok());
+    load_state(mha, fx, dtype);
     Tensor q = leaf(fx, "query", dtype), k = leaf(fx, "key", dtype), v = leaf(fx, "value", dtype);
     const Tensor pad = mask(fx, "key_padding_mask");
     auto [out, weights] = mha.forward(q, k, v, {.key_padding_mask = pad});

@@ -10,32 +10,18 @@
 #include "models/resnet.h"
 #include "ops/functional.h"
 #include "tensor/safetensors.h"
-#include "tests/support/tensor_testing.h"
+#include "tests/support/golden.h"
 
 using namespace precis;
 
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(PRECIS_TEST_DATA_DIR) + "/golden/fixtures/models/" + name; }
-
-StateDict load_dict(const std::string& name) {
-  StateDict d;
-  for (auto& [k, t] : load_safetensors(fixture(name)).tensors) d[k] = t;
-  return d;
-}
+StateDict load_dict(const std::string& name) { return testing::load_golden_dict(PRECIS_GOLDEN_DIR "/models/" + name); }
 
 // f32 runs of a whole block accumulate more rounding than one op: allow 5x the f32 table (the
 // golden-test helper measured the same factor for its block fixtures).
-testing::Tolerance tol_for(DType dtype) {
-  auto t = testing::tolerance(dtype);
-  if (dtype == DType::f32) t = {5 * t.rtol, 5 * t.atol};
-  return t;
-}
-
 void require_close(const Tensor& actual, const Tensor& expected, DType dtype, const std::string& what) {
-  const std::string report = testing::allclose_report(actual.to(DType::f64), expected, tol_for(dtype));
-  INFO(what << " (" << dtype_name(dtype) << "): " << report);
-  REQUIRE(report.empty());
+  testing::require_golden_close(actual, expected, dtype, what, 5.0);
 }
 
 // Loads the fixture's state into `m` (strict), runs forward, backward with grad_out, and compares
@@ -96,7 +82,7 @@ TEST_CASE("golden: BERT encoder layer (post-LN, GELU, padding mask) matches PyTo
 
 TEST_CASE("golden: a PyTorch-saved resnet18 (width 4) loads strictly and gives PyTorch's logits", "[models][golden]") {
   auto model = models::resnet18({.num_classes = 10, .width = 4});
-  const SafetensorsFile weights = load_safetensors(fixture("resnet18_w4.safetensors"));
+  const SafetensorsFile weights = load_safetensors(PRECIS_GOLDEN_DIR "/models/resnet18_w4.safetensors");
   StateDict sd(weights.tensors.begin(), weights.tensors.end());
   // Every key of torchvision's resnet18 state_dict maps 1:1.
   CHECK(sd.size() == model->state_dict().size());

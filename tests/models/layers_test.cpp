@@ -7,17 +7,12 @@
 #include "autograd/grad_mode.h"
 #include "models/nn/nn.h"
 #include "ops/functional.h"
+#include "tests/support/names.h"
 #include "tests/support/tensor_testing.h"
 
 using namespace precis;
 
-namespace {
-std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& named) {
-  std::vector<std::string> out;
-  for (const auto& [n, t] : named) out.push_back(n);
-  return out;
-}
-}  // namespace
+using testing::names_of;
 
 TEST_CASE("nn::GroupNorm: PyTorch's names and defaults, equals the functional op", "[models][layers]") {
   nn::GroupNorm gn(2, 6);

@@ -6,9 +6,11 @@
 #include "ops/functional.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+#include "tests/support/names.h"
 #include "tests/support/tensor_testing.h"
 
 using namespace precis;
+using testing::names_of;
 
 namespace {
 
@@ -51,12 +53,6 @@ class SharedPtrHolder : public nn::Module {
   Tensor forward(const Tensor& x) override { return (*fc_)(x); }
   std::shared_ptr<nn::Linear> fc_;
 };
-
-std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& named) {
-  std::vector<std::string> out;
-  for (const auto& [n, t] : named) out.push_back(n);
-  return out;
-}
 
 }  // namespace
 

@@ -79,47 +79,51 @@ std::string text_data(const TempDir& dir) {
   return path;
 }
 
-train::TrainOptions tiny_resnet(const std::string& data, const std::string& ckpt) {
+namespace {
+
+// What every tiny test run shares: two epochs on one thread, quiet, checkpoints kept.
+train::TrainOptions tiny_run(const std::string& data, const std::string& ckpt) {
   train::TrainOptions o;
-  o.task = train::Task::resnet;
-  o.model = "resnet20";
-  o.width = 4;
   o.data = data;
   o.epochs = 2;
-  o.batch = 16;  // 6 steps per epoch
-  o.lr = 0.05;
-  o.schedule = train::Schedule::onecycle;
   o.threads = 1;
-  o.workers = 1;
-  o.eval_batch = 20;
   o.checkpoint_dir = ckpt;
   o.keep = 100;
   o.quiet = true;
   return o;
 }
 
+}  // namespace
+
+train::TrainOptions tiny_resnet(const std::string& data, const std::string& ckpt) {
+  train::TrainOptions o = tiny_run(data, ckpt);
+  o.task = train::Task::resnet;
+  o.model = "resnet20";
+  o.width = 4;
+  o.batch = 16;  // 6 steps per epoch
+  o.lr = 0.05;
+  o.schedule = train::Schedule::onecycle;
+  o.workers = 1;
+  o.eval_batch = 20;
+  return o;
+}
+
 train::TrainOptions tiny_bert(const std::string& data, const std::string& ckpt, const std::string& vocab) {
-  train::TrainOptions o;
+  train::TrainOptions o = tiny_run(data, ckpt);
   o.task = train::Task::bert_mini;
   o.model = "bert-mini";
-  o.data = data;
   o.vocab = vocab;
   o.vocab_size = 60;
   o.hidden = 32, o.layers = 1, o.heads = 2, o.intermediate = 64;
   o.max_len = 16;
-  o.epochs = 2;
   o.batch = 32;  // 228 training lines: 8 steps per epoch
   o.optimizer = train::OptimizerKind::adamw;
   o.lr = 2e-3;
   o.weight_decay = 0.01;
   o.clip = 1.0;
   o.schedule = train::Schedule::warmup_linear;
-  o.threads = 1;
   o.workers = 2;
   o.eval_batch = 16;
-  o.checkpoint_dir = ckpt;
-  o.keep = 100;
-  o.quiet = true;
   return o;
 }
 

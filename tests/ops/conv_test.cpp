@@ -4,11 +4,11 @@
 #include <array>
 #include <cmath>
 #include <string>
-#include <thread>
 
 #include "amp/autocast.h"
 #include "core/thread_pool.h"
 #include "ops/functional.h"
+#include "tests/support/concurrency.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
 
@@ -182,20 +182,12 @@ TEST_CASE("conv2d: concurrent calls from several threads", "[ops][conv]") {
   const Tensor x2 = randn_input({3, 8, 6, 6}, false, 3, DType::f32), w2 = randn_input({32, 8, 1, 1}, false, 4, DType::f32);
   const std::vector<float> r1 = conv2d(x1, w1, Tensor(), {1}, {1}).to_vector<float>();
   const std::vector<float> r2 = conv2d(x2, w2, Tensor(), {2}).to_vector<float>();
-  std::vector<int> mismatches(4, 0);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 30; ++i) {
-        const bool first = (t + i) % 2 == 0;
-        const std::vector<float> got = first ? conv2d(x1, w1, Tensor(), {1}, {1}).to_vector<float>()
-                                             : conv2d(x2, w2, Tensor(), {2}).to_vector<float>();
-        if (got != (first ? r1 : r2)) ++mismatches[t];
-      }
-    });
-  }
-  for (std::thread& th : threads) th.join();
-  for (int m : mismatches) CHECK(m == 0);
+  testing::check_concurrent_calls(4, 30, [&](int t, int i) {
+    const bool first = (t + i) % 2 == 0;
+    const std::vector<float> got = first ? conv2d(x1, w1, Tensor(), {1}, {1}).to_vector<float>()
+                                         : conv2d(x2, w2, Tensor(), {2}).to_vector<float>();
+    return got == (first ? r1 : r2);
+  });
 }
 
 // One backward kernel computes whichever of the three gradients are wanted (oneDNN shares

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <functional>
 #include <string>
-#include <thread>
 
 #include "ops/functional.h"
+#include "tests/support/concurrency.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
 
@@ -203,19 +203,10 @@ TEST_CASE("matmul: concurrent calls from several threads", "[ops][linalg]") {
   const Tensor a = input({3, 40, 50}, 1, DType::f32), b = input({50, 30}, 2, DType::f32);
   const Tensor c = input({20, 50}, 3, DType::f32);
   const std::vector<float> ab = matmul(a, b).to_vector<float>(), cb = matmul(c, b).to_vector<float>();
-  std::vector<int> mismatches(4, 0);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 50; ++i) {
-        const bool first = (t + i) % 2 == 0;
-        const std::vector<float> got = matmul(first ? a : c, b).to_vector<float>();
-        if (got != (first ? ab : cb)) ++mismatches[t];
-      }
-    });
-  }
-  for (std::thread& th : threads) th.join();
-  for (int m : mismatches) CHECK(m == 0);
+  testing::check_concurrent_calls(4, 50, [&](int t, int i) {
+    const bool first = (t + i) % 2 == 0;
+    return matmul(first ? a : c, b).to_vector<float>() == (first ? ab : cb);
+  });
 }
 
 TEST_CASE("matmul: empty operands", "[ops][linalg]") {

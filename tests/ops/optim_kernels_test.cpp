@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -57,6 +58,18 @@ void require_close_to(const Tensor& actual, const std::vector<double>& want, DTy
 
 Tensor f32_scalar(double v) { return scalar_tensor(v, {.dtype = DType::f32}); }
 
+// Hands each parameter its gradient of this step and runs the f64 reference update
+// update(parameter i, element k, gradient value) on every element.
+template <typename Param>
+void feed_grads(std::vector<Param>& args, const std::vector<Tensor>& grads,
+                const std::function<void(size_t, size_t, double)>& update) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    args[i].grad = grads[i];
+    const std::vector<double> g = values(grads[i]);
+    for (size_t k = 0; k < g.size(); ++k) update(i, k, g[k]);
+  }
+}
+
 }  // namespace
 
 // ---- sgd_step ------------------------------------------------------------------------------------
@@ -74,18 +87,13 @@ TEST_CASE("sgd_step matches an f64 reference for every parameter dtype, masters 
       ref_buf.push_back(std::vector<double>(static_cast<size_t>(p.numel()), 0.0));
     }
     for (int step = 0; step < 4; ++step) {
-      const std::vector<Tensor> grads = make_grads(dt, step, 8.0);
-      for (size_t i = 0; i < args.size(); ++i) {
-        args[i].grad = grads[i];
-        const std::vector<double> g = values(grads[i]);
-        for (size_t k = 0; k < g.size(); ++k) {
-          double& p = ref_p[i][k];
-          double& b = ref_buf[i][k];
-          const double d = g[k] / 8.0 + h.weight_decay * p;
-          b = step == 0 ? d : h.momentum * b + (1 - h.dampening) * d;
-          p -= h.lr * b;
-        }
-      }
+      feed_grads(args, make_grads(dt, step, 8.0), [&](size_t i, size_t k, double g) {
+        double& p = ref_p[i][k];
+        double& b = ref_buf[i][k];
+        const double d = g / 8.0 + h.weight_decay * p;
+        b = step == 0 ? d : h.momentum * b + (1 - h.dampening) * d;
+        p -= h.lr * b;
+      });
       kernel<SgdStepKernel>(OpId::sgd_step, DeviceType::cpu, dt.param)(args, h, f32_scalar(8.0), Tensor());
     }
     for (size_t i = 0; i < args.size(); ++i) {
@@ -159,25 +167,19 @@ TEST_CASE("adam_step matches an f64 reference for every parameter dtype, Adam an
         for (auto* r : {&ref_m, &ref_v, &ref_vmax}) r->push_back(std::vector<double>(static_cast<size_t>(p.numel()), 0.0));
       }
       for (int step = 1; step <= 4; ++step) {
-        const std::vector<Tensor> grads = make_grads(dt, step, 1.0);
-        for (size_t i = 0; i < args.size(); ++i) {
-          args[i].grad = grads[i];
-          const std::vector<double> g = values(grads[i]);
-          for (size_t k = 0; k < g.size(); ++k) {
-            double& p = ref_p[i][k];
-            double gk = g[k];
-            if (decoupled) p *= 1 - h.lr * h.weight_decay;
-            else gk += h.weight_decay * p;
-            double& m = ref_m[i][k];
-            double& v = ref_v[i][k];
-            double& vmax = ref_vmax[i][k];
-            m = h.beta1 * m + (1 - h.beta1) * gk;
-            v = h.beta2 * v + (1 - h.beta2) * gk * gk;
-            vmax = std::max(vmax, v);
-            const double bc1 = 1 - std::pow(h.beta1, step), bc2 = 1 - std::pow(h.beta2, step);
-            p -= h.lr / bc1 * m / (std::sqrt(vmax) / std::sqrt(bc2) + h.eps);
-          }
-        }
+        feed_grads(args, make_grads(dt, step, 1.0), [&](size_t i, size_t k, double gk) {
+          double& p = ref_p[i][k];
+          if (decoupled) p *= 1 - h.lr * h.weight_decay;
+          else gk += h.weight_decay * p;
+          double& m = ref_m[i][k];
+          double& v = ref_v[i][k];
+          double& vmax = ref_vmax[i][k];
+          m = h.beta1 * m + (1 - h.beta1) * gk;
+          v = h.beta2 * v + (1 - h.beta2) * gk * gk;
+          vmax = std::max(vmax, v);
+          const double bc1 = 1 - std::pow(h.beta1, step), bc2 = 1 - std::pow(h.beta2, step);
+          p -= h.lr / bc1 * m / (std::sqrt(vmax) / std::sqrt(bc2) + h.eps);
+        });
         kernel<AdamStepKernel>(OpId::adam_step, DeviceType::cpu, dt.param)(args, h, Tensor(), f32_scalar(0.0));
       }
       for (size_t i = 0; i < args.size(); ++i) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
@@ -40,20 +41,28 @@ int64_t out_size(int64_t in, const PoolArgs& a, int d) {
   return o;
 }
 
-// Max pooling of planes (N·C of them, H×W each) in f64: values, indices and, for an upstream
-// gradient go, the input gradient. A NaN in a window is the result.
-struct MaxRef {
+// A reference pooling result in f64: the output (shape, values; indices for max pooling) and, for
+// an upstream gradient, the input gradient.
+struct PoolRef {
   std::vector<double> out, gx;
   std::vector<int64_t> idx;
   Shape shape;
 };
 
-MaxRef reference_max(const Shape& xs, const std::vector<double>& x, const PoolArgs& a, const std::vector<double>& go) {
+// The reference for pooling the (N, C, H, W) input xs of `numel` values to (ho, wo): shape set,
+// input gradient zero, no values yet.
+PoolRef start_ref(const Shape& xs, size_t numel, int64_t ho, int64_t wo) {
+  PoolRef r;
+  r.shape = {xs[0], xs[1], ho, wo};
+  r.gx.assign(numel, 0.0);
+  return r;
+}
+
+// Max pooling of planes (N·C of them, H×W each). A NaN in a window is the result.
+PoolRef reference_max(const Shape& xs, const std::vector<double>& x, const PoolArgs& a, const std::vector<double>& go) {
   const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3];
   const int64_t ho = out_size(h, a, 0), wo = out_size(w, a, 1);
-  MaxRef r;
-  r.shape = {xs[0], xs[1], ho, wo};
-  r.gx.assign(x.size(), 0.0);
+  PoolRef r = start_ref(xs, x.size(), ho, wo);
   for (int64_t pl = 0; pl < planes; ++pl)
     for (int64_t i = 0; i < ho; ++i)
       for (int64_t j = 0; j < wo; ++j) {
@@ -79,18 +88,11 @@ MaxRef reference_max(const Shape& xs, const std::vector<double>& x, const PoolAr
   return r;
 }
 
-// Average pooling in f64 with PyTorch's divisor rules; out and, for go, the input gradient.
-struct AvgRef {
-  std::vector<double> out, gx;
-  Shape shape;
-};
-
-AvgRef reference_avg(const Shape& xs, const std::vector<double>& x, const PoolArgs& a, const std::vector<double>& go) {
+// Average pooling with PyTorch's divisor rules.
+PoolRef reference_avg(const Shape& xs, const std::vector<double>& x, const PoolArgs& a, const std::vector<double>& go) {
   const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3];
   const int64_t ho = out_size(h, a, 0), wo = out_size(w, a, 1);
-  AvgRef r;
-  r.shape = {xs[0], xs[1], ho, wo};
-  r.gx.assign(x.size(), 0.0);
+  PoolRef r = start_ref(xs, x.size(), ho, wo);
   const int64_t kh = at(a.kernel, 0), kw = at(a.kernel, 1);
   const int64_t sh = a.stride.empty() ? kh : at(a.stride, 0), sw = a.stride.empty() ? kw : at(a.stride, 1);
   const int64_t ph = at(a.padding, 0), pw = at(a.padding, 1);
@@ -118,12 +120,10 @@ AvgRef reference_avg(const Shape& xs, const std::vector<double>& x, const PoolAr
   return r;
 }
 
-AvgRef reference_adaptive(const Shape& xs, const std::vector<double>& x, int64_t ho, int64_t wo,
-                          const std::vector<double>& go) {
+PoolRef reference_adaptive(const Shape& xs, const std::vector<double>& x, int64_t ho, int64_t wo,
+                           const std::vector<double>& go) {
   const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3];
-  AvgRef r;
-  r.shape = {xs[0], xs[1], ho, wo};
-  r.gx.assign(x.size(), 0.0);
+  PoolRef r = start_ref(xs, x.size(), ho, wo);
   for (int64_t pl = 0; pl < planes; ++pl)
     for (int64_t i = 0; i < ho; ++i)
       for (int64_t j = 0; j < wo; ++j) {
@@ -163,6 +163,24 @@ std::vector<double> upstream(const Shape& s, DType dtype) {
   return randn_input(s, false, 9).to(dtype).to_vector<double>();
 }
 
+// An upstream gradient for the output of `reference` (a PoolRef of an upstream gradient, empty for
+// none) and the reference with it.
+template <typename Reference>
+std::pair<std::vector<double>, PoolRef> reference_with_upstream(Reference&& reference, DType dtype) {
+  std::vector<double> go = upstream(reference(std::vector<double>{}).shape, dtype);
+  PoolRef ref = reference(go);
+  return {std::move(go), std::move(ref)};
+}
+
+// The forward output y (approximately) and, after backward with go, the input gradient against ref.
+void check_close_to_ref(const Tensor& y, const Inputs& in, const std::vector<double>& go, const PoolRef& ref,
+                        const Shape& s, DType dtype) {
+  REQUIRE(y.sizes() == ref.shape);
+  PRECIS_REQUIRE_CLOSE(y, tensor_of(ref.out, ref.shape), dtype);
+  y.backward(tensor_of(go, ref.shape).to(dtype));
+  PRECIS_REQUIRE_CLOSE(in.x.grad(), tensor_of(ref.gx, s), dtype);
+}
+
 const std::vector<std::pair<Shape, PoolArgs>>& max_configs() {
   static const std::vector<std::pair<Shape, PoolArgs>> all = {
       {{2, 3, 8, 8}, {{2}, {}}},
@@ -179,9 +197,8 @@ const std::vector<std::pair<Shape, PoolArgs>>& max_configs() {
 void check_max(const Shape& s, const PoolArgs& a, DType dtype, bool non_contiguous = false) {
   INFO(describe(s, a) << " " << dtype_name(dtype));
   const Inputs in = make_input(s, dtype, non_contiguous);
-  const MaxRef probe = reference_max(s, in.xv, a, {});
-  const std::vector<double> go = upstream(probe.shape, dtype);
-  const MaxRef ref = reference_max(s, in.xv, a, go);
+  const auto [go, ref] =
+      reference_with_upstream([&](const std::vector<double>& g) { return reference_max(s, in.xv, a, g); }, dtype);
   auto [values, indices] = max_pool2d_with_indices(in.x, a.kernel, a.stride, a.padding, a.dilation, a.ceil_mode);
   REQUIRE(values.sizes() == ref.shape);
   REQUIRE(indices.dtype() == DType::i64);
@@ -239,15 +256,11 @@ const std::vector<std::pair<Shape, PoolArgs>>& avg_configs() {
 void check_avg(const Shape& s, const PoolArgs& a, DType dtype, bool non_contiguous = false) {
   INFO(describe(s, a) << " " << dtype_name(dtype));
   const Inputs in = make_input(s, dtype, non_contiguous);
-  const AvgRef probe = reference_avg(s, in.xv, a, {});
-  const std::vector<double> go = upstream(probe.shape, dtype);
-  const AvgRef ref = reference_avg(s, in.xv, a, go);
-  const Tensor y = avg_pool2d(in.x, a.kernel, a.stride, a.padding, a.ceil_mode, a.count_include_pad,
-                              a.divisor_override);
-  REQUIRE(y.sizes() == ref.shape);
-  PRECIS_REQUIRE_CLOSE(y, tensor_of(ref.out, ref.shape), dtype);
-  y.backward(tensor_of(go, ref.shape).to(dtype));
-  PRECIS_REQUIRE_CLOSE(in.x.grad(), tensor_of(ref.gx, s), dtype);
+  const auto [go, ref] =
+      reference_with_upstream([&](const std::vector<double>& g) { return reference_avg(s, in.xv, a, g); }, dtype);
+  check_close_to_ref(avg_pool2d(in.x, a.kernel, a.stride, a.padding, a.ceil_mode, a.count_include_pad,
+                                a.divisor_override),
+                     in, go, ref, s, dtype);
 }
 
 TEST_CASE("avg_pool2d: forward and gradient match a naive reference", "[ops][pool]") {
@@ -260,12 +273,8 @@ void check_adaptive(const Shape& s, int64_t ho, int64_t wo, DType dtype, bool no
   INFO("x " << shape_str(s) << " -> (" << ho << ", " << wo << ") " << dtype_name(dtype));
   const Inputs in = make_input(s, dtype, non_contiguous);
   const std::vector<double> go = upstream({s[0], s[1], ho, wo}, dtype);
-  const AvgRef ref = reference_adaptive(s, in.xv, ho, wo, go);
-  const Tensor y = adaptive_avg_pool2d(in.x, {ho, wo});
-  REQUIRE(y.sizes() == ref.shape);
-  PRECIS_REQUIRE_CLOSE(y, tensor_of(ref.out, ref.shape), dtype);
-  y.backward(tensor_of(go, ref.shape).to(dtype));
-  PRECIS_REQUIRE_CLOSE(in.x.grad(), tensor_of(ref.gx, s), dtype);
+  const PoolRef ref = reference_adaptive(s, in.xv, ho, wo, go);
+  check_close_to_ref(adaptive_avg_pool2d(in.x, {ho, wo}), in, go, ref, s, dtype);
 }
 
 TEST_CASE("adaptive_avg_pool2d: forward and gradient match a naive reference", "[ops][pool]") {

@@ -1,6 +1,7 @@
 // Reductions: forward against naive f64 references, layouts, determinism, bad inputs, and the
 // gradient-check cases for sum, mean, var and max.
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "core/thread_pool.h"
@@ -62,15 +63,36 @@ Tensor expected_tensor(const std::vector<double>& v, const Shape& shape) {
   return from_vector<double>(v, shape);
 }
 
+struct ReduceCase {
+  Shape shape;
+  std::vector<int64_t> dims;     // as passed (may be negative)
+  std::vector<int64_t> wrapped;  // the same dims, non-negative
+};
+
+// Calls check(x, c, keepdim, out_shape) for every case in f32 and f64, keepdim or not, with x
+// contiguous and not (random values from `seed`); out_shape is the reduction's expected shape.
+void for_each_reduction(const std::vector<ReduceCase>& cases, uint64_t seed,
+                        const std::function<void(const Tensor&, const ReduceCase&, bool, const Shape&)>& check) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const ReduceCase& c : cases) {
+      for (bool keepdim : {false, true}) {
+        for (bool nc : {false, true}) {
+          Tensor x = randn_input(c.shape, false, seed, dt);
+          if (nc) x = non_contiguous(x);
+          INFO("shape " << shape_str(c.shape) << " dims " << shape_str(c.dims) << " keepdim " << keepdim << " nc " << nc
+                        << " " << dtype_name(dt));
+          const Shape out_shape = c.dims.empty() && !keepdim ? Shape{} : kept(x, c.wrapped, keepdim);
+          check(x, c, keepdim, out_shape);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("sum over dims matches a f64 reference", "[ops][reduce]") {
-  struct Case {
-    Shape shape;
-    std::vector<int64_t> dims;  // as passed (may be negative)
-    std::vector<int64_t> wrapped;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ReduceCase> cases = {
       {{7}, {0}, {0}},
       {{3, 5}, {1}, {1}},
       {{3, 5}, {0}, {0}},
@@ -83,23 +105,12 @@ TEST_CASE("sum over dims matches a f64 reference", "[ops][reduce]") {
       {{9, 700}, {1}, {1}},
       {{5, 1, 4}, {1}, {1}},
   };
-  for (DType dt : {DType::f32, DType::f64}) {
-    for (const Case& c : cases) {
-      for (bool keepdim : {false, true}) {
-        for (bool nc : {false, true}) {
-          Tensor x = randn_input(c.shape, false, 3, dt);
-          if (nc) x = non_contiguous(x);
-          INFO("shape " << shape_str(c.shape) << " dims " << shape_str(c.dims) << " keepdim " << keepdim << " nc " << nc
-                        << " " << dtype_name(dt));
-          Tensor y = sum(x, c.dims, keepdim);
-          REQUIRE(y.dtype() == dt);
-          const Shape out_shape = c.dims.empty() && !keepdim ? Shape{} : kept(x, c.wrapped, keepdim);
-          Tensor ref = expected_tensor(reference_reduce(x, c.wrapped, ref_sum), out_shape);
-          PRECIS_REQUIRE_CLOSE(y, ref, dt);
-        }
-      }
-    }
-  }
+  for_each_reduction(cases, 3, [](const Tensor& x, const ReduceCase& c, bool keepdim, const Shape& out_shape) {
+    Tensor y = sum(x, c.dims, keepdim);
+    REQUIRE(y.dtype() == x.dtype());
+    Tensor ref = expected_tensor(reference_reduce(x, c.wrapped, ref_sum), out_shape);
+    PRECIS_REQUIRE_CLOSE(y, ref, x.dtype());
+  });
 }
 
 TEST_CASE("sum of low-precision and integer tensors", "[ops][reduce]") {
@@ -222,31 +233,18 @@ auto ref_var(int64_t correction) {
 }  // namespace
 
 TEST_CASE("mean and var match f64 references", "[ops][reduce]") {
-  struct Case {
-    Shape shape;
-    std::vector<int64_t> dims, wrapped;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ReduceCase> cases = {
       {{9}, {}, {0}},        {{4, 6}, {1}, {1}},           {{4, 6}, {-2}, {0}},
       {{3, 4, 5}, {0, 2}, {0, 2}}, {{2, 3, 4, 5}, {1, 2}, {1, 2}}, {{400, 3}, {0}, {0}},
   };
-  for (DType dt : {DType::f32, DType::f64}) {
-    for (const Case& c : cases) {
-      for (bool keepdim : {false, true}) {
-        for (bool nc : {false, true}) {
-          Tensor x = randn_input(c.shape, false, 9, dt);
-          if (nc) x = non_contiguous(x);
-          INFO("shape " << shape_str(c.shape) << " dims " << shape_str(c.dims) << " keepdim " << keepdim << " nc " << nc);
-          const Shape out_shape = c.dims.empty() && !keepdim ? Shape{} : kept(x, c.wrapped, keepdim);
-          PRECIS_REQUIRE_CLOSE(mean(x, c.dims, keepdim), expected_tensor(reference_reduce(x, c.wrapped, ref_mean), out_shape), dt);
-          for (int64_t corr : {0, 1, 2}) {
-            PRECIS_REQUIRE_CLOSE(var(x, c.dims, corr, keepdim),
-                                 expected_tensor(reference_reduce(x, c.wrapped, ref_var(corr)), out_shape), dt);
-          }
-        }
-      }
+  for_each_reduction(cases, 9, [](const Tensor& x, const ReduceCase& c, bool keepdim, const Shape& out_shape) {
+    const DType dt = x.dtype();
+    PRECIS_REQUIRE_CLOSE(mean(x, c.dims, keepdim), expected_tensor(reference_reduce(x, c.wrapped, ref_mean), out_shape), dt);
+    for (int64_t corr : {0, 1, 2}) {
+      PRECIS_REQUIRE_CLOSE(var(x, c.dims, corr, keepdim),
+                           expected_tensor(reference_reduce(x, c.wrapped, ref_var(corr)), out_shape), dt);
     }
-  }
+  });
   for (DType dt : {DType::f16, DType::bf16}) {
     Tensor x = randn_input({5, 40}, false, 6, dt);
     PRECIS_REQUIRE_CLOSE(mean(x, {1}), expected_tensor(reference_reduce(x, {1}, ref_mean), {5}), dt);

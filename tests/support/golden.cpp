@@ -273,4 +273,18 @@ void check_golden_file(const std::string& path, const GoldenRun& run, double f32
   }
 }
 
+StateDict load_golden_dict(const std::string& path) {
+  StateDict d;
+  for (auto& [k, t] : load_safetensors(path).tensors) d[k] = t;
+  return d;
+}
+
+void require_golden_close(const Tensor& actual, const Tensor& expected, DType dtype, const std::string& what,
+                          double f32_widen) {
+  REQUIRE(actual.defined());
+  const std::string report = allclose_report(actual.to(DType::f64), expected, golden_tolerance(dtype, f32_widen));
+  INFO(what << " (" << dtype_name(dtype) << "): " << report);
+  REQUIRE(report.empty());
+}
+
 }  // namespace precis::testing

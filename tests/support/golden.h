@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tensor/safetensors.h"
+#include "tensor/state_dict.h"
 #include "tests/support/tensor_testing.h"
 
 /// The directory of the committed fixtures (PRECIS_TEST_DATA_DIR is tests/, set by CMake).
@@ -88,5 +89,14 @@ void check_golden_file(const std::string& path, const GoldenRun& run, double f32
 
 /// CHECKs actual ≈ expected (a reference tensor of any dtype) under `tol`, naming `what`.
 void check_close(const Tensor& actual, const Tensor& expected, Tolerance tol, const std::string& what);
+
+/// Every tensor of a whole-module fixture file (tests/golden/gen_model_fixtures.py and
+/// gen_layer_fixtures.py: "state.<name>", "input", "out", "grad.<name>", ...) by name.
+StateDict load_golden_dict(const std::string& path);
+
+/// REQUIREs actual (any floating dtype, computed in `dtype`) ≈ the f64 reference `expected` under
+/// golden_tolerance(dtype, f32_widen), naming `what` and the dtype.
+void require_golden_close(const Tensor& actual, const Tensor& expected, DType dtype, const std::string& what,
+                          double f32_widen);
 
 }  // namespace precis::testing

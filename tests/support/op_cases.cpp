@@ -3,31 +3,24 @@
 namespace precis::testing {
 
 namespace {
-std::vector<GradCase>& registry() {
-  static std::vector<GradCase> cases;
+// The cases every test file registered at static initialisation, by kind.
+template <typename Case>
+std::vector<Case>& registry() {
+  static std::vector<Case> cases;
   return cases;
+}
+
+template <typename Case>
+bool append(std::vector<Case>& cases) {
+  for (auto& c : cases) registry<Case>().push_back(std::move(c));
+  return true;
 }
 }  // namespace
 
-bool register_grad_cases(std::vector<GradCase> cases) {
-  for (auto& c : cases) registry().push_back(std::move(c));
-  return true;
-}
+bool register_grad_cases(std::vector<GradCase> cases) { return append(cases); }
+const std::vector<GradCase>& grad_cases() { return registry<GradCase>(); }
 
-const std::vector<GradCase>& grad_cases() { return registry(); }
-
-namespace {
-std::vector<ErrorCase>& error_registry() {
-  static std::vector<ErrorCase> cases;
-  return cases;
-}
-}  // namespace
-
-bool register_error_cases(std::vector<ErrorCase> cases) {
-  for (auto& c : cases) error_registry().push_back(std::move(c));
-  return true;
-}
-
-const std::vector<ErrorCase>& error_cases() { return error_registry(); }
+bool register_error_cases(std::vector<ErrorCase> cases) { return append(cases); }
+const std::vector<ErrorCase>& error_cases() { return registry<ErrorCase>(); }
 
 }  // namespace precis::testing

@@ -2,8 +2,6 @@
 // and no temporary) and its gathering of small pieces into few write calls.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -13,26 +11,17 @@
 
 #include "core/error.h"
 #include "tensor/file_io.h"
+#include "tests/support/scratch_dir.h"
 
 namespace precis {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Scratch {
-  fs::path dir = fs::temp_directory_path() / ("precis-file-io-" + std::to_string(::getpid()));
-  Scratch() { fs::create_directories(dir); }
-  ~Scratch() {
-    set_file_fault_hook(nullptr);
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
+// A scratch folder; also uninstalls a test's fault hook at scope exit.
+struct Scratch : testing::ScratchDir {
+  Scratch() : ScratchDir("file-io") {}
+  ~Scratch() { set_file_fault_hook(nullptr); }
 };
 
 std::string contents(const fs::path& p) {
@@ -49,7 +38,7 @@ void write_pieces(const std::string& path, const std::vector<std::string>& piece
 
 TEST_CASE("write_file_atomic calls the fault hook before each system call, in order", "[tensor][file_io]") {
   Scratch s;
-  const std::string path = (s.dir / "f.bin").string();
+  const std::string path = (s.path() / "f.bin").string();
   std::vector<FileOp> ops;
   set_file_fault_hook([&](FileOp op, const std::string&) {
     ops.push_back(op);
@@ -71,7 +60,7 @@ TEST_CASE("write_file_atomic calls the fault hook before each system call, in or
 
 TEST_CASE("a failure injected at any system call leaves the old file and no temporary", "[tensor][file_io]") {
   Scratch s;
-  const std::string path = (s.dir / "f.bin").string();
+  const std::string path = (s.path() / "f.bin").string();
   write_pieces(path, {"old"});
   const std::vector<std::string> pieces{std::string(100, 'x'), std::string(2 << 20, 'y')};
   for (int n = 1; n <= 8; ++n) {  // create, 2 writes, fsync, close, rename, open_dir, fsync_dir

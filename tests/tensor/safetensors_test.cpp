@@ -10,6 +10,7 @@
 #include "ops/backends.h"
 #include "tensor/json.h"
 #include "tensor/safetensors.h"
+#include "tests/support/scratch_dir.h"
 #include "tests/support/tensor_testing.h"
 
 namespace fs = std::filesystem;
@@ -48,24 +49,7 @@ std::string with_length(uint64_t n, const std::string& rest) {
 }
 
 // A directory removed (with its contents) at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("precis_st_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
+using TempDir = testing::ScratchDir;
 
 NamedTensors sample_tensors() {
   Tensor base = arange(12.0, {.dtype = DType::f64}).view({3, 4});
@@ -185,7 +169,7 @@ TEST_CASE("save_safetensors rejects bad names", "[tensor][safetensors]") {
 // ---- files --------------------------------------------------------------------------------------
 TEST_CASE("save_safetensors writes atomically and leaves no temporary files", "[tensor][safetensors]") {
   TempDir dir;
-  const std::string path = (dir.path / "model.safetensors").string();
+  const std::string path = (dir.path() / "model.safetensors").string();
   save_safetensors(path, sample_tensors(), {{"step", "1"}});
   REQUIRE(dir.entries() == std::vector<std::string>{"model.safetensors"});
   SafetensorsFile f = load_safetensors(path);
@@ -207,7 +191,7 @@ TEST_CASE("save_safetensors writes atomically and leaves no temporary files", "[
 
 TEST_CASE("a failed save leaves the previous file intact and no temporary file", "[tensor][safetensors]") {
   TempDir dir;
-  const std::string path = (dir.path / "ckpt.safetensors").string();
+  const std::string path = (dir.path() / "ckpt.safetensors").string();
   save_safetensors(path, {{"w", full({4}, 1.0)}});
 
   // Bad input is found before anything is written.
@@ -228,14 +212,14 @@ TEST_CASE("a failed save leaves the previous file intact and no temporary file",
 
 TEST_CASE("safetensors file errors name the file", "[tensor][safetensors]") {
   TempDir dir;
-  const std::string missing = (dir.path / "missing.safetensors").string();
+  const std::string missing = (dir.path() / "missing.safetensors").string();
   PRECIS_REQUIRE_THROWS_WITH_ALL(load_safetensors(missing), IOError, "missing.safetensors", "No such file");
-  PRECIS_REQUIRE_THROWS_WITH_ALL(load_safetensors(dir.path.string()), IOError, "not a regular file");
-  PRECIS_REQUIRE_THROWS_WITH_ALL(save_safetensors((dir.path / "no_dir" / "x.safetensors").string(), {}), IOError,
+  PRECIS_REQUIRE_THROWS_WITH_ALL(load_safetensors(dir.path().string()), IOError, "not a regular file");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(save_safetensors((dir.path() / "no_dir" / "x.safetensors").string(), {}), IOError,
                                  "no_dir");
   REQUIRE(dir.entries().empty());
 
-  const std::string bad = (dir.path / "bad.safetensors").string();
+  const std::string bad = (dir.path() / "bad.safetensors").string();
   std::ofstream(bad, std::ios::binary) << with_length(1000, "{}");
   PRECIS_REQUIRE_THROWS_WITH_ALL(load_safetensors(bad), IOError, "bad.safetensors", "header length 1000");
 }
