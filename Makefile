@@ -72,8 +72,8 @@ clean:
 docs: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) --target docs
 
-# Fuzzing for FUZZ_SECONDS per harness (not yet part of .ci/run: see fuzz/README.md); crash inputs end up
-# under build-fuzz/fuzz-runs.
+# Fuzzing for FUZZ_SECONDS per harness (CI runs each for 20 s through scripts/sanitize-test.sh; see
+# fuzz/README.md); crash inputs end up under build-fuzz/fuzz-runs.
 FUZZ_SECONDS ?= 300
 fuzz: deps
 	JOBS=$(JOBS) scripts/fuzz.sh $(FUZZ_SECONDS)

@@ -88,9 +88,13 @@ PRECIS_HD_INLINE T wrapping_mul(T a, T b) {
 /// floating value into an integer type saturating (saturating_float_to_int).
 template <typename T>
 struct ElementTraits {
+  /// The type arithmetic on T is done in.
   using compute = T;
+  /// Whether T is a 16-bit float stored narrower than it is computed.
   static constexpr bool reduced_float = false;
+  /// An element as the compute type.
   static PRECIS_HD_INLINE T load(T v) { return v; }
+  /// A computed value stored as T (bool: v != 0; floating into integer: saturating).
   template <typename U>
   static PRECIS_HD_INLINE T store(U v) {
     if constexpr (std::is_same_v<T, bool>) {
@@ -107,9 +111,13 @@ struct ElementTraits {
 /// double goes in through float, as the CPU copy kernel has always done.
 template <typename T>
 struct HostReducedFloatTraits {
+  /// 16-bit floats compute in float.
   using compute = float;
+  /// Always true: T is stored narrower than it is computed.
   static constexpr bool reduced_float = true;
+  /// An element widened to float (exact).
   static inline float load(T v) { return static_cast<float>(v); }
+  /// A computed value rounded to T once (a double goes through float first).
   template <typename U>
   static inline T store(U v) {
     return T(static_cast<float>(v));

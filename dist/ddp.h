@@ -36,6 +36,7 @@ class GradScaler;
 
 namespace precis::dist {
 
+/// How DistributedDataParallel buckets and reduces (PyTorch's DDP defaults).
 struct DistributedDataParallelOptions {
   /// Bytes of gradients per bucket after the first (PyTorch's default 25 MiB).
   double bucket_cap_mb = 25;
@@ -52,8 +53,12 @@ struct DistributedDataParallelOptions {
   amp::GradScaler* scaler = nullptr;
 };
 
+/// Data-parallel training over a ProcessGroup: averages the gradients of every rank during
+/// backward, bucket by bucket, so that each rank's optimizer takes the same step
+/// (docs/distributed.md).
 class DistributedDataParallel {
  public:
+  /// (name, tensor) pairs, as Module::named_parameters() returns them.
   using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
   /// Checks that every rank passes the same parameters and buffers (names, shapes, dtypes, order):
@@ -74,11 +79,13 @@ class DistributedDataParallel {
   /// Whether the next backward reduces the gradients. false: backward only accumulates locally
   /// (gradient accumulation: call require_sync(acc.is_last_micro_step()) before each forward).
   void require_sync(bool sync) { sync_ = sync; }
+  /// Whether the next backward reduces the gradients.
   bool require_sync() const { return sync_; }
 
   /// RAII form of require_sync(false) (torch's `with ddp.no_sync():`).
   class NoSync {
    public:
+    /// Turns reduction off for `ddp` until this guard is destroyed (then restores the setting).
     explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), before_(ddp.sync_) { ddp.sync_ = false; }
     ~NoSync() { ddp_.sync_ = before_; }
     NoSync(const NoSync&) = delete;
@@ -91,6 +98,7 @@ class DistributedDataParallel {
   /// Gradients of backward passes inside the returned guard's lifetime are not reduced.
   NoSync no_sync() { return NoSync(*this); }
 
+  /// The group the gradients are reduced over.
   ProcessGroup& process_group() const { return *group_; }
   /// The parameter names of each bucket, in launch order.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;

@@ -44,6 +44,9 @@ class Work {
   virtual bool done() = 0;
 };
 
+/// The ranks of a job and their collectives (all_reduce, broadcast, all_gather, barrier), each
+/// asynchronous, returning a Work to wait on. Backends: MPI (CPU tensors), NCCL (CUDA tensors), and
+/// a world of one without MPI (docs/distributed.md).
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;

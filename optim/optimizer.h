@@ -147,13 +147,16 @@ class OptimizerWithOptions : public Optimizer {
     (void)group_params(group);  // range check
     return options_[group];
   }
+  /// Replaces a group's options after checking them (ValueError naming the bad option).
   void set_options(size_t group, const Options& options) {
     (void)group_params(group);
     check_options(options, group);
     options_[group] = options;
   }
 
+  /// The learning rate of a group (its options' lr).
   double group_lr(size_t group) const override { return options(group).lr; }
+  /// Sets a group's learning rate (what the lr schedulers call), checked like set_options.
   void set_group_lr(size_t group, double lr) override {
     Options o = options(group);
     o.lr = lr;
@@ -167,6 +170,7 @@ class OptimizerWithOptions : public Optimizer {
   /// ValueError naming the group and the option when `o` is invalid.
   virtual void check_options(const Options& o, size_t group) const = 0;
 
+  /// One options struct per parameter group.
   std::vector<Options> options_;
 };
 
