@@ -27,17 +27,11 @@ namespace {
 
 // The data of a norm backward's operands: x, grad and dx in T; weight, the saved statistics and the
 // parameter gradients in the compute type. dx, weight, dweight and dbias are null when undefined.
+// A tuple, taken apart with std::tie by the kernels: clang 14 (the sanitizer build) cannot capture
+// a structured binding in a lambda.
 template <typename T>
-struct NormBackwardPtrs {
-  const T* x;
-  const T* grad;
-  T* dx;
-  const opmath_t<T>* weight;
-  const opmath_t<T>* mean;
-  const opmath_t<T>* rstd;
-  opmath_t<T>* dweight;
-  opmath_t<T>* dbias;
-};
+using NormBackwardPtrs = std::tuple<const T*, const T*, T*, const opmath_t<T>*, const opmath_t<T>*,
+                                    const opmath_t<T>*, opmath_t<T>*, opmath_t<T>*>;
 
 template <typename T>
 NormBackwardPtrs<T> norm_backward_ptrs(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
@@ -279,7 +273,11 @@ void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
   using A = opmath_t<T>;
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const int64_t M = N * S;
-  const auto [xp, gp, dp, w, sm, sr, dw, db] =
+  const T *xp, *gp;
+  T* dp;
+  const A *w, *sm, *sr;
+  A *dw, *db;
+  std::tie(xp, gp, dp, w, sm, sr, dw, db) =
       norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, save_mean, save_rstd);
   const bool need_sums = training ? dp != nullptr || dw || db : dw || db;
   parallel_for(0, C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(M, 1)), [&](int64_t lo, int64_t hi) {
@@ -370,7 +368,11 @@ void layer_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
                                 const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
   using A = opmath_t<T>;
   const int64_t M = x.size(0), D = x.size(1);
-  const auto [xp, gp, dp, w, mp, rp, dw, db] = norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, mean, rstd);
+  const T *xp, *gp;
+  T* dp;
+  const A *w, *mp, *rp;
+  A *dw, *db;
+  std::tie(xp, gp, dp, w, mp, rp, dw, db) = norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, mean, rstd);
   const bool need_params = dw || db;
   const int64_t rows_per_block = std::max<int64_t>(1, kNormGrain / std::max<int64_t>(D, 1));
   const int64_t nblocks =
@@ -464,7 +466,11 @@ void group_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
   using A = opmath_t<T>;
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const int64_t Cg = C / G, L = Cg * S;
-  const auto [xp, gp, dp, w, mp, rp, dw, db] = norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, mean, rstd);
+  const T *xp, *gp;
+  T* dp;
+  const A *w, *mp, *rp;
+  A *dw, *db;
+  std::tie(xp, gp, dp, w, mp, rp, dw, db) = norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, mean, rstd);
   // Per (n, c): rstd·Σ g(x − mean) and Σ g.
   std::vector<A> chan_gx(static_cast<size_t>(N * C)), chan_g(static_cast<size_t>(N * C));
   parallel_for(0, N * G, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(L, 1)), [&](int64_t lo, int64_t hi) {
