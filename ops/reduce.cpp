@@ -161,7 +161,8 @@ Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correct
   if (autograd::needs_grad({&x})) {
     const int64_t n = x.numel() / std::max<int64_t>(out.numel(), 1);
     // d var / dx = 2 (x - mean) / (N - correction); N - correction <= 0 gives inf/NaN as forward does.
-    const double scale = 2.0 / static_cast<double>(n - correction);
+    // In double, as the kernel does: n - correction overflows int64 for a correction near its minimum.
+    const double scale = 2.0 / (static_cast<double>(n) - static_cast<double>(correction));
     autograd::record(OpId::var, {x}, {result},
                      [sx = SavedTensor(x), rd, keep_shape, scale](const TensorList& g) -> TensorList {
                        const Tensor xv = sx.unpack("var");

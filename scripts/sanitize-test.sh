@@ -112,8 +112,16 @@ run_asan() {
   local built=$SECONDS
   say "ASan + UBSan: build took $((built - start)) s; running ctest (all but the install label)"
   local rc=0
-  ctest --test-dir "$asan_dir" -j "$jobs" --output-on-failure -LE install 2>&1 | tee "$asan_dir/ctest.log" ||
+  ctest --test-dir "$asan_dir" -j "$jobs" --output-on-failure -LE 'install|dist' 2>&1 | tee "$asan_dir/ctest.log" ||
     rc=${PIPESTATUS[0]}
+  # The dist tests run under mpirun with leak checking off: Open MPI does not free its own state at
+  # MPI_Finalize (libmpi, libopen-pal and its unloaded plugins: 5 reports in precis_dist_tests and 4
+  # in precis-train under mpirun, none with a precis frame). Every other ASan and UBSan check stays.
+  local rc_dist=0
+  ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" \
+    ctest --test-dir "$asan_dir" -j "$jobs" --output-on-failure -L dist 2>&1 | tee -a "$asan_dir/ctest.log" ||
+    rc_dist=${PIPESTATUS[0]}
+  (( rc_dist == 0 )) || rc=$rc_dist
   say "ASan + UBSan: tests took $((SECONDS - built)) s (exit $rc)"
   check_reports "$asan_dir" || rc=1
   # UBSan inside the ASan runtime prints to stderr whatever log_path says (checked): its reports

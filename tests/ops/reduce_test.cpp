@@ -280,6 +280,20 @@ TEST_CASE("mean and var of degenerate reductions", "[ops][reduce]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(var(zeros({2, 2}), {5}), IndexError, "var", "[2, 2] f32 cpu");
 }
 
+// fuzz/regressions/fuzz_ops/var-correction-int64-min: N - correction was computed in int64 for the
+// gradient and overflowed (UBSan); forward and backward now both divide by it in double.
+TEST_CASE("var with an extreme correction: forward and gradient in double", "[ops][reduce]") {
+  const int64_t c = std::numeric_limits<int64_t>::min();
+  Tensor x = from_vector<double>({1.0, 2.0, 4.0}).requires_grad_();
+  Tensor v = var(x, {}, c);
+  const double denom = 3.0 - static_cast<double>(c);  // about 9.2e18
+  REQUIRE(v.item<double>() == Approx((1.0 + 4.0 + 16.0 - 49.0 / 3.0) / denom).epsilon(1e-12));
+  v.backward();
+  const std::vector<double> g = x.grad().to_vector<double>();
+  const double mean = 7.0 / 3.0;
+  for (size_t i = 0; i < 3; ++i) REQUIRE(g[i] == Approx(2.0 * ((i == 0 ? 1.0 : i == 1 ? 2.0 : 4.0) - mean) / denom));
+}
+
 TEST_CASE("max along a dim gives values and first indices", "[ops][reduce]") {
   for (DType dt : {DType::f32, DType::f64}) {
     for (const Shape& shape : {Shape{7}, Shape{4, 9}, Shape{3, 4, 5}, Shape{600, 3}, Shape{2, 40000}}) {
