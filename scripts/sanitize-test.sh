@@ -84,8 +84,14 @@ need_clang() {
 check_reports() {
   local dir=$1
   shopt -s nullglob
-  local files=("$dir"/sanitizer-reports/*)
+  local all=("$dir"/sanitizer-reports/*) files=() f
   shopt -u nullglob
+  # An empty file holds no report: the runtime creates it, and a process SIGKILLed on purpose (the
+  # kill-and-resume tests kill precis-train and whole mpirun jobs at random moments) can die before
+  # writing a byte. Seen once in 549 tests; counted, never taken for a pass of a non-empty one.
+  for f in "${all[@]}"; do
+    if [[ -s $f ]]; then files+=("$f"); else say "empty report file (a killed process): $f"; fi
+  done
   if (( ${#files[@]} )); then
     say "${#files[@]} sanitizer report(s) in $dir/sanitizer-reports:"
     for f in "${files[@]}"; do
