@@ -73,8 +73,8 @@ enum class BlockKind { basic, bottleneck };
 enum class Stem { imagenet, cifar };
 
 /// torchvision's ResNet: stem (conv1, bn1, ReLU, maxpool in the ImageNet layout), the stages
-/// layer1..layerK of blocks, global average pooling, fc. Build one with resnet18() etc. or
-/// resnet(name). Convs are initialised He normal (fan_out, relu), BN weights 1 and biases 0, fc as
+/// layer1..layerK of blocks, global average pooling, fc. Build one with resnet18(), resnet20(), ...
+/// or resnet(name). Convs are initialised He normal (fan_out, relu), BN weights 1 and biases 0, fc as
 /// an nn::Linear; random draws come from options.generator. Parameters are f32 on the CPU (use to()).
 class ResNet : public nn::Module {
  public:

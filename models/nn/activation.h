@@ -51,8 +51,8 @@ class Dropout : public Module {
   Generator* generator_;
 };
 
-/// torch.nn.Identity: returns its input, a placeholder where a layer is optional (e.g. a
-/// downsample path).
+/// torch.nn.Identity: returns its input; a placeholder where a layer is optional, such as a
+/// downsample path.
 class Identity : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x; }  ///< x itself (the same tensor, no copy).
