@@ -18,18 +18,23 @@
 
 namespace precis::models {
 
+/// The model's sizes and hyper-parameters, with the names and meaning of Hugging Face's BertConfig.
+/// The defaults are BERT-mini's (HF's defaults are BERT-base's: hidden 768, 12 layers, 12 heads,
+/// intermediate 3072). The config is read at construction only.
 struct BertConfig {
-  int64_t vocab_size = 30522;
-  int64_t hidden_size = 256;
-  int64_t num_hidden_layers = 4;
-  int64_t num_attention_heads = 4;
-  int64_t intermediate_size = 1024;
-  int64_t max_position_embeddings = 512;
-  int64_t type_vocab_size = 2;
+  int64_t vocab_size = 30522;  ///< rows of word_embeddings; the MLM head's outputs
+  int64_t hidden_size = 256;   ///< width of every token vector; a multiple of num_attention_heads
+  int64_t num_hidden_layers = 4;  ///< encoder layers (BertLayer)
+  int64_t num_attention_heads = 4;  ///< heads per self-attention, of hidden_size / heads features each
+  int64_t intermediate_size = 1024;  ///< width of the feed-forward block (intermediate.dense)
+  int64_t max_position_embeddings = 512;  ///< the longest sequence: rows of position_embeddings
+  int64_t type_vocab_size = 2;  ///< token types (segments A/B): rows of token_type_embeddings
+  /// Dropout after the embeddings, on each sub-layer's output and on the classifier's input.
   double hidden_dropout_prob = 0.1;
-  double attention_probs_dropout_prob = 0.1;
-  double layer_norm_eps = 1e-12;
-  double initializer_range = 0.02;
+  double attention_probs_dropout_prob = 0.1;  ///< dropout on the attention probabilities
+  double layer_norm_eps = 1e-12;  ///< eps of every LayerNorm
+  double initializer_range = 0.02;  ///< std of the N(0, std²) initialisation of Linear and Embedding weights
+  /// padding_idx of word_embeddings: that row starts at zero and its gradient stays zero.
   int64_t pad_token_id = 0;
   Generator* generator = nullptr;  ///< initialisation (the default generator when null)
 
@@ -45,27 +50,42 @@ struct BertConfig {
 /// position j of sequence b is kept when j < lengths[b].
 Tensor attention_mask_from_lengths(const Tensor& lengths, int64_t seq_len);
 
+/// HF's BertEmbeddings: the sum of word, position (0..L-1) and token-type embeddings, then
+/// LayerNorm and dropout.
 class BertEmbeddings : public nn::Module {
  public:
+  /// Tables of vocab_size, max_position_embeddings and type_vocab_size rows of hidden_size,
+  /// initialised N(0, 1) here (BertModel re-initialises them).
   explicit BertEmbeddings(const BertConfig& config);
   /// input_ids: (B, L) i64; token_type_ids: (B, L) or undefined (all 0) → (B, L, hidden).
   Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids);
   Tensor forward(const Tensor& input_ids) override { return forward(input_ids, Tensor()); }
   std::string type_name() const override { return "BertEmbeddings"; }
 
-  nn::Child<nn::Embedding> word_embeddings, position_embeddings, token_type_embeddings;
+  /// (vocab_size, hidden); the padding row is pad_token_id. BertForMaskedLM ties its decoder to it.
+  nn::Child<nn::Embedding> word_embeddings;
+  nn::Child<nn::Embedding> position_embeddings;    ///< (max_position_embeddings, hidden)
+  nn::Child<nn::Embedding> token_type_embeddings;  ///< (type_vocab_size, hidden)
+  /// LayerNorm(hidden, layer_norm_eps) over the summed embeddings (HF's capitalised name).
   nn::Child<nn::LayerNorm> LayerNorm;  // NOLINT: HF's name
-  nn::Child<nn::Dropout> dropout;
+  nn::Child<nn::Dropout> dropout;  ///< hidden_dropout_prob, after LayerNorm
 };
 
+/// HF's BertSelfAttention: multi-head scaled dot-product attention over separate query, key and
+/// value projections (precis::scaled_dot_product_attention), dropout on the probabilities in
+/// training. Returns the heads' concatenated context, (B, L, hidden), without an output projection
+/// (that is BertAttention's output.dense).
 class BertSelfAttention : public nn::Module {
  public:
+  /// hidden_size must be a multiple of num_attention_heads (precis::Error otherwise).
   explicit BertSelfAttention(const BertConfig& config);
   /// x: (B, L, hidden); mask: bool broadcastable to (B, heads, L, L), true = attend, or undefined.
   Tensor forward(const Tensor& x, const Tensor& mask);
   std::string type_name() const override { return "BertSelfAttention"; }
 
-  nn::Child<nn::Linear> query, key, value;
+  nn::Child<nn::Linear> query;  ///< Linear(hidden, hidden): the queries of all heads
+  nn::Child<nn::Linear> key;    ///< Linear(hidden, hidden): the keys of all heads
+  nn::Child<nn::Linear> value;  ///< Linear(hidden, hidden): the values of all heads
 
  private:
   int64_t heads_;
@@ -75,43 +95,55 @@ class BertSelfAttention : public nn::Module {
 /// dense → dropout → LayerNorm(· + residual): BertSelfOutput and BertOutput.
 class BertResidualOutput : public nn::Module {
  public:
+  /// dense maps `in` features (hidden_size for BertSelfOutput, intermediate_size for BertOutput)
+  /// to hidden_size; `name` is the type_name() shown by str() ("BertSelfOutput", "BertOutput").
   BertResidualOutput(int64_t in, const BertConfig& config, std::string name);
+  /// LayerNorm(dropout(dense(h)) + residual). h: (B, L, in), residual: (B, L, hidden) → (B, L, hidden).
   Tensor forward(const Tensor& h, const Tensor& residual);
   std::string type_name() const override { return name_; }
 
-  nn::Child<nn::Linear> dense;
+  nn::Child<nn::Linear> dense;  ///< Linear(in, hidden)
+  /// LayerNorm(hidden, layer_norm_eps) over the dropped-out dense output plus the residual.
   nn::Child<nn::LayerNorm> LayerNorm;  // NOLINT: HF's name
-  nn::Child<nn::Dropout> dropout;
+  nn::Child<nn::Dropout> dropout;  ///< hidden_dropout_prob, on dense's output
 
  private:
   std::string name_;
 };
 
+/// HF's BertAttention: self-attention, then its output block (dense, dropout, residual LayerNorm).
 class BertAttention : public nn::Module {
  public:
+  /// Children "self" and "output" (BertSelfOutput), as HF.
   explicit BertAttention(const BertConfig& config);
+  /// output(self(x, mask), x). x: (B, L, hidden) → (B, L, hidden); mask as BertSelfAttention.
   Tensor forward(const Tensor& x, const Tensor& mask);
   std::string type_name() const override { return "BertAttention"; }
 
-  nn::Child<BertSelfAttention> self;
-  nn::Child<BertResidualOutput> output;
+  nn::Child<BertSelfAttention> self;  ///< the attention proper (query, key, value)
+  nn::Child<BertResidualOutput> output;  ///< BertSelfOutput: dense(hidden → hidden), dropout, LayerNorm with x
 };
 
 /// One post-LN encoder layer: attention, then dense → GELU → dense with the residual LayerNorm.
 class BertLayer : public nn::Module {
  public:
+  /// Children "attention", "intermediate.dense" and "output" (BertOutput), as HF.
   explicit BertLayer(const BertConfig& config);
   /// x: (B, L, hidden); mask as BertSelfAttention.
   Tensor forward(const Tensor& x, const Tensor& mask);
   std::string type_name() const override { return "BertLayer"; }
 
-  nn::Child<BertAttention> attention;
+  nn::Child<BertAttention> attention;  ///< self-attention with its residual LayerNorm
   nn::Child<nn::Linear> intermediate_dense;  ///< registered as "intermediate.dense"
+  /// BertOutput: dense(intermediate → hidden), dropout, LayerNorm with the attention's output.
   nn::Child<BertResidualOutput> output;
 };
 
+/// HF's BertModel: embeddings, num_hidden_layers BertLayers and the optional pooler. Parameters are
+/// f32 on the CPU (use to()), initialised as HF (see the file comment) from config.generator.
 class BertModel : public nn::Module {
  public:
+  /// add_pooling_layer: build pooler.dense, needed by pool() (BertForMaskedLM goes without, as HF).
   explicit BertModel(const BertConfig& config, bool add_pooling_layer = true);
   /// input_ids: (B, L) i64. attention_mask: (B, L) (bool or integer, nonzero = a real token) or
   /// undefined (attend everywhere). token_type_ids: (B, L) or undefined. Returns the sequence
@@ -121,9 +153,10 @@ class BertModel : public nn::Module {
   /// tanh(dense(sequence_output[:, 0])): (B, hidden). Needs the pooling layer.
   Tensor pool(const Tensor& sequence_output);
   std::string type_name() const override { return "BertModel"; }
+  /// The config the model was built with (generator reset to null); a reference into this model.
   const BertConfig& config() const { return config_; }
 
-  nn::Child<BertEmbeddings> embeddings;
+  nn::Child<BertEmbeddings> embeddings;  ///< "embeddings": word, position and token-type embeddings
   std::vector<nn::Child<BertLayer>> layers;  ///< "encoder.layer.<i>"
   nn::Child<nn::Linear> pooler_dense;        ///< "pooler.dense"; empty without the pooling layer
 
@@ -131,8 +164,11 @@ class BertModel : public nn::Module {
   BertConfig config_;
 };
 
+/// HF's BertForMaskedLM: BertModel (no pooler) and the masked-language-model head, dense → GELU →
+/// LayerNorm → decoder to vocabulary logits.
 class BertForMaskedLM : public nn::Module {
  public:
+  /// The decoder's weight is bert.embeddings.word_embeddings.weight (tied); its bias starts at zero.
   explicit BertForMaskedLM(const BertConfig& config);
   /// Logits over the vocabulary: (B, L, vocab_size).
   Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids = Tensor());
@@ -141,7 +177,7 @@ class BertForMaskedLM : public nn::Module {
   static Tensor loss(const Tensor& logits, const Tensor& labels);
   std::string type_name() const override { return "BertForMaskedLM"; }
 
-  nn::Child<BertModel> bert;
+  nn::Child<BertModel> bert;  ///< "bert": the encoder, without the pooling layer
   nn::Child<nn::Linear> transform_dense;      ///< "cls.predictions.transform.dense"
   nn::Child<nn::LayerNorm> transform_norm;    ///< "cls.predictions.transform.LayerNorm"
   /// "cls.predictions.decoder": weight tied to bert.embeddings.word_embeddings.weight, bias tied to
@@ -149,17 +185,20 @@ class BertForMaskedLM : public nn::Module {
   nn::Child<nn::Linear> decoder;
 };
 
+/// HF's BertForSequenceClassification: BertModel with its pooler, dropout, and a linear
+/// classifier over the pooled [CLS] vector. Train it with cross_entropy on the logits.
 class BertForSequenceClassification : public nn::Module {
  public:
+  /// num_labels: the classes (positive); classifier initialised N(0, initializer_range²), bias zero.
   BertForSequenceClassification(const BertConfig& config, int64_t num_labels);
   /// Logits (B, num_labels) from the pooled [CLS] output.
   Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids = Tensor());
   Tensor forward(const Tensor& input_ids) override { return forward(input_ids, Tensor()); }
   std::string type_name() const override { return "BertForSequenceClassification"; }
 
-  nn::Child<BertModel> bert;
-  nn::Child<nn::Dropout> dropout;
-  nn::Child<nn::Linear> classifier;
+  nn::Child<BertModel> bert;  ///< "bert": the encoder with its pooling layer
+  nn::Child<nn::Dropout> dropout;  ///< hidden_dropout_prob, on the pooled output
+  nn::Child<nn::Linear> classifier;  ///< Linear(hidden, num_labels)
 };
 
 /// HF's _init_weights over every Linear, Embedding and LayerNorm of `module`.

@@ -19,8 +19,9 @@
 
 namespace precis::models {
 
+/// Options of the ResNet builders (resnet18(), resnet20(), ...), torchvision's where it has them.
 struct ResNetOptions {
-  int64_t num_classes = 1000;
+  int64_t num_classes = 1000;  ///< outputs of fc (logits), like torchvision's `num_classes`
   int64_t in_channels = 3;   ///< 1 for grey-scale images (MNIST, Fashion-MNIST)
   /// Channels of the first stage; 0 = the model's standard (64, or 16 for resnet20/32/56). A small
   /// width keeps the topology and names with fewer parameters (tests, quick experiments).
@@ -32,7 +33,7 @@ struct ResNetOptions {
 /// Two 3×3 convs; expansion 1.
 class BasicBlock : public nn::Module {
  public:
-  static constexpr int64_t kExpansion = 1;
+  static constexpr int64_t kExpansion = 1;  ///< output channels = planes·kExpansion (torchvision's `expansion`)
   /// in_planes → planes channels; stride on conv1; a 1×1 conv + BN downsample when the stride or
   /// the channel count changes.
   BasicBlock(int64_t in_planes, int64_t planes, int64_t stride = 1, Generator* gen = nullptr);
@@ -40,33 +41,41 @@ class BasicBlock : public nn::Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "BasicBlock"; }
 
-  nn::Child<nn::Conv2d> conv1;
-  nn::Child<nn::BatchNorm2d> bn1;
-  nn::Child<nn::Conv2d> conv2;
-  nn::Child<nn::BatchNorm2d> bn2;
+  nn::Child<nn::Conv2d> conv1;  ///< 3×3, in_planes → planes, with the block's stride; no bias
+  nn::Child<nn::BatchNorm2d> bn1;  ///< after conv1
+  nn::Child<nn::Conv2d> conv2;  ///< 3×3, planes → planes, stride 1; no bias
+  nn::Child<nn::BatchNorm2d> bn2;  ///< after conv2; zeroed weight with zero_init_residual
   nn::Child<nn::Sequential> downsample;  ///< empty for the identity shortcut
 };
 
 /// 1×1 reduce, 3×3 (with the stride, torchvision's "v1.5"), 1×1 expand ×4.
 class Bottleneck : public nn::Module {
  public:
-  static constexpr int64_t kExpansion = 4;
+  static constexpr int64_t kExpansion = 4;  ///< output channels = planes·kExpansion (torchvision's `expansion`)
+  /// in_planes → planes·4 channels; stride on conv2; a 1×1 conv + BN downsample when the stride or
+  /// the channel count changes. Convs without bias, initialised from gen (the default generator
+  /// when null); ResNet re-initialises them.
   Bottleneck(int64_t in_planes, int64_t planes, int64_t stride = 1, Generator* gen = nullptr);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Bottleneck"; }
 
-  nn::Child<nn::Conv2d> conv1;
-  nn::Child<nn::BatchNorm2d> bn1;
-  nn::Child<nn::Conv2d> conv2;
-  nn::Child<nn::BatchNorm2d> bn2;
-  nn::Child<nn::Conv2d> conv3;
-  nn::Child<nn::BatchNorm2d> bn3;
+  nn::Child<nn::Conv2d> conv1;  ///< 1×1 reduce, in_planes → planes, stride 1
+  nn::Child<nn::BatchNorm2d> bn1;  ///< after conv1
+  nn::Child<nn::Conv2d> conv2;  ///< 3×3, planes → planes, with the block's stride
+  nn::Child<nn::BatchNorm2d> bn2;  ///< after conv2
+  nn::Child<nn::Conv2d> conv3;  ///< 1×1 expand, planes → planes·4, stride 1
+  nn::Child<nn::BatchNorm2d> bn3;  ///< after conv3; zeroed weight with zero_init_residual
+  /// 1×1 conv (with the stride) + BatchNorm2d, children "0" and "1"; empty for the identity shortcut.
   nn::Child<nn::Sequential> downsample;
 };
 
 enum class BlockKind { basic, bottleneck };
 enum class Stem { imagenet, cifar };
 
+/// torchvision's ResNet: stem (conv1, bn1, ReLU, maxpool in the ImageNet layout), the stages
+/// layer1..layerK of blocks, global average pooling, fc. Build one with resnet18(), resnet20(), ...
+/// or resnet(name). Convs are initialised He normal (fan_out, relu), BN weights 1 and biases 0, fc as
+/// an nn::Linear; random draws come from options.generator. Parameters are f32 on the CPU (use to()).
 class ResNet : public nn::Module {
  public:
   /// blocks_per_stage: e.g. {2, 2, 2, 2} (resnet18) or {3, 3, 3} (resnet20); stage i has
@@ -78,11 +87,11 @@ class ResNet : public nn::Module {
   Tensor features(const Tensor& x);
   std::string type_name() const override { return "ResNet"; }
 
-  nn::Child<nn::Conv2d> conv1;
-  nn::Child<nn::BatchNorm2d> bn1;
+  nn::Child<nn::Conv2d> conv1;  ///< stem: 7×7 stride 2 padding 3 (ImageNet) or 3×3 stride 1 (CIFAR); no bias
+  nn::Child<nn::BatchNorm2d> bn1;  ///< after conv1
   nn::Child<nn::MaxPool2d> maxpool;  ///< empty in the CIFAR layout
   std::vector<nn::Child<nn::Sequential>> layers;  ///< "layer1", "layer2", ...
-  nn::Child<nn::Linear> fc;
+  nn::Child<nn::Linear> fc;  ///< Linear(last stage's channels, num_classes), the classifier
 
  private:
   Stem stem_;

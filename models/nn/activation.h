@@ -7,15 +7,17 @@
 
 namespace precis::nn {
 
+/// torch.nn.ReLU: max(x, 0) elementwise, any shape and floating dtype (the gradient at 0 is 0).
 class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) override;  ///< Passthrough.
   std::string type_name() const override { return "ReLU"; }
 };
 
+/// torch.nn.GELU: x·Φ(x) elementwise, exact or with the tanh approximation.
 class GELU : public Module {
  public:
-  /// approximate: "none" (exact erf form, BERT's) or "tanh".
+  /// approximate: "none" (exact erf form, BERT's) or "tanh"; anything else is a precis::Error.
   explicit GELU(std::string approximate = "none");
   Tensor forward(const Tensor& x) override;  ///< Passthrough.
   std::string type_name() const override { return "GELU"; }
@@ -25,9 +27,10 @@ class GELU : public Module {
   std::string approximate_;
 };
 
+/// torch.nn.Tanh: tanh elementwise, any shape and floating dtype.
 class Tanh : public Module {
  public:
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override;  ///< Passthrough.
   std::string type_name() const override { return "Tanh"; }
 };
 
@@ -35,27 +38,33 @@ class Tanh : public Module {
 /// identity in eval mode. The mask comes from `generator` (the default generator when null).
 class Dropout : public Module {
  public:
+  /// p in [0, 1] (precis::Error otherwise). A non-null generator is kept by pointer and must
+  /// outlive the layer.
   explicit Dropout(double p = 0.5, Generator* generator = nullptr);
   Tensor forward(const Tensor& x) override;  ///< Passthrough.
   std::string type_name() const override { return "Dropout"; }
   std::string extra_repr() const override;
-  double p() const { return p_; }
+  double p() const { return p_; }  ///< The drop probability.
 
  private:
   double p_;
   Generator* generator_;
 };
 
+/// torch.nn.Identity: returns its input; a placeholder where a layer is optional, such as a
+/// downsample path.
 class Identity : public Module {
  public:
-  Tensor forward(const Tensor& x) override { return x; }
+  Tensor forward(const Tensor& x) override { return x; }  ///< x itself (the same tensor, no copy).
   std::string type_name() const override { return "Identity"; }
 };
 
 /// Flattens dims start_dim..end_dim into one (default: all but the batch dim).
 class Flatten : public Module {
  public:
+  /// Dims counted as Tensor::flatten counts them (negative from the end), checked in forward().
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim_(start_dim), end_dim_(end_dim) {}
+  /// (N, C, H, W) → (N, C·H·W) with the defaults; a view of x when possible (Tensor::flatten).
   Tensor forward(const Tensor& x) override { return x.flatten(start_dim_, end_dim_); }
   std::string type_name() const override { return "Flatten"; }
   std::string extra_repr() const override {

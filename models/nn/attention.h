@@ -10,9 +10,11 @@
 
 namespace precis::nn {
 
+/// Options of nn::MultiheadAttention, with torch.nn.MultiheadAttention's defaults (add_bias_kv,
+/// add_zero_attn, kdim and vdim are not offered: key and value have embed_dim features).
 struct MultiheadAttentionOptions {
   double dropout = 0.0;      ///< on the attention weights, in training
-  bool bias = true;
+  bool bias = true;          ///< in_proj_bias and out_proj.bias, like PyTorch's `bias`
   bool batch_first = false;  ///< (N, L, E) inputs instead of (L, N, E), as PyTorch
   Generator* generator = nullptr;  ///< initialisation (dropout uses the default generator)
 };
@@ -30,10 +32,12 @@ struct MultiheadAttentionForwardOptions {
   bool average_attn_weights = true;
 };
 
+/// torch.nn.MultiheadAttention: num_heads scaled dot-product attentions of embed_dim / num_heads
+/// features each, between projections of query, key and value, recombined by out_proj.
 class MultiheadAttention : public Module {
  public:
-  using Options = MultiheadAttentionOptions;
-  using ForwardOptions = MultiheadAttentionForwardOptions;
+  using Options = MultiheadAttentionOptions;  ///< The constructor's options struct.
+  using ForwardOptions = MultiheadAttentionForwardOptions;  ///< forward()'s keyword arguments.
   /// embed_dim divisible by num_heads. Initialisation as PyTorch: xavier_uniform_ in_proj_weight,
   /// zero biases, out_proj.weight as a Linear's.
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, Options options = {});
@@ -50,13 +54,15 @@ class MultiheadAttention : public Module {
   /// Self-attention without weights: forward(x, x, x, {.need_weights = false}), the output only
   /// (so the layer fits nn::Sequential).
   Tensor forward(const Tensor& x) override { return std::get<0>(forward(x, x, x, {.need_weights = false})); }
+  /// As PyTorch's _reset_parameters: xavier_uniform_ in_proj_weight (from gen, or the default
+  /// generator when null), zero in_proj_bias and out_proj.bias; out_proj.weight keeps its values.
   void reset_parameters(Generator* gen = nullptr);
   std::string type_name() const override { return "MultiheadAttention"; }
   std::string extra_repr() const override;
 
   Tensor in_proj_weight;  ///< (3E, E)
   Tensor in_proj_bias;    ///< (3E); undefined without bias
-  Child<Linear> out_proj;
+  Child<Linear> out_proj;  ///< Linear(E, E): the heads' concatenated outputs → attn_output
 
  private:
   int64_t embed_dim_;

@@ -14,8 +14,8 @@ namespace precis::nn::init {
 /// is the product of the dims after the first two (a Linear weight (out, in) has fan_in = in).
 /// ValueError for tensors with fewer than 2 dims.
 struct Fans {
-  int64_t fan_in;
-  int64_t fan_out;
+  int64_t fan_in;   ///< size(1)·receptive field: the inputs feeding each output unit
+  int64_t fan_out;  ///< size(0)·receptive field: the outputs each input unit feeds
 };
 Fans calculate_fans(const Tensor& t);
 

@@ -5,14 +5,16 @@
 
 namespace precis::nn {
 
+/// Options of nn::Linear, with torch.nn.Linear's defaults.
 struct LinearOptions {
-  bool bias = true;
+  bool bias = true;  ///< Whether the layer has a learnable bias, like torch.nn.Linear's `bias`.
   Generator* generator = nullptr;  ///< for reset_parameters (the default generator when null)
 };
 
+/// torch.nn.Linear: an affine map of the last dim, y = x·weightᵀ + bias.
 class Linear : public Module {
  public:
-  using Options = LinearOptions;
+  using Options = LinearOptions;  ///< The options struct, as `nn::Linear::Options{.bias = false}`.
   /// weight: (out_features, in_features), bias: (out_features); f32 on the CPU (use to()).
   Linear(int64_t in_features, int64_t out_features, Options options = {});
 
@@ -23,8 +25,8 @@ class Linear : public Module {
   std::string type_name() const override { return "Linear"; }
   std::string extra_repr() const override;
 
-  int64_t in_features() const { return in_features_; }
-  int64_t out_features() const { return out_features_; }
+  int64_t in_features() const { return in_features_; }    ///< Size of the input's last dim.
+  int64_t out_features() const { return out_features_; }  ///< Size of the output's last dim.
 
   Tensor weight;  ///< "weight"
   Tensor bias;    ///< "bias"; undefined with bias = false

@@ -6,8 +6,10 @@
 
 namespace precis::nn {
 
+/// Options of nn::BatchNorm2d, with torch.nn.BatchNorm2d's defaults (momentum is a number; the
+/// cumulative average of PyTorch's momentum=None is not offered).
 struct BatchNormOptions {
-  double eps = 1e-5;
+  double eps = 1e-5;  ///< added to the variance before its square root
   double momentum = 0.1;          ///< running = (1 − momentum)·running + momentum·batch statistic
   bool affine = true;             ///< learnable weight ("weight", ones) and bias ("bias", zeros)
   bool track_running_stats = true;  ///< buffers running_mean, running_var, num_batches_tracked
@@ -21,7 +23,9 @@ struct BatchNormOptions {
 /// dtype, and a bf16/f16 input gives a bf16/f16 output (no cast of the activation).
 class BatchNorm2d : public Module {
  public:
-  using Options = BatchNormOptions;
+  using Options = BatchNormOptions;  ///< The options struct.
+  /// num_features: C, the channels of the input (positive). Parameters and buffers are f32 on the
+  /// CPU; weight ones, bias zeros, running mean 0, running variance 1.
   explicit BatchNorm2d(int64_t num_features, Options options = {});
 
   Tensor forward(const Tensor& x) override;
@@ -33,8 +37,8 @@ class BatchNorm2d : public Module {
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
 
-  int64_t num_features() const { return num_features_; }
-  const Options& options() const { return options_; }
+  int64_t num_features() const { return num_features_; }  ///< C, as given at construction.
+  const Options& options() const { return options_; }     ///< As given; a reference into this layer.
 
   Tensor weight;               ///< (C) "weight"; undefined when !affine
   Tensor bias;                 ///< (C) "bias"
@@ -47,26 +51,32 @@ class BatchNorm2d : public Module {
   Options options_;
 };
 
+/// Options of nn::LayerNorm, with torch.nn.LayerNorm's defaults.
 struct LayerNormOptions {
-  double eps = 1e-5;
+  double eps = 1e-5;  ///< added to the variance before its square root
   bool elementwise_affine = true;  ///< "weight" (ones) and, with bias, "bias" (zeros)
-  bool bias = true;
+  bool bias = true;  ///< with elementwise_affine, a learnable "bias"; false: weight only
 };
 
 /// Layer normalisation over the trailing dims `normalized_shape`. FP32 under autocast; fp32
 /// parameters in a low-precision model (the output keeps the input's dtype).
 class LayerNorm : public Module {
  public:
-  using Options = LayerNormOptions;
+  using Options = LayerNormOptions;  ///< The options struct.
+  /// Normalises over the last normalized_shape.size() dims of the input, which must equal
+  /// normalized_shape (non-empty). Parameters are f32 on the CPU.
   explicit LayerNorm(Shape normalized_shape, Options options = {});
+  /// Normalises over the last dim, of size normalized_dim (as torch.nn.LayerNorm(int)).
   explicit LayerNorm(int64_t normalized_dim, Options options = {}) : LayerNorm(Shape{normalized_dim}, options) {}
 
   Tensor forward(const Tensor& x) override;
+  /// weight to ones and bias to zeros (those that exist).
   void reset_parameters();
   bool keep_fp32_params() const override { return true; }
   std::string type_name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
 
+  /// The trailing dims normalised over, as given; a reference into this layer.
   const Shape& normalized_shape() const { return normalized_shape_; }
 
   Tensor weight;  ///< normalized_shape, "weight"
@@ -77,8 +87,9 @@ class LayerNorm : public Module {
   Options options_;
 };
 
+/// Options of nn::GroupNorm, with torch.nn.GroupNorm's defaults.
 struct GroupNormOptions {
-  double eps = 1e-5;
+  double eps = 1e-5;  ///< added to the variance before its square root
   bool affine = true;  ///< per-channel "weight" (ones) and "bias" (zeros)
 };
 
@@ -88,18 +99,19 @@ struct GroupNormOptions {
 /// autocast; fp32 parameters in a low-precision model (the output keeps the input's dtype).
 class GroupNorm : public Module {
  public:
-  using Options = GroupNormOptions;
+  using Options = GroupNormOptions;  ///< The options struct.
   /// num_channels must be divisible by num_groups.
   GroupNorm(int64_t num_groups, int64_t num_channels, Options options = {});
 
   Tensor forward(const Tensor& x) override;
+  /// weight to ones and bias to zeros (when affine).
   void reset_parameters();
   bool keep_fp32_params() const override { return true; }
   std::string type_name() const override { return "GroupNorm"; }
   std::string extra_repr() const override;
 
-  int64_t num_groups() const { return num_groups_; }
-  int64_t num_channels() const { return num_channels_; }
+  int64_t num_groups() const { return num_groups_; }      ///< Groups the channels are split into.
+  int64_t num_channels() const { return num_channels_; }  ///< C, the channels of the input.
 
   Tensor weight;  ///< (C) "weight"; undefined when !affine
   Tensor bias;    ///< (C) "bias"

@@ -19,6 +19,9 @@ M& module_as(Module& m, const char* container, size_t i) {
 }
 }  // namespace detail
 
+/// torch.nn.Sequential: forward(x) feeds x through the children in order, each taking and returning
+/// one tensor. Children are named "0", "1", ... as in PyTorch, so state_dict keys match
+/// ("features.0.weight").
 class Sequential : public Module {
  public:
   Sequential() = default;
@@ -40,6 +43,8 @@ class Sequential : public Module {
     modules_.push_back(ptr.get());
     return ptr;
   }
+  /// Appends an existing module under the next index, shared with whoever else holds it (as
+  /// Module::add of a std::shared_ptr); returns it.
   template <typename M>
   std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
     auto ptr = add(std::to_string(modules_.size()), std::move(module));
@@ -49,8 +54,10 @@ class Sequential : public Module {
 
   /// Runs the modules in order.
   Tensor forward(const Tensor& x) override;
-  size_t size() const { return modules_.size(); }
-  bool empty() const { return modules_.empty(); }
+  size_t size() const { return modules_.size(); }  ///< Number of modules in the chain.
+  bool empty() const { return modules_.empty(); }  ///< Whether the chain has no modules (forward is then the identity).
+  /// The module at index i, as its base class (IndexError when i >= size()); it lives as long as
+  /// this Sequential holds it. at<M>(i) gives the concrete type.
   Module& operator[](size_t i) const;
   /// The module at i as M (ValueError when it is another type).
   template <typename M>
@@ -61,15 +68,19 @@ class Sequential : public Module {
 
   /// Shares the children outside Module::clone (which deep-copies them); see Note [Child handles].
   Sequential(const Sequential& other);
+  /// Moves the chain; the children move with it (the same child objects).
   Sequential(Sequential&&) = default;
 
  private:
   std::vector<Module*> modules_;  // = children() in order; raw pointers for a cheap forward
 };
 
+/// torch.nn.ModuleList: modules registered under "0", "1", ... (so their parameters and state_dict
+/// keys are the parent's), iterated by the parent's own forward; it has no forward of its own.
 class ModuleList : public Module {
  public:
   ModuleList() = default;
+  /// Appends a module (moved in) under the next index; returns the typed pointer.
   template <typename M>
   std::shared_ptr<std::remove_cvref_t<M>> push_back(M&& module) {
     static_assert(!std::is_lvalue_reference_v<M>, "nn::ModuleList::push_back takes the module by value (std::move it)");
@@ -77,7 +88,9 @@ class ModuleList : public Module {
     ++size_;
     return ptr;
   }
-  size_t size() const { return size_; }
+  size_t size() const { return size_; }  ///< Number of modules.
+  /// The module at index i, as its base class (IndexError when i >= size()); it lives as long as
+  /// this list holds it. at<M>(i) gives the concrete type.
   Module& operator[](size_t i) const;
   /// The module at i as M (ValueError when it is another type).
   template <typename M>

@@ -19,11 +19,13 @@
 
 namespace precis::nn {
 
+/// Options of nn::TransformerEncoderLayer, with torch.nn.TransformerEncoderLayer's defaults
+/// (activation is named by a string; a callable is not accepted).
 struct TransformerEncoderLayerOptions {
-  int64_t dim_feedforward = 2048;
+  int64_t dim_feedforward = 2048;  ///< hidden width of the feed-forward block (linear1's outputs), positive
   double dropout = 0.1;            ///< after attention, inside and after the feed-forward block, on the attention weights
   std::string activation = "relu";  ///< of the feed-forward block: "relu" or "gelu" (exact, erf form)
-  double layer_norm_eps = 1e-5;
+  double layer_norm_eps = 1e-5;    ///< eps of norm1 and norm2
   bool batch_first = false;        ///< (N, S, E) inputs instead of (S, N, E)
   bool norm_first = false;         ///< pre-norm: x + sa(norm1(x)), x + ff(norm2(x)); else post-norm
   bool bias = true;                ///< in the linear layers and the layer norms
@@ -37,7 +39,7 @@ struct TransformerEncoderLayerOptions {
 /// Parameters are initialised as PyTorch's (MultiheadAttention's and Linear's defaults).
 class TransformerEncoderLayer : public Module {
  public:
-  using Options = TransformerEncoderLayerOptions;
+  using Options = TransformerEncoderLayerOptions;  ///< The options struct.
   /// d_model divisible by nhead. ValueError for an unknown activation.
   TransformerEncoderLayer(int64_t d_model, int64_t nhead, Options options = {});
 
@@ -50,16 +52,17 @@ class TransformerEncoderLayer : public Module {
   /// forward(src, no masks): a single-tensor module (fits nn::Sequential).
   Tensor forward(const Tensor& src) override { return forward(src, Tensor(), Tensor()); }
   std::string type_name() const override { return "TransformerEncoderLayer"; }
+  /// The options given at construction (generator reset to null); a reference into this layer.
   const Options& options() const { return options_; }
 
-  Child<MultiheadAttention> self_attn;
-  Child<Linear> linear1;
-  Child<Dropout> dropout;
-  Child<Linear> linear2;
-  Child<LayerNorm> norm1;
-  Child<LayerNorm> norm2;
-  Child<Dropout> dropout1;
-  Child<Dropout> dropout2;
+  Child<MultiheadAttention> self_attn;  ///< MultiheadAttention(d_model, nhead), self-attention
+  Child<Linear> linear1;                ///< Linear(d_model, dim_feedforward), the feed-forward block's first layer
+  Child<Dropout> dropout;               ///< after the activation, inside the feed-forward block
+  Child<Linear> linear2;                ///< Linear(dim_feedforward, d_model), the feed-forward block's second layer
+  Child<LayerNorm> norm1;               ///< LayerNorm(d_model) of the attention sub-block
+  Child<LayerNorm> norm2;               ///< LayerNorm(d_model) of the feed-forward sub-block
+  Child<Dropout> dropout1;              ///< on the attention output, before the residual sum
+  Child<Dropout> dropout2;              ///< on the feed-forward output, before the residual sum
 
  private:
   Tensor self_attention_block(const Tensor& x, const Tensor& mask, const Tensor& key_padding_mask);
@@ -72,6 +75,8 @@ class TransformerEncoderLayer : public Module {
 /// final `norm` (use one with norm_first layers). Children: "layers" (a ModuleList) and "norm".
 class TransformerEncoder : public Module {
  public:
+  /// encoder_layer is cloned num_layers times (positive); the encoder keeps no reference to it.
+  /// norm, when given, is moved in as the child "norm".
   TransformerEncoder(const TransformerEncoderLayer& encoder_layer, int64_t num_layers,
                      std::optional<LayerNorm> norm = std::nullopt);
 
@@ -80,10 +85,11 @@ class TransformerEncoder : public Module {
   Tensor forward(const Tensor& src) override { return forward(src, Tensor(), Tensor()); }
   std::string type_name() const override { return "TransformerEncoder"; }
 
-  size_t num_layers() const { return layer_list_.size(); }
+  size_t num_layers() const { return layer_list_.size(); }  ///< Number of encoder layers.
+  /// The i-th layer, typed (IndexError when i >= num_layers()); it lives as long as this encoder.
   TransformerEncoderLayer& layer(size_t i) const;
 
-  Child<ModuleList> layers;
+  Child<ModuleList> layers;  ///< the layers, children "0", "1", ... (state_dict keys `layers.<i>.*`)
   Child<LayerNorm> norm;  ///< empty without a final norm
 
  private:
