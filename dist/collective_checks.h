@@ -12,4 +12,12 @@ void check_reduce_dtype(const Tensor& t, ReduceOp op);
 /// ShapeError unless out is contiguous, in's dtype, shape [world, *in.shape].
 void check_all_gather_shapes(const Tensor& in, const Tensor& out, int world);
 
+/// The buffer an all_reduce hands to its transport: `t` itself, or for f16/bf16 an f32 copy, so that
+/// the sum over ranks is taken in f32 and rounded once (MPI has no half types; NCCL's half sums
+/// would round at every hop).
+Tensor reduce_buffer(const Tensor& t);
+/// Completes a reduce_buffer: when `buf` is a staged copy, rounds it back into `t` (and bumps t's
+/// version); when it is `t` itself, does nothing.
+void finish_reduce_buffer(const Tensor& t, const Tensor& buf);
+
 }  // namespace precis::dist::detail

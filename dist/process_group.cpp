@@ -49,6 +49,19 @@ void check_all_gather_shapes(const Tensor& in, const Tensor& out, int world) {
                      " but must be [world size = ", world, ", *in.shape] with in's dtype for in ", in.describe());
 }
 
+Tensor reduce_buffer(const Tensor& t) {
+  if (t.dtype() != DType::f16 && t.dtype() != DType::bf16) return t;
+  NoGradGuard no_grad;
+  return t.detach().to(DType::f32).contiguous();
+}
+
+void finish_reduce_buffer(const Tensor& t, const Tensor& buf) {
+  if (buf.is_same(t)) return;
+  NoGradGuard no_grad;
+  Tensor(t).detach().copy_(buf);
+  t.bump_version();
+}
+
 }  // namespace detail
 
 namespace {

@@ -129,6 +129,8 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
 // ---- whole model --------------------------------------------------------------------------------
 
 BertModel::BertModel(const BertConfig& c, bool add_pooling_layer) : config_(c) {
+  PRECIS_CHECK(c.num_hidden_layers >= 0, "BertModel: num_hidden_layers is ", c.num_hidden_layers,
+               "; it must be 0 or more (BERT-mini has 4)");
   config_.generator = nullptr;  // used during construction only
   embeddings = add("embeddings", BertEmbeddings(c));
   auto encoder = add("encoder", Group("BertEncoder"));

@@ -1,5 +1,8 @@
 #include "models/resnet.h"
 
+#include <optional>
+
+#include "core/checked_math.h"
 #include "ops/functional.h"
 
 namespace precis::models {
@@ -68,8 +71,17 @@ ResNet::ResNet(BlockKind block, std::vector<int64_t> blocks_per_stage, Stem stem
   if (stem == Stem::imagenet) maxpool = add("maxpool", nn::MaxPool2d(3, {.stride = 2, .padding = 1}));
   const int64_t expansion = block == BlockKind::basic ? BasicBlock::kExpansion : Bottleneck::kExpansion;
   int64_t in_planes = w;
+  int64_t planes = w;
   for (size_t stage = 0; stage < blocks_per_stage.size(); ++stage) {
-    const int64_t planes = w << stage;
+    // The width doubles per stage: checked, so that many stages or a huge width are an error
+    // instead of a shift past 63 bits (undefined) or a wrapped channel count.
+    const std::optional<int64_t> doubled = stage == 0 ? std::optional<int64_t>(w) : checked_mul(planes, 2);
+    const std::optional<int64_t> widest = doubled ? checked_mul(*doubled, expansion) : std::nullopt;
+    PRECIS_CHECK(widest.has_value() && blocks_per_stage[stage] >= 0, "models::ResNet: stage ", stage + 1, " of ",
+                 blocks_per_stage.size(), " with width ", w,
+                 " does not fit: the channel count (width * 2^stage * expansion) must fit in int64 and the block count (",
+                 blocks_per_stage[stage], ") must not be negative; use fewer stages or a smaller width");
+    planes = *doubled;
     nn::Sequential seq;
     for (int64_t i = 0; i < blocks_per_stage[stage]; ++i) {
       const int64_t stride = (stage > 0 && i == 0) ? 2 : 1;

@@ -132,21 +132,15 @@ class NcclRoutingGroup : public ProcessGroup {
     check_cuda_tensor("all_reduce", t, dev);
     check_reduce_dtype(t, op);
     const std::string what = std::string("all_reduce(") + reduce_op_name(op) + ") of " + t.describe();
-    const bool staged = t.dtype() == DType::f16 || t.dtype() == DType::bf16;
-    Tensor buf = t;
-    if (staged) {
-      NoGradGuard no_grad;
-      buf = t.detach().to(DType::f32).contiguous();
-    }
+    const Tensor buf = reduce_buffer(t);  // f16/bf16 travel as f32, rounded back once when done
     const int n = size();
-    auto finish = [t, buf, staged, op, n] {
-      NoGradGuard no_grad;
-      Tensor b = buf.detach();
-      if (op == ReduceOp::avg && n > 1) b.copy_(div(b, static_cast<double>(n)));
-      if (staged) {
-        Tensor(t).detach().copy_(b);
-        t.bump_version();
+    auto finish = [t, buf, op, n] {
+      if (op == ReduceOp::avg && n > 1) {
+        NoGradGuard no_grad;
+        Tensor b = buf.detach();
+        b.copy_(div(b, static_cast<double>(n)));
       }
+      finish_reduce_buffer(t, buf);
     };
     const ncclRedOp_t nop = op == ReduceOp::max ? ncclMax : ncclSum;
     auto work = launch(dev, what, {t, buf}, finish, [&](ncclComm_t comm, cudaStream_t s) {

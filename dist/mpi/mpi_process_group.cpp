@@ -105,24 +105,14 @@ class MpiProcessGroup : public ProcessGroup {
     check_collective_tensor("all_reduce", t);
     check_reduce_dtype(t, op);
     const std::string what = std::string("all_reduce(") + reduce_op_name(op) + ") of " + t.describe();
-    // Half types travel as f32 and are rounded back once, when the work completes.
-    const bool staged = t.dtype() == DType::f16 || t.dtype() == DType::bf16;
-    Tensor buf = t;
-    if (staged) {
-      NoGradGuard no_grad;
-      buf = t.detach().to(DType::f32).contiguous();
-    }
+    const Tensor buf = reduce_buffer(t);  // f16/bf16 travel as f32, rounded back once when done
     const int n = size_;
-    auto finish = [t, buf, staged, op, n] {
-      NoGradGuard no_grad;
+    auto finish = [t, buf, op, n] {
       if (op == ReduceOp::avg) {
         if (buf.dtype() == DType::f64) divide_in_place<double>(buf, n);
         else divide_in_place<float>(buf, n);
       }
-      if (staged) {
-        Tensor(t).detach().copy_(buf);
-        t.bump_version();
-      }
+      finish_reduce_buffer(t, buf);
     };
     auto work = std::make_shared<MpiWork>(what, finish);
     const MPI_Op mop = op == ReduceOp::max ? MPI_MAX : MPI_SUM;

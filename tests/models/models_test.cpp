@@ -56,6 +56,12 @@ TEST_CASE("resnet: CIFAR layouts, in_channels, width and forward shapes", "[mode
   CHECK(max(abs(z->layers[0]->at<models::BasicBlock>(0).bn2->weight)).item<float>() == 0.0f);
   PRECIS_REQUIRE_THROWS_WITH_ALL((*fm)(randn({2, 3, 28, 28})), ShapeError, "ResNet", "[2, 3, 28, 28]", "(N, 1, H, W)");
   PRECIS_REQUIRE_THROWS_WITH_ALL(models::resnet("resnet19"), ValueError, "unknown model 'resnet19'", "resnet20");
+  // Stage widths are checked arithmetic: 70 stages would shift the width past 63 bits.
+  PRECIS_REQUIRE_THROWS_WITH_ALL(models::ResNet(models::BlockKind::basic, std::vector<int64_t>(70, 0),
+                                                models::Stem::cifar, {.width = 4}),
+                                 ValueError, "models::ResNet: stage 62 of 70", "fit in int64");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(models::ResNet(models::BlockKind::basic, {1, -1}, models::Stem::cifar, {.width = 4}),
+                                 ValueError, "stage 2", "(-1) must not be negative");
   // Seeded construction is reproducible.
   Generator g1(5), g2(5);
   auto a = models::resnet20({.width = 4, .generator = &g1}), b = models::resnet20({.width = 4, .generator = &g2});
@@ -65,6 +71,9 @@ TEST_CASE("resnet: CIFAR layouts, in_channels, width and forward shapes", "[mode
 }
 
 TEST_CASE("bert: BERT-mini has Hugging Face's names and size", "[models]") {
+  models::BertConfig negative = models::BertConfig::mini();
+  negative.num_hidden_layers = -1;
+  PRECIS_REQUIRE_THROWS_WITH_ALL(models::BertModel(negative), ValueError, "num_hidden_layers is -1");
   models::BertModel bert(models::BertConfig::mini());
   CHECK(bert.num_parameters() == 11170560);  // prajjwal1/bert-mini: 11.17M
   const StateDict sd = bert.state_dict();
