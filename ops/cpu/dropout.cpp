@@ -1,16 +1,17 @@
 // Dropout kernel: keeps each element with probability 1 − p and scales it by 1 / (1 − p). The mask
 // comes from Philox blocks addressed by the element's row-major index (four elements per block),
 // so it is the same for any thread count and strides, and backward regenerates it from
-// (seed, offset) instead of storing it.
+// (seed, offset) instead of storing it. The mask functions are ops/dropout_math.h, shared with
+// the CUDA kernel.
 #include <algorithm>
 #include <array>
 #include <cmath>
 
-#include "core/rng.h"
 #include "ops/cpu/cpu_backend.h"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
 #include "ops/cpu/loops.h"
+#include "ops/dropout_math.h"
 #include "ops/kernels_loss.h"
 #include "ops/op_table.h"
 
@@ -23,26 +24,23 @@ namespace {
 template <typename T>
 void dropout_kernel(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t offset) {
   using C = opmath_t<T>;
-  // Keep when the top 24 bits of a lane, as a fraction of 2^24, are below 1 − p (as rand's
-  // uint32_to_unit_float(u) < 1 − p, in integers).
-  const auto threshold = static_cast<uint32_t>(std::llround((1.0 - p) * 16777216.0));
+  const uint32_t threshold = kernels::dropout_keep_threshold(p);
   const C scale = static_cast<C>(1.0 / (1.0 - p));
   T* o = static_cast<T*>(out.data_ptr());
   const T* in = static_cast<const T*>(x.data_ptr());
-  const Generator gen(seed);
   parallel_rows<2>(
       {&out, &x},
       [&](std::array<int64_t, 2> off, int64_t n, std::array<int64_t, 2> st) {
         const int64_t first = off[0];
         T* op_ = o + first;
         const T* xp = in + off[1];
-        std::array<uint32_t, 4> bits = gen.block(offset + static_cast<uint64_t>(first / 4));
+        PhiloxBlock bits = kernels::dropout_block(seed, offset, first / 4);
         for (int64_t j = 0; j < n; ++j) {
           const int64_t idx = first + j;
           const int lane = static_cast<int>(idx & 3);
-          if (lane == 0 && j > 0) bits = gen.block(offset + static_cast<uint64_t>(idx / 4));
-          const bool keep = (bits[lane] >> 8) < threshold;
-          op_[j] = keep ? convert<T>(convert<C>(xp[j * st[1]]) * scale) : convert<T>(C(0));
+          if (lane == 0 && j > 0) bits = kernels::dropout_block(seed, offset, idx / 4);
+          const bool keep = kernels::dropout_keep(bits.v[lane], threshold);
+          op_[j] = keep ? convert<T>(kernels::dropout_scaled(convert<C>(xp[j * st[1]]), scale)) : convert<T>(C(0));
         }
       },
       kElementwiseGrain / 4);

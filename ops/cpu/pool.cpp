@@ -1,9 +1,11 @@
 // Pooling kernels on the CPU: direct loops over each output window, split over the intra-op pool
 // by (n, c) planes. All tensors are contiguous (N, C, H, W). Low-precision inputs compute in fp32;
 // the backward kernels of f16/bf16 sum overlapping windows in an fp32 plane before rounding once.
+// The window math is ops/pool_math.h, shared with the CUDA kernels: the forward passes call its
+// per-output functions; the backward passes scatter here (cheaper on a CPU) and the CUDA ones
+// gather, adding in the same order (tests/ops/index_pool_math_test.cpp checks them bit for bit).
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -12,6 +14,7 @@
 #include "core/opmath.h"
 #include "ops/kernels_conv.h"
 #include "ops/op_table.h"
+#include "ops/pool_math.h"
 
 namespace precis::cpu {
 
@@ -28,6 +31,24 @@ struct Planes {
 
 Planes planes_of(const Tensor& x, const Tensor& out) {
   return {x.size(0) * x.size(1), x.size(2), x.size(3), out.size(2), out.size(3)};
+}
+
+// The window math's view of one plane (ops/pool_math.h, shared with the CUDA kernels).
+kernels::PoolGeometry geometry(const Planes& pl, const Pool2dParams& p) {
+  kernels::PoolGeometry g;
+  g.h = pl.h;
+  g.w = pl.w;
+  g.ho = pl.ho;
+  g.wo = pl.wo;
+  for (int d = 0; d < 2; ++d) {
+    g.kernel[d] = p.kernel[d];
+    g.stride[d] = p.stride[d];
+    g.padding[d] = p.padding[d];
+    g.dilation[d] = p.dilation[d];
+  }
+  g.count_include_pad = p.count_include_pad;
+  g.divisor_override = p.divisor_override;
+  return g;
 }
 
 // Accumulates a backward pass into one (H, W) plane of grad_x: directly for f32/f64, through an
@@ -64,48 +85,21 @@ class PlaneAccumulator {
 // result is one of the inputs).
 template <typename T>
 void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dParams& p) {
-  using Acc = opmath_t<T>;
   const Planes pl = planes_of(x, out);
+  const kernels::PoolGeometry g = geometry(pl, p);
   const T* xd = x.data_ptr<T>();
   T* od = out.data_ptr<T>();
   int64_t* id = indices.defined() ? indices.data_ptr<int64_t>() : nullptr;
-  const int64_t kh = p.kernel[0], kw = p.kernel[1], sh = p.stride[0], sw = p.stride[1];
-  const int64_t ph = p.padding[0], pw = p.padding[1], dh = p.dilation[0], dw = p.dilation[1];
-  parallel_for(0, pl.count, plane_grain(pl.ho * pl.wo * kh * kw), [&](int64_t b, int64_t e) {
+  parallel_for(0, pl.count, plane_grain(pl.ho * pl.wo * p.kernel[0] * p.kernel[1]), [&](int64_t b, int64_t e) {
     for (int64_t plane = b; plane < e; ++plane) {
       const T* xp = xd + plane * pl.h * pl.w;
       T* op = od + plane * pl.ho * pl.wo;
       int64_t* ip = id != nullptr ? id + plane * pl.ho * pl.wo : nullptr;
       for (int64_t oh = 0; oh < pl.ho; ++oh) {
-        // First and one-past-last kernel rows that land inside the input.
-        const int64_t h0 = oh * sh - ph;
-        int64_t k0 = 0;
-        while (h0 + k0 * dh < 0) ++k0;
-        const int64_t k1 = std::min(kh, (pl.h - 1 - h0) / dh + 1);
         for (int64_t ow = 0; ow < pl.wo; ++ow) {
-          const int64_t w0 = ow * sw - pw;
-          int64_t j0 = 0;
-          while (w0 + j0 * dw < 0) ++j0;
-          const int64_t j1 = std::min(kw, (pl.w - 1 - w0) / dw + 1);
-          Acc best = -std::numeric_limits<Acc>::infinity();
-          int64_t best_i = (h0 + k0 * dh) * pl.w + (w0 + j0 * dw);
-          for (int64_t k = k0; k < k1; ++k) {
-            const int64_t row = (h0 + k * dh) * pl.w;
-            for (int64_t j = j0; j < j1; ++j) {
-              const int64_t i = row + w0 + j * dw;
-              const Acc v = static_cast<Acc>(xp[i]);
-              // NaN wins and stays (no value compares greater than it), as in PyTorch.
-              if (v > best || std::isnan(v)) {
-                best = v;
-                best_i = i;
-              }
-            }
-          }
-          // A dilated window can fall wholly in the padding (taps on both sides of a tiny input):
-          // -inf with no index, so backward sends that gradient nowhere.
-          if (k0 >= k1 || j0 >= j1) best_i = -1;
-          op[oh * pl.wo + ow] = convert<T>(best);
-          if (ip != nullptr) ip[oh * pl.wo + ow] = best_i;
+          const auto r = kernels::max_pool2d_window(xp, g, oh, ow);
+          op[oh * pl.wo + ow] = convert<T>(r.value);
+          if (ip != nullptr) ip[oh * pl.wo + ow] = r.index;
         }
       }
     }
@@ -133,50 +127,23 @@ void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, co
 
 // ---- average pooling -----------------------------------------------------------------------
 
-// The clipped window of output position o along one dim and its size before clipping to the
-// input (but after clipping to the padded input), as PyTorch computes the divisor.
-struct Window {
-  int64_t begin, end, padded_size;
-};
-
-Window avg_window(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t in) {
-  const int64_t start = o * stride - pad;
-  const int64_t end = std::min(start + k, in + pad);
-  return {std::max<int64_t>(start, 0), std::min(end, in), end - start};
-}
-
-template <typename Acc>
-Acc avg_divisor(const Window& wh, const Window& ww, const Pool2dParams& p) {
-  if (p.divisor_override != 0) return static_cast<Acc>(p.divisor_override);
-  if (p.count_include_pad) return static_cast<Acc>(wh.padded_size * ww.padded_size);
-  return static_cast<Acc>((wh.end - wh.begin) * (ww.end - ww.begin));
-}
+using kernels::avg_divisor;
+using kernels::avg_window;
+using Window = kernels::AvgWindow;
 
 // out: (N, C, Ho, Wo) = window sums of x: (N, C, H, W) / divisor; sums in fp32 (f64 for f64).
 template <typename T>
 void avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dParams& p) {
-  using Acc = opmath_t<T>;
   const Planes pl = planes_of(x, out);
   const T* xd = x.data_ptr<T>();
   T* od = out.data_ptr<T>();
+  const kernels::PoolGeometry g = geometry(pl, p);
   parallel_for(0, pl.count, plane_grain(pl.ho * pl.wo * p.kernel[0] * p.kernel[1]), [&](int64_t b, int64_t e) {
     for (int64_t plane = b; plane < e; ++plane) {
       const T* xp = xd + plane * pl.h * pl.w;
       T* op = od + plane * pl.ho * pl.wo;
-      for (int64_t oh = 0; oh < pl.ho; ++oh) {
-        const Window wh = avg_window(oh, p.kernel[0], p.stride[0], p.padding[0], pl.h);
-        for (int64_t ow = 0; ow < pl.wo; ++ow) {
-          const Window ww = avg_window(ow, p.kernel[1], p.stride[1], p.padding[1], pl.w);
-          if (wh.begin >= wh.end || ww.begin >= ww.end) {  // a window wholly in the padding
-            op[oh * pl.wo + ow] = T(0);
-            continue;
-          }
-          Acc s = 0;
-          for (int64_t ih = wh.begin; ih < wh.end; ++ih)
-            for (int64_t iw = ww.begin; iw < ww.end; ++iw) s += static_cast<Acc>(xp[ih * pl.w + iw]);
-          op[oh * pl.wo + ow] = convert<T>(s / avg_divisor<Acc>(wh, ww, p));
-        }
-      }
+      for (int64_t oh = 0; oh < pl.ho; ++oh)
+        for (int64_t ow = 0; ow < pl.wo; ++ow) op[oh * pl.wo + ow] = convert<T>(kernels::avg_pool2d_window(xp, g, oh, ow));
     }
   });
 }
@@ -187,6 +154,7 @@ void avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, co
   const Planes pl = planes_of(grad_x, grad_out);
   T* gxd = grad_x.data_ptr<T>();
   const T* god = grad_out.data_ptr<T>();
+  const kernels::PoolGeometry geo = geometry(pl, p);
   parallel_for(0, pl.count, plane_grain(pl.ho * pl.wo * p.kernel[0] * p.kernel[1]), [&](int64_t b, int64_t e) {
     for (int64_t plane = b; plane < e; ++plane) {
       PlaneAccumulator<T> acc(gxd + plane * pl.h * pl.w, pl.h * pl.w);
@@ -197,7 +165,7 @@ void avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, co
         for (int64_t ow = 0; ow < pl.wo; ++ow) {
           const Window ww = avg_window(ow, p.kernel[1], p.stride[1], p.padding[1], pl.w);
           if (wh.begin >= wh.end || ww.begin >= ww.end) continue;
-          const Acc g = static_cast<Acc>(gp[oh * pl.wo + ow]) / avg_divisor<Acc>(wh, ww, p);
+          const Acc g = static_cast<Acc>(gp[oh * pl.wo + ow]) / avg_divisor<Acc>(wh, ww, geo);
           for (int64_t ih = wh.begin; ih < wh.end; ++ih)
             for (int64_t iw = ww.begin; iw < ww.end; ++iw) a[ih * pl.w + iw] += g;
         }
@@ -209,13 +177,13 @@ void avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, co
 
 // ---- adaptive average pooling ----------------------------------------------------------------
 
-int64_t adaptive_begin(int64_t o, int64_t in, int64_t out) { return o * in / out; }
-int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+using kernels::adaptive_begin;
+using kernels::adaptive_end;
 
 template <typename T>
 void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x) {
-  using Acc = opmath_t<T>;
   const Planes pl = planes_of(x, out);
+  const kernels::PoolGeometry g = geometry(pl, Pool2dParams{});
   const T* xd = x.data_ptr<T>();
   T* od = out.data_ptr<T>();
   // Each input element is read about once per output window covering it.
@@ -223,16 +191,9 @@ void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x) {
     for (int64_t plane = b; plane < e; ++plane) {
       const T* xp = xd + plane * pl.h * pl.w;
       T* op = od + plane * pl.ho * pl.wo;
-      for (int64_t oh = 0; oh < pl.ho; ++oh) {
-        const int64_t h0 = adaptive_begin(oh, pl.h, pl.ho), h1 = adaptive_end(oh, pl.h, pl.ho);
-        for (int64_t ow = 0; ow < pl.wo; ++ow) {
-          const int64_t w0 = adaptive_begin(ow, pl.w, pl.wo), w1 = adaptive_end(ow, pl.w, pl.wo);
-          Acc s = 0;
-          for (int64_t ih = h0; ih < h1; ++ih)
-            for (int64_t iw = w0; iw < w1; ++iw) s += static_cast<Acc>(xp[ih * pl.w + iw]);
-          op[oh * pl.wo + ow] = convert<T>(s / static_cast<Acc>((h1 - h0) * (w1 - w0)));
-        }
-      }
+      for (int64_t oh = 0; oh < pl.ho; ++oh)
+        for (int64_t ow = 0; ow < pl.wo; ++ow)
+          op[oh * pl.wo + ow] = convert<T>(kernels::adaptive_avg_pool2d_window(xp, g, oh, ow));
     }
   });
 }

@@ -20,5 +20,8 @@ void register_unscale_kernels();      // unscale_grads (the loss scaler's fused 
 void register_optim_kernels();        // sgd_step, adam_step, grad_norms, clip_grad_norm, clip_grad_value
 void register_matmul_kernels();       // matmul (cuBLAS)
 void register_device_copy();          // set_device_copy: H2D, D2H, D2D
+void register_index_kernels();        // cat, index_select, gather, index_add, scatter_add
+void register_pool_kernels();         // max/avg/adaptive_avg pooling and their backward passes
+void register_dropout_kernels();      // dropout (the CPU's Philox mask)
 
 }  // namespace precis::cuda

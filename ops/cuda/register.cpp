@@ -14,6 +14,9 @@ void register_cuda_backend() {
   register_unscale_kernels();
   register_optim_kernels();
   register_matmul_kernels();
+  register_index_kernels();
+  register_pool_kernels();
+  register_dropout_kernels();
 }
 
 }  // namespace precis::cuda

@@ -1,0 +1,122 @@
+// Indexing kernels on CUDA devices: gather (and index_select, a gather with a broadcast index),
+// index_add and scatter_add. The adds are deterministic with no atomics: one thread per output
+// element adds its contributions in increasing position along the indexed dim (ops/index_math.h,
+// the order of the CPU kernel), so results are the same on every run and equal the CPU's.
+#include "ops/cuda/device_math.cuh"
+#include "ops/cuda/index_pool_kernels.h"
+#include "ops/index_math.h"
+
+namespace precis::cuda {
+
+namespace {
+
+template <int N>
+__device__ __forceinline__ void offsets_of(const ElementwiseLaunch& l, int64_t i, int64_t (&off)[N]) {
+  if (l.contiguous) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] = i;
+  } else {
+    compute_offsets<N>(l.calc, i, off);
+  }
+}
+
+// Bits of one element, by size: gather moves elements without looking at them.
+template <size_t S> struct Bits;
+template <> struct Bits<1> { using type = uint8_t; };
+template <> struct Bits<2> { using type = uint16_t; };
+template <> struct Bits<4> { using type = uint32_t; };
+template <> struct Bits<8> { using type = uint64_t; };
+
+template <typename B>
+__global__ void gather_kernel(B* __restrict__ out, const int64_t* __restrict__ index, const B* __restrict__ x,
+                              int64_t dim_stride, int64_t dim_size, const ElementwiseLaunch l) {
+  PRECIS_GRID_STRIDE_LOOP(i, l.numel) {
+    int64_t off[3];
+    offsets_of<3>(l, i, off);
+    const int64_t j = index[off[1]];
+    out[off[0]] = j >= 0 && j < dim_size ? x[off[2] + j * dim_stride] : B(0);
+  }
+}
+
+template <typename T>
+__global__ void index_add_kernel(T* __restrict__ out, const T* __restrict__ src, const int64_t* __restrict__ groups,
+                                 const IndexAddLaunch a) {
+  const int64_t* positions = groups + a.rows + 1;
+  PRECIS_GRID_STRIDE_LOOP(t, a.l.numel) {
+    const int64_t r = (t / a.inner) % a.rows;
+    const int64_t begin = groups[r], end = groups[r + 1];
+    if (begin == end) continue;  // a row no index names: unchanged
+    int64_t off[2];
+    offsets_of<2>(a.l, t, off);
+    out[off[0]] = kernels::index_add_element(out[off[0]], src + off[1], a.src_dim_stride, positions, begin, end);
+  }
+}
+
+// Thread t: output row t % rows of column t / rows.
+template <typename T>
+__global__ void scatter_add_kernel(T* __restrict__ out, const int64_t* __restrict__ index, const T* __restrict__ src,
+                                   const ScatterAddLaunch a) {
+  const int64_t total = a.l.numel * a.rows;
+  PRECIS_GRID_STRIDE_LOOP(t, total) {
+    const int64_t col = t / a.rows, j = t % a.rows;
+    int64_t off[3];
+    offsets_of<3>(a.l, col, off);
+    T* dst = out + off[0] + j * a.out_dim_stride;
+    bool hit = false;
+    const T v = kernels::scatter_add_element(*dst, j, index + off[1], a.index_dim_stride, src + off[2],
+                                             a.src_dim_stride, a.k, hit);
+    if (hit) *dst = v;
+  }
+}
+
+}  // namespace
+
+void launch_gather(size_t elem_size, void* out, const int64_t* index, const void* x, int64_t dim_stride,
+                   int64_t dim_size, const ElementwiseLaunch& l) {
+  if (l.numel == 0) return;
+  auto run = [&]<size_t S>() {
+    using B = typename Bits<S>::type;
+    gather_kernel<B><<<grid_for(l.numel), kThreads, 0, l.stream>>>(static_cast<B*>(out), index,
+                                                                   static_cast<const B*>(x), dim_stride, dim_size, l);
+  };
+  switch (elem_size) {
+    case 1: run.template operator()<1>(); break;
+    case 2: run.template operator()<2>(); break;
+    case 4: run.template operator()<4>(); break;
+    case 8: run.template operator()<8>(); break;
+    default: PRECIS_INTERNAL_ASSERT(false, "gather: no kernel for elements of ", elem_size, " bytes");
+  }
+  PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the gather kernel (", l.numel, " elements of ", elem_size,
+                    " bytes)");
+}
+
+void launch_index_add(DType dtype, void* out, const void* src, const int64_t* groups, const IndexAddLaunch& a) {
+  if (a.l.numel == 0 || a.rows == 0) return;
+  visit_device_dtype(dtype, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      PRECIS_INTERNAL_ASSERT(false, "index_add: bool has no add");
+    } else {
+      index_add_kernel<T><<<grid_for(a.l.numel), kThreads, 0, a.l.stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(src), groups, a);
+    }
+  });
+  PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the index_add kernel (", dtype_name(dtype), ", ", a.l.numel,
+                    " elements)");
+}
+
+void launch_scatter_add(DType dtype, void* out, const int64_t* index, const void* src, const ScatterAddLaunch& a) {
+  const int64_t total = a.l.numel * a.rows;
+  if (total == 0 || a.k == 0) return;
+  visit_device_dtype(dtype, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      PRECIS_INTERNAL_ASSERT(false, "scatter_add: bool has no add");
+    } else {
+      scatter_add_kernel<T><<<grid_for(total), kThreads, 0, a.l.stream>>>(static_cast<T*>(out), index,
+                                                                           static_cast<const T*>(src), a);
+    }
+  });
+  PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the scatter_add kernel (", dtype_name(dtype), ", ", total,
+                    " outputs)");
+}
+
+}  // namespace precis::cuda

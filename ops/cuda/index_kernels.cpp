@@ -1,0 +1,138 @@
+// Tensor unpacking and registration of the CUDA joining and indexing kernels: cat (copies into
+// slabs of out), index_select and gather (index.cu's gather), index_add and scatter_add
+// (deterministic, no atomics: index.cu). Indices arrive i64 and range-checked by ops/index.cpp;
+// index_add's grouping checks them again on the host, and gather never reads outside x.
+#include <string>
+#include <vector>
+
+#include "core/cuda/cuda_context.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/index_pool_kernels.h"
+#include "ops/index_math.h"
+#include "ops/kernels.h"
+#include "ops/op_table.h"
+#include "tensor/factory.h"
+
+namespace precis::cuda {
+
+namespace {
+
+void check_index(const char* op, const Tensor& out, const Tensor& index) {
+  PRECIS_CHECK_DEVICE(index.device() == out.device() && out.device().is_cuda(), op,
+                      ": index must be on out's CUDA device; got out ", out.describe(), ", index ", index.describe());
+  PRECIS_CHECK_DTYPE(index.dtype() == DType::i64, op, ": the CUDA kernel expects an i64 index; got ", index.describe());
+}
+
+// t's strides with the one along dim set to 0, viewed with `sizes`.
+Tensor zero_dim_stride(const Tensor& t, const Shape& sizes, int64_t dim) {
+  Shape strides = t.strides();
+  strides[dim] = 0;
+  return detail::make_alias(t, sizes, strides, t.storage_offset());
+}
+
+// out = x.gather(dim, index) where index has out's shape (any strides, stride 0 allowed).
+void run_gather(const char* op, const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  check_index(op, out, index);
+  PRECIS_CHECK_DTYPE(out.dtype() == x.dtype(), op, ": out ", out.describe(), " and x ", x.describe(),
+                     " must have one dtype");
+  if (out.numel() == 0) return;
+  const Tensor xa = zero_dim_stride(x, out.sizes(), dim);
+  const ElementwiseLaunch l = make_elementwise_launch(op, {&out, &index, &xa});
+  DeviceGuard guard(out.device().index);
+  launch_gather(out.element_size(), out.data_ptr(), static_cast<const int64_t*>(index.data_ptr()), xa.data_ptr(),
+                x.strides()[dim], x.sizes()[dim], l);
+}
+
+void gather_kernel(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  run_gather("gather", out, x, dim, index);
+}
+
+// index: 1-D, broadcast over out's other dims.
+void index_select_kernel(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  Shape strides(out.sizes().size(), 0);
+  strides[dim] = index.strides().empty() ? 1 : index.strides()[0];
+  run_gather("index_select", out, x, dim, detail::make_alias(index, out.sizes(), strides, index.storage_offset()));
+}
+
+// out (contiguous, holding x) += src's slices at rows index along dim. The index is grouped by
+// row on the host (one read of it, as ops/index.cpp's range check already does) and uploaded
+// with the positions; each output element then adds its row's slices in position order.
+void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_index("index_add", out, index);
+  PRECIS_CHECK_DTYPE(out.dtype() == src.dtype() && out.dtype() != DType::boolean,
+                     "index_add: the CUDA kernel expects src of out's (non-bool) dtype; got out ", out.describe(),
+                     ", src ", src.describe());
+  PRECIS_INTERNAL_ASSERT(out.is_contiguous() && index.dim() == 1, "index_add: out ", out.describe(), ", index ",
+                         index.describe());
+  const int64_t k = index.numel(), rows = out.sizes()[dim];
+  if (k == 0 || out.numel() == 0) return;
+  const std::vector<int64_t> host_index = index.to(Device::cpu()).contiguous().to_vector<int64_t>();
+  std::vector<int64_t> groups(static_cast<size_t>(rows + 1 + k));
+  const int64_t bad = kernels::group_index_rows(host_index.data(), k, rows, groups.data(), groups.data() + rows + 1);
+  PRECIS_CHECK_INDEX(bad < 0, "index_add: index ", bad < 0 ? 0 : host_index[static_cast<size_t>(bad)],
+                     " at position ", bad, " is out of range for a dim of size ", rows, " (out ", out.describe(),
+                     ", index ", index.describe(), ", src ", src.describe(), ")");
+  // Freed after the launch: the stream-ordered allocator reuses it only for work queued later.
+  const Tensor dev_groups = from_vector<int64_t>(groups).to(out.device());
+  const Tensor sa = zero_dim_stride(src, out.sizes(), dim);
+  IndexAddLaunch a;
+  a.l = make_elementwise_launch("index_add", {&out, &sa});
+  a.rows = rows;
+  for (size_t d = static_cast<size_t>(dim) + 1; d < out.sizes().size(); ++d) a.inner *= out.sizes()[d];
+  a.src_dim_stride = src.strides()[dim];
+  DeviceGuard guard(out.device().index);
+  launch_index_add(out.dtype(), out.data_ptr(), sa.data_ptr(), static_cast<const int64_t*>(dev_groups.data_ptr()), a);
+}
+
+// out (contiguous, holding x): out[index[pos] along dim] += src[pos] over index's positions.
+void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_index("scatter_add", out, index);
+  PRECIS_CHECK_DTYPE(out.dtype() == src.dtype() && out.dtype() != DType::boolean,
+                     "scatter_add: the CUDA kernel expects src of out's (non-bool) dtype; got out ", out.describe(),
+                     ", src ", src.describe());
+  if (index.numel() == 0) return;
+  Shape cols = index.sizes();
+  cols[dim] = 1;
+  const Tensor oa = detail::make_alias(out, cols, out.strides(), out.storage_offset());
+  const Tensor ia = detail::make_alias(index, cols, index.strides(), index.storage_offset());
+  const Tensor sa = detail::make_alias(src, cols, src.strides(), src.storage_offset());
+  ScatterAddLaunch a;
+  a.l = make_elementwise_launch("scatter_add", {&oa, &ia, &sa});
+  a.rows = out.sizes()[dim];
+  a.k = index.sizes()[dim];
+  a.out_dim_stride = out.strides()[dim];
+  a.index_dim_stride = index.strides()[dim];
+  a.src_dim_stride = src.strides()[dim];
+  DeviceGuard guard(out.device().index);
+  launch_scatter_add(out.dtype(), oa.data_ptr(), static_cast<const int64_t*>(ia.data_ptr()), sa.data_ptr(), a);
+}
+
+// Each input copied into its slab of out by the CUDA copy kernel (a memcpy when both are dense).
+void cat_kernel(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
+  auto* copy = kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cuda, out.dtype());
+  int64_t offset = 0;
+  for (const Tensor& t : inputs) {
+    const int64_t len = t.sizes()[dim];
+    if (len == 0) continue;
+    Shape sizes = out.sizes();
+    sizes[dim] = len;
+    copy(detail::make_alias(out, sizes, out.strides(), out.storage_offset() + offset * out.strides()[dim]), t);
+    offset += len;
+  }
+}
+
+}  // namespace
+
+void register_index_kernels() {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType dt = static_cast<DType>(i);
+    register_kernel<kernels::CatKernel>(OpId::cat, DeviceType::cuda, dt, &cat_kernel);
+    register_kernel<kernels::IndexSelectKernel>(OpId::index_select, DeviceType::cuda, dt, &index_select_kernel);
+    register_kernel<kernels::GatherKernel>(OpId::gather, DeviceType::cuda, dt, &gather_kernel);
+    if (dt == DType::boolean) continue;  // nothing to add
+    register_kernel<kernels::IndexAddKernel>(OpId::index_add, DeviceType::cuda, dt, &index_add_kernel);
+    register_kernel<kernels::ScatterAddKernel>(OpId::scatter_add, DeviceType::cuda, dt, &scatter_add_kernel);
+  }
+}
+
+}  // namespace precis::cuda

@@ -1,0 +1,56 @@
+#pragma once
+// The launch interface of the CUDA indexing, pooling and dropout kernels (ops/cuda/index.cu,
+// pool.cu, dropout.cu) for their host code (index_kernels.cpp, pool_kernels.cpp,
+// dropout_kernels.cpp): raw pointers and plain structs, as ops/cuda/cuda_kernels.h. Kept in its
+// own header so that the families added in parallel do not all edit cuda_kernels.h.
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/cuda/cuda_kernels.h"
+#include "ops/pool_math.h"
+
+namespace precis::cuda {
+
+// ---- indexing (ops/cuda/index.cu) ----------------------------------------------------------------
+/// gather / index_select: out[i] = x[off_x(i) + index[off_index(i)] · dim_stride] for every element
+/// of out; `l` describes operands (out, index, x) over out's shape, x's stride along the indexed dim
+/// set to 0. Moves element bits (one kernel per element size). An index outside [0, dim_size) (the
+/// host checks them first) writes zero bits instead of reading out of bounds.
+void launch_gather(size_t elem_size, void* out, const int64_t* index, const void* x, int64_t dim_stride,
+                   int64_t dim_size, const ElementwiseLaunch& l);
+
+/// index_add over a contiguous out: `l` describes operands (out, src) over out's shape with src's
+/// stride along the indexed dim set to 0; out's element t lies in row (t / inner) % rows of the
+/// indexed dim. groups: rows + 1 offsets then the positions (kernels::group_index_rows).
+struct IndexAddLaunch {
+  ElementwiseLaunch l;
+  int64_t inner = 1, rows = 0, src_dim_stride = 0;
+};
+void launch_index_add(DType dtype, void* out, const void* src, const int64_t* groups, const IndexAddLaunch& a);
+
+/// scatter_add: `l` describes operands (out, index, src) over index's shape with the indexed dim
+/// set to 1 (the columns); each column has `rows` outputs (stride out_dim_stride) and k index and
+/// src entries (strides index_dim_stride, src_dim_stride). One thread per output element.
+struct ScatterAddLaunch {
+  ElementwiseLaunch l;
+  int64_t rows = 0, k = 0, out_dim_stride = 0, index_dim_stride = 0, src_dim_stride = 0;
+};
+void launch_scatter_add(DType dtype, void* out, const int64_t* index, const void* src, const ScatterAddLaunch& a);
+
+// ---- pooling (ops/cuda/pool.cu) ------------------------------------------------------------------
+enum class PoolOp : uint8_t { max, max_backward, avg, avg_backward, adaptive_avg, adaptive_avg_backward };
+
+/// One pooling pass over `planes` contiguous (N·C) planes of geometry g, floating dtypes. Forward
+/// passes: out (planes, ho, wo) from in (planes, h, w), out_indices (max only; may be null).
+/// Backward passes: out = grad_x (planes, h, w) from in = grad_out (planes, ho, wo), in_indices
+/// (max_backward only). One thread per output element; backward gathers (no atomics).
+void launch_pool2d(PoolOp op, DType dtype, void* out, int64_t* out_indices, const void* in, const int64_t* in_indices,
+                   int64_t planes, const kernels::PoolGeometry& g, cudaStream_t stream);
+
+// ---- dropout (ops/cuda/dropout.cu) ---------------------------------------------------------------
+/// out = keep ? x · scale : 0 with the mask of ops/dropout_math.h (the CPU's): `l` describes
+/// (out, x) with out contiguous, so out's offset is the element's row-major index.
+void launch_dropout(DType dtype, void* out, const void* x, uint32_t threshold, double scale, uint64_t seed,
+                    uint64_t offset, const ElementwiseLaunch& l);
+
+}  // namespace precis::cuda
