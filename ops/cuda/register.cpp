@@ -14,6 +14,10 @@ void register_cuda_backend() {
   register_unscale_kernels();
   register_optim_kernels();
   register_matmul_kernels();
+#ifdef PRECIS_HAS_CUDNN
+  register_conv_kernels();
+#endif
+  register_linear_kernels();
 }
 
 }  // namespace precis::cuda
