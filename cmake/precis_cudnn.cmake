@@ -11,9 +11,11 @@
 #                        PyTorch); searched after PRECIS_CUDNN_ROOT, before the CUDA toolkit.
 #
 # The wheel ships libcudnn.so.9 without the unversioned libcudnn.so link, so both names are
-# searched. libcudnn.so.9 loads its sub-libraries (libcudnn_cnn, libcudnn_engines_*) from the
-# directory it sits in; the build tree's run path (and the install run path, see
-# precis_install.cmake) includes that directory.
+# searched. Binaries find libcudnn.so.9 through their run path (CMake's build run path; installed,
+# precis_install.cmake keeps link paths); libcudnn.so.9 then dlopens its sub-libraries
+# (libcudnn_graph, _cnn, _engines_*) by soname through its own RUNPATH $ORIGIN, i.e. from its own
+# folder. An LD_LIBRARY_PATH naming another cuDNN comes first in that search and can mix versions
+# (CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH): keep other cuDNN folders off it.
 set(PRECIS_CUDNN AUTO CACHE STRING "Use cuDNN for the CUDA convolutions: AUTO (when found), ON or OFF")
 set_property(CACHE PRECIS_CUDNN PROPERTY STRINGS AUTO ON OFF)
 set(PRECIS_CUDNN_ROOT "" CACHE PATH "A cuDNN tree (include/, lib/ or lib64/) searched before the CUDA toolkit")

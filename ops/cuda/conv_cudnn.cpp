@@ -126,6 +126,10 @@ bool math_allowed(DType t, cudnnMathType_t m) {
   return m == CUDNN_DEFAULT_MATH || m == CUDNN_FMA_MATH;
 }
 
+/// The math type to run a listed algorithm with: its own for f16/bf16; FMA for f32/f64, since
+/// CUDNN_DEFAULT_MATH permits TF32 Tensor Core math on Ampere and newer.
+cudnnMathType_t run_math(DType t, cudnnMathType_t listed) { return low_precision(t) ? listed : CUDNN_FMA_MATH; }
+
 /// The descriptors of one problem, built from its plan.
 struct ConvDescs {
   TensorDesc x, y;
@@ -224,7 +228,7 @@ std::vector<Candidate> candidates(cudnnHandle_t h, ConvDescs& descs, const kerne
     const auto& r = perf[i];
     if (r.status != CUDNN_STATUS_SUCCESS || !math_allowed(pr.dtype, r.mathType)) continue;
     if (deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-    Candidate c{static_cast<int>(r.algo), r.mathType, 0};
+    Candidate c{static_cast<int>(r.algo), run_math(pr.dtype, r.mathType), 0};
     descs.set_math(c.math);
     if (Pass::workspace(h, descs, c.algo, &c.workspace) != CUDNN_STATUS_SUCCESS) continue;
     found.push_back(c);
