@@ -6,6 +6,7 @@
 #include "ops/precision.h"
 #include "autograd/record.h"
 #include "core/checked_math.h"
+#include "ops/conv_plan.h"
 #include "ops/functional.h"
 #include "ops/kernels_conv.h"
 #include "ops/op_table.h"
@@ -86,6 +87,21 @@ Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, con
 
 Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
 
+// Channels-last (NHWC) operands: on CUDA devices a channels-last input keeps that layout through
+// the convolution (cuDNN's Tensor Core kernels work in NHWC; converting would cost two transposes
+// per layer), and the weight, the output and the gradients follow it. CPU kernels take NCHW only.
+bool keeps_channels_last(const Tensor& x) {
+  return x.device().type == DeviceType::cuda && x.dim() == 4 && !x.is_contiguous() &&
+         kernels::conv_is_dense(x.sizes(), x.strides(), kernels::ConvLayout::nhwc);
+}
+Tensor to_channels_last(const Tensor& t) {
+  if (kernels::conv_is_dense(t.sizes(), t.strides(), kernels::ConvLayout::nhwc)) return t;
+  return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
+Tensor empty_channels_last(const Shape& s, const TensorOptions& options) {
+  return empty({s[0], s[2], s[3], s[1]}, options).permute({0, 3, 1, 2});
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
@@ -95,16 +111,18 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   const Conv2dParams p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
   const DeviceType dev = input.device().type;
   const DType dtype = input.dtype();
+  const bool nhwc = keeps_channels_last(input);
   Tensor out;
   {
     NoGradGuard no_grad;  // the views and copies below are internal
-    const Tensor x = as_4d(input).contiguous();
+    const Tensor x = nhwc ? input : as_4d(input).contiguous();
     const int64_t n = x.size(0), h = x.size(2), w = x.size(3), o = weight.size(0);
     const int64_t ho = conv_out_size(h, weight.size(2), p.stride[0], p.padding[0], p.dilation[0]);
     const int64_t wo = conv_out_size(w, weight.size(3), p.stride[1], p.padding[1], p.dilation[1]);
-    Tensor out4 = empty({n, o, ho, wo}, {.dtype = dtype, .device = input.device()});
+    const TensorOptions options{.dtype = dtype, .device = input.device()};
+    Tensor out4 = nhwc ? empty_channels_last({n, o, ho, wo}, options) : empty({n, o, ho, wo}, options);
     if (out4.numel() > 0)
-      kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(out4, x, weight.contiguous(),
+      kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(out4, x, nhwc ? to_channels_last(weight) : weight.contiguous(),
                                                                bias.defined() ? bias.contiguous() : Tensor(), p);
     out = input.dim() == 4 ? out4 : out4.squeeze(0);
   }
@@ -114,27 +132,32 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     autograd::record(
         OpId::conv2d, {input, weight, bias}, {out},
         [sx = need_w || need_b ? SavedTensor(input) : SavedTensor(), sw = need_x ? SavedTensor(weight) : SavedTensor(),
-         x_sizes = input.sizes(), w_sizes = weight.sizes(), need_x, need_w, need_b, p, dev,
-         dtype](const TensorList& g) -> TensorList {
-          const Tensor go = as_4d(g[0]).contiguous();
+         x_sizes = input.sizes(), w_sizes = weight.sizes(), need_x, need_w, need_b, p, dev, dtype,
+         nhwc](const TensorList& g) -> TensorList {
+          const Tensor go = nhwc ? to_channels_last(g[0]) : as_4d(g[0]).contiguous();
           const TensorOptions options{.dtype = dtype, .device = go.device()};
           Shape x_sizes4 = x_sizes;
           if (x_sizes4.size() == 3) x_sizes4.insert(x_sizes4.begin(), 1);
           // The bias gradient comes with the weight gradient's pass, so gw is computed (and
           // dropped) when only the bias needs a gradient.
-          Tensor gx4 = need_x ? empty(x_sizes4, options) : Tensor();
-          Tensor gw = need_w || need_b ? empty(w_sizes, options) : Tensor();
+          auto alloc = [&](const Shape& sizes) { return nhwc ? empty_channels_last(sizes, options) : empty(sizes, options); };
+          Tensor gx4 = need_x ? alloc(x_sizes4) : Tensor();
+          Tensor gw = need_w || need_b ? alloc(w_sizes) : Tensor();
           Tensor gb = need_b ? empty({w_sizes[0]}, options) : Tensor();
           if (go.numel() == 0) {  // an empty batch or no output channels: the sums are empty
             for (Tensor* t : {&gx4, &gw, &gb})
               if (t->defined()) t->zero_();
           } else {
-            const Tensor x = gw.defined() ? as_4d(sx.unpack("conv2d")).contiguous() : Tensor();
-            const Tensor w = need_x ? sw.unpack("conv2d").contiguous() : Tensor();
+            auto layout = [&](const Tensor& t) { return nhwc ? to_channels_last(t) : as_4d(t).contiguous(); };
+            const Tensor x = gw.defined() ? layout(sx.unpack("conv2d")) : Tensor();
+            const Tensor w = need_x ? layout(sw.unpack("conv2d")) : Tensor();
             kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, dev, dtype)(gx4, gw, gb, go, x, w, p);
           }
-          const Tensor gx = need_x ? gx4.view(x_sizes) : Tensor();
+          // A channels-last input gets a channels-last gradient (as PyTorch's); the weight's
+          // gradient is made contiguous for the optimizers, which read gradients densely.
+          const Tensor gx = need_x ? (nhwc ? gx4 : gx4.view(x_sizes)) : Tensor();
           if (!need_w) gw = Tensor();
+          if (nhwc && gw.defined()) gw = gw.contiguous();
           return {gx, gw, gb};
         });
   }

@@ -19,14 +19,17 @@ struct Conv2dParams {
 };
 
 /// out = conv(x, w) + bias. x: (N, C, H, W), w: (O, C/groups, kH, kW), bias: (O) or undefined,
-/// out: (N, O, Ho, Wo); all contiguous, one dtype. Accumulates in fp32 (f64 for f64).
+/// out: (N, O, Ho, Wo); all contiguous, one dtype. Accumulates in fp32 (f64 for f64). CUDA
+/// kernels also take x, w and out all channels-last (NHWC-dense strides, see ops/conv_plan.h),
+/// which conv2d passes on CUDA devices for a channels-last input; bias is always contiguous.
 using Conv2dKernel = void(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                           const Conv2dParams& p);
 /// The gradients of conv from grad_out: (N, O, Ho, Wo): grad_x: (N, C, H, W) (needs w),
 /// grad_w: (O, C/groups, kH, kW) (needs x) and grad_bias: (O). Outputs left undefined are not
 /// computed; grad_bias only together with grad_w; inputs a wanted output does not need may be
 /// undefined. All contiguous; outputs are overwritten (grad_w and grad_bias sum over the batch in
-/// fp32, f64 for f64). One kernel for all three, as oneDNN's backward passes share grad_out's
+/// fp32, f64 for f64). On CUDA all 4-D operands may instead be channels-last, as for
+/// Conv2dKernel. One kernel for all three, as oneDNN's backward passes share grad_out's
 /// reorder into their blocked layout.
 using Conv2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias,
                                   const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dParams& p);

@@ -17,6 +17,10 @@ void register_cuda_backend() {
   register_index_kernels();
   register_pool_kernels();
   register_dropout_kernels();
+#ifdef PRECIS_HAS_CUDNN
+  register_conv_kernels();
+#endif
+  register_linear_kernels();
 }
 
 }  // namespace precis::cuda
