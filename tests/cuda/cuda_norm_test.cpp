@@ -11,6 +11,8 @@
 #include "core/device.h"
 #include "ops/cuda/norm_launch.h"
 #include "ops/functional.h"
+#include "ops/kernels_loss.h"
+#include "ops/kernels_norm.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"
@@ -87,6 +89,25 @@ TEST_CASE("the CUDA backend registers the norm, softmax, loss and var kernels wi
     }
 #else
   WARN("built without CUDA; the CUDA registrations are not checked");
+#endif
+}
+
+TEST_CASE("the CUDA norm and loss kernels reject operands off the device or in the wrong dtype", "[cuda_api]") {
+#ifdef PRECIS_HAS_CUDA
+  // The checks run before any device work, so they are exercised without a GPU: host tensors
+  // handed to the CUDA kernels directly, and statistics in the data's dtype instead of fp32.
+  const Tensor x = zeros({2, 8}), out = zeros({2, 8}), mean = zeros({2}), rstd = zeros({2});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(
+      kernel<kernels::LayerNormKernel>(OpId::layer_norm, DeviceType::cuda, DType::f32)(out, mean, rstd, x, Tensor(),
+                                                                                       Tensor(), 1e-5),
+      DeviceError, "layer_norm", "CUDA device", "x ");
+  const Tensor xh = zeros({2, 8}, {.dtype = DType::f16}), mean_h = zeros({2}, {.dtype = DType::f16});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(kernel<kernels::CrossEntropyKernel>(OpId::cross_entropy, DeviceType::cuda, DType::f16)(
+                                     mean_h, mean_h, zeros({2, 2}, {.dtype = DType::f16}), xh,
+                                     zeros({2}, {.dtype = DType::i64}), Tensor(), -100, 0.0),
+                                 DeviceError, "cross_entropy", "statistics, parameters and per-row values in f32");
+#else
+  WARN("built without CUDA; the CUDA kernels' operand checks are not exercised");
 #endif
 }
 
