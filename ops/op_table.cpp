@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -9,6 +10,7 @@
 
 #include "core/error.h"
 #include "ops/backends.h"
+#include "ops/kernel_observer.h"
 
 namespace precis {
 
@@ -27,6 +29,8 @@ detail::KernelSlot g_kernels[kNumOps][kNumDeviceTypes][kNumDTypes] = {};
 detail::KernelSlot& slot_of(OpId op, DeviceType device, DType dtype) {
   return g_kernels[static_cast<int>(op)][static_cast<int>(device)][static_cast<int>(dtype)];
 }
+
+std::atomic<KernelLookupObserver> g_lookup_observer{nullptr};
 
 // A readable C++ spelling of a signature for error messages.
 std::string signature_name(const std::type_info& t) {
@@ -56,10 +60,16 @@ void register_kernel(OpId op, DeviceType device, DType dtype, void* fn, const st
 
 const detail::KernelSlot& detail::kernel_slot(OpId op, DeviceType device, DType dtype) {
   init_backends();
+  if (KernelLookupObserver observe = g_lookup_observer.load(std::memory_order_relaxed)) observe(op, device, dtype);
   return slot_of(op, device, dtype);
 }
 
-void* find_kernel(OpId op, DeviceType device, DType dtype) { return detail::kernel_slot(op, device, dtype).fn; }
+void set_kernel_lookup_observer(KernelLookupObserver observer) { g_lookup_observer.store(observer); }
+
+void* find_kernel(OpId op, DeviceType device, DType dtype) {
+  init_backends();
+  return slot_of(op, device, dtype).fn;
+}
 
 std::vector<DType> registered_dtypes(OpId op, DeviceType device) {
   init_backends();

@@ -11,6 +11,7 @@ void register_cuda_backend() {
   register_elementwise_kernels();
   register_unary_kernels();
   register_reduce_kernels();
+  register_norm_kernels();
   register_unscale_kernels();
   register_optim_kernels();
   register_matmul_kernels();
