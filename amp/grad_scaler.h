@@ -44,8 +44,9 @@ namespace precis::amp {
 /// The constructor checks 0 < min_scale <= init_scale <= max_scale <= 3e38 (ValueError otherwise:
 /// init_scale must lie within [min_scale, max_scale]), growth_factor > 1, 0 < backoff_factor < 1,
 /// growth_interval >= 1, hysteresis >= 1.
-/// The first five fields are torch.amp.GradScaler's arguments with its defaults; the rest are
-/// additions (PyTorch has no hysteresis, floor, cap or skip limit).
+/// init_scale, growth_factor, backoff_factor, growth_interval and enabled are torch.amp.GradScaler's
+/// arguments with its defaults; the others are additions (PyTorch has no hysteresis, floor, cap,
+/// skip limit or history).
 struct GradScalerOptions {
   double init_scale = 65536.0;     ///< 2^16; within [min_scale, max_scale] (torch's `init_scale`)
   double growth_factor = 2.0;      ///< > 1; the scale's factor at growth (torch's `growth_factor`)

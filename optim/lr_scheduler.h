@@ -97,7 +97,7 @@ class MultiStepLR : public LRScheduler {
 /// CosineAnnealingLR's options, as torch.optim.lr_scheduler.CosineAnnealingLR's arguments.
 struct CosineAnnealingLROptions {
   int64_t T_max = 1;  ///< > 0; half a cosine period, in steps
-  double eta_min = 0.0;  ///< the lr at step T_max (torch's default)
+  double eta_min = 0.0;  ///< the lr at step T_max (default 0, as in torch)
 };
 /// lr = eta_min + (base − eta_min)·(1 + cos(π·step/T_max))/2 (periodic past T_max, as PyTorch).
 class CosineAnnealingLR : public LRScheduler {

@@ -21,7 +21,8 @@ class StorageImpl {
   StorageImpl(const StorageImpl&) = delete;
   StorageImpl& operator=(const StorageImpl&) = delete;
 
-  void* data() const { return data_; }  ///< the buffer (device memory for CUDA; null when nbytes is 0)
+  /// The buffer (device memory for CUDA); null when an allocator was asked for 0 bytes.
+  void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }  ///< its size in bytes
   Device device() const { return device_; }  ///< where the bytes live
 

@@ -31,8 +31,8 @@ struct VersionCounter {
   std::atomic<uint32_t> value{0};  ///< bumped by each in-place write (relaxed atomic)
 };
 
-/// Shared by every Tensor handle to it (a Tensor holds a shared_ptr<TensorImpl>). Layout fields change
-/// only through set_data; the data itself is unsynchronised (concurrent writers race).
+/// Shared by every Tensor handle to it (a Tensor holds a shared_ptr<TensorImpl>). Layout fields
+/// change only through set_data; the data itself is unsynchronised (concurrent writers race).
 class TensorImpl {
  public:
   /// A window onto `storage`; strides and offset in elements. Computes numel (ShapeError on a
