@@ -21,15 +21,19 @@
 
 namespace precis::amp {
 
+/// What an Audit saw of one op, over all its calls.
 struct AuditRecord {
-  std::string op;
-  int64_t calls = 0;
+  std::string op;     ///< the op's name, as op_name() gives it (custom ops are not audited)
+  int64_t calls = 0;  ///< calls recorded
   /// dtypes the op ran in (its first floating input's, after autocast).
   std::vector<DType> dtypes;
   /// Largest |x| among the op's floating inputs (NaN/inf count as inf).
   double max_abs = 0.0;
 };
 
+/// RAII recorder: while alive, every op called on the constructing thread (outside backward) is
+/// recorded (see the file comment). Audits nest: the innermost records, and the outer resumes when
+/// it is destroyed, so destroy them in reverse order of construction on the same thread.
 class Audit {
  public:
   /// The fp16 maximum, 65504.

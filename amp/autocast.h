@@ -23,12 +23,14 @@
 
 namespace precis::amp {
 
+/// An Autocast region's settings, as torch.autocast's arguments (device_type, dtype, enabled,
+/// cache_enabled); only the dtype's default differs per device (see default_autocast_dtype).
 struct AutocastOptions {
   /// The device type whose ops this region affects.
   DeviceType device_type = DeviceType::cpu;
   /// The low-precision dtype for Lower ops: f16 or bf16. Default: bf16 on the CPU, f16 on CUDA.
   DType dtype = DType::bf16;
-  bool enabled = true;
+  bool enabled = true;  ///< false: a region without autocast for device_type (inside an enabled one)
   /// Keep low-precision copies of fp32 parameters for the region.
   bool cache_enabled = true;
 };
@@ -38,7 +40,10 @@ struct AutocastOptions {
 /// outermost guard exits.
 class Autocast {
  public:
+  /// Autocast to `dtype` (f16 or bf16, DTypeError otherwise, even when disabled) for ops on
+  /// `device_type`, with the weight cache on. Note the argument order differs from torch.autocast's.
   explicit Autocast(DType dtype, DeviceType device_type = DeviceType::cpu, bool enabled = true);
+  /// The region `options` describes (DTypeError unless options.dtype is f16 or bf16).
   explicit Autocast(const AutocastOptions& options);
   ~Autocast();
   Autocast(const Autocast&) = delete;
@@ -68,7 +73,7 @@ void reset_categories();
 
 /// A user-defined op's registration with the policy: its name appears in audits and errors.
 struct CustomOp {
-  int id;
+  int id;  ///< the registration's index, as returned by register_custom_op
 };
 /// Registers a user op with its category; call once (e.g. a function-local static).
 CustomOp register_custom_op(const std::string& name, Category category);

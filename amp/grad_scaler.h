@@ -44,19 +44,22 @@ namespace precis::amp {
 /// The constructor checks 0 < min_scale <= init_scale <= max_scale <= 3e38 (ValueError otherwise:
 /// init_scale must lie within [min_scale, max_scale]), growth_factor > 1, 0 < backoff_factor < 1,
 /// growth_interval >= 1, hysteresis >= 1.
+/// init_scale, growth_factor, backoff_factor, growth_interval and enabled are torch.amp.GradScaler's
+/// arguments with its defaults; the others are additions (PyTorch has no hysteresis, floor, cap,
+/// skip limit or history).
 struct GradScalerOptions {
-  double init_scale = 65536.0;   // 2^16; within [min_scale, max_scale]
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;  // consecutive clean steps before the scale grows
+  double init_scale = 65536.0;     ///< 2^16; within [min_scale, max_scale] (torch's `init_scale`)
+  double growth_factor = 2.0;      ///< > 1; the scale's factor at growth (torch's `growth_factor`)
+  double backoff_factor = 0.5;     ///< in (0, 1); the scale's factor at back-off (torch's `backoff_factor`)
+  int64_t growth_interval = 2000;  ///< consecutive clean steps before the scale grows (torch's `growth_interval`)
   /// The back-off happens at the hysteresis-th overflow since the counter was last refilled; the
   /// counter refills (to hysteresis) after every back-off and at every growth, and a clean step
   /// alone does not refill it. So each back-off costs `hysteresis` overflows. (DeepSpeed's
   /// counter refills only at growth, so after its first back-off every overflow backs off at once
   /// until the scale grows again.) 1: back off at every overflow, as PyTorch.
   int64_t hysteresis = 1;
-  double min_scale = 1.0;          // the floor
-  double max_scale = 16777216.0;   // the cap, 2^24
+  double min_scale = 1.0;          ///< the floor: a back-off never goes below it
+  double max_scale = 16777216.0;   ///< the cap, 2^24: a growth never goes above it
   /// Stop with a diagnostic after this many consecutive skipped steps at the floor (0: never).
   int64_t max_skips_at_floor = 20;
   /// Steps kept in history().
@@ -72,16 +75,23 @@ const char* skip_reason_name(SkipReason r);
 /// step to finish; ignoring the result costs nothing.
 class StepResult {
  public:
+  /// The result of a disabled scaler's step: applied, scale 1, no norm.
   StepResult() = default;
+  /// Whether the optimizer updated the parameters (reason() == SkipReason::none).
   bool applied() const;
+  /// Why the step was skipped: non_finite_loss takes precedence over overflow.
   SkipReason reason() const;
+  /// The scale the step ran with (the gradients carried it).
   double scale_before() const;
   /// The scale after update(); equals scale_before() until update() ran.
   double scale_after() const;
-  /// The total gradient 2-norm (unscaled) when it was computed (unscale_ ran), else empty.
+  /// The total 2-norm of the optimizer's unscaled gradients, before any clipping (non-finite when
+  /// they are). An enabled scaler measures it at every step, in unscale_ or in step()'s check
+  /// pass; empty only for a default-constructed (disabled scaler's) result.
   std::optional<double> grad_norm() const;
 
   struct Record;  // internal, shared with the scaler
+  /// Internal: made by GradScaler::step, sharing the record that update() completes.
   explicit StepResult(std::shared_ptr<Record> r) : record_(std::move(r)) {}
 
  private:
@@ -90,15 +100,22 @@ class StepResult {
 
 /// One entry of the bounded history.
 struct HistoryEntry {
+  /// The number of update() calls before the step (0-based); optimizers sharing the scaler get one
+  /// entry each with the same step.
   int64_t step;
-  double scale;  // the scale the step ran with
-  bool applied;
-  SkipReason reason;
-  double grad_norm;  // NaN when not computed
+  double scale;        ///< the scale the step ran with
+  bool applied;        ///< as StepResult::applied()
+  SkipReason reason;   ///< as StepResult::reason()
+  double grad_norm;    ///< as StepResult::grad_norm(); NaN when that is empty
 };
 
+/// Dynamic loss scaling (see the file comment for the loop and what it adds to PyTorch's). Its
+/// state lives on the device of the first loss or gradient it sees; one scaler serves one device.
+/// Not thread-safe: one training loop drives it.
 class GradScaler {
  public:
+  /// Checks the options (ValueError naming the one out of range, see GradScalerOptions). Makes no
+  /// tensor yet: the state is created by the first scale(), unscale_() or step().
   explicit GradScaler(GradScalerOptions options = {});
 
   /// loss · scale (fp32). Records whether the loss is finite; with gradient accumulation call it
@@ -135,7 +152,8 @@ class GradScaler {
 
   /// The current scale (reads the device).
   double get_scale() const;
-  bool is_enabled() const { return options_.enabled; }
+  bool is_enabled() const { return options_.enabled; }  ///< GradScalerOptions::enabled
+  /// The options in force (those of the last load_state_dict, if any); aliases the scaler's copy.
   const GradScalerOptions& options() const { return options_; }
 
   /// The rank-local "a loss passed to scale() was non-finite since the last update()" flag: a 0-d
@@ -159,12 +177,18 @@ class GradScaler {
 
   /// The last history_size steps, oldest first (reads the device).
   std::vector<HistoryEntry> history() const;
+  /// Optimizer steps completed: update() calls (skipped steps included; 0 when disabled).
   int64_t steps() const { return steps_; }
+  /// The skipped entries of history(): only the retained last history_size entries count, one per
+  /// optimizer per step (reads the device).
   int64_t skipped_steps() const;
 
   /// Every field: scale, growth and hysteresis trackers, floor-skip counter, counters, options and
   /// the history. Empty when disabled.
   StateDict state_dict() const;
+  /// Restores what state_dict() returned, options included (onto this scaler's device, or the CPU
+  /// before its first use). StateError when disabled, for an empty dict, or between step() and
+  /// update(); the per-optimizer progress of the current step is dropped.
   void load_state_dict(const StateDict& dict);
 
  private:

@@ -25,12 +25,14 @@ namespace precis::autograd {
 /// State shared between a custom Function's forward and backward.
 class FunctionContext {
  public:
+  /// Keeps `tensors` for backward (replacing any saved before) as SavedTensors: aliases, no copy;
+  /// saved() throws StateError if one is modified in place before backward.
   void save_for_backward(const TensorList& tensors);
   /// The saved tensors, version-checked.
   TensorList saved() const;
   /// Free-form values for backward (shapes, flags).
   std::vector<double> values;
-  std::vector<int64_t> ints;
+  std::vector<int64_t> ints;  ///< free-form integers for backward (sizes, dims)
 
  private:
   std::vector<SavedTensor> saved_;
@@ -43,6 +45,11 @@ std::shared_ptr<Node> record_custom(std::string name, const TensorList& inputs, 
 bool any_requires_grad(const TensorList& inputs);
 }  // namespace detail
 
+/// The base of a user-defined differentiable function (torch.autograd.Function), used through
+/// CRTP: Derived provides static `Tensor forward(FunctionContext&, args...)` and static
+/// `TensorList backward(FunctionContext&, const TensorList& grad_outputs)`, returning one gradient
+/// per Tensor argument of forward (undefined where none; ValueError on a wrong count). One tensor
+/// output. A second backward through the node without retain_graph is a StateError.
 template <typename Derived>
 struct Function {
   /// Runs Derived::forward(ctx, args...) with grad mode off and, when any tensor argument needs

@@ -14,13 +14,15 @@ namespace precis {
 /// block size); `reserved`: bytes held from the system (live + cached); `peak_allocated`: the
 /// largest `allocated` seen since the last reset_peak_stats().
 struct AllocatorStats {
-  size_t allocated = 0;
-  size_t reserved = 0;
-  size_t peak_allocated = 0;
-  uint64_t num_allocs = 0;      // allocate() calls
-  uint64_t num_cache_hits = 0;  // allocate() calls served from the cache
+  size_t allocated = 0;         ///< bytes in live blocks (rounded up to the block size)
+  size_t reserved = 0;          ///< bytes held from the system: live plus cached
+  size_t peak_allocated = 0;    ///< the largest `allocated` since the last reset_peak_stats()
+  uint64_t num_allocs = 0;      ///< allocate() calls with a nonzero size
+  uint64_t num_cache_hits = 0;  ///< allocate() calls served from the cache
 };
 
+/// The memory source of one device. Obtain one with cpu_allocator() or allocator_for(); they live
+/// for the whole process. The caching implementations are thread-safe (one lock per allocator).
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -29,11 +31,13 @@ class Allocator {
   virtual void* allocate(size_t nbytes) = 0;
   /// Returns a block obtained from allocate(nbytes) with the same nbytes.
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  /// A snapshot of the counters (a copy, consistent at the time of the call).
   virtual AllocatorStats stats() const = 0;
+  /// Starts a new peak window: peak_allocated becomes the current allocated.
   virtual void reset_peak_stats() = 0;
   /// Gives every cached (free) block back to the system.
   virtual void empty_cache() = 0;
-  virtual Device device() const = 0;
+  virtual Device device() const = 0;  ///< the device whose memory this allocator hands out
   /// Copies nbytes from this allocator's memory at src to host memory at dst and waits for the
   /// copy (a plain memcpy for host memory). For layers below the kernels, e.g. a writer that
   /// streams a device tensor's bytes to a file.

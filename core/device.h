@@ -8,14 +8,18 @@ namespace precis {
 enum class DeviceType : uint8_t { cpu, cuda };
 inline constexpr int kNumDeviceTypes = 2;
 
+/// A device: its type and, for CUDA, its ordinal (torch.device). A plain value type; the default is
+/// the CPU.
 struct Device {
-  DeviceType type = DeviceType::cpu;
-  int16_t index = 0;  // CUDA ordinal; always 0 for the CPU
+  DeviceType type = DeviceType::cpu;  ///< cpu or cuda
+  int16_t index = 0;  ///< CUDA ordinal; always 0 for the CPU
 
-  static constexpr Device cpu() { return {DeviceType::cpu, 0}; }
+  static constexpr Device cpu() { return {DeviceType::cpu, 0}; }  ///< the CPU
+  /// CUDA device `index`. Not checked here: using a device that is not visible throws DeviceError.
   static constexpr Device cuda(int index = 0) { return {DeviceType::cuda, static_cast<int16_t>(index)}; }
-  constexpr bool is_cpu() const { return type == DeviceType::cpu; }
-  constexpr bool is_cuda() const { return type == DeviceType::cuda; }
+  constexpr bool is_cpu() const { return type == DeviceType::cpu; }  ///< type == cpu
+  constexpr bool is_cuda() const { return type == DeviceType::cuda; }  ///< type == cuda
+  /// Same type and index.
   friend constexpr bool operator==(Device a, Device b) { return a.type == b.type && a.index == b.index; }
 
   /// "cpu" or "cuda:N".

@@ -13,6 +13,7 @@ namespace precis {
 /// Base of every error precis throws.
 class Error : public std::runtime_error {
  public:
+  /// `msg` is what what() returns.
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 /// Incompatible or invalid shapes.
@@ -37,8 +38,10 @@ class StateError : public Error { using Error::Error; };
 /// smaller batch, say). requested_bytes() is UINT64_MAX when the request does not fit in 64 bits.
 class OutOfMemoryError : public Error {
  public:
+  /// `device` as Device::str() writes it; requested_bytes UINT64_MAX when it overflowed 64 bits.
   OutOfMemoryError(const std::string& msg, uint64_t requested_bytes, std::string device)
       : Error(msg), requested_bytes_(requested_bytes), device_(std::move(device)) {}
+  /// The size of the request that failed, in bytes.
   uint64_t requested_bytes() const { return requested_bytes_; }
   /// The device asked, as Device::str() writes it ("cpu", "cuda:0").
   const std::string& device() const { return device_; }

@@ -24,6 +24,7 @@ class NoGradGuard {
 /// Sets grad mode to `enabled` for its scope (torch.set_grad_enabled as a guard).
 class GradModeGuard {
  public:
+  /// Sets grad mode on this thread; the destructor restores the mode found here.
   explicit GradModeGuard(bool enabled) : prev_(is_grad_enabled()) { set_grad_enabled(enabled); }
   ~GradModeGuard() { set_grad_enabled(prev_); }
   GradModeGuard(const GradModeGuard&) = delete;

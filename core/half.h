@@ -40,19 +40,25 @@ void set_conversion_simd_level(SimdLevel level);
 
 /// IEEE 754 binary16.
 struct Half {
-  uint16_t bits = 0;
+  uint16_t bits = 0;  ///< the binary16 encoding (sign, 5 exponent, 10 mantissa bits); 0 is +0
   Half() = default;
+  /// Rounds `f` to nearest even (overflow to ±inf, NaN kept quiet); implicit, like a float.
   Half(float f) : bits(detail::float_to_half_bits(f)) {}  // NOLINT: implicit like a float
+  /// The exact float value.
   operator float() const { return detail::half_bits_to_float(bits); }
+  /// The Half with encoding `b` (no rounding).
   static Half from_bits(uint16_t b) { Half h; h.bits = b; return h; }
 };
 
 /// bfloat16: the top 16 bits of an fp32.
 struct BFloat16 {
-  uint16_t bits = 0;
+  uint16_t bits = 0;  ///< the top 16 bits of the fp32 encoding; 0 is +0
   BFloat16() = default;
+  /// Rounds `f` to nearest even (NaN kept quiet); implicit, like a float.
   BFloat16(float f) : bits(detail::float_to_bf16_bits(f)) {}  // NOLINT
+  /// The exact float value.
   operator float() const { return detail::bf16_bits_to_float(bits); }
+  /// The BFloat16 with encoding `b` (no rounding).
   static BFloat16 from_bits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
 };
 

@@ -15,12 +15,17 @@ inline float uint32_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8
 
 /// A seeded stream of Philox blocks. `offset` counts 128-bit blocks already consumed; kernels
 /// reserve a range of blocks with `reserve(n)` and generate them in parallel from (seed, start).
+/// Not thread-safe: threads that draw from one generator (the default one included) must
+/// serialise their reserve() calls.
 class Generator {
  public:
+  /// A stream at offset 0 (the default seed is a fixed constant, not PyTorch's).
   explicit Generator(uint64_t seed = 0x853c49e6748fea9bULL) : seed_(seed) {}
-  uint64_t seed() const { return seed_; }
-  uint64_t offset() const { return offset_; }
+  uint64_t seed() const { return seed_; }  ///< the Philox key
+  uint64_t offset() const { return offset_; }  ///< blocks consumed so far
+  /// Restores a (seed, offset) pair read from seed() and offset(): the draws continue exactly.
   void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  /// Reseeds and restarts the stream at offset 0 (Generator.manual_seed).
   void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }
   /// Reserves n blocks and returns the offset of the first.
   uint64_t reserve(uint64_t n_blocks) { uint64_t start = offset_; offset_ += n_blocks; return start; }

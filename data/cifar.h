@@ -24,10 +24,12 @@ void read_cifar10_file(const std::string& path, std::vector<uint8_t>& labels, st
 /// (test). Example = {image f32 (3, 32, 32) in [0, 1] (byte / 255), label i64 0-d}.
 class Cifar10Dataset : public Dataset {
  public:
+  /// Reads the five training files (train) or the test file into memory, each plain or with a .gz
+  /// suffix; IOError naming the file when one is missing or malformed.
   explicit Cifar10Dataset(const std::string& dir, bool train = true);
   int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
   Example get(int64_t index) const override;
-  const std::vector<uint8_t>& labels() const { return labels_; }
+  const std::vector<uint8_t>& labels() const { return labels_; }  ///< every label (0..9), in dataset order
 
  private:
   std::vector<uint8_t> labels_;

@@ -24,8 +24,10 @@ namespace precis::data {
 /// The index lists of one epoch's batches, in the order they are yielded.
 using BatchSampler = std::function<std::vector<std::vector<int64_t>>(int64_t epoch)>;
 
+/// As torch.utils.data.DataLoader's arguments where they share a name (same defaults, except that
+/// prefetch counts batches in total rather than per worker, and `seed` replaces a generator).
 struct DataLoaderOptions {
-  int64_t batch_size = 1;
+  int64_t batch_size = 1;  ///< >= 1 examples per batch (the last may be smaller, see drop_last)
   /// Reshuffle every epoch: epoch e uses a permutation drawn from (seed, e).
   bool shuffle = false;
   /// Seeds the shuffle and every example's SampleRng.
@@ -46,15 +48,19 @@ struct DataLoaderOptions {
 /// Where a loader stands: the next batch it yields is batch `batch` of epoch `epoch`. Saved in a
 /// checkpoint, it resumes the data stream exactly (set_position).
 struct DataPosition {
-  int64_t epoch = 0;
-  int64_t batch = 0;
-  bool operator==(const DataPosition&) const = default;
+  int64_t epoch = 0;  ///< the epoch of the next batch
+  int64_t batch = 0;  ///< its index within that epoch
+  bool operator==(const DataPosition&) const = default;  ///< same epoch and batch
 };
 
+/// Iterates a Dataset in batches (see the file comment). Its own methods are for one thread (the
+/// consumer); the workers it starts call the dataset's sample() concurrently. Not copyable.
 class DataLoader {
   struct Run;
 
  public:
+  /// Shares `dataset` (non-null) and checks the options (ValueError: batch_size >= 1,
+  /// num_workers >= 0, prefetch >= 0, collate set). Starts no thread before begin().
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
   /// Stops and joins the workers of an iteration still in progress.
   ~DataLoader();
@@ -67,13 +73,21 @@ class DataLoader {
   /// any thread) is rethrown here when that batch is reached.
   class Iterator {
    public:
-    using value_type = Batch;
-    using difference_type = std::ptrdiff_t;
+    using value_type = Batch;                ///< the element yielded
+    using difference_type = std::ptrdiff_t;  ///< for std::input_iterator
+    /// The end iterator.
     Iterator() = default;
+    /// The current batch, loaded or waited for on first access; the reference stays valid until
+    /// the next ++ (move from it to keep the batch). StateError at the end.
     Batch& operator*() const;
+    /// &operator*().
     Batch* operator->() const { return &**this; }
+    /// Moves to the next batch (consuming the current one even if it was never dereferenced); at
+    /// the epoch's end joins the workers and becomes the end iterator. StateError at the end.
     Iterator& operator++();
+    /// Same as prefix ++ (returns nothing: an input iterator cannot be replayed).
     void operator++(int) { ++*this; }
+    /// Equal when both are at the end or both are not (enough for a range-for against end()).
     bool operator==(const Iterator& other) const { return done() == other.done(); }
 
    private:
@@ -86,10 +100,11 @@ class DataLoader {
   /// Starts iterating the epoch of position() from its batch; at the epoch's end position()
   /// becomes {epoch + 1, 0}. One iteration at a time (StateError otherwise).
   Iterator begin();
-  Iterator end() { return Iterator(); }
+  Iterator end() { return Iterator(); }  ///< the end iterator
   /// set_position(e, 0) and returns *this, for `for (Batch& b : loader.epoch(e))`.
   DataLoader& epoch(int64_t e);
 
+  /// The next batch to be yielded (advanced by each dereference; save it with a checkpoint).
   DataPosition position() const { return position_; }
   /// The next batch yielded will be batch `batch` of epoch `epoch` (resuming from a checkpoint).
   void set_position(int64_t epoch, int64_t batch);
@@ -105,7 +120,8 @@ class DataLoader {
   /// Seconds the consumer has waited for data in the current (or last) iteration.
   double wait_seconds() const { return wait_s_; }
 
-  const DataLoaderOptions& options() const { return options_; }
+  const DataLoaderOptions& options() const { return options_; }  ///< the options, as given
+  /// The dataset (shared with the caller; alive as long as the loader).
   const Dataset& dataset() const { return *dataset_; }
 
  private:

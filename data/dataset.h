@@ -14,26 +14,32 @@ namespace precis::data {
 
 /// One example: its tensors in a fixed order the dataset documents (e.g. {image, label}).
 struct Example {
-  std::vector<Tensor> tensors;
+  std::vector<Tensor> tensors;  ///< the fields, in the dataset's order
 
   Example() = default;
+  /// Example{image, label}.
   Example(std::initializer_list<Tensor> ts) : tensors(ts) {}
+  /// From a list of fields.
   explicit Example(std::vector<Tensor> ts) : tensors(std::move(ts)) {}
+  /// Field i (std::out_of_range past the end).
   Tensor& operator[](size_t i) { return tensors.at(i); }
+  /// Field i (std::out_of_range past the end).
   const Tensor& operator[](size_t i) const { return tensors.at(i); }
-  size_t size() const { return tensors.size(); }
+  size_t size() const { return tensors.size(); }  ///< the number of fields
 };
 
 /// A batch the loader yields: the collated tensors plus where they came from.
 struct Batch {
   std::vector<Tensor> tensors;   ///< collated fields, e.g. {images (B, C, H, W), labels (B,)}
   std::vector<int64_t> indices;  ///< dataset indices of the examples, in batch order
-  int64_t epoch = 0;
+  int64_t epoch = 0;             ///< the epoch the batch belongs to
   int64_t index = 0;             ///< position of this batch within its epoch
 
+  /// Collated field i (std::out_of_range past the end).
   Tensor& operator[](size_t i) { return tensors.at(i); }
+  /// Collated field i (std::out_of_range past the end).
   const Tensor& operator[](size_t i) const { return tensors.at(i); }
-  size_t size() const { return tensors.size(); }
+  size_t size() const { return tensors.size(); }  ///< the number of fields
 };
 
 /// Random-access dataset. size() and get() must be thread-safe (const and read-only).
@@ -53,6 +59,8 @@ class Dataset {
 /// example holds contiguous copies, so a batch never aliases the source tensors.
 class TensorDataset : public Dataset {
  public:
+  /// At least one tensor, each with dim >= 1 and the same size(0) (ValueError / ShapeError
+  /// otherwise). Keeps references to the tensors, not copies: do not modify them while loading.
   explicit TensorDataset(std::vector<Tensor> tensors);
   int64_t size() const override { return size_; }
   Example get(int64_t index) const override;
@@ -67,12 +75,13 @@ class TensorDataset : public Dataset {
 /// each must lie in [0, dataset->size()) (IndexError at construction otherwise).
 class Subset : public Dataset {
  public:
+  /// Shares `dataset` (non-null, ValueError otherwise); checks every index.
   Subset(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices);
   int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
   Example get(int64_t index) const override;
   Example sample(int64_t index, SampleRng& rng) const override;
-  const std::vector<int64_t>& indices() const { return indices_; }
-  const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
+  const std::vector<int64_t>& indices() const { return indices_; }  ///< into dataset(), in order
+  const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }  ///< the underlying dataset
 
  private:
   std::shared_ptr<const Dataset> dataset_;

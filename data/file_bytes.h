@@ -16,6 +16,7 @@ namespace precis::data {
 /// IOError naming the file.
 class ByteReader {
  public:
+  /// Opens `path` and detects gzip from its first two bytes; IOError when it cannot be opened.
   explicit ByteReader(const std::string& path);
   ~ByteReader();
   ByteReader(const ByteReader&) = delete;
@@ -31,7 +32,7 @@ class ByteReader {
   uint64_t file_size() const;
   /// Decompressed bytes delivered so far (read or skipped).
   uint64_t position() const;
-  const std::string& path() const;
+  const std::string& path() const;  ///< the path given to the constructor
 
  private:
   struct Impl;

@@ -15,8 +15,9 @@ namespace precis::data {
 /// One IDX file, as stored.
 struct IdxArray {
   uint8_t type_code = 0;        ///< 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64
-  std::vector<int64_t> dims;
+  std::vector<int64_t> dims;    ///< the sizes from the header, outermost first
   std::vector<uint8_t> bytes;   ///< the elements, big-endian as in the file (numel * element size)
+  /// The product of dims (ShapeError if that overflows int64).
   int64_t numel() const;
 };
 
@@ -43,11 +44,12 @@ inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mni
 /// per example. IOError when a file is missing or malformed, or the two files disagree on N.
 class MnistDataset : public Dataset {
  public:
+  /// Reads the train (or t10k) image and label files of `dir` into memory (see above).
   explicit MnistDataset(const std::string& dir, bool train = true);
   int64_t size() const override { return size_; }
   Example get(int64_t index) const override;
-  int64_t height() const { return height_; }
-  int64_t width() const { return width_; }
+  int64_t height() const { return height_; }  ///< image rows (28 for MNIST)
+  int64_t width() const { return width_; }    ///< image columns (28 for MNIST)
   /// The labels, in dataset order.
   const std::vector<uint8_t>& labels() const { return labels_; }
   /// The pixels of example `index` (height() * width() bytes, row-major).

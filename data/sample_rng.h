@@ -9,6 +9,8 @@
 
 namespace precis::data {
 
+/// One sample's random stream (see the file comment). Cheap to create; not thread-safe (each
+/// sample gets its own). Its numbers are not PyTorch's.
 class SampleRng {
  public:
   /// The stream of `stream` (a sample index, or a reserved id) in `epoch` under `seed`.

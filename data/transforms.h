@@ -39,6 +39,8 @@ Transform compose(std::vector<Transform> transforms);
 /// so it is deterministic too.
 class TransformDataset : public Dataset {
  public:
+  /// Shares `base`; ValueError when it is null or `transform` is empty. An example with no field
+  /// `field` raises IndexError when it is loaded.
   TransformDataset(std::shared_ptr<const Dataset> base, Transform transform, size_t field = 0);
   int64_t size() const override { return base_->size(); }
   Example get(int64_t index) const override;

@@ -207,9 +207,9 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
 ///   cross_entropy(logits, target, {.label_smoothing = 0.1})
 struct CrossEntropyOptions {
   Tensor weight{};                        ///< (C) class weights, or undefined
-  int64_t ignore_index = -100;
-  Reduction reduction = Reduction::mean;
-  double label_smoothing = 0.0;
+  int64_t ignore_index = -100;            ///< target value that contributes no loss or gradient
+  Reduction reduction = Reduction::mean;  ///< none, mean (weighted, over non-ignored positions) or sum
+  double label_smoothing = 0.0;           ///< ε in [0, 1] (ValueError otherwise)
 };
 /// cross_entropy with its options as a struct (same semantics as the positional form above).
 inline Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& options) {

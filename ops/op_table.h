@@ -29,11 +29,13 @@ inline constexpr int kNumOps = 0
 #undef PRECIS_OP
     ;
 
+/// One row of the op table (ops/op_list.def); the rows are static, so references to them stay
+/// valid.
 struct OpInfo {
-  const char* name;
-  Category category;
-  bool differentiable;
-  OpKind kind;
+  const char* name;     ///< the op's identifier in op_list.def, e.g. "matmul"
+  Category category;    ///< autocast's default category (amp::category may override it)
+  bool differentiable;  ///< whether the op records a backward node
+  OpKind kind;          ///< kernel, view or composite implementation
 };
 
 /// The row of `op` in the table.

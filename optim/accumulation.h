@@ -21,6 +21,9 @@
 
 namespace precis::optim {
 
+/// Counts micro-batches and says when the accumulated gradients are due for an optimizer step
+/// (see the example above). It only counts: it neither scales nor touches gradients. Its counters
+/// go into checkpoints through state_dict().
 class GradAccumulator {
  public:
   /// steps >= 1 micro-batches per optimizer step (1: no accumulation).
@@ -34,7 +37,7 @@ class GradAccumulator {
   /// 1 / steps: the factor that turns summed micro-batch gradients into their mean.
   double loss_scale() const { return 1.0 / static_cast<double>(steps_); }
 
-  int64_t steps() const { return steps_; }
+  int64_t steps() const { return steps_; }  ///< micro-batches per optimizer step
   /// Micro-batches counted towards the current optimizer step (0 .. steps-1).
   int64_t micro_steps_pending() const { return count_; }
   /// Optimizer steps completed so far.

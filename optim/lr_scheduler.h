@@ -16,6 +16,8 @@
 
 namespace precis::optim {
 
+/// The base of the schedulers: holds the optimizer by reference (it must outlive the scheduler),
+/// counts applied steps and writes lr_at(group, count) into every group. Not copyable.
 class LRScheduler {
  public:
   virtual ~LRScheduler() = default;
@@ -38,6 +40,8 @@ class LRScheduler {
   void load_state_dict(const StateDict& dict);
 
  protected:
+  /// Takes each group's current lr as its base lr; sets no lr itself (derived constructors call
+  /// apply()). `name` (a string literal) prefixes error messages.
   LRScheduler(Optimizer& optimizer, const char* name);
   /// Sets the lrs of the current step; derived constructors call it once their fields are set.
   void apply();
@@ -46,20 +50,22 @@ class LRScheduler {
   /// Other options the schedule drives (OneCycleLR: momentum).
   virtual void apply_extra(int64_t step) {}
 
-  Optimizer& optimizer_;
-  const char* name_;
-  std::vector<double> base_lrs_;
-  int64_t step_ = 0;
-  std::vector<double> last_lr_;
+  Optimizer& optimizer_;          ///< the optimizer whose lrs are set (not owned)
+  const char* name_;              ///< "StepLR", ...: the scheduler in messages
+  std::vector<double> base_lrs_;  ///< see base_lrs()
+  int64_t step_ = 0;              ///< see last_step()
+  std::vector<double> last_lr_;   ///< see get_last_lr()
 };
 
+/// StepLR's options, as torch.optim.lr_scheduler.StepLR's arguments (step_size has no default there).
 struct StepLROptions {
   int64_t step_size = 1;  ///< > 0
-  double gamma = 0.1;
+  double gamma = 0.1;     ///< factor applied every step_size steps (torch's default)
 };
 /// lr = base · gamma^floor(step / step_size).
 class StepLR : public LRScheduler {
  public:
+  /// Sets the step-0 lrs; ValueError when step_size <= 0.
   StepLR(Optimizer& optimizer, StepLROptions options);
 
  protected:
@@ -69,13 +75,16 @@ class StepLR : public LRScheduler {
   StepLROptions options_;
 };
 
+/// MultiStepLR's options, as torch.optim.lr_scheduler.MultiStepLR's arguments.
 struct MultiStepLROptions {
   std::vector<int64_t> milestones;  ///< step counts at which the lr is multiplied by gamma
-  double gamma = 0.1;
+  double gamma = 0.1;               ///< factor per milestone passed (torch's default)
 };
 /// lr = base · gamma^(number of milestones <= step).
 class MultiStepLR : public LRScheduler {
  public:
+  /// Sets the step-0 lrs. The milestones may come in any order (they are sorted); a repeated
+  /// milestone applies gamma once per occurrence, as in PyTorch.
   MultiStepLR(Optimizer& optimizer, MultiStepLROptions options);
 
  protected:
@@ -85,13 +94,15 @@ class MultiStepLR : public LRScheduler {
   MultiStepLROptions options_;
 };
 
+/// CosineAnnealingLR's options, as torch.optim.lr_scheduler.CosineAnnealingLR's arguments.
 struct CosineAnnealingLROptions {
   int64_t T_max = 1;  ///< > 0; half a cosine period, in steps
-  double eta_min = 0.0;
+  double eta_min = 0.0;  ///< the lr at step T_max (default 0, as in torch)
 };
 /// lr = eta_min + (base − eta_min)·(1 + cos(π·step/T_max))/2 (periodic past T_max, as PyTorch).
 class CosineAnnealingLR : public LRScheduler {
  public:
+  /// Sets the step-0 lrs; ValueError when T_max <= 0.
   CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options);
 
  protected:
@@ -101,18 +112,23 @@ class CosineAnnealingLR : public LRScheduler {
   CosineAnnealingLROptions options_;
 };
 
+/// The shape of WarmupDecayLR's decay after the warmup.
 enum class Decay { Cosine, Linear };
 
+/// WarmupDecayLR's options (no single PyTorch class; the warmup-then-decay schedule of BERT-style
+/// training).
 struct WarmupDecayLROptions {
   int64_t warmup_steps = 0;  ///< >= 0
   int64_t total_steps = 1;   ///< > warmup_steps
-  Decay decay = Decay::Cosine;
+  Decay decay = Decay::Cosine;  ///< half a cosine from base to min_lr, or a straight line
   double min_lr = 0.0;       ///< reached at total_steps and held after
 };
 /// Linear warmup from 0 to the base lr over warmup_steps (lr = base·step/warmup_steps), then a
 /// cosine or linear decay from base to min_lr at total_steps; min_lr after that.
 class WarmupDecayLR : public LRScheduler {
  public:
+  /// Sets the step-0 lrs (0 when warmup_steps > 0); ValueError unless
+  /// 0 <= warmup_steps < total_steps and min_lr >= 0.
   WarmupDecayLR(Optimizer& optimizer, WarmupDecayLROptions options);
 
  protected:
@@ -122,25 +138,31 @@ class WarmupDecayLR : public LRScheduler {
   WarmupDecayLROptions options_;
 };
 
+/// OneCycleLR's interpolation within a phase: torch's anneal_strategy "cos" or "linear".
 enum class Anneal { Cos, Linear };
 
+/// OneCycleLR's options, as torch.optim.lr_scheduler.OneCycleLR's arguments with its defaults
+/// (one max_lr for every group; total_steps given directly, not as epochs × steps_per_epoch).
 struct OneCycleLROptions {
   double max_lr = 0.0;        ///< > 0, the peak lr of every group
   int64_t total_steps = 0;    ///< > 0; stepping past it is an error (as in PyTorch)
   double pct_start = 0.3;     ///< fraction of the cycle spent increasing the lr
-  Anneal anneal_strategy = Anneal::Cos;
+  Anneal anneal_strategy = Anneal::Cos;  ///< cosine (torch's "cos", the default) or linear
   bool cycle_momentum = true; ///< cycle SGD's momentum / Adam's beta1 inversely to the lr
-  double base_momentum = 0.85;
-  double max_momentum = 0.95;
+  double base_momentum = 0.85;  ///< the momentum at the lr peak (lowest momentum)
+  double max_momentum = 0.95;   ///< the momentum at the start and end of the cycle
   double div_factor = 25.0;         ///< initial lr = max_lr / div_factor
   double final_div_factor = 1e4;    ///< min lr = initial lr / final_div_factor
-  bool three_phase = false;
+  bool three_phase = false;  ///< a third phase that anneals from the initial lr to the min lr
 };
 /// The 1cycle policy, torch.optim.lr_scheduler.OneCycleLR with its defaults. The base lrs are
 /// max_lr / div_factor (the scheduler sets them at construction). Steps 0 .. total_steps − 1 equal
 /// PyTorch's; at step total_steps the lr stays at the final value (PyTorch extrapolates past it).
 class OneCycleLR : public LRScheduler {
  public:
+  /// Replaces the base lrs with max_lr / div_factor and sets the step-0 lrs (and momenta when
+  /// cycle_momentum). ValueError for an option out of range, or for cycle_momentum with an
+  /// optimizer without momentum (Optimizer::has_momentum()).
   OneCycleLR(Optimizer& optimizer, OneCycleLROptions options);
 
  protected:

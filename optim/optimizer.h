@@ -35,18 +35,21 @@ namespace precis::optim {
 /// - found_inf: when nonzero, the step is a no-op (parameters, states and step counters keep
 ///   their bits). It is read by the update kernel itself, so a GPU step needs no host sync.
 struct StepOptions {
-  Tensor grad_scale;
-  Tensor found_inf;
+  Tensor grad_scale;  ///< the scale the gradients still carry; undefined: unscaled gradients
+  Tensor found_inf;   ///< nonzero: skip the whole step; undefined: always step
 };
 
 /// A group of parameters with its own options; when `options` is empty the optimizer's defaults
 /// apply. A group's options replace the defaults entirely (they are not merged field by field).
 template <typename Options>
 struct ParamGroup {
-  std::vector<Tensor> params;
-  std::optional<Options> options;
+  std::vector<Tensor> params;      ///< leaf floating tensors that require grad, in no other group
+  std::optional<Options> options;  ///< nullopt: the optimizer's defaults
 };
 
+/// The optimizer interface: parameter groups, step(), zero_grad(), per-parameter state, state
+/// dicts, and the lr/momentum access LR schedulers use. Not copyable (it owns state keyed by
+/// parameter position). Not thread-safe: step() and the setters must not race with each other.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -62,12 +65,16 @@ class Optimizer {
 
   /// "SGD", "Adam", "AdamW": used in messages and state-dict errors.
   const std::string& name() const { return name_; }
+  /// The number of parameter groups (1 when built from a plain parameter list).
   size_t num_param_groups() const { return groups_.size(); }
+  /// The parameters of a group, aliasing the optimizer's own list (valid while it lives);
+  /// IndexError when `group` is out of range.
   const std::vector<Tensor>& group_params(size_t group) const;
   /// Every parameter, group after group (the order state dicts number them in).
   std::vector<Tensor> parameters() const;
 
   // Generic access to the options LR schedulers change.
+  /// The learning rate of a group (IndexError when out of range).
   virtual double group_lr(size_t group) const = 0;
   /// lr >= 0 (ValueError otherwise).
   virtual void set_group_lr(size_t group, double lr) = 0;
@@ -76,7 +83,9 @@ class Optimizer {
   /// Whether the optimizer has a momentum-like coefficient OneCycleLR can cycle: SGD's momentum,
   /// Adam's beta1.
   virtual bool has_momentum() const { return false; }
+  /// The momentum-like coefficient of a group; ValueError when has_momentum() is false.
   virtual double group_momentum(size_t group) const;
+  /// Sets that coefficient (validated like the options); ValueError when has_momentum() is false.
   virtual void set_group_momentum(size_t group, double momentum);
 
   /// A per-parameter state tensor ("step", "master", "momentum_buffer", "exp_avg", "exp_avg_sq",
@@ -95,6 +104,9 @@ class Optimizer {
   void load_state_dict(const StateDict& dict);
 
  protected:
+  /// Checks the parameters (defined, floating, leaf, requires grad, contiguous, each in one group
+  /// only, no empty group; ValueError / DTypeError / NotImplementedError otherwise) and sizes the
+  /// state. `name` prefixes every message.
   Optimizer(std::string name, std::vector<std::vector<Tensor>> groups);
 
   /// Options of a group as named reals (booleans as 0/1), for the state dict.
@@ -109,7 +121,11 @@ class Optimizer {
   /// `grad` is contiguous.
   template <typename Fn>
   void for_each_param_with_grad(const StepOptions& options, Fn&& fn);
+  /// Checks that each defined scaler input holds one f32 value on `param`'s device.
   void check_step_options(const StepOptions& options, const Tensor& param) const;
+  /// The gradient of `param` made contiguous, or undefined when it has none; ShapeError,
+  /// DeviceError or DTypeError unless it has the parameter's shape, device and dtype (f32 is also
+  /// accepted for an f16/bf16 parameter).
   Tensor checked_grad(const Tensor& param, size_t index) const;
   /// Converts the state of parameter `index` to the parameter's current dtype and device (it may
   /// have been converted in place by Module::to since the state was made).
@@ -130,11 +146,11 @@ class Optimizer {
   /// The dtype states of `param` are kept in: f64 for f64 parameters, else f32.
   static DType state_dtype(const Tensor& param);
 
-  std::string name_;
-  std::vector<std::vector<Tensor>> groups_;
+  std::string name_;                         ///< "SGD", "Adam", "AdamW" (see name())
+  std::vector<std::vector<Tensor>> groups_;  ///< the parameters, group by group
   /// Per-parameter state, indexed as parameters().
   std::vector<std::map<std::string, Tensor>> state_;
-  bool warned_no_gradients_ = false;
+  bool warned_no_gradients_ = false;  ///< set once warn_no_gradients() has warned
 };
 
 /// The base of the optimizers configured by an options struct per group (SGD, Adam): the

@@ -9,11 +9,13 @@
 
 namespace precis::optim {
 
+/// SGD's options, as torch.optim.SGD's keyword arguments with the same defaults; checked at
+/// construction and by set_options (ValueError naming the group and option).
 struct SGDOptions {
-  double lr = 1e-3;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
+  double lr = 1e-3;            ///< learning rate, >= 0 (torch's `lr`)
+  double momentum = 0.0;       ///< >= 0; 0 keeps no momentum buffer (torch's `momentum`)
+  double dampening = 0.0;      ///< scales the gradient's share of the buffer by 1 − dampening
+  double weight_decay = 0.0;   ///< >= 0; L2 penalty weight_decay·p added to the gradient
   bool nesterov = false;  ///< needs momentum > 0 and dampening == 0
   bool maximize = false;  ///< ascend instead of descend
 };
@@ -30,8 +32,11 @@ class SGD : public OptimizerWithOptions<SGDOptions> {
 
   void step(const StepOptions& options = {}) override;
 
+  /// True even with momentum 0: OneCycleLR may cycle it (a buffer appears once it is nonzero).
   bool has_momentum() const override { return true; }
+  /// The group's momentum.
   double group_momentum(size_t group) const override { return options(group).momentum; }
+  /// Sets the group's momentum (checked like set_options).
   void set_group_momentum(size_t group, double momentum) override;
 
  protected:

@@ -24,9 +24,10 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 /// A loaded safetensors file: tensors in header order (CPU, contiguous, requires_grad false) and
 /// the string metadata.
 struct SafetensorsFile {
-  NamedTensors tensors;
-  std::map<std::string, std::string> metadata;
+  NamedTensors tensors;  ///< (name, tensor) in header order
+  std::map<std::string, std::string> metadata;  ///< the header's "__metadata__" (empty when absent)
 
+  /// Whether a tensor called `name` is in the file.
   bool contains(const std::string& name) const;
   /// The tensor called `name`. Throws ValueError listing the closest names when there is none.
   Tensor get(const std::string& name) const;

@@ -9,6 +9,8 @@
 
 namespace precis {
 
+/// A buffer of nbytes bytes on one device, freed (to its allocator, or through the deleter) when
+/// the last Storage (shared_ptr) referring to it goes. Not copyable.
 class StorageImpl {
  public:
   /// Allocates nbytes from the device's allocator.
@@ -19,9 +21,10 @@ class StorageImpl {
   StorageImpl(const StorageImpl&) = delete;
   StorageImpl& operator=(const StorageImpl&) = delete;
 
+  /// The buffer (device memory for CUDA); null when an allocator was asked for 0 bytes.
   void* data() const { return data_; }
-  size_t nbytes() const { return nbytes_; }
-  Device device() const { return device_; }
+  size_t nbytes() const { return nbytes_; }  ///< its size in bytes
+  Device device() const { return device_; }  ///< where the bytes live
 
  private:
   void* data_ = nullptr;

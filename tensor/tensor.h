@@ -86,8 +86,11 @@ class Tensor {
   /// "[2, 3] f32 cpu": the description used in every error message.
   std::string describe() const;
 
-  /// Address of the first element. data_ptr<T>() checks that T matches the dtype.
+  /// Address of the first element (device memory for a CUDA tensor; null when the storage holds
+  /// no bytes); aliases the storage, valid while a tensor holds it. ValueError on an undefined
+  /// tensor.
   void* data_ptr() const { return checked()->data(); }
+  /// The same, typed: DTypeError unless T is the tensor's element type (Half for f16, ...).
   template <typename T> T* data_ptr() const {
     PRECIS_CHECK_DTYPE(dtype_of<T>() == dtype(), "data_ptr<", dtype_name(dtype_of<T>()),
                        ">() called on a tensor of dtype ", dtype_name(dtype()));

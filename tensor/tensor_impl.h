@@ -28,22 +28,30 @@ struct AutogradMetaInterface {
 /// Counts in-place modifications of a storage; shared by every view of it. Autograd records the
 /// version of each tensor it saves and refuses to use one that changed since.
 struct VersionCounter {
-  std::atomic<uint32_t> value{0};
+  std::atomic<uint32_t> value{0};  ///< bumped by each in-place write (relaxed atomic)
 };
 
+/// Shared by every Tensor handle to it (a Tensor holds a shared_ptr<TensorImpl>). Layout fields
+/// change only through set_data; the data itself is unsynchronised (concurrent writers race).
 class TensorImpl {
  public:
+  /// A window onto `storage`; strides and offset in elements. Computes numel (ShapeError on a
+  /// negative size or an int64 overflow) and contiguity. The window is not checked against the
+  /// storage's size: callers (views, factories) guarantee it fits. `version`: the counter of the
+  /// tensor this one views; null makes a fresh one.
   TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype,
              std::shared_ptr<VersionCounter> version = nullptr);
   ~TensorImpl();
 
-  const Storage& storage() const { return storage_; }
-  const Shape& sizes() const { return sizes_; }
-  const Shape& strides() const { return strides_; }
-  int64_t offset() const { return offset_; }
-  DType dtype() const { return dtype_; }
-  Device device() const { return storage_->device(); }
-  int64_t numel() const { return numel_; }
+  const Storage& storage() const { return storage_; }  ///< the buffer, shared with views
+  const Shape& sizes() const { return sizes_; }  ///< one size per dimension (empty: 0-d)
+  const Shape& strides() const { return strides_; }  ///< in elements, one per dimension
+  int64_t offset() const { return offset_; }  ///< of element [0, 0, ...] in the storage, in elements
+  DType dtype() const { return dtype_; }  ///< the element type
+  Device device() const { return storage_->device(); }  ///< the storage's device
+  int64_t numel() const { return numel_; }  ///< the product of sizes (1 for 0-d)
+  /// Row-major dense: each stride is the product of the later sizes, size-1 dimensions excepted;
+  /// a tensor with no elements is contiguous.
   bool is_contiguous() const { return contiguous_; }
   /// Address of element [0, 0, ...]. Null when the storage has no bytes (an empty tensor): its
   /// offset is not added then, since arithmetic on a null pointer is undefined behaviour (a slice
@@ -54,6 +62,7 @@ class TensorImpl {
     return base + offset_ * static_cast<int64_t>(element_size(dtype_));
   }
 
+  /// The in-place modification counter, shared with every view of this data.
   const std::shared_ptr<VersionCounter>& version_counter() const { return version_; }
 
   /// Makes this tensor hold `src`'s data (storage, sizes, strides, offset, dtype, hence device)
@@ -67,6 +76,8 @@ class TensorImpl {
   autograd::AutogradMeta* autograd_meta() const;
   /// Creates the metadata on first use. Defined in autograd/tensor_autograd.cpp.
   autograd::AutogradMeta& ensure_autograd_meta();
+  /// Drops the autograd metadata (requires_grad, .grad, grad_fn, hooks): the tensor becomes a
+  /// plain one autograd never touched.
   void reset_autograd_meta();
 
  private:

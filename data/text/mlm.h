@@ -14,17 +14,22 @@ namespace precis::data {
 
 inline constexpr int64_t kIgnoreIndex = -100;
 
+/// The masking rates; the defaults are BERT's (Hugging Face's mlm_probability = 0.15 and its
+/// 80/10/10 split). MlmMasker checks each is in [0, 1] and that the last two sum to at most 1.
 struct MlmOptions {
   double mask_probability = 0.15;    ///< share of non-special tokens chosen
   double replace_with_mask = 0.8;    ///< of the chosen: → [MASK]
   double replace_with_random = 0.1;  ///< of the chosen: → a random id (the rest stay unchanged)
 };
 
+/// One masked sequence; both vectors have the input's length.
 struct MaskedTokens {
-  std::vector<int64_t> input_ids;
-  std::vector<int64_t> labels;
+  std::vector<int64_t> input_ids;  ///< the ids with the chosen positions replaced (or kept)
+  std::vector<int64_t> labels;     ///< the original id at chosen positions, kIgnoreIndex elsewhere
 };
 
+/// Applies BERT's masking (see the file comment) to id sequences. Immutable after construction, so
+/// loader workers may share one; all randomness comes from the caller's SampleRng.
 class MlmMasker {
  public:
   /// special_ids are never chosen (pad, cls, sep, …); random replacements are drawn from
@@ -51,6 +56,7 @@ class MlmMasker {
 /// the unmasked ids with labels all -100. Batch it with pad_collate({pad_id, kIgnoreIndex}).
 class MlmDataset : public Dataset {
  public:
+  /// Takes the id sequences (each non-empty, ValueError otherwise) and the masker sample() uses.
   MlmDataset(std::vector<std::vector<int64_t>> sequences, MlmMasker masker);
   /// Encodes every line ([CLS] … [SEP], truncated to max_length ids) and skips lines that encode
   /// to nothing but special tokens.
@@ -62,6 +68,7 @@ class MlmDataset : public Dataset {
   Example sample(int64_t index, SampleRng& rng) const override;
   /// Sequence lengths, for token_budget_batches.
   std::vector<int64_t> lengths() const;
+  /// The unmasked ids of sequence `index` (IndexError out of range); aliases the dataset's copy.
   const std::vector<int64_t>& sequence(int64_t index) const;
 
  private:

@@ -8,6 +8,8 @@
 
 namespace precis::data {
 
+/// How token_budget_batches groups and cuts sequences (in the spirit of fairseq's max_tokens
+/// batching; no PyTorch counterpart).
 struct TokenBudgetOptions {
   /// Most padded tokens per batch: batch size × its longest sequence <= max_tokens.
   int64_t max_tokens = 4096;
@@ -18,7 +20,7 @@ struct TokenBudgetOptions {
   int64_t max_batch_size = 0;
   /// Shuffle the order within length groups and the order of the batches, from (seed, epoch).
   bool shuffle = true;
-  uint64_t seed = 0;
+  uint64_t seed = 0;  ///< seeds the shuffles (with the epoch); use the loader's seed
 };
 
 /// The index lists of one epoch: every sequence exactly once, each batch's padded size within the

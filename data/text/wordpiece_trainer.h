@@ -31,9 +31,10 @@ namespace precis::data {
 
 enum class MergeScore { likelihood_gain, pmi, frequency };
 
+/// What train_wordpiece_vocab builds (see the algorithm above).
 struct WordPieceTrainerOptions {
-  int64_t vocab_size = 30522;
-  MergeScore score = MergeScore::likelihood_gain;
+  int64_t vocab_size = 30522;  ///< tokens wanted, specials included (30522: BERT-base's vocabulary)
+  MergeScore score = MergeScore::likelihood_gain;  ///< how merge candidates are ranked (step 3)
   /// Pairs seen fewer times than this are never merged.
   int64_t min_frequency = 2;
   /// Normalisation and special-token names (the vocabulary starts with [PAD], [UNK], [CLS], [SEP],
