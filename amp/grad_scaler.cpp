@@ -66,23 +66,30 @@ const char* skip_reason_name(SkipReason r) {
 }
 
 // ---- GradScaler -------------------------------------------------------------------------------
-GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
-  const auto& o = options_;
-  PRECIS_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale), "GradScaler: init_scale must be positive and finite, got ",
+namespace {
+
+// The option rules, for the constructor and for options read back from a state dict (a corrupt or
+// hand-made dict must not install, say, a growth_factor <= 1).
+void check_options(const GradScalerOptions& o, const char* who) {
+  PRECIS_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale), who, ": init_scale must be positive and finite, got ",
                o.init_scale);
-  PRECIS_CHECK(o.growth_factor > 1.0, "GradScaler: growth_factor must be > 1, got ", o.growth_factor);
-  PRECIS_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, "GradScaler: backoff_factor must be in (0, 1), got ",
+  PRECIS_CHECK(o.growth_factor > 1.0, who, ": growth_factor must be > 1, got ", o.growth_factor);
+  PRECIS_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, who, ": backoff_factor must be in (0, 1), got ",
                o.backoff_factor);
-  PRECIS_CHECK(o.growth_interval >= 1, "GradScaler: growth_interval must be >= 1, got ", o.growth_interval);
-  PRECIS_CHECK(o.hysteresis >= 1, "GradScaler: hysteresis must be >= 1, got ", o.hysteresis);
+  PRECIS_CHECK(o.growth_interval >= 1, who, ": growth_interval must be >= 1, got ", o.growth_interval);
+  PRECIS_CHECK(o.hysteresis >= 1, who, ": hysteresis must be >= 1, got ", o.hysteresis);
   PRECIS_CHECK(o.min_scale > 0 && o.min_scale <= o.init_scale && o.init_scale <= o.max_scale &&
                    std::isfinite(o.max_scale) && o.max_scale <= 3.0e38,
-               "GradScaler: init_scale must lie within [min_scale, max_scale], with 0 < min_scale and max_scale <= 3e38; "
+               who, ": init_scale must lie within [min_scale, max_scale], with 0 < min_scale and max_scale <= 3e38; "
                "got min_scale ", o.min_scale,
                ", init_scale ", o.init_scale, ", max_scale ", o.max_scale);
   PRECIS_CHECK(o.history_size >= 0 && o.max_skips_at_floor >= 0,
-               "GradScaler: history_size and max_skips_at_floor must be >= 0");
+               who, ": history_size and max_skips_at_floor must be >= 0");
 }
+
+}  // namespace
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options) { check_options(options_, "GradScaler"); }
 
 void GradScaler::ensure_state(const Tensor& like) {
   if (initialised_) {
@@ -408,15 +415,24 @@ void GradScaler::load_state_dict(const StateDict& d) {
                  "scaler?)");
   PRECIS_CHECK_T(StateError, pending_.empty(), "GradScaler::load_state_dict: load between optimizer steps");
   const char* owner = "GradScaler";
-  options_.init_scale = state_get_real(d, "options.init_scale", owner);
-  options_.growth_factor = state_get_real(d, "options.growth_factor", owner);
-  options_.backoff_factor = state_get_real(d, "options.backoff_factor", owner);
-  options_.growth_interval = state_get_int(d, "options.growth_interval", owner);
-  options_.hysteresis = state_get_int(d, "options.hysteresis", owner);
-  options_.min_scale = state_get_real(d, "options.min_scale", owner);
-  options_.max_scale = state_get_real(d, "options.max_scale", owner);
-  options_.max_skips_at_floor = state_get_int(d, "options.max_skips_at_floor", owner);
-  options_.history_size = state_get_int(d, "options.history_size", owner);
+  GradScalerOptions loaded = options_;
+  loaded.init_scale = state_get_real(d, "options.init_scale", owner);
+  loaded.growth_factor = state_get_real(d, "options.growth_factor", owner);
+  loaded.backoff_factor = state_get_real(d, "options.backoff_factor", owner);
+  loaded.growth_interval = state_get_int(d, "options.growth_interval", owner);
+  loaded.hysteresis = state_get_int(d, "options.hysteresis", owner);
+  loaded.min_scale = state_get_real(d, "options.min_scale", owner);
+  loaded.max_scale = state_get_real(d, "options.max_scale", owner);
+  loaded.max_skips_at_floor = state_get_int(d, "options.max_skips_at_floor", owner);
+  loaded.history_size = state_get_int(d, "options.history_size", owner);
+  check_options(loaded, "GradScaler::load_state_dict (the saved options)");
+  const Tensor saved_scale = state_tensor(d, "scale", owner);
+  PRECIS_CHECK_SHAPE(saved_scale.numel() == 1, owner, ": state entry 'scale' should hold one value, got ",
+                     saved_scale.describe());
+  const double scale_value = saved_scale.to(Device::cpu()).to(DType::f64).reshape({}).item<double>();
+  PRECIS_CHECK(std::isfinite(scale_value) && scale_value > 0, "GradScaler::load_state_dict: the saved scale is ",
+               scale_value, "; a loss scale must be positive and finite (a corrupt checkpoint?)");
+  options_ = loaded;
   const Device dev = initialised_ ? device_ : Device::cpu();
   auto load = [&](const char* key) {
     Tensor t = state_tensor(d, key, owner);

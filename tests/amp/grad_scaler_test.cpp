@@ -283,6 +283,18 @@ TEST_CASE("state_dict restores every field: a resumed run continues bit for bit"
   SafetensorsFile file = from_safetensors_bytes(to_safetensors_bytes(named));
   StateDict loaded(file.tensors.begin(), file.tensors.end());
   Rig resumed(GradScalerOptions{});  // options come from the state dict
+  {
+    // A corrupt dict is refused whole: the options the constructor would reject, a non-finite scale.
+    StateDict bad = loaded;
+    bad["options.growth_factor"] = state_real(0.5);
+    PRECIS_REQUIRE_THROWS_WITH_ALL(resumed.scaler.load_state_dict(bad), ValueError, "load_state_dict",
+                                   "growth_factor must be > 1, got 0.5");
+    bad = loaded;
+    bad["scale"] = full({}, std::numeric_limits<double>::quiet_NaN());
+    PRECIS_REQUIRE_THROWS_WITH_ALL(resumed.scaler.load_state_dict(bad), ValueError, "saved scale is nan");
+    CHECK(resumed.scaler.options().growth_interval == GradScalerOptions{}.growth_interval);
+    CHECK(resumed.scaler.get_scale() == GradScalerOptions{}.init_scale);
+  }
   resumed.scaler.load_state_dict(loaded);
   resumed.opt.load_state_dict(first.opt.state_dict());
   {
