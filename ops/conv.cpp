@@ -10,6 +10,7 @@
 #include "ops/kernels_conv.h"
 #include "ops/op_table.h"
 #include "ops/pair_arg.h"
+#include "ops/profiler.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -86,6 +87,13 @@ Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, con
 
 Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
 
+// Nominal FLOPs of a convolution producing out (N, O, Ho, Wo) with a weight (O, C / groups, kH, kW):
+// a multiply and an add per weight element per output element.
+double conv_flops(const Tensor& out, const Shape& w_sizes) {
+  return 2.0 * static_cast<double>(out.numel()) * static_cast<double>(w_sizes[1] * w_sizes[2] * w_sizes[3]);
+}
+double conv_flops(const Tensor& out, const Tensor& w) { return conv_flops(out, w.sizes()); }
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
@@ -103,6 +111,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     const int64_t ho = conv_out_size(h, weight.size(2), p.stride[0], p.padding[0], p.dilation[0]);
     const int64_t wo = conv_out_size(w, weight.size(3), p.stride[1], p.padding[1], p.dilation[1]);
     Tensor out4 = empty({n, o, ho, wo}, {.dtype = dtype, .device = input.device()});
+    if (profiler::counting_flops()) profiler::add_flops(OpId::conv2d, conv_flops(out4, weight));
     if (out4.numel() > 0)
       kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(out4, x, weight.contiguous(),
                                                                bias.defined() ? bias.contiguous() : Tensor(), p);
@@ -131,6 +140,9 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
           } else {
             const Tensor x = gw.defined() ? as_4d(sx.unpack("conv2d")).contiguous() : Tensor();
             const Tensor w = need_x ? sw.unpack("conv2d").contiguous() : Tensor();
+            // The input gradient is a convolution of the forward's size, and so is the weight's.
+            if (profiler::counting_flops())
+              profiler::add_flops(OpId::conv2d_backward, conv_flops(go, w_sizes) * ((need_x ? 1 : 0) + (gw.defined() ? 1 : 0)));
             kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, dev, dtype)(gx4, gw, gb, go, x, w, p);
           }
           const Tensor gx = need_x ? gx4.view(x_sizes) : Tensor();
