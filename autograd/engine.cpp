@@ -10,6 +10,7 @@
 // so e.g. a bf16 gradient reaching an f32 input arrives as f32).
 #include "autograd/engine.h"
 
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -18,6 +19,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
+#include "ops/profiler.h"
 #include "tensor/factory.h"
 
 namespace precis::autograd {
@@ -92,6 +94,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
   GradModeGuard no_grad(false);
   BackwardPassGuard backward_pass;
   CallbackScope callbacks;
+  profiler::BackwardScope profile_as_backward;  // kernels run by this pass are its backward
 
   // 1. Dependency counts (iterative DFS).
   std::unordered_map<Node*, int> deps;
@@ -168,7 +171,12 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
             (*captured)[c.slot] = accumulate((*captured)[c.slot], grads[c.output_nr]);
       }
       if (!(is_acc && captures != nullptr)) {
+        // The profiler's backward hook: a node's time (the kernels it runs included) goes to the
+        // op that recorded it, or to its name when no op did.
+        std::optional<profiler::Scope> profile;
+        if (profiler::enabled()) node->has_op() ? profile.emplace(node->op()) : profile.emplace(node->name());
         input_grads = node->apply(std::move(grads));
+        profile.reset();
         if (!retain_graph) node->release_saved();
         PRECIS_CHECK_T(InternalError, is_acc || input_grads.size() == node->next_edges().size(), node->name(),
                        " returned ", input_grads.size(), " gradients for ", node->next_edges().size(),

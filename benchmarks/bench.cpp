@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+
+#include "ops/profiler.h"
 
 namespace precis::bench {
 
@@ -52,6 +55,31 @@ std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& i
     out[i].median_ms = median(samples[i]);
     out[i].min_ms = samples[i].empty() ? 0.0 : *std::min_element(samples[i].begin(), samples[i].end());
     out[i].reps = static_cast<int>(samples[i].size());
+  }
+  return out;
+}
+
+StepTiming time_step(const std::function<void()>& step, const Options& options, const std::string& title) {
+  StepTiming out;
+  {
+    profiler::FlopCounter counter;
+    step();  // the first warm-up run
+    out.flops = counter.flops();
+  }
+  for (int i = 1; i < options.warmup_reps; ++i) step();
+  Options timed = options;
+  timed.warmup_reps = 0;
+  if (options.profile) {
+    profiler::reset();
+    profiler::set_enabled(true);
+  }
+  out.timing = time_interleaved({step}, timed)[0];
+  if (options.profile) {
+    profiler::set_enabled(false);
+    std::printf("\n### profile: %s (%d timed steps)\n\n%s", title.c_str(), out.timing.reps,
+                profiler::report(out.timing.reps).c_str());
+    std::fflush(stdout);  // a forked case leaves with _exit
+    profiler::reset();
   }
   return out;
 }

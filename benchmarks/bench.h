@@ -20,6 +20,7 @@ struct Options {
   int min_reps = 5;
   int warmup_reps = 2;
   std::string cases;               // --cases SUBSTRING: run only the cases whose name contains it
+  bool profile = false;            // --profile (or PRECIS_PROFILE=1): print each case's op profile
 };
 
 /// Whether --cases selects the case named `name` (every case when --cases was not given).
@@ -32,6 +33,9 @@ struct Record {
   double median_ms = 0, min_ms = 0;
   double gflops = 0;  // from the median time; 0 where the suite counts no flops
   int reps = 0;
+  double flops = 0;        // nominal FLOPs of one repetition (0: not counted)
+  double peak_gflops = 0;  // the machine's measured GEMM peak for this dtype and thread count
+                           // (main.cpp fills it; 0: not measured or no peak for the dtype)
   // Memory of the process that ran the case (suites that measure it; 0 = not measured, omitted
   // from the JSON): its peak resident set (VmHWM) and its resident set before the case started.
   double peak_rss_mb = 0, base_rss_mb = 0;
@@ -47,6 +51,17 @@ struct Timing {
 /// untimed first; rounds continue until every implementation has run for min_seconds and
 /// min_reps, or max_reps rounds were done.
 std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& impls, const Options& options);
+
+/// A step's timing and its nominal FLOPs per repetition.
+struct StepTiming {
+  Timing timing;
+  double flops = 0;
+};
+
+/// Times one step as time_interleaved does, counting its FLOPs (ops/profiler.h: matmul, linear,
+/// conv2d, forward and backward) on the first warm-up run. With options.profile the timed
+/// repetitions are profiled and the profile is printed to stdout under a heading naming `title`.
+StepTiming time_step(const std::function<void()>& step, const Options& options, const std::string& title);
 
 /// What a suite prints beside its records: a free-form note (conventions, caveats) and the impl
 /// every other impl of the same case is compared with ("" for none).

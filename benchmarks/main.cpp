@@ -2,7 +2,11 @@
 // per suite (optionally a JSON file of all records). See benchmarks/README.md.
 //
 //   precis-bench matmul [--threads 1,2] [--repeat N] [--min-time S] [--json FILE]
+//   precis-bench models --profile --cases "bert_mini b16x128 bf16" --threads 2
 //   precis-bench --list
+//
+// Suites that count FLOPs (matmul, ops, models) are compared with the machine's GEMM peak,
+// measured first (benchmarks/peak.h) at every thread count of the run.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -15,9 +19,12 @@
 #include <thread>
 
 #include "benchmarks/bench.h"
+#include "benchmarks/peak.h"
+#include "ops/profiler.h"
 
 namespace {
 
+using precis::bench::GemmPeaks;
 using precis::bench::Options;
 using precis::bench::Record;
 using precis::bench::Suite;
@@ -25,13 +32,17 @@ using precis::bench::SuiteReport;
 
 void usage(std::ostream& os) {
   os << "usage: precis-bench SUITE... [--threads 1,2] [--repeat N] [--min-time SECONDS] [--json FILE] [--cases SUBSTRING]\n"
+        "                    [--profile] [--no-peak]\n"
         "       precis-bench --list\n\n"
         "  --threads   thread counts to run every case at (default 1,2)\n"
         "  --repeat    at most N timed repetitions per case (default 200)\n"
         "  --min-time  repeat until each impl ran this long, at least 5 times (default 0.5)\n"
         "  --json      also write all records as a JSON array to FILE\n"
         "  --cases     only the cases whose name contains SUBSTRING (models, ops: the name with its\n"
-        "              dtype, e.g. 'resnet18_cifar b64 bf16')\n\nsuites:\n";
+        "              dtype, e.g. 'resnet18_cifar b64 bf16')\n"
+        "  --profile   models, ops: print each case's per-op profile of its timed repetitions (time per\n"
+        "              op and direction; also PRECIS_PROFILE=1)\n"
+        "  --no-peak   do not measure the GEMM peak (no share-of-peak columns)\n\nsuites:\n";
   for (const Suite& s : precis::bench::suites()) os << "  " << s.name << "  " << s.description << "\n";
 }
 
@@ -67,6 +78,13 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// Share of the GEMM peak in percent, from the median (or the best) time; "" without flops or peak.
+std::string peak_share(const Record& r, bool best) {
+  if (r.gflops <= 0 || r.peak_gflops <= 0) return "";
+  const double gflops = best && r.min_ms > 0 ? r.gflops * r.median_ms / r.min_ms : r.gflops;
+  return fixed(100.0 * gflops / r.peak_gflops, 1) + "%";
+}
+
 void print_table(const Suite& suite, const SuiteReport& report) {
   std::cout << "\n## " << suite.name << "\n\n";
   if (!report.note.empty()) std::cout << report.note << "\n\n";
@@ -76,14 +94,24 @@ void print_table(const Suite& suite, const SuiteReport& report) {
   for (const Record& r : report.records)
     if (r.impl == report.baseline_impl) baseline[key(r)] = r.median_ms;
   const bool ratio = !report.baseline_impl.empty();
+  bool peak = false;
+  for (const Record& r : report.records) peak = peak || (r.gflops > 0 && r.peak_gflops > 0);
   std::cout << "| case | dtype | threads | impl | median ms | min ms | GFLOP/s (median) | GFLOP/s (best) |"
+            << (peak ? " GFLOP | peak GFLOP/s | % of peak (median) | % of peak (best) |" : "")
             << (ratio ? " vs " + report.baseline_impl + " |" : "") << "\n";
-  std::cout << "|---|---|---:|---|---:|---:|---:|---:|" << (ratio ? "---:|" : "") << "\n";
+  std::cout << "|---|---|---:|---|---:|---:|---:|---:|" << (peak ? "---:|---:|---:|---:|" : "") << (ratio ? "---:|" : "")
+            << "\n";
   for (const Record& r : report.records) {
     const double best_gflops = r.min_ms > 0 ? r.gflops * r.median_ms / r.min_ms : 0;
     std::cout << "| " << r.case_name << " | " << r.dtype << " | " << r.threads << " | " << r.impl << " | "
               << fixed(r.median_ms, 3) << " | " << fixed(r.min_ms, 3) << " | " << fixed(r.gflops, 1) << " | "
               << fixed(best_gflops, 1) << " |";
+    if (peak) {
+      const bool has = r.gflops > 0 && r.peak_gflops > 0;
+      const double flops = r.flops > 0 ? r.flops : r.gflops * r.median_ms * 1e6;
+      std::cout << " " << (r.gflops > 0 ? fixed(flops * 1e-9, 2) : "") << " | " << (has ? fixed(r.peak_gflops, 1) : "")
+                << " | " << peak_share(r, false) << " | " << peak_share(r, true) << " |";
+    }
     if (ratio) {
       auto it = baseline.find(key(r));
       std::cout << " " << (it != baseline.end() && r.median_ms > 0 ? fixed(100.0 * it->second / r.median_ms, 1) + "%" : "")
@@ -113,6 +141,13 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
         << "\", \"impl\": \"" << json_escape(r.impl) << "\", \"dtype\": \"" << r.dtype << "\", \"threads\": "
         << r.threads << ", \"median_ms\": " << fixed(r.median_ms, 4) << ", \"min_ms\": " << fixed(r.min_ms, 4)
         << ", \"gflops\": " << fixed(r.gflops, 2) << ", \"reps\": " << r.reps;
+    if (r.gflops > 0) {
+      out << ", \"flops\": " << fixed(r.flops > 0 ? r.flops : r.gflops * r.median_ms * 1e6, 0);
+      if (r.peak_gflops > 0)
+        out << ", \"peak_gflops\": " << fixed(r.peak_gflops, 2) << ", \"share_of_peak\": "
+            << fixed(r.gflops / r.peak_gflops, 4) << ", \"share_of_peak_best\": "
+            << fixed(r.min_ms > 0 ? r.gflops * r.median_ms / r.min_ms / r.peak_gflops : 0.0, 4);
+    }
     if (r.peak_rss_mb > 0)
       out << ", \"peak_rss_mb\": " << fixed(r.peak_rss_mb, 1) << ", \"base_rss_mb\": " << fixed(r.base_rss_mb, 1);
     out << "}"
@@ -125,6 +160,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
 
 int main(int argc, char** argv) {
   Options options;
+  bool measure_peak = true;
   std::string json_path;
   std::vector<std::string> names;
   try {
@@ -146,6 +182,10 @@ int main(int argc, char** argv) {
         json_path = value();
       } else if (arg == "--cases") {
         options.cases = value();
+      } else if (arg == "--profile") {
+        options.profile = true;
+      } else if (arg == "--no-peak") {
+        measure_peak = false;
       } else if (arg == "--list" || arg == "-h" || arg == "--help") {
         usage(std::cout);
         return 0;
@@ -177,12 +217,34 @@ int main(int argc, char** argv) {
     selected.push_back(found);
   }
 
+  // PRECIS_PROFILE=1 turned the profiler on at start-up: profile each case's timed repetitions
+  // (as --profile) instead of the whole run, which mixes warm-ups and cases.
+  if (precis::profiler::enabled()) {
+    options.profile = true;
+    precis::profiler::set_enabled(false);
+    precis::profiler::reset();
+  }
+
   std::cout << "# precis-bench\n\n" << utc_now() << ", " << cpu_model() << ", "
             << std::thread::hardware_concurrency() << " hardware threads\n";
   std::vector<Record> all;
   try {
+    GemmPeaks peaks;
+    bool wants_peak = false;
+    for (const Suite* s : selected) wants_peak = wants_peak || s->name == "matmul" || s->name == "ops" || s->name == "models";
+    if (measure_peak && wants_peak) {
+      peaks = precis::bench::measure_gemm_peaks(options.threads);
+      std::cout << "\nGEMM peak (" << peaks.method << "):";
+      for (const auto& [threads, p] : peaks.by_threads)
+        std::cout << " " << threads << (threads == 1 ? " thread" : " threads") << " f32 " << fixed(p.f32, 1)
+                  << " GFLOP/s, bf16 " << (p.bf16 > 0 ? fixed(p.bf16, 1) + " GFLOP/s" : std::string("none")) << ";";
+      std::cout << " the share-of-peak columns divide by these. On a loaded machine the peak is measured low "
+                   "and the shares come out high: compare shares measured on a quiet machine.\n";
+      std::cout.flush();
+    }
     for (const Suite* s : selected) {
       SuiteReport report = s->run(options);
+      for (Record& r : report.records) r.peak_gflops = peaks.of(r.dtype, r.threads);
       print_table(*s, report);
       all.insert(all.end(), report.records.begin(), report.records.end());
     }

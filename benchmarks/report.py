@@ -16,6 +16,10 @@ ratios precis/peer of each (below 1 = precis faster). The verdict uses the ratio
     memory. Its records carry peak_rss_mb (VmHWM of the process, the largest over the runs) and
     base_rss_mb; the peer's memory column also shows its peak net of its base (PyTorch's
     interpreter and import).
+Share of peak: when the precis records carry "peak_gflops" (precis-bench measures the machine's
+GEMM peak at start), the table adds the case's GFLOP (precis's "flops": counted by the ops, the
+same work for both sides), the peak, and each side's share of it at the --by time
+(flops / time / peak). Over several runs the largest measured peak is used (the conservative share).
 Several runs per side (comma-separated files, e.g. precis and peer runs alternated on a loaded
 machine) are combined as best-of-N: per (case, dtype, threads) the lowest median and the lowest
 minimum over the runs. --merged writes the combined records of both sides as one JSON array.
@@ -56,6 +60,10 @@ def load(paths, suite):
                 if r["median_ms"] < b["median_ms"]:
                     b.update(median_ms=r["median_ms"], gflops=r["gflops"])
                 b["min_ms"] = min(b["min_ms"], r["min_ms"])
+                if "peak_gflops" in r:
+                    b["peak_gflops"] = max(b.get("peak_gflops", 0), r["peak_gflops"])
+                if r.get("flops") and not b.get("flops"):
+                    b["flops"] = r["flops"]
                 if "peak_rss_mb" in r:
                     b["peak_rss_mb"] = max(b.get("peak_rss_mb", 0), r["peak_rss_mb"])
                     b["base_rss_mb"] = max(b.get("base_rss_mb", 0), r.get("base_rss_mb", 0))
@@ -68,7 +76,7 @@ def load(paths, suite):
         flops = sum(r["gflops"] * r["median_ms"] * 1e6 for r in convs)
         median = sum(r["median_ms"] for r in convs)
         best[key].update(median_ms=round(median, 4), min_ms=round(sum(r["min_ms"] for r in convs), 4),
-                         gflops=round(flops / (median * 1e6), 2) if median else 0.0)
+                         gflops=round(flops / (median * 1e6), 2) if median else 0.0, flops=round(flops))
     return [best[k] for k in order]
 
 
@@ -80,6 +88,20 @@ def ratio(a, b):
     return a / b if a is not None and b not in (None, 0) else None
 
 
+def flops_of(r):
+    """FLOPs of one repetition: the record's count, else from its GFLOP/s and median (older files)."""
+    if r.get("flops"):
+        return r["flops"]
+    return r.get("gflops", 0) * r["median_ms"] * 1e6
+
+
+def share(flops, ms, peak):
+    """Share of the peak, in percent, of `flops` done in `ms` milliseconds."""
+    if not flops or not ms or not peak:
+        return None
+    return 100.0 * flops / (ms * 1e6) / peak
+
+
 def report(precis, peer, by):
     peer_impls = sorted({r["impl"] for r in peer})
     peer_name = peer_impls[0] if len(peer_impls) == 1 else "peer"
@@ -87,9 +109,12 @@ def report(precis, peer, by):
     # Whole-model records (the models suite) carry memory, and their target is the peer itself.
     models = any("peak_rss_mb" in r for r in precis)
     mem_head = f" precis peak RSS MB | {peer_name} peak RSS MB (net of base) |" if models else ""
+    peaks = any(r.get("peak_gflops") for r in precis)
+    peak_head = f" GFLOP | peak GFLOP/s | precis % of peak ({by}) | {peer_name} % of peak ({by}) |" if peaks else ""
     lines = [f"| case | dtype | threads | precis median ms | {peer_name} median ms | precis/{peer_name} (median) | "
-             f"precis min ms | {peer_name} min ms | precis/{peer_name} (min) |{mem_head} verdict (by {by}) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if models else "") + "---|"]
+             f"precis min ms | {peer_name} min ms | precis/{peer_name} (min) |{mem_head}{peak_head} verdict (by {by}) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if models else "") +
+             ("---:|---:|---:|---:|" if peaks else "") + "---|"]
     failures, seen = [], set()
     mine = [r for r in precis if r["impl"] == "precis"]
     for r in mine:
@@ -104,6 +129,13 @@ def report(precis, peer, by):
             pm = p.get("peak_rss_mb") if p else None
             net = f" ({pm - p.get('base_rss_mb', 0):.0f})" if pm is not None else ""
             mem = f" {r.get('peak_rss_mb', 0):.0f} | {fmt(pm, 0)}{net} |"
+        if peaks:
+            field = "median_ms" if by == "median" else "min_ms"
+            flops, peak = flops_of(r), r.get("peak_gflops")
+            counted = flops > 0 and peak
+            mem += (f" {fmt(flops * 1e-9 if flops else None, 2)} | {fmt(peak if counted else None, 1)} | "
+                    f"{fmt(share(flops, r[field], peak) if counted else None, 1)} | "
+                    f"{fmt(share(flops, p and p[field], peak) if counted else None, 1)} |")
         if judged is None:
             verdict = "no peer"
         elif models:
@@ -125,7 +157,8 @@ def report(precis, peer, by):
     for key, p in index.items():
         if key not in seen:
             lines.append(f"| {p['case']} | {p['dtype']} | {p['threads']} | — | {fmt(p['median_ms'])} | — | — | "
-                         f"{fmt(p['min_ms'])} | — |{' — | — |' if models else ''} no precis record |")
+                         f"{fmt(p['min_ms'])} | — |{' — | — |' if models else ''}{' — | — | — | — |' if peaks else ''}"
+                         f" no precis record |")
     summary = ("All cases within target." if not failures else
                "Over target: " + "; ".join(failures) + ".")
     return "\n".join(lines) + "\n\n" + summary + "\n"

@@ -121,6 +121,7 @@ SuiteReport run_matmul(const Options& options) {
         r.median_ms = timings[i].median_ms;
         r.min_ms = timings[i].min_ms;
         r.gflops = timings[i].median_ms > 0 ? flops / (timings[i].median_ms * 1e6) : 0;
+        r.flops = flops;
         r.reps = timings[i].reps;
         report.records.push_back(r);
       }

@@ -13,8 +13,8 @@
 // base_rss_mb. (When the parent already runs threads, e.g. after another suite, forking is unsafe;
 // the case then runs in-process and peak_rss_mb is the process peak so far.)
 //
-// Flops: 3 × forward (backward ≈ 2 × forward): ResNet-18 CIFAR 1.11 GFLOP forward per sample,
-// BERT-mini 46.2 GFLOP forward per 2048 tokens (MACHINE.md).
+// FLOPs: counted from the model on the first warm-up step (time_step, ops/profiler.h: every matmul,
+// linear and conv2d of the forward and the backward), not entered by hand.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,7 +40,6 @@ namespace {
 
 struct ModelCase {
   const char* name;
-  double flops;  // per training step
   // Builds the model and data and returns one training step under `dtype` (f32: no autocast).
   std::function<std::function<void()>(DType dtype)> make;
 };
@@ -61,7 +60,7 @@ std::function<void()> training_step(std::shared_ptr<nn::Module> model, DType dty
 }
 
 const ModelCase kCases[] = {
-    {"resnet18_cifar b64", 3.0 * 1.11e9 * 64,
+    {"resnet18_cifar b64",
      [](DType dtype) {
        manual_seed(1);
        std::shared_ptr<models::ResNet> model = models::resnet18_cifar({.num_classes = 10});
@@ -69,7 +68,7 @@ const ModelCase kCases[] = {
        Tensor y = randint(0, 10, {64});
        return training_step(model, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
      }},
-    {"bert_mini b16x128", 3.0 * 46.2e9,
+    {"bert_mini b16x128",
      [](DType dtype) {
        manual_seed(1);
        auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
@@ -101,7 +100,7 @@ int process_threads() {
 
 // What a case's run sends back (plain data: it crosses a pipe from the child).
 struct CaseResult {
-  double median_ms = 0, min_ms = 0, peak_rss_mb = 0, base_rss_mb = 0;
+  double median_ms = 0, min_ms = 0, peak_rss_mb = 0, base_rss_mb = 0, flops = 0;
   int reps = 0;
   char error[512] = {};
 };
@@ -112,8 +111,10 @@ CaseResult run_case(const ModelCase& c, DType dtype, int threads, const Options&
     set_num_threads(threads);
     r.base_rss_mb = status_mb("VmRSS");
     std::function<void()> step = c.make(dtype);
-    const Timing t = time_interleaved({step}, options)[0];
-    r.median_ms = t.median_ms, r.min_ms = t.min_ms, r.reps = t.reps;
+    const std::string title = std::string(c.name) + " " + std::string(dtype_name(dtype)) + ", " +
+                              std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+    const StepTiming st = time_step(step, options, title);
+    r.median_ms = st.timing.median_ms, r.min_ms = st.timing.min_ms, r.reps = st.timing.reps, r.flops = st.flops;
     r.peak_rss_mb = status_mb("VmHWM");
   } catch (const std::exception& e) {
     std::snprintf(r.error, sizeof r.error, "%s", e.what());
@@ -157,7 +158,8 @@ SuiteReport run_models(const Options& options) {
   report.note =
       "One training step (forward, backward, SGD momentum step) on synthetic data; bf16 = autocast with "
       "fp32 weights. resnet18_cifar: batch 64 of 3×32×32; bert_mini: batch 16×128 tokens, vocabulary 30522, "
-      "MLM loss on every token. GFLOP/s counts 3 × the forward flops. Each case runs in a fresh child "
+      "MLM loss on every token. FLOPs: the step's matmul, linear and conv2d FLOPs (forward and backward), "
+      "counted from the model. Each case runs in a fresh child "
       "process; peak_rss_mb (JSON) is its VmHWM.";
   for (const ModelCase& c : kCases)
     for (DType dtype : {DType::f32, DType::bf16})
@@ -174,7 +176,8 @@ SuiteReport run_models(const Options& options) {
         rec.threads = threads;
         rec.median_ms = r.median_ms;
         rec.min_ms = r.min_ms;
-        rec.gflops = r.median_ms > 0 ? c.flops / (r.median_ms * 1e6) : 0.0;
+        rec.flops = r.flops;
+        rec.gflops = r.median_ms > 0 ? r.flops / (r.median_ms * 1e6) : 0.0;
         rec.reps = r.reps;
         rec.peak_rss_mb = r.peak_rss_mb;
         rec.base_rss_mb = r.base_rss_mb;

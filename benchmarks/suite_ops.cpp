@@ -43,13 +43,11 @@ std::string conv_name(const ConvShape& c) {
          std::to_string(c.stride) + " " + std::to_string(c.hw) + "x" + std::to_string(c.hw);
 }
 
-// A case: its name, its forward+backward flop count (0 when not counted) and a maker that
-// allocates the inputs and returns the timed step.
+// A case: its name and a maker that allocates the inputs and returns the timed step. Its FLOPs
+// are counted on the first warm-up run (time_step): conv2d's, and the matmuls of attention.
 struct OpCase {
   std::string name;
-  double flops = 0;
   std::function<std::function<void()>()> make;
-  bool conv = false;
 };
 
 // One timed step: forward, then the gradients of `wrt` for `grad_out` (undefined for a scalar
@@ -75,22 +73,19 @@ std::vector<OpCase> make_cases() {
   for (const ConvShape& c : kConvShapes) {
     const int64_t pad = c.k == 3 ? 1 : 0;
     const int64_t out_hw = (c.hw + 2 * pad - c.k) / c.stride + 1;
-    // Forward 2·N·Cout·Ho·Wo·Cin·k², backward the same twice (input and weight gradients).
-    const double flops = 3.0 * 2.0 * kBatch * c.cout * out_hw * out_hw * c.cin * c.k * c.k;
-    cases.push_back({conv_name(c), flops, [c, pad, out_hw] {
+    cases.push_back({conv_name(c), [c, pad, out_hw] {
                        Generator gen(1);
                        const Tensor x = leaf({kBatch, c.cin, c.hw, c.hw}, gen);
                        const Tensor w = leaf({c.cout, c.cin, c.k, c.k}, gen, 0.05);
                        const Tensor gy = randn({kBatch, c.cout, out_hw, out_hw}, {}, &gen);
                        return step([=] { return conv2d(x, w, Tensor(), {c.stride, c.stride}, {pad, pad}); }, {x, w}, gy);
-                     },
-                     true});
+                     }});
   }
   // batch_norm in training mode on every ResNet-18 activation shape (running statistics updated).
   for (const auto& [channels, hw] : std::vector<std::pair<int64_t, int64_t>>{{64, 32}, {128, 16}, {256, 8}, {512, 4}}) {
     const std::string name = "batch_norm " + std::to_string(kBatch) + "x" + std::to_string(channels) + "x" +
                              std::to_string(hw) + "x" + std::to_string(hw);
-    cases.push_back({name, 0, [channels, hw] {
+    cases.push_back({name, [channels, hw] {
                        Generator gen(2);
                        const Tensor x = leaf({kBatch, channels, hw, hw}, gen);
                        const Tensor w = leaf({channels}, gen), b = leaf({channels}, gen);
@@ -99,29 +94,27 @@ std::vector<OpCase> make_cases() {
                        return step([=] { return batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5); }, {x, w, b}, gy);
                      }});
   }
-  cases.push_back({"layer_norm 2048x256", 0, [] {
+  cases.push_back({"layer_norm 2048x256", [] {
                      Generator gen(3);
                      const Tensor x = leaf({2048, 256}, gen), w = leaf({256}, gen), b = leaf({256}, gen);
                      const Tensor gy = randn({2048, 256}, {}, &gen);
                      return step([=] { return layer_norm(x, {256}, w, b, 1e-12); }, {x, w, b}, gy);
                    }});
-  cases.push_back({"softmax 16x4x128x128", 0, [] {
+  cases.push_back({"softmax 16x4x128x128", [] {
                      Generator gen(4);
                      const Tensor x = leaf({16, 4, 128, 128}, gen);
                      const Tensor gy = randn({16, 4, 128, 128}, {}, &gen);
                      return step([=] { return softmax(x, -1); }, {x}, gy);
                    }});
-  cases.push_back({"cross_entropy 2048x30522", 0, [] {
+  cases.push_back({"cross_entropy 2048x30522", [] {
                      Generator gen(5);
                      const Tensor logits = leaf({2048, 30522}, gen);
                      const Tensor target = randint(0, 30522, {2048}, {.dtype = DType::i64}, &gen);
                      return step([=] { return cross_entropy(logits, target); }, {logits}, Tensor());
                    }});
-  // BERT-mini attention: q, k, v (16, 4, 128, 64); scores and outputs 2·2·B·H·L²·d forward, twice
-  // that backward.
-  const double attention_flops = 3.0 * 4.0 * 16 * 4 * 128.0 * 128.0 * 64;
+  // BERT-mini attention: q, k, v (16, 4, 128, 64).
   for (const bool masked : {false, true}) {
-    cases.push_back({masked ? "attention 16x4x128x64 padding mask" : "attention 16x4x128x64", attention_flops, [masked] {
+    cases.push_back({masked ? "attention 16x4x128x64 padding mask" : "attention 16x4x128x64", [masked] {
                        Generator gen(6);
                        const Tensor q = leaf({16, 4, 128, 64}, gen), k = leaf({16, 4, 128, 64}, gen),
                                     v = leaf({16, 4, 128, 64}, gen);
@@ -140,45 +133,45 @@ std::vector<OpCase> make_cases() {
   }
   // Element-wise work on operands laid out across the output's order (forward only, no autograd):
   // the tiled iteration of ops/cpu/loops.h. Peer: the same expressions in PyTorch.
-  cases.push_back({"layout: transpose copy 2048x2048", 0, [] {
+  cases.push_back({"layout: transpose copy 2048x2048", [] {
                      const Tensor a = randn({2048, 2048});
                      return std::function<void()>([a] { (void)a.t().contiguous(); });
                    }});
-  cases.push_back({"layout: add contiguous + transposed 2048x2048", 0, [] {
+  cases.push_back({"layout: add contiguous + transposed 2048x2048", [] {
                      const Tensor a = randn({2048, 2048}), b = randn({2048, 2048});
                      return std::function<void()>([a, b] { (void)add(a, b.t()); });
                    }});
-  cases.push_back({"layout: add two transposed 2048x2048", 0, [] {
+  cases.push_back({"layout: add two transposed 2048x2048", [] {
                      const Tensor a = randn({2048, 2048}), b = randn({2048, 2048});
                      return std::function<void()>([a, b] { (void)add(a.t(), b.t()); });
                    }});
-  cases.push_back({"layout: NCHW to NHWC copy 64x64x32x32", 0, [] {
+  cases.push_back({"layout: NCHW to NHWC copy 64x64x32x32", [] {
                      const Tensor x = randn({64, 64, 32, 32});
                      return std::function<void()>([x] { (void)x.permute({0, 2, 3, 1}).contiguous(); });
                    }});
   // The per-op front-end (precision hook, checks, kernel lookup, backward recording) on tensors
   // too small for the kernel to matter, 100 calls a repetition; and one large unary op.
-  cases.push_back({"elementwise: 100x tanh 64 forward", 0, [] {
+  cases.push_back({"elementwise: 100x tanh 64 forward", [] {
                      const Tensor x = randn({64});
                      return std::function<void()>([x] {
                        for (int i = 0; i < 100; ++i) (void)tanh(x);
                      });
                    }});
-  cases.push_back({"elementwise: 100x exp 64 forward+backward", 0, [] {
+  cases.push_back({"elementwise: 100x exp 64 forward+backward", [] {
                      Generator gen(7);
                      const Tensor x = leaf({64}, gen), gy = randn({64}, {}, &gen);
                      return std::function<void()>([x, gy] {
                        for (int i = 0; i < 100; ++i) (void)autograd::grad({exp(x)}, {x}, {gy});
                      });
                    }});
-  cases.push_back({"elementwise: 100x mul 64 forward+backward", 0, [] {
+  cases.push_back({"elementwise: 100x mul 64 forward+backward", [] {
                      Generator gen(9);
                      const Tensor a = leaf({64}, gen), b = leaf({64}, gen), gy = randn({64}, {}, &gen);
                      return std::function<void()>([a, b, gy] {
                        for (int i = 0; i < 100; ++i) (void)autograd::grad({mul(a, b)}, {a, b}, {gy});
                      });
                    }});
-  cases.push_back({"elementwise: gelu 1024x1024", 0, [] {
+  cases.push_back({"elementwise: gelu 1024x1024", [] {
                      Generator gen(8);
                      const Tensor x = leaf({1024, 1024}, gen), gy = randn({1024, 1024}, {}, &gen);
                      return step([=] { return gelu(x); }, {x}, gy);
@@ -199,10 +192,11 @@ SuiteReport run_ops(const Options& options) {
       "Forward + backward, f32: each repetition runs the op and then autograd::grad of its inputs and "
       "parameters for a fixed upstream gradient (the loss: for a scalar 1). conv2d: ResNet-18 CIFAR "
       "shapes, batch 64, case 'conv2d Cin->Cout kK sS HxW' (HxW = input size), no bias, padding 1 for "
-      "3x3; input and weight gradients; GFLOP/s counts 3x the forward flops. 'resnet18 conv total' sums "
+      "3x3; input and weight gradients. FLOPs are counted by the ops (conv2d forward and both gradients; "
+      "attention's matmuls). 'resnet18 conv total' sums "
       "the conv cases' times (each distinct shape once). batch_norm: training, running statistics "
-      "updated. attention: scaled_dot_product_attention, q, k, v (16, 4, 128, 64), GFLOP/s = 12·B·H·L²·d "
-      "/ time; 'padding mask' adds a bool (16, 1, 1, 128) key mask. 'layout:' cases: forward only, f32, "
+      "updated. attention: scaled_dot_product_attention, q, k, v (16, 4, 128, 64) (12·B·H·L²·d FLOPs); "
+      "'padding mask' adds a bool (16, 1, 1, 128) key mask. 'layout:' cases: forward only, f32, "
       "operands whose innermost dim is strided in memory (transposed, NCHW read as NHWC). GFLOP/s is 0 "
       "for the memory-bound ops. 'elementwise:' cases: the op front-end's cost (100 calls on 64 values a "
       "repetition; no peer) and gelu forward+backward. "
@@ -213,7 +207,9 @@ SuiteReport run_ops(const Options& options) {
     const std::function<void()> run = c.make();
     for (int threads : options.threads) {
       set_threads(threads);
-      const Timing t = time_interleaved({run}, options)[0];
+      const StepTiming st = time_step(run, options, c.name + " f32, " + std::to_string(threads) +
+                                                           (threads == 1 ? " thread" : " threads"));
+      const Timing& t = st.timing;
       Record r;
       r.suite = "ops";
       r.case_name = c.name;
@@ -222,7 +218,8 @@ SuiteReport run_ops(const Options& options) {
       r.threads = threads;
       r.median_ms = t.median_ms;
       r.min_ms = t.min_ms;
-      r.gflops = c.flops > 0 && t.median_ms > 0 ? c.flops / (t.median_ms * 1e6) : 0;
+      r.flops = st.flops;
+      r.gflops = st.flops > 0 && t.median_ms > 0 ? st.flops / (t.median_ms * 1e6) : 0;
       r.reps = t.reps;
       report.records.push_back(r);
     }
@@ -243,6 +240,7 @@ SuiteReport run_ops(const Options& options) {
       total.reps = total.reps == 0 ? r.reps : std::min(total.reps, r.reps);
       flops += r.gflops * r.median_ms * 1e6;
     }
+    total.flops = flops;
     total.gflops = total.median_ms > 0 ? flops / (total.median_ms * 1e6) : 0;
     report.records.push_back(total);
   }

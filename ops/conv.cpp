@@ -11,6 +11,7 @@
 #include "ops/kernels_conv.h"
 #include "ops/op_table.h"
 #include "ops/pair_arg.h"
+#include "ops/profiler.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -101,6 +102,12 @@ Tensor to_channels_last(const Tensor& t) {
 Tensor empty_channels_last(const Shape& s, const TensorOptions& options) {
   return empty({s[0], s[2], s[3], s[1]}, options).permute({0, 3, 1, 2});
 }
+// Nominal FLOPs of a convolution producing out (N, O, Ho, Wo) with a weight (O, C / groups, kH, kW):
+// a multiply and an add per weight element per output element.
+double conv_flops(const Tensor& out, const Shape& w_sizes) {
+  return 2.0 * static_cast<double>(out.numel()) * static_cast<double>(w_sizes[1] * w_sizes[2] * w_sizes[3]);
+}
+double conv_flops(const Tensor& out, const Tensor& w) { return conv_flops(out, w.sizes()); }
 
 }  // namespace
 
@@ -121,6 +128,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     const int64_t wo = conv_out_size(w, weight.size(3), p.stride[1], p.padding[1], p.dilation[1]);
     const TensorOptions options{.dtype = dtype, .device = input.device()};
     Tensor out4 = nhwc ? empty_channels_last({n, o, ho, wo}, options) : empty({n, o, ho, wo}, options);
+    if (profiler::counting_flops()) profiler::add_flops(OpId::conv2d, conv_flops(out4, weight));
     if (out4.numel() > 0)
       kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(out4, x, nhwc ? to_channels_last(weight) : weight.contiguous(),
                                                                bias.defined() ? bias.contiguous() : Tensor(), p);
@@ -151,6 +159,10 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
             auto layout = [&](const Tensor& t) { return nhwc ? to_channels_last(t) : as_4d(t).contiguous(); };
             const Tensor x = gw.defined() ? layout(sx.unpack("conv2d")) : Tensor();
             const Tensor w = need_x ? layout(sw.unpack("conv2d")) : Tensor();
+            // The input gradient is a convolution of the forward's size, and so is the weight's.
+            if (profiler::counting_flops())
+              profiler::add_flops(OpId::conv2d_backward,
+                                  conv_flops(go, w_sizes) * ((need_x ? 1 : 0) + (gw.defined() ? 1 : 0)));
             kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, dev, dtype)(gx4, gw, gb, go, x, w, p);
           }
           // A channels-last input gets a channels-last gradient (as PyTorch's); the weight's

@@ -8,6 +8,7 @@
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
+#include "ops/profiler.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -98,7 +99,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
   const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
   const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
   const int64_t n = a2.size(-2), k = a2.size(-1), m = b2.size(-1);
-  auto* matmul_kernel = kernel<kernels::MatmulKernel>(OpId::matmul, a.device().type, a.dtype());
+  const auto matmul_kernel = kernel<kernels::MatmulKernel>(OpId::matmul, a.device().type, a.dtype());
   const TensorOptions options{.dtype = a.dtype(), .device = a.device()};
 
   Shape batch, out3_sizes;
@@ -119,10 +120,13 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
   }
   Tensor out3 = empty(out3_sizes, options);
   if (out3.numel() > 0) {
-    if (k == 0)
+    if (k == 0) {
       out3.zero_();
-    else
+    } else {
+      if (profiler::counting_flops())
+        profiler::add_flops(OpId::matmul, 2.0 * static_cast<double>(out3.numel()) * static_cast<double>(k));
       matmul_kernel(out3, a3, b3);
+    }
   }
   Shape out_sizes = batch;
   if (a.dim() > 1) out_sizes.push_back(n);
@@ -213,6 +217,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     const Tensor w = weight.contiguous();
     const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
     Tensor out2 = empty({rows, outs}, {.dtype = x.dtype(), .device = x.device()});
+    if (profiler::counting_flops())
+      profiler::add_flops(OpId::linear, 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(outs));
     kernel<kernels::LinearKernel>(OpId::linear, x.device().type, x.dtype())(out2, x2, w, b);
     Shape out_sizes = lead;
     out_sizes.push_back(outs);

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <string>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "ops/profiler.h"
 
 namespace precis {
 
@@ -78,17 +80,48 @@ struct KernelSlot {
 const KernelSlot& kernel_slot(OpId op, DeviceType device, DType dtype);
 }  // namespace detail
 
-/// The kernel for (op, device, dtype) as a function pointer of type Fn*; throws
-/// NotImplementedError when missing and InternalError when the slot holds another signature.
+/// What kernel<Fn>() returns: the kernel with its op, called like the function itself. Every
+/// op-table kernel call passes here, so this is the profiler's hook (ops/profiler.h): when it
+/// records, the call is timed under the op's row; when it is off, the call costs one relaxed load
+/// more than a plain function pointer's.
 template <typename Fn>
-Fn* kernel(OpId op, DeviceType device, DType dtype) {
+class KernelRef;
+
+/// KernelRef for a kernel signature R(Args...): calls take the kernel's own arguments.
+template <typename R, typename... Args>
+class KernelRef<R(Args...)> {
+ public:
+  using Function = R(Args...);  ///< the kernel family's signature (ops/kernels.h)
+  /// `fn`, the kernel registered for `op`.
+  KernelRef(Function* fn, OpId op) noexcept : fn_(fn), op_(op) {}
+  /// Runs the kernel (timed when the profiler records).
+  R operator()(Args... args) const {
+    if (!profiler::enabled()) [[likely]]
+      return fn_(std::forward<Args>(args)...);
+    profiler::Scope scope(op_);
+    return fn_(std::forward<Args>(args)...);
+  }
+  /// The plain function pointer: calls through it bypass the profiler.
+  Function* get() const noexcept { return fn_; }
+  /// The op-table row the kernel belongs to.
+  OpId op() const noexcept { return op_; }
+
+ private:
+  Function* fn_;
+  OpId op_;
+};
+
+/// The kernel for (op, device, dtype), callable as Fn; throws NotImplementedError when missing
+/// and InternalError when the slot holds another signature.
+template <typename Fn>
+KernelRef<Fn> kernel(OpId op, DeviceType device, DType dtype) {
   const detail::KernelSlot& slot = detail::kernel_slot(op, device, dtype);
   if (slot.fn == nullptr) throw_missing_kernel(op, device, dtype);
   // type_info objects are normally unique per type, so the address compare decides; == is the
   // portable fallback for a toolchain that emits duplicates.
   if (slot.signature != &typeid(Fn) && *slot.signature != typeid(Fn))
     throw_kernel_signature_mismatch(op, device, dtype, *slot.signature, typeid(Fn));
-  return reinterpret_cast<Fn*>(slot.fn);
+  return KernelRef<Fn>(reinterpret_cast<Fn*>(slot.fn), op);
 }
 
 /// Registers `fn` for (op, device, dtype) under the signature Fn; kernel<Fn>() finds it.

@@ -1,9 +1,12 @@
 // Tensor members that compute: copies, conversions, in-place fill/copy, the operators and the
 // PyTorch-style reductions (x.sum(1), x.argmax(1)), and argmax.
+#include <optional>
+
 #include "autograd/record.h"
 #include "ops/backends.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
+#include "ops/profiler.h"
 #include "ops/scalar_check.h"
 #include "tensor/factory.h"
 
@@ -78,6 +81,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
       DeviceCopyFn* fn = device_copy();
       PRECIS_CHECK_DEVICE(fn != nullptr, "copy_: cannot copy from ", src.describe(), " to ", describe(),
                           ": precis was built without CUDA");
+      // Not an op-table kernel, so the profile's to_device row is opened here.
+      std::optional<profiler::Scope> profile;
+      if (profiler::enabled()) profile.emplace(OpId::to_device);
       if (is_contiguous()) {
         fn(*this, s);
       } else {

@@ -48,7 +48,7 @@ void finish_in_place(const GradList& l) {
 
 /// The kernel of a gradient-list op (registered under every floating dtype; looked up by f32).
 template <typename Fn>
-Fn* list_kernel(OpId op, Device device) {
+KernelRef<Fn> list_kernel(OpId op, Device device) {
   return kernel<Fn>(op, device.type, DType::f32);
 }
 

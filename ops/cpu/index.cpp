@@ -171,7 +171,7 @@ void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const
 
 // Each input is copied into its slab of out (a strided view) by the parallel copy kernel.
 void cat_kernel(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
-  auto* copy = kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cpu, out.dtype());
+  const auto copy = kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cpu, out.dtype());
   int64_t offset = 0;
   for (const Tensor& t : inputs) {
     const int64_t len = t.sizes()[dim];

@@ -109,7 +109,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
 
 // Each input copied into its slab of out by the CUDA copy kernel (a memcpy when both are dense).
 void cat_kernel(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
-  auto* copy = kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cuda, out.dtype());
+  const auto copy = kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cuda, out.dtype());
   int64_t offset = 0;
   for (const Tensor& t : inputs) {
     const int64_t len = t.sizes()[dim];

@@ -30,8 +30,8 @@ std::string lookup_error(OpId op, DType dtype) {
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
 TEST_CASE("a kernel looked up with its own signature is returned", "[ops][registry]") {
-  CHECK(kernel<kernels::UnaryKernel>(OpId::exp, DeviceType::cpu, DType::f32) != nullptr);
-  CHECK(kernel<kernels::BinaryKernel>(OpId::add, DeviceType::cpu, DType::f32) != nullptr);
+  CHECK(kernel<kernels::UnaryKernel>(OpId::exp, DeviceType::cpu, DType::f32).get() != nullptr);
+  CHECK(kernel<kernels::BinaryKernel>(OpId::add, DeviceType::cpu, DType::f32).get() != nullptr);
 }
 
 TEST_CASE("a real kernel looked up with another family's signature throws InternalError", "[ops][registry]") {
@@ -45,7 +45,7 @@ TEST_CASE("a real kernel looked up with another family's signature throws Intern
 
 TEST_CASE("a scratch registration under another signature is caught at lookup and restorable", "[ops][registry]") {
   // CHECK does not throw, so the slot is always restored below.
-  kernels::UnaryKernel* const saved = kernel<kernels::UnaryKernel>(OpId::neg, DeviceType::cpu, DType::f64);
+  kernels::UnaryKernel* const saved = kernel<kernels::UnaryKernel>(OpId::neg, DeviceType::cpu, DType::f64).get();
   register_kernel<ScratchKernel>(OpId::neg, DeviceType::cpu, DType::f64, &scratch_kernel);
   CHECK(kernel<ScratchKernel>(OpId::neg, DeviceType::cpu, DType::f64)(41) == 42);
   const std::string msg = lookup_error<kernels::UnaryKernel>(OpId::neg, DType::f64);

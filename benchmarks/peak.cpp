@@ -1,0 +1,179 @@
+#include "benchmarks/peak.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "core/thread_pool.h"
+#include "ops/functional.h"
+#include "tensor/factory.h"
+
+#ifdef PRECIS_HAS_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+#ifdef PRECIS_BENCH_HAS_OPENMP
+#include <omp.h>
+#endif
+
+namespace precis::bench {
+namespace {
+
+constexpr int kMaxThreadCounts = 16;
+
+// What the measuring process sends back (plain data: it crosses a pipe from the child).
+struct PeakResult {
+  int count = 0;
+  int threads[kMaxThreadCounts] = {};
+  double f32[kMaxThreadCounts] = {}, bf16[kMaxThreadCounts] = {};
+  char error[256] = {};
+};
+
+// Best time over `reps` runs of fn after one warm-up, in seconds.
+double best_seconds(const std::function<void()>& fn, int reps) {
+  fn();
+  double best = 0;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = i == 0 ? s : std::min(best, s);
+  }
+  return best;
+}
+
+#ifdef PRECIS_HAS_ONEDNN
+// GFLOP/s of an n×n×n matmul primitive on dense row-major buffers of `dt` (bf16: fp32 accumulation,
+// bf16 output, as precis's bf16 GEMM), created under the current OpenMP thread count.
+double onednn_gflops(int64_t n, dnnl::memory::data_type dt, int reps) {
+  using dnnl::memory;
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc md({n, n}, dt, memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine);
+  // oneDNN's reference kernels are no peak (and would take minutes at this size).
+  if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return 0;
+  const dnnl::matmul primitive(pd);
+  const size_t bytes = static_cast<size_t>(n * n) * (dt == memory::data_type::bf16 ? 2 : 4);
+  std::vector<uint8_t> a(bytes), b(bytes), c(bytes);
+  // Small finite values in either type: bf16 is the upper half of an f32 (0x3f80 = 1.0).
+  for (size_t i = 0; i + 1 < bytes; i += 2) {
+    const uint16_t v = static_cast<uint16_t>(0x3f00 + (i / 2) % 128);
+    std::memcpy(&a[i], &v, 2);
+    std::memcpy(&b[i], &v, 2);
+  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(md, engine, a.data())},
+                                       {DNNL_ARG_WEIGHTS, memory(md, engine, b.data())},
+                                       {DNNL_ARG_DST, memory(md, engine, c.data())}};
+  const double s = best_seconds(
+      [&] {
+        primitive.execute(stream, args);
+        stream.wait();
+      },
+      reps);
+  return 2.0 * static_cast<double>(n) * n * n / s * 1e-9;
+}
+#endif
+
+PeakResult measure(const std::vector<int>& threads, int n, int reps) {
+  PeakResult r;
+  const int initial_threads = get_num_threads();
+  try {
+    for (int t : threads) {
+      if (r.count == kMaxThreadCounts) break;
+      set_num_threads(t);
+#ifdef PRECIS_BENCH_HAS_OPENMP
+      omp_set_num_threads(t);
+#endif
+      r.threads[r.count] = t;
+#ifdef PRECIS_HAS_ONEDNN
+      r.f32[r.count] = onednn_gflops(n, dnnl::memory::data_type::f32, reps);
+      try {
+        r.bf16[r.count] = onednn_gflops(n, dnnl::memory::data_type::bf16, reps);
+      } catch (const dnnl::error&) {
+        r.bf16[r.count] = 0;  // no bf16 GEMM on this CPU: no bf16 peak
+      }
+#else
+      for (DType dt : {DType::f32, DType::bf16}) {
+        const Tensor a = randn({n, n}).to(dt), b = randn({n, n}).to(dt);
+        const double s = best_seconds([&] { (void)matmul(a, b); }, reps);
+        (dt == DType::f32 ? r.f32 : r.bf16)[r.count] = 2.0 * static_cast<double>(n) * n * n / s * 1e-9;
+      }
+#endif
+      ++r.count;
+    }
+  } catch (const std::exception& e) {
+    std::snprintf(r.error, sizeof r.error, "%s", e.what());
+  }
+  set_num_threads(initial_threads);
+  return r;
+}
+
+int process_threads() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return 0;
+}
+
+PeakResult measure_isolated(const std::vector<int>& threads, int n, int reps) {
+  if (process_threads() != 1) return measure(threads, n, reps);
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("GEMM peak: pipe failed");
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("GEMM peak: fork failed");
+  if (pid == 0) {
+    ::close(fds[0]);
+    const PeakResult r = measure(threads, n, reps);
+    const ssize_t written = ::write(fds[1], &r, sizeof r);
+    ::_exit(written == static_cast<ssize_t>(sizeof r) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  PeakResult r;
+  size_t got = 0;
+  while (got < sizeof r) {
+    const ssize_t k = ::read(fds[0], reinterpret_cast<char*>(&r) + got, sizeof r - got);
+    if (k <= 0) break;
+    got += static_cast<size_t>(k);
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (got != sizeof r) std::snprintf(r.error, sizeof r.error, "the measuring process died (status %d)", status);
+  return r;
+}
+
+}  // namespace
+
+double GemmPeaks::of(const std::string& dtype, int threads) const {
+  const auto it = by_threads.find(threads);
+  if (it == by_threads.end()) return 0;
+  return dtype == "f32" ? it->second.f32 : dtype == "bf16" ? it->second.bf16 : 0;
+}
+
+GemmPeaks measure_gemm_peaks(const std::vector<int>& threads, int n, int reps) {
+  const PeakResult r = measure_isolated(threads, n, reps);
+  if (r.error[0] != '\0') throw std::runtime_error(std::string("GEMM peak: ") + r.error);
+  GemmPeaks out;
+  for (int i = 0; i < r.count; ++i) out.by_threads[r.threads[i]] = GemmPeak{r.f32[i], r.bf16[i]};
+#ifdef PRECIS_HAS_ONEDNN
+  out.method = "oneDNN matmul";
+#else
+  out.method = "precis::matmul (precis-bench built without oneDNN)";
+#endif
+  out.method += " " + std::to_string(n) + "x" + std::to_string(n) + "x" + std::to_string(n) + ", best of " +
+                std::to_string(reps);
+  return out;
+}
+
+}  // namespace precis::bench

@@ -1,0 +1,140 @@
+#pragma once
+// The op profiler and the FLOP counter: where a training step's time and arithmetic go, per op and
+// per direction (benchmarks/README.md, "Profiling a step").
+//
+// Two hooks feed it, so that no op has to be instrumented by hand: every op-table kernel call
+// (KernelRef::operator(), ops/op_table.h) and every backward node the autograd engine runs
+// (autograd/engine.cpp). Both cost one relaxed atomic load when the profiler is off.
+//
+// Time is inclusive and counted once: a scope opened inside another on the same thread
+// (a kernel that calls another through the table, the kernels a backward node runs) adds its time
+// to the outermost scope. So a forward entry is the time of that op's kernel calls, and a backward
+// entry the time of the backward nodes recorded by that op (the kernels they run included); the
+// entries never overlap, and their sum is at most the wall time since the profile started. Time
+// outside every scope (op front-ends: checks, output allocation, autograd recording) is in no entry.
+//
+// FLOPs are nominal: 2·M·N·K per matrix product (matmul, linear, conv2d forward and each of
+// conv2d's input and weight gradients), counted by those ops' front-ends; the other ops count none.
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace precis {
+enum class OpId : uint16_t;
+}  // namespace precis
+
+namespace precis::profiler {
+
+/// Whether an entry's time was spent in the forward computation or in the autograd engine's
+/// backward pass. "forward" is everything outside backward, the optimizer's step kernels included.
+enum class Direction : uint8_t {
+  forward,   ///< outside the engine's backward pass
+  backward,  ///< inside it
+};
+/// "forward" or "backward".
+const char* direction_name(Direction d);
+
+namespace detail {
+extern std::atomic<bool> g_timing;    // the profiler records
+extern std::atomic<bool> g_counting;  // FLOPs are counted: a FlopCounter is alive or the profiler records
+}  // namespace detail
+
+/// Whether the profiler records (turned on by PRECIS_PROFILE=1 in the environment at start-up,
+/// or by set_enabled(true)). One relaxed load: cheap enough for every kernel call.
+inline bool enabled() noexcept { return detail::g_timing.load(std::memory_order_relaxed); }
+
+/// Whether matmul, linear and conv2d should report their FLOPs (add_flops).
+inline bool counting_flops() noexcept { return detail::g_counting.load(std::memory_order_relaxed); }
+
+/// Turns recording on or off. Turning it on starts the wall clock the shares refer to (when it was
+/// off); turning it off stops it. Entries recorded so far are kept (reset() drops them).
+void set_enabled(bool on);
+
+/// Drops every entry and restarts the wall clock (stopped when the profiler is off).
+void reset();
+
+/// One row of the profile.
+struct Entry {
+  /// The op-table row, or for a backward node without one (AccumulateGrad, a custom
+  /// autograd::Function) the node's name.
+  std::string name;
+  Direction direction = Direction::forward;  ///< where the time was spent
+  int64_t calls = 0;     ///< kernel calls (forward) or backward nodes run (backward)
+  double total_ms = 0;   ///< wall time inside those calls, counted once (see the file comment)
+  double flops = 0;      ///< nominal FLOPs of the calls (0 for the ops that count none)
+};
+
+/// The entries recorded since the last reset, longest total time first.
+std::vector<Entry> entries();
+
+/// Wall-clock milliseconds the profiler has been on since the last reset (or since it was turned on).
+double wall_ms();
+
+/// The profile as a markdown table, longest first: op, direction, calls, total ms, share of the
+/// wall time, GFLOP and GFLOP/s, then a line with the sum and the wall time. `steps` > 0 adds a
+/// column of milliseconds per step (total / steps).
+std::string report(int steps = 0);
+
+/// Times one call under an op-table row, or under a name (a backward node with no row). Open it
+/// only when enabled(); op-table kernel calls and the engine's backward nodes open one themselves.
+class Scope {
+ public:
+  /// Starts timing a call of `op`.
+  explicit Scope(OpId op) noexcept;
+  /// Starts timing a call recorded under `name`.
+  explicit Scope(std::string name);
+  /// Stops timing and records the call (when it is the thread's outermost scope).
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  void open() noexcept;
+  OpId op_;
+  std::string name_;  // empty: op_ names the entry
+  bool outermost_ = false;
+  int64_t start_ns_ = 0;
+};
+
+/// Marks this thread's scopes as backward while alive (the autograd engine opens one per pass).
+class BackwardScope {
+ public:
+  /// Marks the thread's scopes as backward.
+  BackwardScope() noexcept;
+  /// Restores the direction before it.
+  ~BackwardScope();
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+
+ private:
+  Direction previous_;
+};
+
+/// Reports `flops` nominal FLOPs done by `op`'s call that follows (call it only when
+/// counting_flops()): they go to every live FlopCounter and, when the profiler records, to the
+/// entry the call's time goes to (the enclosing backward node's, in backward).
+void add_flops(OpId op, double flops);
+
+/// Counts the nominal FLOPs of the matmul, linear and conv2d calls (forward and backward) made on
+/// any thread while it is alive, e.g. around one training step:
+///
+///   profiler::FlopCounter counter;
+///   step();
+///   double per_step = counter.flops();
+class FlopCounter {
+ public:
+  /// Starts counting (counters nest: each sees every FLOP reported while it is alive).
+  FlopCounter();
+  /// Stops counting when it was the last live counter and the profiler is off.
+  ~FlopCounter();
+  FlopCounter(const FlopCounter&) = delete;
+  FlopCounter& operator=(const FlopCounter&) = delete;
+  /// FLOPs counted since this counter was created.
+  double flops() const;
+
+ private:
+  double start_;
+};
+
+}  // namespace precis::profiler
