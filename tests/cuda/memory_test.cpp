@@ -66,7 +66,7 @@ TEST_CASE("pin_memory without a usable CUDA device is a DeviceError naming the c
   CHECK_THROWS_AS(pinned_allocator(), DeviceError);
 }
 
-TEST_CASE("is_pinned follows the storage's allocator, views included; pin_memory keeps a pinned tensor",
+TEST_CASE("is_pinned follows the storage's allocator, views included, and pin_memory keeps a pinned tensor",
           "[cuda_api]") {
   static ClaimsPinned pinned;
   auto storage = std::make_shared<StorageImpl>(6 * sizeof(float), pinned);
@@ -147,7 +147,7 @@ TEST_CASE("a pinned block is not handed out again while an asynchronous copy sti
 }
 
 #ifdef PRECIS_HAS_CUDA
-TEST_CASE("each device has a compute, a copy and a comm stream; the current one is the compute stream",
+TEST_CASE("each device has a compute, a copy and a comm stream, and the current one is the compute stream",
           "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   using namespace precis::cuda;
