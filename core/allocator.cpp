@@ -29,6 +29,7 @@
 
 #ifdef PRECIS_HAS_CUDA
 #include "core/cuda/cuda_allocator.h"
+#include "core/cuda/cuda_context.h"
 #endif
 
 // Under AddressSanitizer the allocator tells ASan which bytes are live: a cached block, and the
@@ -106,6 +107,10 @@ class CpuCachingAllocator final : public CachingAllocatorBase {
     void* p = system_alloc(size);
     if (p == nullptr) {
       // Cached blocks of other classes may be what stands in the way; give them back and retry.
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        book_.cache_flush();
+      }
       empty_cache();
       p = system_alloc(size);
     }
@@ -202,6 +207,24 @@ Allocator& allocator_for(Device device) {
 #endif
   throw DeviceError(detail::str_cat("no CUDA allocator for ", device.str(),
                                     ": precis was built without CUDA or the device is absent"));
+}
+
+Allocator& pinned_allocator() {
+#ifdef PRECIS_HAS_CUDA
+  return cuda::pinned_allocator();
+#else
+  throw DeviceError("pin_memory: pinned host memory needs CUDA, and precis was built without it "
+                    "(PRECIS_CUDA=OFF); use ordinary CPU tensors, or rebuild with PRECIS_CUDA=ON on a machine with "
+                    "the CUDA toolkit");
+#endif
+}
+
+bool pinned_memory_available() {
+#ifdef PRECIS_HAS_CUDA
+  return cuda::device_count() > 0;
+#else
+  return false;
+#endif
 }
 
 void Allocator::copy_to_host(void* dst, const void* src, size_t nbytes) const {

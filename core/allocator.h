@@ -19,6 +19,7 @@ struct AllocatorStats {
   size_t peak_allocated = 0;    ///< the largest `allocated` since the last reset_peak_stats()
   uint64_t num_allocs = 0;      ///< allocate() calls with a nonzero size
   uint64_t num_cache_hits = 0;  ///< allocate() calls served from the cache
+  uint64_t num_cache_flushes = 0;  ///< times the cache was given back to retry a failed system allocation
 };
 
 /// The memory source of one device. Obtain one with cpu_allocator() or allocator_for(); they live
@@ -42,10 +43,21 @@ class Allocator {
   /// copy (a plain memcpy for host memory). For layers below the kernels, e.g. a writer that
   /// streams a device tensor's bytes to a file.
   virtual void copy_to_host(void* dst, const void* src, size_t nbytes) const;
+  /// True for an allocator of page-locked host memory (Tensor::is_pinned): the CUDA runtime
+  /// copies from it to a device asynchronously, without a staging copy.
+  virtual bool is_pinned() const { return false; }
 };
 
 /// The process-wide CPU caching allocator.
 Allocator& cpu_allocator();
+
+/// The process-wide caching allocator of pinned (page-locked) host memory, behind
+/// Tensor::pin_memory(). Its blocks are CPU memory (device() is the CPU) that a CUDA device can
+/// read with an asynchronous copy. Throws DeviceError when precis was built without CUDA or no
+/// CUDA device is visible (pinning needs the CUDA runtime and a driver).
+Allocator& pinned_allocator();
+/// Whether pinned_allocator() can be had (a CUDA build and a visible device). Never throws.
+bool pinned_memory_available();
 
 /// The allocator for a device. A build with CUDA registers its CUDA allocators on the first request
 /// for a CUDA device; asking for one without CUDA throws DeviceError.

@@ -32,6 +32,17 @@ class CachingAllocatorStats {
     stats_.reserved += block;
     add_live(block);
   }
+  /// A segment of `bytes` obtained from the system and kept in the cache, none of it live yet
+  /// (allocators that split segments into blocks; hand_out then counts the blocks).
+  void reserve(size_t bytes) { stats_.reserved += bytes; }
+  /// A block of `block` bytes cut from reserved memory and handed out; from_cache: it was cached
+  /// before this request (a hit), not cut from a segment reserved for this request.
+  void hand_out(size_t block, bool from_cache) {
+    if (from_cache) ++stats_.num_cache_hits;
+    add_live(block);
+  }
+  /// The cache was given back to the system to retry an allocation that failed.
+  void cache_flush() { ++stats_.num_cache_flushes; }
   /// A live block returned to the cache. Throws InternalError when more bytes are freed than
   /// are live (a double free or a wrong size).
   void freed(size_t block);

@@ -6,7 +6,9 @@
 #include <mutex>
 #include <thread>
 
+#include "core/allocator.h"
 #include "core/error.h"
+#include "core/warning.h"
 
 namespace precis::data {
 
@@ -136,6 +138,12 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   PRECIS_CHECK(options_.prefetch >= 0, "DataLoader: prefetch must be >= 0 (0 = 2 * num_workers), got ",
                options_.prefetch);
   PRECIS_CHECK(options_.collate != nullptr, "DataLoader: collate is empty (use data::stack_examples)");
+  if (options_.pin_memory) {
+    pin_ = pinned_memory_available();
+    if (!pin_)
+      warn("DataLoader: pin_memory is set, but pinned memory needs CUDA and a visible CUDA device (precis was built "
+           "without CUDA, or no device is visible); batches are yielded in ordinary memory");
+  }
 }
 
 DataLoader::~DataLoader() {
@@ -178,6 +186,9 @@ Batch DataLoader::load_batch(int64_t epoch, int64_t index, const std::vector<int
   }
   Batch batch;
   batch.tensors = options_.collate(examples);
+  if (pin_)
+    for (Tensor& t : batch.tensors)
+      if (t.defined() && t.device().is_cpu()) t = t.pin_memory();
   batch.indices = indices;
   batch.epoch = epoch;
   batch.index = index;

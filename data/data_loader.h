@@ -43,6 +43,11 @@ struct DataLoaderOptions {
   /// When set, gives each epoch's index lists and replaces batch_size/shuffle/drop_last
   /// (e.g. token_budget_batches for text).
   BatchSampler batch_sampler = nullptr;
+  /// Copy every batch tensor into pinned host memory (Tensor::pin_memory) on the loading thread,
+  /// so that `b[0].to(Device::cuda(0), /*non_blocking=*/true)` overlaps the copy with compute.
+  /// Where pinned memory cannot be had (a build without CUDA, no visible device) the loader
+  /// warns once and yields ordinary batches, as PyTorch's DataLoader does.
+  bool pin_memory = false;
 };
 
 /// Where a loader stands: the next batch it yields is batch `batch` of epoch `epoch`. Saved in a
@@ -129,6 +134,7 @@ class DataLoader {
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
+  bool pin_ = false;  // options_.pin_memory and pinned memory can be had
   DataPosition position_;
   std::weak_ptr<Run> active_;
   std::chrono::steady_clock::time_point run_start_{};

@@ -17,8 +17,9 @@ void register_cuda_backend();
 namespace precis {
 class Tensor;
 /// Copies between devices (host↔device, device↔device). dst and src: same shape and dtype, both
-/// contiguous. Provided by the CUDA backend; absent in a CPU-only build.
-using DeviceCopyFn = void(const Tensor& dst, const Tensor& src);
+/// contiguous. non_blocking: a host-to-device copy from pinned memory may stay queued on the
+/// device's copy stream (Tensor::to). Provided by the CUDA backend; absent in a CPU-only build.
+using DeviceCopyFn = void(const Tensor& dst, const Tensor& src, bool non_blocking);
 void set_device_copy(DeviceCopyFn* fn);
 DeviceCopyFn* device_copy();
 }  // namespace precis

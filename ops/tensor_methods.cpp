@@ -56,7 +56,7 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
 }
 }  // namespace
 
-Tensor& Tensor::copy_(const Tensor& src) {
+Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   require_defined("copy_", *this, "destination");
   // An undefined source is a bad value, not a shape mismatch (PyTorch: "Expected a proper Tensor").
   PRECIS_CHECK(src.defined(), "copy_: the source tensor is undefined (a default-constructed Tensor holds no data), "
@@ -85,10 +85,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
       std::optional<profiler::Scope> profile;
       if (profiler::enabled()) profile.emplace(OpId::to_device);
       if (is_contiguous()) {
-        fn(*this, s);
+        fn(*this, s, non_blocking);
       } else {
         Tensor tmp = empty(sizes(), {.dtype = dtype(), .device = device()});
-        fn(tmp, s);
+        fn(tmp, s, non_blocking);
         copy_same_device(*this, tmp);
       }
     }
@@ -117,19 +117,34 @@ Tensor Tensor::to(DType dtype) const {
   return cast(*this, dtype);
 }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, bool non_blocking) const {
   require_defined("to", *this);
   if (this->device() == device) return *this;
   Tensor out = empty(sizes(), {.dtype = dtype(), .device = device});
   {
     NoGradGuard no_grad;
-    out.copy_(*this);
+    out.copy_(*this, non_blocking);
   }
   if (autograd::needs_grad({this})) {
     const Device src = this->device();
     autograd::record(OpId::to_device, {*this}, {out},
                      [src](const TensorList& g) -> TensorList { return {g[0].to(src)}; });
   }
+  return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  require_defined("pin_memory", *this);
+  PRECIS_CHECK_DEVICE(device().is_cpu(), "pin_memory: only CPU tensors can be pinned; got ", describe(),
+                      " (pin a tensor before moving it to a device: x.pin_memory().to(device, true))");
+  if (is_pinned()) return *this;
+  Allocator& pinned = pinned_allocator();  // DeviceError without CUDA or without a device
+  const size_t nbytes = static_cast<size_t>(numel()) * element_size();  // numel fits: a CPU tensor has it
+  auto storage = std::make_shared<StorageImpl>(nbytes, pinned);
+  Tensor out(std::make_shared<TensorImpl>(std::move(storage), sizes(), contiguous_strides(sizes()), 0, dtype()));
+  copy_same_device(out, *this);
+  if (autograd::needs_grad({this}))
+    autograd::record(OpId::clone, {*this}, {out}, [](const TensorList& g) -> TensorList { return {g[0]}; });
   return out;
 }
 

@@ -7,6 +7,11 @@ StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device
   data_ = allocator_->allocate(nbytes);
 }
 
+StorageImpl::StorageImpl(size_t nbytes, Allocator& allocator)
+    : nbytes_(nbytes), device_(allocator.device()), allocator_(&allocator) {
+  data_ = allocator_->allocate(nbytes);
+}
+
 StorageImpl::StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
 

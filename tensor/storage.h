@@ -15,6 +15,9 @@ class StorageImpl {
  public:
   /// Allocates nbytes from the device's allocator.
   StorageImpl(size_t nbytes, Device device);
+  /// Allocates nbytes from `allocator` (e.g. pinned_allocator() for pinned host memory); the
+  /// storage's device is the allocator's.
+  StorageImpl(size_t nbytes, Allocator& allocator);
   /// Wraps memory owned elsewhere; `deleter` (may be empty) runs when the storage dies.
   StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
   ~StorageImpl();
@@ -25,6 +28,8 @@ class StorageImpl {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }  ///< its size in bytes
   Device device() const { return device_; }  ///< where the bytes live
+  /// The allocator the bytes came from; null for wrapped external memory.
+  Allocator* allocator() const { return allocator_; }
 
  private:
   void* data_ = nullptr;

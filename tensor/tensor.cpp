@@ -64,6 +64,12 @@ Tensor Tensor::detach() const {
   return detail::make_alias(*this, sizes(), strides(), storage_offset());
 }
 
+bool Tensor::is_pinned() const {
+  if (!defined()) return false;
+  const Allocator* a = impl()->storage()->allocator();
+  return a != nullptr && a->is_pinned();
+}
+
 std::string Tensor::describe() const {
   if (!defined()) return "(undefined)";
   return shape_str(sizes()) + " " + std::string(dtype_name(dtype())) + " " + device().str();

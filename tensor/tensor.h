@@ -142,10 +142,21 @@ class Tensor {
   Tensor clone() const;
   /// Converts the dtype (differentiable; the gradient is cast back). Returns *this when equal.
   Tensor to(DType dtype) const;
-  /// Moves to a device (differentiable). Returns *this when equal.
-  Tensor to(Device device) const;
+  /// Moves to a device (differentiable). Returns *this when equal. With non_blocking, a copy from
+  /// pinned host memory (pin_memory()) to a CUDA device is queued on the device's copy stream and
+  /// the call returns at once; work queued afterwards on the device's current stream waits for
+  /// the copy, so the result can be used right away. Any other copy ignores non_blocking and is
+  /// complete when the call returns (as in PyTorch, a copy from pageable memory cannot overlap).
+  Tensor to(Device device, bool non_blocking = false) const;
   /// to(Device::cpu()).
   Tensor cpu() const { return to(Device::cpu()); }
+  /// A copy of this CPU tensor in pinned (page-locked) host memory, from which to(cuda,
+  /// /*non_blocking=*/true) copies asynchronously; *this when it is pinned already. Contiguous,
+  /// differentiable like clone(). Throws DeviceError for a tensor not on the CPU, and when pinned
+  /// memory cannot be had (a build without CUDA, or no visible CUDA device).
+  Tensor pin_memory() const;
+  /// Whether the storage is pinned host memory (from pin_memory()). Never throws.
+  bool is_pinned() const;
   /// Same data, cut from the graph (requires_grad false); shares the version counter.
   Tensor detach() const;
   /// The single value of a one-element tensor, converted to T.
@@ -158,8 +169,9 @@ class Tensor {
   Tensor& fill_(Scalar value);
   /// Sets every element to 0.
   Tensor& zero_() { return fill_(0.0); }
-  /// Copies src into this tensor, broadcasting src and converting dtype and device.
-  Tensor& copy_(const Tensor& src);
+  /// Copies src into this tensor, broadcasting src and converting dtype and device. non_blocking:
+  /// as for to(device, non_blocking) — asynchronous only from pinned host memory to a CUDA device.
+  Tensor& copy_(const Tensor& src, bool non_blocking = false);
 
   // ---- autograd ----------------------------------------------------------------------------
   /// Whether gradients flow to (leaf) or through this tensor.

@@ -2,140 +2,134 @@
 
 #include <cuda_runtime_api.h>
 
-#include <map>
+#include <cstring>
+#include <memory>
 #include <mutex>
-#include <unordered_map>
-#include <utility>
-#include <vector>
 
-#include "core/caching_allocator.h"
-#include "core/checked_math.h"
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/cuda_context.h"
 
 namespace precis::cuda {
 
 namespace {
 
-constexpr size_t kSmallLimit = size_t{1} << 20;  // 1 MiB
-constexpr size_t kSmallStep = 512;
-constexpr size_t kLargeStep = size_t{2} << 20;   // 2 MiB
+std::string gib_str(size_t n) { return precis::detail::str_cat(static_cast<double>(n) / (1024.0 * 1024.0 * 1024.0), " GiB"); }
 
-std::string bytes_str(size_t n) {
-  const double mib = static_cast<double>(n) / (1024.0 * 1024.0);
-  return precis::detail::str_cat(n, " bytes (", mib, " MiB)");
+// Returns false for cudaErrorMemoryAllocation (and clears it); throws for any other failure.
+bool alloc_ok(cudaError_t err, const std::string& what) {
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  PRECIS_CUDA_CHECK(err, what);
+  return true;
 }
 
-class CachingAllocator final : public CachingAllocatorBase {
+// Events are shared by both memories: created on `index`'s device, recorded on a stream of it.
+EventHandle make_event(int index, cudaStream_t stream) {
+  DeviceGuard guard(index);
+  cudaEvent_t ev = nullptr;
+  PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "creating an allocator event on cuda:",
+                    index);
+  const cudaError_t err = cudaEventRecord(ev, stream);
+  if (err != cudaSuccess) {
+    (void)cudaEventDestroy(ev);
+    PRECIS_CUDA_CHECK(err, "recording an allocator event on cuda:", index);
+  }
+  return ev;
+}
+
+bool query(EventHandle e) {
+  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(e));
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  PRECIS_CUDA_CHECK(err, "querying an allocator event");
+  return true;
+}
+
+class CudaDeviceMemory final : public DeviceMemory {
  public:
-  explicit CachingAllocator(int index) : index_(index) {}
-
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    if (nbytes > kMaxAllocationBytes)
-      throw OutOfMemoryError(precis::detail::str_cat("CUDA caching allocator: cannot allocate ", nbytes, " bytes on cuda:",
-                                                     index_, ": more than a 64-bit offset can address"),
-                             nbytes, precis::detail::str_cat("cuda:", index_));
-    const size_t size = round_block_size(nbytes);
-    std::lock_guard<std::mutex> lock(mutex_);
-    // Fetched on first use so that registering the allocator creates no CUDA context.
-    if (stream_ == nullptr) stream_ = device_stream(index_);
-    book_.count_request();
-    void* ptr = nullptr;
-    auto it = free_.find({stream_, size});
-    if (it != free_.end() && !it->second.empty()) {
-      ptr = it->second.back();
-      it->second.pop_back();
-      book_.cache_hit(size);
-    } else {
-      ptr = malloc_with_retry(nbytes, size);
-      book_.fresh_block(size);
-    }
-    live_.emplace(ptr, Block{size, stream_});
-    return ptr;
-  }
-
-  void deallocate(void* ptr, size_t /*nbytes*/) override {
-    if (ptr == nullptr) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = live_.find(ptr);
-    // Called from storage destructors, so it must not throw; an unknown pointer is not ours.
-    if (it == live_.end()) return;
-    Block b = it->second;
-    live_.erase(it);
-    b.stream = stream_;  // the stream it is freed on: the device's only stream
-    book_.freed(b.size);
-    free_[{b.stream, b.size}].push_back(ptr);
-  }
-
-  void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    release_cached_locked();
-  }
-
+  explicit CudaDeviceMemory(int index) : index_(index) {}
   Device device() const override { return Device::cuda(index_); }
-  void copy_to_host(void* dst, const void* src, size_t nbytes) const override {
-    if (nbytes == 0) return;
-    cudaStream_t stream = device_stream(index_);
+  void* malloc(size_t bytes) override {
+    DeviceGuard guard(index_);
+    void* p = nullptr;
+    return alloc_ok(cudaMalloc(&p, bytes), precis::detail::str_cat("allocating ", bytes, " bytes on cuda:", index_))
+               ? p
+               : nullptr;
+  }
+  void free(void* ptr, size_t bytes) override {
+    DeviceGuard guard(index_);
+    PRECIS_CUDA_CHECK(cudaFree(ptr), "releasing a cached segment of ", bytes, " bytes on cuda:", index_);
+  }
+  StreamHandle current_stream() override { return cuda::current_stream(index_); }
+  EventHandle record_event(StreamHandle stream) override {
+    return make_event(index_, static_cast<cudaStream_t>(stream));
+  }
+  bool query_event(EventHandle e) override { return query(e); }
+  void synchronize_event(EventHandle e) override {
+    PRECIS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "waiting for an allocator event on cuda:",
+                      index_);
+  }
+  void destroy_event(EventHandle e) noexcept override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+  void synchronize_device() override {
+    DeviceGuard guard(index_);
+    PRECIS_CUDA_CHECK(cudaDeviceSynchronize(), "synchronising cuda:", index_, " before releasing cached memory");
+  }
+  void copy_to_host(void* dst, const void* src, size_t nbytes) override {
+    DeviceGuard guard(index_);
+    cudaStream_t stream = cuda::current_stream(index_);
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream), "copy of ", nbytes,
-                      " bytes from ", device().str(), " to the host");
-    PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy of ", nbytes, " bytes from ", device().str(), " to the host");
+                      " bytes from cuda:", index_, " to the host");
+    PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy of ", nbytes, " bytes from cuda:", index_, " to the host");
+  }
+  std::string memory_info() override {
+    DeviceGuard guard(index_);
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return {};
+    }
+    return gib_str(free_b) + " free of " + gib_str(total_b);
   }
 
  private:
-  struct Block {
-    size_t size;
-    cudaStream_t stream;
-  };
-  using FreeKey = std::pair<cudaStream_t, size_t>;
+  int index_;
+};
 
-  // Caller holds mutex_.
-  void* malloc_with_retry(size_t nbytes, size_t size) {
-    DeviceGuard guard(index_);
-    void* ptr = nullptr;
-    cudaError_t err = cudaMalloc(&ptr, size);
-    if (err == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      release_cached_locked();
-      err = cudaMalloc(&ptr, size);
-      if (err == cudaErrorMemoryAllocation) {
-        (void)cudaGetLastError();
-        size_t free_b = 0, total_b = 0;
-        (void)cudaMemGetInfo(&free_b, &total_b);
-        (void)cudaGetLastError();
-        const AllocatorStats& st = book_.get();
-        throw OutOfMemoryError(precis::detail::str_cat(
-            "CUDA out of memory on cuda:", index_, ": cannot allocate ", bytes_str(nbytes), " (block of ",
-            bytes_str(size), ") even after releasing the cache; the caching allocator holds ",
-            bytes_str(st.allocated), " in live tensors (peak ", bytes_str(st.peak_allocated), "), ",
-            bytes_str(st.reserved), " reserved; the device has ", bytes_str(free_b), " free of ",
-            bytes_str(total_b), ". Free tensors you no longer need, or reduce the batch size"),
-            nbytes, precis::detail::str_cat("cuda:", index_));
-      }
-    }
-    PRECIS_CUDA_CHECK(err, "allocating ", bytes_str(size), " on cuda:", index_);
-    return ptr;
+// Page-locked host memory. Portable: usable by every device's copies, not only the current one's.
+class PinnedHostMemory final : public DeviceMemory {
+ public:
+  Device device() const override { return Device::cpu(); }
+  std::string name() const override { return "pinned host memory"; }
+  void* malloc(size_t bytes) override {
+    void* p = nullptr;
+    return alloc_ok(cudaHostAlloc(&p, bytes, cudaHostAllocPortable),
+                    precis::detail::str_cat("allocating ", bytes, " bytes of pinned host memory"))
+               ? p
+               : nullptr;
   }
-
-  // Caller holds mutex_. The synchronisation makes sure no queued kernel still uses a cached
-  // block (cudaFree would also wait, but the explicit sync keeps the contract visible).
-  void release_cached_locked() {
-    if (free_.empty()) return;
-    DeviceGuard guard(index_);
-    PRECIS_CUDA_CHECK(cudaDeviceSynchronize(), "synchronising cuda:", index_, " before releasing cached blocks");
-    for (auto& [key, ptrs] : free_) {
-      for (void* p : ptrs) {
-        PRECIS_CUDA_CHECK(cudaFree(p), "releasing a cached block on cuda:", index_);
-        book_.released(key.second);
-      }
-    }
-    free_.clear();
+  void free(void* ptr, size_t bytes) override {
+    PRECIS_CUDA_CHECK(cudaFreeHost(ptr), "releasing ", bytes, " bytes of pinned host memory");
   }
+  StreamHandle current_stream() override { return nullptr; }  // one "host" stream for every block
+  EventHandle record_event(StreamHandle stream) override {
+    auto s = static_cast<cudaStream_t>(stream);
+    const int owner = stream_device(s);
+    return make_event(owner >= 0 ? owner : current_device(), s);
+  }
+  bool query_event(EventHandle e) override { return query(e); }
+  void synchronize_event(EventHandle e) override {
+    PRECIS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "waiting for a copy from pinned memory");
+  }
+  void destroy_event(EventHandle e) noexcept override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+  // Every device use of a pinned block is an asynchronous copy recorded with record_stream, and
+  // the allocator has waited for those events before it frees anything.
+  void synchronize_device() override {}
+  void copy_to_host(void* dst, const void* src, size_t nbytes) override { std::memcpy(dst, src, nbytes); }
 
-  const int index_;
-  cudaStream_t stream_ = nullptr;  // the device stream, set by the first allocate()
-  std::unordered_map<void*, Block> live_;  // guarded by mutex_, as is free_
-  std::map<FreeKey, std::vector<void*>> free_;
+ private:
 };
 
 // Stands in for a CUDA index with no visible device, so that allocating there explains why.
@@ -158,24 +152,35 @@ class UnavailableAllocator final : public Allocator {
 
 }  // namespace
 
-size_t round_block_size(size_t nbytes) {
-  const size_t step = nbytes <= kSmallLimit ? kSmallStep : kLargeStep;
-  return (nbytes + step - 1) / step * step;
-}
-
-Allocator& caching_allocator(int index) {
+DeviceCachingAllocator& caching_allocator(int index) {
   check_device_index(index, "caching_allocator");
   static std::mutex mutex;
-  static CachingAllocator* allocators[kMaxDevices] = {};
+  static DeviceCachingAllocator* allocators[kMaxDevices] = {};
   std::lock_guard<std::mutex> lock(mutex);
-  if (allocators[index] == nullptr) allocators[index] = new CachingAllocator(index);  // never freed: see header
+  if (allocators[index] == nullptr)  // never freed: see header
+    allocators[index] = new DeviceCachingAllocator(std::make_unique<CudaDeviceMemory>(index));
   return *allocators[index];
+}
+
+DeviceCachingAllocator& pinned_allocator() {
+  if (device_count() == 0)
+    throw DeviceError(precis::detail::str_cat(
+        "pin_memory: pinned host memory needs a CUDA device, and none is visible (", unavailable_reason(),
+        "); use ordinary CPU tensors, or check the driver and CUDA_VISIBLE_DEVICES"));
+  static DeviceCachingAllocator* const allocator =  // never freed: see caching_allocator
+      new DeviceCachingAllocator(std::make_unique<PinnedHostMemory>());
+  return *allocator;
+}
+
+void record_stream(const void* data, int index, cudaStream_t stream) {
+  DeviceCachingAllocator& a = index < 0 ? pinned_allocator() : caching_allocator(index);
+  a.record_stream(data, stream);
 }
 
 void register_allocators() {
   const int n = device_count();
   for (int i = 0; i < kMaxDevices; ++i) {
-    Allocator* a = i < n ? &caching_allocator(i) : new UnavailableAllocator(i);
+    Allocator* a = i < n ? static_cast<Allocator*>(&caching_allocator(i)) : new UnavailableAllocator(i);
     register_allocator(DeviceType::cuda, i, a);
   }
 }

@@ -1,30 +1,32 @@
 #pragma once
-// The stream-ordered caching allocator of CUDA device memory (internal to the CUDA backend).
-//
-// cudaMalloc/cudaFree are slow and cudaFree synchronises the whole device, so freed blocks are
-// kept and reused. Sizes are rounded to buckets (512 B steps up to 1 MiB, 2 MiB steps above: the
-// granularity cudaMalloc itself uses for large blocks, so rounding costs no device memory) and a
-// request is served from a cached block of exactly its bucket.
-//
-// Stream ordering: every block is tagged with the stream it was freed on and is only handed out
-// again for that stream. With the one-stream-per-device model (cuda_context.h), a block freed on
-// the host while kernels that use it are still queued can be reused immediately: any kernel that
-// receives it is enqueued later on the same stream, so it runs after them. Using a block on a
-// second stream would require recording an event at free time and waiting on it before reuse.
-//
-// When cudaMalloc fails, the cache is released (after a device synchronisation) and the
-// allocation retried once; a second failure throws DeviceError with the requested size and the
-// allocator's statistics.
+// The CUDA memory allocators (internal to the CUDA backend): one stream-ordered caching allocator
+// of device memory per device, and one of pinned host memory. Both are DeviceCachingAllocator
+// (core/device_caching_allocator.h: best fit, splitting, stream/event gating, release and retry on
+// out of memory) over a thin DeviceMemory of CUDA runtime calls:
+//   - device memory: cudaMalloc/cudaFree on the device; a block belongs to the device's current
+//     stream at allocation (cuda_context.h); events come from cudaEventRecord/Query;
+//   - pinned memory: cudaHostAlloc/cudaFreeHost; every block belongs to one "host" stream, and a
+//     block read by an asynchronous copy is recorded with the copy stream (record_stream), so it
+//     is not handed out again until the copy has finished.
+// No CUDA header here; streams are cudaStream_t as forward-declared in cuda_context.h.
 #include "core/allocator.h"
+#include "core/cuda/cuda_context.h"
+#include "core/device_caching_allocator.h"
 
 namespace precis::cuda {
 
-/// Block size a request of nbytes is rounded to.
-size_t round_block_size(size_t nbytes);
-
 /// The caching allocator of visible device `index` (created on first use, never destroyed, so
 /// that no cudaFree runs after the CUDA runtime has shut down at exit).
-Allocator& caching_allocator(int index);
+DeviceCachingAllocator& caching_allocator(int index);
+
+/// The caching allocator of pinned host memory (precis::pinned_allocator()). Throws DeviceError
+/// when no CUDA device is visible.
+DeviceCachingAllocator& pinned_allocator();
+
+/// Marks the memory of `data` (a pointer into a live block of the CUDA allocator of cuda:`index`,
+/// or of the pinned allocator when index is -1) as used by work queued on `stream`, so that the
+/// block is not reused before that work has finished. PyTorch's Tensor.record_stream.
+void record_stream(const void* data, int index, cudaStream_t stream);
 
 /// Registers, for every CUDA index precis addresses, the caching allocator of a visible device or
 /// an allocator that throws DeviceError explaining that the device is missing. Called once, by

@@ -34,8 +34,27 @@ const DeviceInfo& device_info() {
   return info;
 }
 
+// The three streams of each device, by kind (created on first use, never destroyed: kernels may
+// still be queued on them at exit).
+enum StreamKind { kCompute = 0, kCopy = 1, kComm = 2, kNumKinds = 3 };
+const char* const kKindNames[kNumKinds] = {"compute", "copy", "comm"};
 std::mutex g_stream_mutex;
-std::array<cudaStream_t, kMaxDevices> g_streams{};
+std::array<std::array<cudaStream_t, kNumKinds>, kMaxDevices> g_streams{};
+
+// The calling thread's current stream per device; null means the compute stream.
+thread_local std::array<cudaStream_t, kMaxDevices> t_current{};
+
+cudaStream_t stream_of(int index, StreamKind kind) {
+  check_device_index(index, "creating a stream");
+  std::lock_guard<std::mutex> lock(g_stream_mutex);
+  cudaStream_t& s = g_streams[static_cast<size_t>(index)][kind];
+  if (s == nullptr) {
+    DeviceGuard guard(index);
+    PRECIS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamDefault), "creating the ", kKindNames[kind],
+                      " stream of cuda:", index);
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -95,21 +114,84 @@ DeviceGuard::~DeviceGuard() {
   if (index_ != previous_) (void)cudaSetDevice(previous_);
 }
 
-cudaStream_t device_stream(int index) {
-  check_device_index(index, "device_stream");
+cudaStream_t compute_stream(int index) { return stream_of(index, kCompute); }
+cudaStream_t copy_stream(int index) { return stream_of(index, kCopy); }
+cudaStream_t comm_stream(int index) { return stream_of(index, kComm); }
+
+cudaStream_t current_stream(int index) {
+  check_device_index(index, "current_stream");
+  cudaStream_t s = t_current[static_cast<size_t>(index)];
+  return s != nullptr ? s : compute_stream(index);
+}
+
+cudaStream_t device_stream(int index) { return current_stream(index); }
+
+int stream_device(cudaStream_t stream) {
+  if (stream == nullptr) return -1;
   std::lock_guard<std::mutex> lock(g_stream_mutex);
-  cudaStream_t& s = g_streams[static_cast<size_t>(index)];
-  if (s == nullptr) {
-    DeviceGuard guard(index);
-    PRECIS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamDefault), "creating the stream of cuda:", index);
+  for (int i = 0; i < kMaxDevices; ++i)
+    for (cudaStream_t s : g_streams[static_cast<size_t>(i)])
+      if (s == stream) return i;
+  return -1;
+}
+
+StreamGuard::StreamGuard(int index, cudaStream_t stream) : index_(index) {
+  check_device_index(index, "StreamGuard");
+  const int owner = stream_device(stream);
+  PRECIS_CHECK_DEVICE(owner == -1 || owner == index, "StreamGuard: the stream belongs to cuda:", owner,
+                      ", not to cuda:", index, "; pass a stream of the device it is made current for");
+  previous_ = t_current[static_cast<size_t>(index)];
+  t_current[static_cast<size_t>(index)] = stream;
+}
+
+StreamGuard::~StreamGuard() { t_current[static_cast<size_t>(index_)] = previous_; }
+
+Event::Event(int index) : index_(index) {
+  DeviceGuard guard(index);
+  PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "creating an event on cuda:", index);
+}
+
+Event::~Event() {
+  // Destroying an event whose work is still queued is allowed: the runtime releases it once the
+  // work completes. A failure cannot be reported from a destructor and leaks one event at most.
+  if (event_ != nullptr) (void)cudaEventDestroy(event_);
+}
+
+void Event::record(cudaStream_t stream) {
+  DeviceGuard guard(index_);
+  PRECIS_CUDA_CHECK(cudaEventRecord(event_, stream), "recording an event on a stream of cuda:", index_);
+}
+
+void Event::wait(cudaStream_t stream) const {
+  DeviceGuard guard(index_);
+  PRECIS_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0), "making a stream wait for an event of cuda:", index_);
+}
+
+bool Event::query() const {
+  const cudaError_t err = cudaEventQuery(event_);
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
   }
-  return s;
+  PRECIS_CUDA_CHECK(err, "querying an event of cuda:", index_);
+  return true;
+}
+
+void Event::synchronize() const {
+  PRECIS_CUDA_CHECK(cudaEventSynchronize(event_), "waiting for an event of cuda:", index_);
+}
+
+void stream_wait(int index, cudaStream_t waiter, cudaStream_t source) {
+  if (waiter == source) return;  // a stream is ordered with itself
+  Event ev(index);
+  ev.record(source);
+  ev.wait(waiter);
 }
 
 void synchronize_stream(int index) {
-  cudaStream_t s = device_stream(index);
+  cudaStream_t s = current_stream(index);
   DeviceGuard guard(index);
-  PRECIS_CUDA_CHECK(cudaStreamSynchronize(s), "synchronising the stream of cuda:", index);
+  PRECIS_CUDA_CHECK(cudaStreamSynchronize(s), "synchronising the current stream of cuda:", index);
 }
 
 }  // namespace precis::cuda

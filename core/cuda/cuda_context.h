@@ -1,20 +1,27 @@
 #pragma once
 // CUDA devices and streams (internal to the CUDA backend; built only with CUDA on).
 //
-// Stream model: every device has ONE stream, created on first use with cudaStreamDefault flags
-// (a "blocking" stream: it stays ordered with the legacy default stream, so a stray call on
-// stream 0 cannot race with precis' work). All kernels, cuBLAS calls and async copies of a
-// device go to that stream, which gives two guarantees the rest of the backend relies on:
-//   - work is executed in issue order, so a block freed after a kernel was enqueued can be handed
-//     to the next kernel at once (the caching allocator reuses blocks without events);
-//   - the host only waits where it reads device memory (D2H copies, item(), empty_cache).
-// Several streams per device (overlap of copies and compute, NCCL) would need the allocator to
-// record events for blocks used on another stream; see cuda_allocator.h.
+// Stream model: every device has three streams, created on first use with cudaStreamDefault
+// flags ("blocking" streams: each stays ordered with the legacy default stream, so a stray call
+// on stream 0 cannot race with precis' work):
+//   - compute: kernels, cuBLAS calls and device-to-device copies (the default current stream);
+//   - copy: asynchronous host-to-device copies from pinned memory (Tensor::to(dev, true)), so
+//     they overlap with compute;
+//   - comm: collective communication (NCCL), so it overlaps with the backward pass.
+// Kernels go to the calling thread's *current* stream of the device (current_stream; the compute
+// stream unless a StreamGuard says otherwise). Work on different streams is ordered only by
+// events: `stream_wait(waiter, source)` makes later work on `waiter` wait for what is queued on
+// `source` now. Memory crossing streams: the caching allocator ties a block to the stream it was
+// allocated on and reuses it, after it is freed, only once every stream recorded with
+// record_stream (cuda_allocator.h) has finished the work queued when it was freed.
+// The host only waits where it reads device memory (D2H copies, item(), empty_cache).
 //
-// This header names no CUDA header: the stream type is forward-declared exactly as the CUDA
-// runtime declares it, so .cpp files that only need device counts stay free of CUDA includes.
+// This header names no CUDA header: the stream and event types are forward-declared exactly as
+// the CUDA runtime declares them, so .cpp files that only need device counts stay free of CUDA
+// includes.
 
 typedef struct CUstream_st* cudaStream_t;  // NOLINT: identical to the runtime's own typedef
+typedef struct CUevent_st* cudaEvent_t;    // NOLINT: identical to the runtime's own typedef
 
 namespace precis::cuda {
 
@@ -48,9 +55,63 @@ class DeviceGuard {
   int index_;
 };
 
-/// The device's stream (created on first use; lives until the process exits).
+/// The device's compute stream: where kernels go unless a StreamGuard makes another current.
+cudaStream_t compute_stream(int index);
+/// The device's copy stream: asynchronous host-to-device copies from pinned memory.
+cudaStream_t copy_stream(int index);
+/// The device's communication stream: collectives (NCCL).
+cudaStream_t comm_stream(int index);
+/// The calling thread's current stream of the device (compute_stream unless a StreamGuard set
+/// another): every kernel, cuBLAS call and allocation of the device uses it.
+cudaStream_t current_stream(int index);
+/// Same as current_stream (the name the kernels' launch code uses).
 cudaStream_t device_stream(int index);
-/// Waits until every operation enqueued on the device's stream has finished.
+/// The device a stream of compute_stream/copy_stream/comm_stream belongs to; -1 for any other
+/// stream (e.g. one the user created).
+int stream_device(cudaStream_t stream);
+
+/// Makes `stream` (a stream of device `index`) the calling thread's current stream of that
+/// device for a scope, and restores the previous one on exit.
+class StreamGuard {
+ public:
+  StreamGuard(int index, cudaStream_t stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int index_;
+  cudaStream_t previous_;
+};
+
+/// A CUDA event (no timing) of one device, created on construction, destroyed with the object.
+///   Event ev(0); ev.record(copy_stream(0)); ev.wait(compute_stream(0));
+class Event {
+ public:
+  explicit Event(int index);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  /// Captures the work queued on `stream` (a stream of this event's device) so far.
+  void record(cudaStream_t stream);
+  /// Makes work queued later on `stream` wait until the recorded work has finished (no host wait).
+  void wait(cudaStream_t stream) const;
+  /// Whether the recorded work has finished (true for an event never recorded).
+  bool query() const;
+  /// Blocks the host until the recorded work has finished.
+  void synchronize() const;
+  cudaEvent_t handle() const { return event_; }
+  int device() const { return index_; }
+
+ private:
+  int index_;
+  cudaEvent_t event_ = nullptr;
+};
+
+/// Makes work queued later on `waiter` wait for the work queued now on `source` (both streams of
+/// device `index`; an event in between, no host wait).
+void stream_wait(int index, cudaStream_t waiter, cudaStream_t source);
+/// Waits until every operation enqueued on the device's current stream has finished.
 void synchronize_stream(int index);
 
 }  // namespace precis::cuda

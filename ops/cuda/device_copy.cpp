@@ -1,14 +1,20 @@
 // Copies between the host and CUDA devices, and between devices (set_device_copy). dst and src:
 // same shape and dtype, both contiguous (Tensor::copy_ arranges that).
 //
-// Synchronisation: host→device waits for the copy before returning, because the host block may
-// be freed and reused by the CPU allocator as soon as the caller returns (from pinned memory the
-// copy is truly asynchronous); device→host waits because the host reads the result next.
-// device→device on one device stays asynchronous on its stream. Between two devices the copy runs
-// on the destination's stream after an event from the source's stream, and the source's stream
-// then waits for the copy, so neither allocator can hand either block out while it is in flight.
+// Synchronisation: host→device from pinned memory with non_blocking is asynchronous: it runs on
+// the device's copy stream behind an event from the current stream (the destination block may
+// still be in use by work queued there before it was freed), the current stream then waits for
+// the copy (so every later kernel sees the data), and the source block is recorded with the copy
+// stream so that the pinned allocator does not hand it out before the copy has read it. Any other
+// host→device copy waits before returning, because the host block may be freed and reused by the
+// CPU allocator as soon as the caller returns; device→host waits because the host reads the
+// result next. device→device on one device stays asynchronous on its current stream. Between two
+// devices the copy runs on the destination's stream after an event from the source's stream,
+// and the source's stream then waits for the copy, so neither allocator can hand either block
+// out while it is in flight.
 #include <cuda_runtime_api.h>
 
+#include "core/cuda/cuda_allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "ops/backends.h"
@@ -18,21 +24,14 @@ namespace precis::cuda {
 
 namespace {
 
-/// Makes `waiter`'s stream wait for everything queued so far on `source`'s stream.
-void stream_wait(int waiter, int source) {
-  cudaEvent_t ev = nullptr;
-  {
-    DeviceGuard guard(source);
-    PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "creating a copy event on cuda:", source);
-    PRECIS_CUDA_CHECK(cudaEventRecord(ev, device_stream(source)), "recording a copy event on cuda:", source);
-  }
-  DeviceGuard guard(waiter);
-  PRECIS_CUDA_CHECK(cudaStreamWaitEvent(device_stream(waiter), ev, 0), "cuda:", waiter, " waiting for cuda:", source);
-  // Destroying a recorded event is safe: resources are released once it completes.
-  PRECIS_CUDA_CHECK(cudaEventDestroy(ev), "destroying a copy event");
+/// Makes device `waiter`'s current stream wait for everything queued so far on device `source`'s.
+void device_wait(int waiter, int source) {
+  Event ev(source);
+  ev.record(current_stream(source));
+  ev.wait(current_stream(waiter));
 }
 
-void device_copy(const Tensor& dst, const Tensor& src) {
+void device_copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
   PRECIS_CHECK_SHAPE(dst.sizes() == src.sizes() && dst.dtype() == src.dtype() && dst.is_contiguous() &&
                          src.is_contiguous(),
                      "device copy: expects contiguous tensors of one shape and dtype; got dst ", dst.describe(),
@@ -45,7 +44,17 @@ void device_copy(const Tensor& dst, const Tensor& src) {
     if (s.is_cuda()) check_device_index(s.index, "copy");
     return;
   }
-  if (s.is_cpu() && d.is_cuda()) {
+  if (s.is_cpu() && d.is_cuda() && non_blocking && src.is_pinned()) {
+    check_device_index(d.index, "copy");
+    DeviceGuard guard(d.index);
+    cudaStream_t compute = current_stream(d.index);
+    cudaStream_t copy = copy_stream(d.index);
+    stream_wait(d.index, copy, compute);
+    PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyHostToDevice, copy),
+                      "asynchronous copy ", what);
+    record_stream(src.data_ptr(), /*pinned*/ -1, copy);
+    stream_wait(d.index, compute, copy);
+  } else if (s.is_cpu() && d.is_cuda()) {
     check_device_index(d.index, "copy");
     DeviceGuard guard(d.index);
     cudaStream_t stream = device_stream(d.index);
@@ -68,14 +77,14 @@ void device_copy(const Tensor& dst, const Tensor& src) {
                                         device_stream(d.index)),
                         "copy ", what);
     } else {
-      stream_wait(d.index, s.index);
+      device_wait(d.index, s.index);
       {
         DeviceGuard guard(d.index);
         PRECIS_CUDA_CHECK(cudaMemcpyPeerAsync(dst.data_ptr(), d.index, src.data_ptr(), s.index, bytes,
                                               device_stream(d.index)),
                           "copy ", what);
       }
-      stream_wait(s.index, d.index);
+      device_wait(s.index, d.index);
     }
   } else {
     throw InternalError("device copy called for " + what + " (a CPU-to-CPU copy does not come here)");

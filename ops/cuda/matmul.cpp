@@ -21,7 +21,8 @@ namespace precis::cuda {
 
 namespace {
 
-/// The device's cuBLAS handle, created on first use and bound to the device stream.
+/// The device's cuBLAS handle, created on first use and bound to the calling thread's current
+/// stream at every call (a StreamGuard may have made another stream current).
 cublasHandle_t cublas_handle(int index) {
   static std::mutex mutex;
   static cublasHandle_t handles[kMaxDevices] = {};
@@ -31,8 +32,8 @@ cublasHandle_t cublas_handle(int index) {
   if (h == nullptr) {
     DeviceGuard guard(index);
     PRECIS_CUBLAS_CHECK(cublasCreate(&h), "creating the cuBLAS handle of cuda:", index);
-    PRECIS_CUBLAS_CHECK(cublasSetStream(h, device_stream(index)), "binding cuBLAS to the stream of cuda:", index);
   }
+  PRECIS_CUBLAS_CHECK(cublasSetStream(h, device_stream(index)), "binding cuBLAS to the current stream of cuda:", index);
   return h;
 }
 
