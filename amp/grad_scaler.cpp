@@ -90,6 +90,8 @@ void GradScaler::ensure_state(const Tensor& like) {
                         "scaler's state (", device_.str(), "); one scaler serves one device");
     return;
   }
+  PRECIS_CHECK_DEVICE(!options_.device || like.device() == *options_.device, "GradScaler: ", like.describe(),
+                      " is not on the scaler's device ", options_.device ? options_.device->str() : "");
   device_ = like.device();
   const TensorOptions f32{.dtype = DType::f32, .device = device_};
   scale_ = full({}, options_.init_scale, f32);
@@ -417,7 +419,7 @@ void GradScaler::load_state_dict(const StateDict& d) {
   options_.max_scale = state_get_real(d, "options.max_scale", owner);
   options_.max_skips_at_floor = state_get_int(d, "options.max_skips_at_floor", owner);
   options_.history_size = state_get_int(d, "options.history_size", owner);
-  const Device dev = initialised_ ? device_ : Device::cpu();
+  const Device dev = initialised_ ? device_ : options_.device.value_or(Device::cpu());
   auto load = [&](const char* key) {
     Tensor t = state_tensor(d, key, owner);
     PRECIS_CHECK_SHAPE(t.numel() == 1, owner, ": state entry '", key, "' should hold one value, got ", t.describe());

@@ -93,15 +93,16 @@ class ImageTask : public TrainTask {
   std::shared_ptr<nn::Module> clone_model(const nn::Module& m) const override {
     return dynamic_cast<const models::ResNet&>(m).clone<models::ResNet>();
   }
-  ForwardStats forward(nn::Module& m, const data::Batch& b) override {
+  ForwardStats forward(nn::Module& m, const data::Batch& host, Device device) override {
     ForwardStats s;
+    s.count = s.samples = host[1].numel();
+    const data::Batch b = to_device(host, device);
     const Tensor& y = b[1];
     Tensor logits = m.forward(b[0]);
     s.loss = cross_entropy(logits, y);
     NoGradGuard no_grad;
     auto [values, pred] = max(logits.detach(), 1);
     s.correct = sum(eq(pred, y));
-    s.count = s.samples = y.numel();
     return s;
   }
   data::DataLoader& train_loader() override { return *train_loader_; }
@@ -114,6 +115,14 @@ class ImageTask : public TrainTask {
 };
 
 }  // namespace
+
+data::Batch to_device(const data::Batch& batch, Device device) {
+  if (device.is_cpu()) return batch;
+  data::Batch out = batch;
+  for (Tensor& t : out.tensors)
+    if (t.defined()) t = t.to(device);
+  return out;
+}
 
 std::shared_ptr<const data::Dataset> take_first(std::shared_ptr<const data::Dataset> base, int64_t n) {
   if (n <= 0 || n >= base->size()) return base;

@@ -121,20 +121,24 @@ class MlmTask : public TrainTask {
   std::shared_ptr<nn::Module> clone_model(const nn::Module& m) const override {
     return dynamic_cast<const models::BertForMaskedLM&>(m).clone<models::BertForMaskedLM>();
   }
-  ForwardStats forward(nn::Module& m, const data::Batch& b) override {
+  ForwardStats forward(nn::Module& m, const data::Batch& host, Device device) override {
     auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
+    ForwardStats s;
+    s.samples = host[0].size(0);
+    {
+      // Counted on the loader's host copy of the labels: no device result is read.
+      NoGradGuard no_grad;
+      s.count = sum(ne(host[1], data::kIgnoreIndex)).item<int64_t>();
+    }
+    const data::Batch b = to_device(host, device);
     const Tensor& ids = b[0];
     const Tensor& labels = b[1];
     const Tensor& mask = b[2];
     Tensor logits = bert.forward(ids, mask);
-    ForwardStats s;
-    s.samples = ids.size(0);
     {
       NoGradGuard no_grad;
       auto [values, pred] = max(logits.detach(), 2);
       s.correct = sum(eq(pred, labels));
-      // The labels come from the loader (host memory): counting them reads no device result.
-      s.count = sum(ne(labels, data::kIgnoreIndex)).item<int64_t>();
     }
     // A batch without a masked token has no loss (cross_entropy's mean would be 0/0 = NaN): it
     // contributes zero gradients instead.
