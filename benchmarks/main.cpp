@@ -25,13 +25,16 @@ using precis::bench::SuiteReport;
 
 void usage(std::ostream& os) {
   os << "usage: precis-bench SUITE... [--threads 1,2] [--repeat N] [--min-time SECONDS] [--json FILE] [--cases SUBSTRING]\n"
+        "                    [--device cpu|cuda|cuda:N]\n"
         "       precis-bench --list\n\n"
         "  --threads   thread counts to run every case at (default 1,2)\n"
         "  --repeat    at most N timed repetitions per case (default 200)\n"
         "  --min-time  repeat until each impl ran this long, at least 5 times (default 0.5)\n"
         "  --json      also write all records as a JSON array to FILE\n"
         "  --cases     only the cases whose name contains SUBSTRING (models, ops: the name with its\n"
-        "              dtype, e.g. 'resnet18_cifar b64 bf16')\n\nsuites:\n";
+        "              dtype, e.g. 'resnet18_cifar b64 bf16')\n"
+        "  --device    models only: cuda runs ResNet-50 (b256, 224x224) and BERT-mini (b64x128) training\n"
+        "              steps on the GPU in f32 and f16 AMP; fails when no usable GPU is there\n\nsuites:\n";
   for (const Suite& s : precis::bench::suites()) os << "  " << s.name << "  " << s.description << "\n";
 }
 
@@ -115,6 +118,9 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
         << ", \"gflops\": " << fixed(r.gflops, 2) << ", \"reps\": " << r.reps;
     if (r.peak_rss_mb > 0)
       out << ", \"peak_rss_mb\": " << fixed(r.peak_rss_mb, 1) << ", \"base_rss_mb\": " << fixed(r.base_rss_mb, 1);
+    if (!r.device.empty())
+      out << ", \"device\": \"" << r.device << "\", \"" << r.items << "_per_s\": " << fixed(r.items_per_s, 1)
+          << ", \"peak_device_mb\": " << fixed(r.peak_device_mb, 1);
     out << "}"
         << (i + 1 < records.size() ? "," : "") << "\n";
   }
@@ -146,6 +152,10 @@ int main(int argc, char** argv) {
         json_path = value();
       } else if (arg == "--cases") {
         options.cases = value();
+      } else if (arg == "--device") {
+        options.device = value();
+        if (options.device != "cpu" && options.device != "cuda" && options.device.rfind("cuda:", 0) != 0)
+          throw std::invalid_argument("--device must be cpu, cuda or cuda:N, got '" + options.device + "'");
       } else if (arg == "--list" || arg == "-h" || arg == "--help") {
         usage(std::cout);
         return 0;
@@ -172,6 +182,11 @@ int main(int argc, char** argv) {
     if (found == nullptr) {
       std::cerr << "precis-bench: no suite named '" << name << "'\n\n";
       usage(std::cerr);
+      return 2;
+    }
+    if (options.device != "cpu" && name != "models") {
+      std::cerr << "precis-bench: suite '" << name << "' runs on the CPU only; --device " << options.device
+                << " is for the models suite\n";
       return 2;
     }
     selected.push_back(found);
