@@ -60,7 +60,7 @@ TEST_CASE("precis-train: a device it cannot use is a DeviceError naming it, befo
   }
 }
 
-TEST_CASE("precis-train: --precision names a dtype per device; amp is bf16 on the CPU, f16 on CUDA", "[train]") {
+TEST_CASE("precis-train: --precision names a dtype per device, amp is bf16 on the CPU and f16 on CUDA", "[train]") {
   using train::resolve_precision;
   CHECK(resolve_precision("", Device::cpu()) == DType::f32);  // the CPU default stays f32
   CHECK(resolve_precision("", Device::cuda(0)) == DType::f16);  // CUDA: f16 autocast + loss scaler

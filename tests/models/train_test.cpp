@@ -281,7 +281,7 @@ TEST_CASE("precis-train: usage errors are explained and exit with 2", "[train]")
                                    Catch::Matchers::Contains("dataset-fashion-mnist"));
 }
 
-TEST_CASE("precis-train --device: an unusable GPU exits with 1 naming it; --precision amp is bf16 on the CPU",
+TEST_CASE("precis-train --device: an unusable GPU exits with 1 naming it, --precision amp is bf16 on the CPU",
           "[train]") {
   // One past the last visible device: unusable on any machine. The data path does not exist, so
   // an error about it would show the run started before checking the device.
