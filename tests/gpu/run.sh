@@ -16,7 +16,8 @@
 #
 # .gpu-carry is ignored by git (add `/.gpu-carry/` to .git/info/exclude once) and holds ~16 MiB;
 # the repository's copy is ~5 MiB, well inside the 64 MiB a call may carry. The summary table and
-# the logs are also written to $OUT (gpu-check.txt, gpu-check.log) when $OUT is set.
+# the logs are also written to $OUT (gpu-check.txt, gpu-check.log, the benchmark JSON; each row at once
+# to gpu-check-rows.txt) when $OUT is set.
 #
 # What the check does, each step with its own time limit:
 #   1. unpack the carried .debs under $BUILD_DIR/_deps-root (never into /); configure with CUDA
@@ -58,7 +59,14 @@ GLOSS_LINES=25600    # lines of the carried text corpus (24320 training lines: 7
 
 summary=()   # rows: "step|result|detail"
 failed=0
-row() { summary+=("$1|$2|$3"); [[ "$2" == FAIL ]] && failed=1; return 0; }
+# Each row also goes to $OUT/gpu-check-rows.txt at once, so that a run stopped at the device call's
+# time limit still brings back what it had found.
+row() {
+  summary+=("$1|$2|$3")
+  [[ "$2" == FAIL ]] && failed=1
+  [[ -n "${OUT:-}" && -d "${OUT:-}" ]] && printf '%s | %s | %s\n' "$1" "$2" "$3" >>"$OUT/gpu-check-rows.txt"
+  return 0
+}
 step() { echo; echo "== $*"; }
 print_summary() {
   echo
