@@ -14,7 +14,7 @@
 #
 #   run(command="bash tests/gpu/run.sh", carry=[".gpu-carry"], timeout_s=570)
 #
-# .gpu-carry is ignored by git (add `/.gpu-carry/` to .git/info/exclude once) and holds ~16 MiB;
+# .gpu-carry is ignored by git (.gitignore) and holds ~13 MiB;
 # the repository's copy is ~5 MiB, well inside the 64 MiB a call may carry. The summary table and
 # the logs are also written to $OUT (gpu-check.txt, gpu-check.log, the benchmark JSON; each row at once
 # to gpu-check-rows.txt) when $OUT is set.
