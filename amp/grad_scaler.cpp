@@ -97,6 +97,8 @@ void GradScaler::ensure_state(const Tensor& like) {
                         "scaler's state (", device_.str(), "); one scaler serves one device");
     return;
   }
+  PRECIS_CHECK_DEVICE(!options_.device || like.device() == *options_.device, "GradScaler: ", like.describe(),
+                      " is not on the scaler's device ", options_.device ? options_.device->str() : "");
   device_ = like.device();
   const TensorOptions f32{.dtype = DType::f32, .device = device_};
   scale_ = full({}, options_.init_scale, f32);
@@ -433,7 +435,7 @@ void GradScaler::load_state_dict(const StateDict& d) {
   PRECIS_CHECK(std::isfinite(scale_value) && scale_value > 0, "GradScaler::load_state_dict: the saved scale is ",
                scale_value, "; a loss scale must be positive and finite (a corrupt checkpoint?)");
   options_ = loaded;
-  const Device dev = initialised_ ? device_ : Device::cpu();
+  const Device dev = initialised_ ? device_ : options_.device.value_or(Device::cpu());
   auto load = [&](const char* key) {
     Tensor t = state_tensor(d, key, owner);
     PRECIS_CHECK_SHAPE(t.numel() == 1, owner, ": state entry '", key, "' should hold one value, got ", t.describe());

@@ -66,6 +66,10 @@ struct GradScalerOptions {
   int64_t history_size = 1000;
   /// false: every call is a no-op and training is exactly as without a scaler.
   bool enabled = true;
+  /// Where the state lives (PyTorch's GradScaler(device)). Unset: the device of the first loss
+  /// passed to scale(), and the CPU for a state loaded before any scale(). Set: a state dict loads
+  /// onto it, and a loss on another device is a DeviceError.
+  std::optional<Device> device;
 };
 
 enum class SkipReason { none, overflow, non_finite_loss };

@@ -21,6 +21,7 @@ struct Options {
   int warmup_reps = 2;
   std::string cases;               // --cases SUBSTRING: run only the cases whose name contains it
   bool profile = false;            // --profile (or PRECIS_PROFILE=1): print each case's op profile
+  std::string device = "cpu";      // --device cpu|cuda|cuda:N (the models suite; others run on the CPU only)
 };
 
 /// Whether --cases selects the case named `name` (every case when --cases was not given).
@@ -39,6 +40,13 @@ struct Record {
   // Memory of the process that ran the case (suites that measure it; 0 = not measured, omitted
   // from the JSON): its peak resident set (VmHWM) and its resident set before the case started.
   double peak_rss_mb = 0, base_rss_mb = 0;
+  // GPU cases (0 / empty = not measured, omitted from the JSON): the device ("cuda:0"), examples
+  // (images or tokens) per second at the median step time, and the device allocator's peak
+  // allocated bytes over the case (model, optimizer state, activations), in MiB.
+  std::string device;
+  double items_per_s = 0;
+  std::string items;  // "images" or "tokens"
+  double peak_device_mb = 0;
 };
 
 struct Timing {

@@ -32,7 +32,7 @@ using precis::bench::SuiteReport;
 
 void usage(std::ostream& os) {
   os << "usage: precis-bench SUITE... [--threads 1,2] [--repeat N] [--min-time SECONDS] [--json FILE] [--cases SUBSTRING]\n"
-        "                    [--profile] [--no-peak]\n"
+        "                    [--profile] [--no-peak] [--device cpu|cuda|cuda:N]\n"
         "       precis-bench --list\n\n"
         "  --threads   thread counts to run every case at (default 1,2)\n"
         "  --repeat    at most N timed repetitions per case (default 200)\n"
@@ -42,7 +42,9 @@ void usage(std::ostream& os) {
         "              dtype, e.g. 'resnet18_cifar b64 bf16')\n"
         "  --profile   models, ops: print each case's per-op profile of its timed repetitions (time per\n"
         "              op and direction; also PRECIS_PROFILE=1)\n"
-        "  --no-peak   do not measure the GEMM peak (no share-of-peak columns)\n\nsuites:\n";
+        "  --no-peak   do not measure the GEMM peak (no share-of-peak columns)\n"
+        "  --device    models only: cuda runs ResNet-50 (b256, 224x224) and BERT-mini (b64x128) training\n"
+        "              steps on the GPU in f32 and f16 AMP; fails when no usable GPU is there\n\nsuites:\n";
   for (const Suite& s : precis::bench::suites()) os << "  " << s.name << "  " << s.description << "\n";
 }
 
@@ -150,6 +152,9 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
     }
     if (r.peak_rss_mb > 0)
       out << ", \"peak_rss_mb\": " << fixed(r.peak_rss_mb, 1) << ", \"base_rss_mb\": " << fixed(r.base_rss_mb, 1);
+    if (!r.device.empty())
+      out << ", \"device\": \"" << r.device << "\", \"" << r.items << "_per_s\": " << fixed(r.items_per_s, 1)
+          << ", \"peak_device_mb\": " << fixed(r.peak_device_mb, 1);
     out << "}"
         << (i + 1 < records.size() ? "," : "") << "\n";
   }
@@ -186,6 +191,10 @@ int main(int argc, char** argv) {
         options.profile = true;
       } else if (arg == "--no-peak") {
         measure_peak = false;
+      } else if (arg == "--device") {
+        options.device = value();
+        if (options.device != "cpu" && options.device != "cuda" && options.device.rfind("cuda:", 0) != 0)
+          throw std::invalid_argument("--device must be cpu, cuda or cuda:N, got '" + options.device + "'");
       } else if (arg == "--list" || arg == "-h" || arg == "--help") {
         usage(std::cout);
         return 0;
@@ -212,6 +221,11 @@ int main(int argc, char** argv) {
     if (found == nullptr) {
       std::cerr << "precis-bench: no suite named '" << name << "'\n\n";
       usage(std::cerr);
+      return 2;
+    }
+    if (options.device != "cpu" && name != "models") {
+      std::cerr << "precis-bench: suite '" << name << "' runs on the CPU only; --device " << options.device
+                << " is for the models suite\n";
       return 2;
     }
     selected.push_back(found);
@@ -244,7 +258,9 @@ int main(int argc, char** argv) {
     }
     for (const Suite* s : selected) {
       SuiteReport report = s->run(options);
-      for (Record& r : report.records) r.peak_gflops = peaks.of(r.dtype, r.threads);
+      // The peak is the CPU's GEMM peak: a GPU case gets no share of it.
+      for (Record& r : report.records)
+        if (r.device.empty() || r.device == "cpu") r.peak_gflops = peaks.of(r.dtype, r.threads);
       print_table(*s, report);
       all.insert(all.end(), report.records.begin(), report.records.end());
     }

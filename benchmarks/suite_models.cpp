@@ -15,6 +15,17 @@
 //
 // FLOPs: counted from the model on the first warm-up step (time_step, ops/profiler.h: every matmul,
 // linear and conv2d of the forward and the backward), not entered by hand.
+//
+// --device cuda[:N] (benchmarks/peers/torch_models.py --device cuda runs the same cases): the GPU
+// cases, one training step with SGD momentum, in f32 and in f16 AMP (f16 autocast + the dynamic
+// loss scaler, as PyTorch's torch.autocast + GradScaler):
+//   resnet50 b256 224   ResNet-50 (ImageNet layout, 1000 classes), batch 256 of 3×224×224
+//   bert_mini b64x128   BERT-mini as above, batch 64 of 128 tokens (8192 tokens), dropout on
+// Each step ends with a wait for the device's stream, so the time is the device's. Per case: the
+// median step time, images or tokens per second at that time, and the peak of the device
+// allocator's allocated bytes over the case (model, optimizer state, scaler, activations; reset
+// after the previous case's memory was released). They run in this process (a CUDA context does
+// not survive fork). No usable GPU: a DeviceError before the first case, exit status 1.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +37,10 @@
 #include <string>
 
 #include "amp/autocast.h"
+#include "amp/grad_scaler.h"
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/error.h"
 #include "benchmarks/bench.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
@@ -34,6 +49,10 @@
 #include "ops/functional.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+
+#ifdef PRECIS_HAS_CUDA
+#include "core/cuda/cuda_context.h"
+#endif
 
 namespace precis::bench {
 namespace {
@@ -153,7 +172,127 @@ CaseResult run_isolated(const ModelCase& c, DType dtype, int threads, const Opti
   return r;
 }
 
+// ---- GPU cases (--device cuda) -----------------------------------------------------------------
+
+struct GpuCase {
+  const char* name;
+  const char* items;   // what items_per_s counts
+  double items_per_step;
+  // Builds the model and data on `device` and returns one training step (f32, or f16 AMP).
+  std::function<std::function<void()>(Device device, bool amp)> make;
+};
+
+// Waits until the device has run everything queued so far (a step's time is the device's).
+void device_wait(Device device) {
+#ifdef PRECIS_HAS_CUDA
+  if (device.is_cuda()) cuda::synchronize_stream(device.index);
+#else
+  (void)device;
+#endif
+}
+
+std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Device device, bool amp,
+                                        std::function<Tensor(nn::Module&)> loss_fn) {
+  model->to(device);  // before the optimizer: its state is made on the device
+  model->train();
+  auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 1e-3, .momentum = 0.9});
+  auto scaler = std::make_shared<amp::GradScaler>(amp::GradScalerOptions{.enabled = amp, .device = device});
+  return [model, opt, scaler, device, amp, loss_fn] {
+    opt->zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast ac(DType::f16, device.type, amp);
+      loss = loss_fn(*model);
+    }
+    scaler->scale(loss).backward();
+    scaler->step(*opt);
+    scaler->update();
+    device_wait(device);
+  };
+}
+
+const GpuCase kGpuCases[] = {
+    {"resnet50 b256 224", "images", 256,
+     [](Device device, bool amp) {
+       manual_seed(1);
+       std::shared_ptr<models::ResNet> model = models::resnet50({.num_classes = 1000});
+       Tensor x = randn({256, 3, 224, 224}).to(device);
+       Tensor y = randint(0, 1000, {256}).to(device);
+       return gpu_training_step(model, device, amp, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
+     }},
+    {"bert_mini b64x128", "tokens", 64 * 128,
+     [](Device device, bool amp) {
+       manual_seed(1);
+       auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
+       Tensor ids = randint(0, 30522, {64, 128}).to(device);
+       return gpu_training_step(model, device, amp, [ids](nn::Module& m) {
+         auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
+         return models::BertForMaskedLM::loss(bert.forward(ids, Tensor()), ids);
+       });
+     }},
+};
+
+SuiteReport run_models_gpu(const Options& options, Device device) {
+  // Fail before any case, and clearly, when the device cannot hold a tensor.
+  if (cuda_device_count() <= device.index) {
+    std::string why = "precis was built without CUDA";
+#ifdef PRECIS_HAS_CUDA
+    why = "no such device is visible (cuda_device_count() = " + std::to_string(cuda_device_count()) + ")";
+    try {
+      (void)zeros({1}, {.device = device});
+    } catch (const std::exception& e) {
+      why += ": " + std::string(e.what());
+    }
+#endif
+    throw DeviceError("precis-bench models --device " + device.str() + ": " + why +
+                      "; the GPU cases need a machine with a usable GPU");
+  }
+  SuiteReport report;
+  report.note =
+      "GPU training steps on " + device.str() +
+      " (forward, backward, SGD momentum step; f16 = autocast f16 + dynamic loss scaler): resnet50 batch 256 of "
+      "3×224×224, 1000 classes; bert_mini batch 64×128 tokens, vocabulary 30522, MLM loss on every token. Each "
+      "step waits for the device. images/s or tokens/s at the median; peak_device_mb (JSON) is the device "
+      "allocator's peak allocated bytes over the case.";
+  Allocator& alloc = allocator_for(device);
+  for (const GpuCase& c : kGpuCases)
+    for (const bool amp : {false, true}) {
+      const std::string dtype = amp ? "f16" : "f32";
+      if (!case_selected(options, std::string(c.name) + " " + dtype)) continue;
+      alloc.empty_cache();
+      alloc.reset_peak_stats();
+      StepTiming st;
+      {
+        std::function<void()> step = c.make(device, amp);
+        st = time_step(step, options, std::string(c.name) + " " + dtype + ", " + device.str());
+      }  // the model, optimizer and data are released here
+      const Timing& t = st.timing;
+      Record rec;
+      rec.suite = "models";
+      rec.case_name = c.name;
+      rec.impl = "precis";
+      rec.dtype = dtype;
+      rec.threads = get_num_threads();
+      rec.median_ms = t.median_ms;
+      rec.min_ms = t.min_ms;
+      rec.flops = st.flops;
+      rec.gflops = t.median_ms > 0 ? st.flops / (t.median_ms * 1e6) : 0.0;
+      rec.reps = t.reps;
+      rec.device = device.str();
+      rec.items = c.items;
+      rec.items_per_s = t.median_ms > 0 ? c.items_per_step / (t.median_ms * 1e-3) : 0.0;
+      rec.peak_device_mb = static_cast<double>(alloc.stats().peak_allocated) / (1024.0 * 1024.0);
+      std::fprintf(stderr, "%-20s %-4s %s  median %9.2f ms  min %9.2f ms  %10.0f %s/s  peak %8.1f MiB\n", c.name,
+                   dtype.c_str(), rec.device.c_str(), t.median_ms, t.min_ms, rec.items_per_s, c.items,
+                   rec.peak_device_mb);
+      report.records.push_back(rec);
+    }
+  return report;
+}
+
 SuiteReport run_models(const Options& options) {
+  const Device device = Device::parse(options.device);
+  if (device.is_cuda()) return run_models_gpu(options, device);
   SuiteReport report;
   report.note =
       "One training step (forward, backward, SGD momentum step) on synthetic data; bf16 = autocast with "
@@ -190,7 +329,9 @@ SuiteReport run_models(const Options& options) {
 }
 
 const bool kRegistered = register_suite(
-    {"models", "training step of resnet18 (CIFAR, b64) and BERT-mini (b16x128), f32 and bf16, with peak RSS",
+    {"models",
+     "training step of resnet18 (CIFAR, b64) and BERT-mini (b16x128), f32 and bf16, with peak RSS; with --device "
+     "cuda: ResNet-50 (b256, 224x224) and BERT-mini (b64x128), f32 and f16 AMP, with peak device memory",
      &run_models});
 
 }  // namespace

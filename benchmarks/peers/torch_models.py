@@ -21,6 +21,13 @@ on these machines (/work/shared/MACHINE.md); the peer runs with
 GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=68719476736
 (the script re-executes itself with it unless it is set or --no-malloc-tuning is given).
 
+--device cuda[:N] runs the GPU cases of `precis-bench models --device cuda` instead: ResNet-50
+(ImageNet layout, 1000 classes, batch 256 of 3x224x224) and BERT-mini (batch 64x128 tokens), in
+f32 and f16 AMP (torch.autocast f16 + torch.amp.GradScaler), each step ending with
+torch.cuda.synchronize(). Records add "device", "images_per_s" or "tokens_per_s" at the median,
+and "peak_device_mb" (torch.cuda.max_memory_allocated over the case, in MiB). Without a usable GPU
+it exits with an error before any case (never a silent skip).
+
 Compare with: python3 benchmarks/report.py PRECIS.json TORCH.json --suite models
 """
 import argparse
@@ -32,6 +39,10 @@ import sys
 from peer_common import peer_arg_parser, reexec_with_malloc_tuning, time_step, write_records
 # (name, flops per step: 3 x forward, MACHINE.md)
 CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("bert_mini b16x128", 3.0 * 46.2e9)]
+# --device cuda: (name, flops per step, what is counted, how many per step); ResNet-50 forward is
+# 4.1 G multiply-adds (8.2 GFLOP) per 224x224 image, as benchmarks/suite_models.cpp counts.
+GPU_CASES = [("resnet50 b256 224", 3.0 * 8.2e9 * 256, "images", 256),
+             ("bert_mini b64x128", 3.0 * 46.2e9 * 4, "tokens", 64 * 128)]
 
 
 def status_mb(field):
@@ -129,12 +140,52 @@ def build_models(torch):
                 x = layer(x)
             return self.decoder(self.transform_norm(F.gelu(self.transform(x))))
 
-    return ResNet18Cifar, BertMiniMLM
+    class Bottleneck(nn.Module):
+        """models::Bottleneck: 1x1 -> 3x3 (the stride) -> 1x1 (x4 channels), projection shortcut."""
+
+        def __init__(self, cin, planes, stride):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(cin, planes, 1, bias=False), nn.BatchNorm2d(planes)
+            self.conv2, self.bn2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes)
+            self.conv3, self.bn3 = nn.Conv2d(planes, planes * 4, 1, bias=False), nn.BatchNorm2d(planes * 4)
+            self.downsample = None
+            if stride != 1 or cin != planes * 4:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, planes * 4, 1, stride, bias=False),
+                                                nn.BatchNorm2d(planes * 4))
+
+        def forward(self, x):
+            y = F.relu(self.bn1(self.conv1(x)))
+            y = F.relu(self.bn2(self.conv2(y)))
+            y = self.bn3(self.conv3(y))
+            return F.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+    class ResNet50(nn.Module):
+        """models::resnet50: 7x7 stride-2 stem, 3x3 stride-2 max-pool, 3/4/6/3 bottlenecks."""
+
+        def __init__(self, num_classes=1000):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+            stages, cin = [], 64
+            for i, (planes, n) in enumerate(zip([64, 128, 256, 512], [3, 4, 6, 3])):
+                blocks = []
+                for j in range(n):
+                    blocks.append(Bottleneck(cin, planes, 2 if i > 0 and j == 0 else 1))
+                    cin = planes * 4
+                stages.append(nn.Sequential(*blocks))
+            self.layers = nn.Sequential(*stages)
+            self.fc = nn.Linear(2048, num_classes)
+
+        def forward(self, x):
+            x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.layers(x), 1), 1))
+
+    return ResNet18Cifar, BertMiniMLM, ResNet50
 
 
 def make_step(torch, name, dtype):
     F = torch.nn.functional
-    ResNet18Cifar, BertMiniMLM = build_models(torch)
+    ResNet18Cifar, BertMiniMLM, _ = build_models(torch)
     torch.manual_seed(1)
     if name.startswith("resnet18_cifar"):
         model = ResNet18Cifar()
@@ -156,6 +207,83 @@ def make_step(torch, name, dtype):
     return step
 
 
+def make_gpu_step(torch, name, dtype, device):
+    """One training step on `device`: f32, or f16 AMP (autocast + GradScaler); waits for the GPU."""
+    F = torch.nn.functional
+    _, BertMiniMLM, ResNet50 = build_models(torch)
+    torch.manual_seed(1)
+    if name.startswith("resnet50"):
+        model = ResNet50().to(device)
+        x = torch.randn(256, 3, 224, 224, device=device)
+        y = torch.randint(0, 1000, (256,), device=device)
+        loss_fn = lambda: F.cross_entropy(model(x), y)
+    else:
+        model = BertMiniMLM().to(device)
+        ids = torch.randint(0, 30522, (64, 128), device=device)
+        loss_fn = lambda: F.cross_entropy(model(ids).reshape(-1, 30522), ids.reshape(-1))
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    amp = dtype == "f16"
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            loss = loss_fn()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        torch.cuda.synchronize(device)
+    return step
+
+
+def gpu_child(args):
+    import torch
+    device = torch.device(args.device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step = make_gpu_step(torch, args.child, args.child_dtype, device)
+    median, best, reps = time_step(step, args.repeat, args.min_time)
+    name, flops, items, per_step = next(c for c in GPU_CASES if c[0] == args.child)
+    print(json.dumps({"suite": "models", "case": name, "impl": "torch", "dtype": args.child_dtype,
+                      "threads": torch.get_num_threads(), "median_ms": round(median, 4), "min_ms": round(best, 4),
+                      "gflops": round(flops / (median * 1e6), 2), "reps": reps, "device": str(device),
+                      items + "_per_s": round(per_step / (median * 1e-3), 1),
+                      "peak_device_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1),
+                      "torch": torch.__version__}))
+
+
+def require_gpu(device):
+    """Exits with an error naming `device` unless torch can use it (checked in a child process, so
+    that this one never initialises CUDA)."""
+    code = ("import sys, torch; d = torch.device(sys.argv[1]); n = torch.cuda.device_count();"
+            "sys.exit(0 if torch.cuda.is_available() and (d.index or 0) < n else "
+            "f'torch_models.py --device {d}: no usable GPU (torch {torch.__version__}, CUDA available: '"
+            "f'{torch.cuda.is_available()}, {n} devices visible)')")
+    r = subprocess.run([sys.executable, "-c", code, device], stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"--device {device}: no usable GPU")
+
+
+def run_gpu(args):
+    require_gpu(args.device)
+    records = []
+    for name, _, items, _ in GPU_CASES:
+        for dtype in ("f32", "f16"):
+            if args.cases not in f"{name} {dtype}":
+                continue
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--child-dtype", dtype,
+                   "--device", args.device, "--repeat", str(args.repeat), "--min-time", str(args.min_time)]
+            out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            records.append(r)
+            print(f"{name:20s} {dtype:4s} {r['device']}  median {r['median_ms']:9.2f} ms  min {r['min_ms']:9.2f} ms  "
+                  f"{r[items + '_per_s']:10.0f} {items}/s  peak {r['peak_device_mb']:8.1f} MiB  torch {r['torch']}",
+                  file=sys.stderr)
+    for r in records:
+        r.pop("torch", None)
+    write_records(records, args.json)
+
+
 def child(args):
     import torch
     torch.set_num_threads(args.child_threads)
@@ -175,9 +303,18 @@ def main():
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-dtype", help=argparse.SUPPRESS)
     p.add_argument("--child-threads", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: the GPU cases (see above)")
     args = p.parse_args()
+    if args.device != "cpu" and args.device != "cuda" and not args.device.startswith("cuda:"):
+        p.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
 
     reexec_with_malloc_tuning(args.no_malloc_tuning)
+    if args.device != "cpu":
+        if args.child:
+            gpu_child(args)
+        else:
+            run_gpu(args)
+        return
     if args.child:
         child(args)
         return

@@ -9,7 +9,6 @@ namespace precis::train {
 
 namespace {
 
-const std::map<std::string, DType> kPrecisions{{"f32", DType::f32}, {"bf16", DType::bf16}, {"f16", DType::f16}};
 const std::map<std::string, OptimizerKind> kOptimizers{
     {"sgd", OptimizerKind::sgd}, {"adam", OptimizerKind::adam}, {"adamw", OptimizerKind::adamw}};
 const std::map<std::string, Schedule> kSchedules{{"none", Schedule::none},
@@ -21,15 +20,27 @@ const std::map<std::string, Schedule> kSchedules{{"none", Schedule::none},
 
 // Options every subcommand has. Defaults are set per subcommand before parsing.
 struct Common {
-  std::string precision = "f32", eval_precision = "f32", optimizer, schedule;
+  std::string precision, eval_precision = "f32", optimizer, schedule, device = "cpu";
   std::optional<double> lr, weight_decay;
 };
 
 void add_common(CLI::App& app, TrainOptions& o, Common& c) {
   app.add_option("--data", o.data, "dataset folder or file (default: see above)");
-  app.add_option("--precision", c.precision, "training precision: f32, bf16 (autocast) or f16 (autocast + loss scaler)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+  app.add_option("--device", c.device, "where to train: cpu, cuda or cuda:N (model, optimizer state, batches, "
+                 "evaluation; checkpoints load onto it)")
+      ->check([](const std::string& v) {
+        try {
+          (void)Device::parse(v);
+          return std::string();
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      })
       ->capture_default_str();
+  app.add_option("--precision", c.precision,
+                 "training precision: f32, bf16 (autocast), f16 (autocast + loss scaler) or amp (the device's "
+                 "default: bf16 on the CPU, f16 + loss scaler on CUDA) [default: f32 on the CPU, amp on CUDA]")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "amp"}));
   app.add_flag("--master-weights", o.master_weights,
                "low-precision model: parameters in bf16/f16 (BatchNorm fp32), fp32 master copies in the optimizer");
   app.add_option("--eval-precision", c.eval_precision, "precision of the evaluation: f32, bf16 or f16")
@@ -160,8 +171,9 @@ std::optional<TrainOptions> parse_train_cli(int argc, const char* const* argv, s
   TrainOptions o = is_resnet ? resnet_o : bert_o;
   const Common& c = is_resnet ? resnet_c : bert_c;
   if (o.model == "resnet18-cifar") o.model = "resnet18_cifar";
-  o.precision = kPrecisions.at(c.precision);
-  o.eval_precision = kPrecisions.at(c.eval_precision);
+  o.device = Device::parse(c.device);
+  o.precision = resolve_precision(c.precision, o.device);
+  o.eval_precision = resolve_precision(c.eval_precision, o.device);
   o.optimizer = kOptimizers.at(c.optimizer);
   o.schedule = kSchedules.at(c.schedule);
   o.lr = c.lr.value_or(o.optimizer == OptimizerKind::sgd ? 0.1 : 1e-3);

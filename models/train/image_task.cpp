@@ -77,10 +77,10 @@ class ImageTask : public TrainTask {
     auto test_ds = std::make_shared<data::TransformDataset>(test, norm);
     train_loader_ = std::make_unique<data::DataLoader>(
         train_ds, data::DataLoaderOptions{.batch_size = o.batch, .shuffle = true, .seed = o.seed,
-                                          .num_workers = o.workers});
+                                          .num_workers = o.workers, .pin_memory = o.device.is_cuda()});
     test_loader_ = std::make_unique<data::DataLoader>(
         test_ds, data::DataLoaderOptions{.batch_size = o.eval_batch, .shuffle = false, .seed = o.seed,
-                                         .num_workers = o.workers});
+                                         .num_workers = o.workers, .pin_memory = o.device.is_cuda()});
     model_ = models::resnet(o.model, {.num_classes = 10, .in_channels = channels, .width = o.width});
     if (!o.quiet)
       log << "data: " << name << " (" << dir << "), " << train->size() << "/" << full_train << " train, "
@@ -93,15 +93,16 @@ class ImageTask : public TrainTask {
   std::shared_ptr<nn::Module> clone_model(const nn::Module& m) const override {
     return dynamic_cast<const models::ResNet&>(m).clone<models::ResNet>();
   }
-  ForwardStats forward(nn::Module& m, const data::Batch& b) override {
+  ForwardStats forward(nn::Module& m, const data::Batch& host, Device device) override {
     ForwardStats s;
+    s.count = s.samples = host[1].numel();
+    const data::Batch b = to_device(host, device);
     const Tensor& y = b[1];
     Tensor logits = m.forward(b[0]);
     s.loss = cross_entropy(logits, y);
     NoGradGuard no_grad;
     auto [values, pred] = max(logits.detach(), 1);
     s.correct = sum(eq(pred, y));
-    s.count = s.samples = y.numel();
     return s;
   }
   data::DataLoader& train_loader() override { return *train_loader_; }
@@ -114,6 +115,16 @@ class ImageTask : public TrainTask {
 };
 
 }  // namespace
+
+data::Batch to_device(const data::Batch& batch, Device device) {
+  if (device.is_cpu()) return batch;
+  data::Batch out = batch;
+  // A pinned batch (the loaders pin for a CUDA device) is copied asynchronously on the copy
+  // stream, so the copy of the next batch can overlap this step's kernels.
+  for (Tensor& t : out.tensors)
+    if (t.defined()) t = t.to(device, /*non_blocking=*/t.is_pinned());
+  return out;
+}
 
 std::shared_ptr<const data::Dataset> take_first(std::shared_ptr<const data::Dataset> base, int64_t n) {
   if (n <= 0 || n >= base->size()) return base;

@@ -27,6 +27,11 @@ void RunningMetrics::add(const ForwardStats& s) {
   ++micro_batches;
 }
 
+void RunningMetrics::to(Device device) {
+  if (loss_sum.defined()) loss_sum = loss_sum.to(device);
+  if (correct.defined()) correct = correct.to(device);
+}
+
 RunningMetrics::Values RunningMetrics::read() const {
   Values v;
   if (micro_batches > 0 && loss_sum.defined()) v.loss = loss_sum.item<double>() / static_cast<double>(micro_batches);

@@ -30,6 +30,8 @@ struct RunningMetrics {
     double accuracy = 0;  ///< correct / count in [0, 1] (0 when none)
     int64_t correct = 0;
   };
+  /// Moves the sums to `device` (after load_state_dict, which restores them on the CPU).
+  void to(Device device);
   /// Reads the device sums: the one synchronising call, for log points only.
   Values read() const;
 

@@ -83,9 +83,11 @@ class MlmTask : public TrainTask {
     auto test_sub = take_first(test, o.limit_test);
     auto collate = data::pad_collate({static_cast<double>(tokenizer_->pad_id()), double(data::kIgnoreIndex)});
     data::DataLoaderOptions train_opts{.batch_size = o.batch, .shuffle = true, .seed = o.seed,
-                                       .num_workers = o.workers, .collate = collate};
+                                       .num_workers = o.workers, .collate = collate,
+                                       .pin_memory = o.device.is_cuda()};
     data::DataLoaderOptions test_opts{.batch_size = o.eval_batch, .shuffle = false, .seed = o.seed,
-                                      .num_workers = o.workers, .collate = collate};
+                                      .num_workers = o.workers, .collate = collate,
+                                      .pin_memory = o.device.is_cuda()};
     if (o.max_tokens > 0) {
       auto lengths = [](const data::MlmDataset& d, int64_t n) {
         std::vector<int64_t> all = d.lengths();
@@ -121,20 +123,24 @@ class MlmTask : public TrainTask {
   std::shared_ptr<nn::Module> clone_model(const nn::Module& m) const override {
     return dynamic_cast<const models::BertForMaskedLM&>(m).clone<models::BertForMaskedLM>();
   }
-  ForwardStats forward(nn::Module& m, const data::Batch& b) override {
+  ForwardStats forward(nn::Module& m, const data::Batch& host, Device device) override {
     auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
+    ForwardStats s;
+    s.samples = host[0].size(0);
+    {
+      // Counted on the loader's host copy of the labels: no device result is read.
+      NoGradGuard no_grad;
+      s.count = sum(ne(host[1], data::kIgnoreIndex)).item<int64_t>();
+    }
+    const data::Batch b = to_device(host, device);
     const Tensor& ids = b[0];
     const Tensor& labels = b[1];
     const Tensor& mask = b[2];
     Tensor logits = bert.forward(ids, mask);
-    ForwardStats s;
-    s.samples = ids.size(0);
     {
       NoGradGuard no_grad;
       auto [values, pred] = max(logits.detach(), 2);
       s.correct = sum(eq(pred, labels));
-      // The labels come from the loader (host memory): counting them reads no device result.
-      s.count = sum(ne(labels, data::kIgnoreIndex)).item<int64_t>();
     }
     // A batch without a masked token has no loss (cross_entropy's mean would be 0/0 = NaN): it
     // contributes zero gradients instead.

@@ -4,8 +4,10 @@
 
 #include <cmath>
 
+#include "amp/autocast.h"
 #include "core/error.h"
 #include "models/train/trainer.h"
+#include "tensor/factory.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 
@@ -18,6 +20,38 @@ const char* precision_name(DType dtype) {
     case DType::f16: return "f16";
     default: return "other";
   }
+}
+
+DType resolve_precision(const std::string& name, Device device) {
+  if (name == "f32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "f16") return DType::f16;
+  if (name == "amp" || (name.empty() && device.is_cuda())) return amp::default_autocast_dtype(device.type);
+  if (name.empty()) return DType::f32;
+  throw ValueError("precis-train: --precision must be f32, bf16, f16 or amp, got '" + name + "'");
+}
+
+void require_usable_device(Device device) {
+  if (device.is_cpu()) return;
+#ifndef PRECIS_HAS_CUDA
+  throw DeviceError("precis-train --device " + device.str() + ": this precis was built without CUDA (configure with "
+                    "-DPRECIS_CUDA=ON where nvcc is installed), so it cannot train on " + device.str() +
+                    "; use --device cpu");
+#else
+  const int count = cuda_device_count();
+  // Allocating one element asks the driver: its DeviceError says why a device cannot be had.
+  std::string why;
+  try {
+    (void)zeros({1}, {.device = device});
+    return;
+  } catch (const DeviceError& e) {
+    why = e.what();
+  }
+  throw DeviceError(detail::str_cat("precis-train --device ", device.str(), ": no usable CUDA device ", device.str(),
+                                    " on this machine (", count, " visible); ", why,
+                                    ". Use --device cpu, or a machine with a GPU and a driver that matches this CUDA "
+                                    "build"));
+#endif
 }
 
 const char* schedule_name(Schedule s) {

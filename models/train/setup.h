@@ -14,6 +14,12 @@
 
 namespace precis::train {
 
+/// Throws DeviceError naming `device` and saying why it cannot be used (a build without CUDA, no
+/// visible GPU or driver, an index past the last device) unless it holds a tensor; a no-op for the
+/// CPU. precis-train calls it before any other work, so that a run asked for a GPU it cannot have
+/// fails at once instead of after loading its data.
+void require_usable_device(Device device);
+
 /// SGD (momentum, Nesterov), Adam or AdamW over `params` with the options' lr and weight decay.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params);
 

@@ -31,8 +31,10 @@ class TrainTask {
   virtual std::shared_ptr<nn::Module> model() = 0;
   /// A deep copy of `m` (the task's model class), for evaluating a low-precision model in fp32.
   virtual std::shared_ptr<nn::Module> clone_model(const nn::Module& m) const = 0;
-  /// Loss and correct predictions of `m` on `batch`, under whatever autocast the caller set.
-  virtual ForwardStats forward(nn::Module& m, const data::Batch& batch) = 0;
+  /// Loss and correct predictions of `m` (on `device`) on `batch`, under whatever autocast the
+  /// caller set. `batch` is the loader's, in host memory: the task counts what it needs from it
+  /// there (no device read) and copies its tensors to `device` (to_device).
+  virtual ForwardStats forward(nn::Module& m, const data::Batch& batch, Device device) = 0;
   virtual data::DataLoader& train_loader() = 0;
   virtual data::DataLoader& test_loader() = 0;
   /// "accuracy" or "mlm_accuracy": what ForwardStats::correct counts.
@@ -46,6 +48,10 @@ class TrainTask {
 std::unique_ptr<TrainTask> make_image_task(const TrainOptions& options, std::ostream& log);
 /// BERT masked-LM on a text corpus (WordNet glosses by default) with a loaded or trained vocabulary.
 std::unique_ptr<TrainTask> make_mlm_task(const TrainOptions& options, std::ostream& log);
+
+/// `batch` with every defined tensor on `device` (the same tensors when it is the CPU). Pinned
+/// tensors (the tasks' loaders pin for a CUDA device) are copied without blocking the host.
+data::Batch to_device(const data::Batch& batch, Device device);
 
 /// A dataset of the first `n` examples of `base` (all of them when n <= 0 or n >= size).
 std::shared_ptr<const data::Dataset> take_first(std::shared_ptr<const data::Dataset> base, int64_t n);

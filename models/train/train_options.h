@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace precis::train {
@@ -22,7 +23,11 @@ struct TrainOptions {
   /// Images: a folder of Fashion-MNIST/MNIST IDX files or CIFAR-10 binaries (default
   /// Fashion-MNIST). Text: a folder with WordNet's data.* files, or any text file / folder.
   std::string data;
-  DType precision = DType::f32;     ///< f32, bf16 (autocast) or f16 (autocast + GradScaler)
+  /// Where the model, its optimizer state and every batch live: cpu or cuda:N. The model moves
+  /// before the optimizer is built; checkpoints load onto it. Without a usable device, train()
+  /// throws DeviceError naming it before any other work.
+  Device device = Device::cpu();
+  DType precision = DType::f32;     ///< f32, bf16 (autocast) or f16 (autocast + GradScaler); see resolve_precision
   bool master_weights = false;      ///< low-precision model mode: params in `precision`, fp32 masters
   DType eval_precision = DType::f32;
   int64_t epochs = 1;
@@ -72,6 +77,11 @@ struct TrainOptions {
 };
 
 const char* precision_name(DType dtype);  ///< "f32", "bf16", "f16"
+/// The training precision a precis-train --precision value names on `device`: "f32", "bf16",
+/// "f16"; "amp" is the device's mixed-precision default (bf16 autocast on the CPU, f16 autocast +
+/// the dynamic loss scaler on CUDA); "" (not given) is f32 on the CPU and "amp" on CUDA.
+/// ValueError for any other name.
+DType resolve_precision(const std::string& name, Device device);
 const char* schedule_name(Schedule s);
 const char* optimizer_name(OptimizerKind k);
 

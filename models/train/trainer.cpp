@@ -37,10 +37,10 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// An autocast region for `precision` (none for f32).
-amp::AutocastOptions autocast_for(DType precision) {
-  return {.device_type = DeviceType::cpu,
-          .dtype = precision == DType::f32 ? DType::bf16 : precision,
+// An autocast region for `precision` on `device` (none for f32).
+amp::AutocastOptions autocast_for(DType precision, Device device) {
+  return {.device_type = device.type,
+          .dtype = precision == DType::f32 ? amp::default_autocast_dtype(device.type) : precision,
           .enabled = precision != DType::f32};
 }
 
@@ -116,15 +116,19 @@ class Trainer {
 Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHooks& hooks)
     : o_(options), out_(out), hooks_(hooks) {
   validate(o_);
+  require_usable_device(o_.device);  // before the data is read: a missing GPU fails at once
   if (o_.threads > 0) set_num_threads(o_.threads);
   manual_seed(o_.seed);  // model initialisation and dropout
 
   task_ = o_.task == Task::resnet ? make_image_task(o_, out_) : make_mlm_task(o_, out_);
   model_ = task_->model();
   if (o_.master_weights) model_->to(o_.precision);
+  // On the device before the optimizer exists, so that its state (and fp32 masters) are made there.
+  model_->to(o_.device);
   model_->train();
   opt_ = make_optimizer(o_, model_->parameters());
-  scaler_ = std::make_unique<amp::GradScaler>(amp::GradScalerOptions{.enabled = o_.precision == DType::f16});
+  scaler_ = std::make_unique<amp::GradScaler>(
+      amp::GradScalerOptions{.enabled = o_.precision == DType::f16, .device = o_.device});
   scaler_->set_parameter_names(model_->named_parameters());
   acc_ = std::make_unique<optim::GradAccumulator>(o_.accum);
   loader_ = &task_->train_loader();
@@ -183,6 +187,7 @@ void Trainer::resume() {
                                     static_cast<uint64_t>(dist_ ? dist_->rank() : 0),
                                 static_cast<uint64_t>(state_get_int(t, "generator_offset", who)));
   epoch_metrics_.load_state_dict(t, who);
+  epoch_metrics_.to(o_.device);  // the running sums continue on the device
   if (!rank0()) epoch_metrics_.reset();  // the saved sums are the job's (global()): rank 0 carries them
   last_checkpoint_ = path;  // until this run writes one
   if (!o_.quiet)
@@ -242,8 +247,8 @@ bool Trainer::step(const data::Batch& batch) {
   }
   ForwardStats s;
   {
-    amp::Autocast ac(autocast_for(o_.precision));
-    s = task_->forward(*model_, batch);
+    amp::Autocast ac(autocast_for(o_.precision, o_.device));
+    s = task_->forward(*model_, batch, o_.device);
   }
   Tensor loss = o_.accum > 1 ? mul(s.loss, acc_->loss_scale()) : s.loss;
   scaler_->scale(loss).backward();
@@ -386,8 +391,8 @@ void Trainer::print_plan() {
        << precision_name(o_.precision)
        << (o_.master_weights ? " model with fp32 master weights" : o_.precision == DType::f32 ? "" : " autocast")
        << (scaler_->is_enabled() ? " + loss scaler" : "") << ", " << optimizer_name(o_.optimizer) << " lr " << o_.lr
-       << ", schedule " << schedule_name(o_.schedule) << ", " << get_num_threads() << " threads, " << o_.workers
-       << " loader workers\n";
+       << ", schedule " << schedule_name(o_.schedule) << ", on " << o_.device.str() << ", " << get_num_threads()
+       << " threads, " << o_.workers << " loader workers\n";
 }
 
 // ---- evaluate ----------------------------------------------------------------------------------
@@ -407,8 +412,8 @@ Evaluation Trainer::evaluate() {
   {
     NoGradGuard no_grad;
     for (data::Batch& b : (dist_ ? *dist_->test_loader : task_->test_loader()).epoch(0)) {
-      amp::Autocast ac(autocast_for(o_.eval_precision));
-      ForwardStats s = task_->forward(*m, b);
+      amp::Autocast ac(autocast_for(o_.eval_precision, o_.device));
+      ForwardStats s = task_->forward(*m, b, o_.device);
       if (s.count == 0) continue;
       // The batch's mean loss weighted by its predictions, in f64 (exact for f32 losses).
       Tensor weighted = mul(s.loss.to(DType::f64), static_cast<double>(s.count));

@@ -5,6 +5,11 @@
 //   train::TrainSummary s = train::train(o, std::cout);
 //   std::cout << s.json() << "\n";
 //
+// Device (options.device): the model moves there before the optimizer is built, each batch is
+// copied there before its forward (the loader builds it on the host), evaluation runs there and a
+// resumed checkpoint loads there; the autocast region is the device's. A device that cannot be
+// used is a DeviceError before the data is read.
+//
 // One optimizer step: forward under amp::Autocast (bf16 or f16 when precision is not f32) →
 // scaler.scale(loss / accum).backward() for each of `accum` micro-batches → the gradient-ready
 // hook (TrainHooks) → optional scaler.clip_grad_norm_ → scaler.step(opt) (skipped on overflow for

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "amp/grad_scaler.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "models/nn/module.h"
 #include "models/train/checkpoint.h"
@@ -264,6 +265,8 @@ TEST_CASE("precis-train: usage errors are explained and exit with 2", "[train]")
       {"resnet --master-weights", {"--master-weights", "bf16 or f16"}},
       {"resnet --resume", {"--resume", "--checkpoint"}},
       {"bert-mini --max-len 64 --max-tokens 32", {"--max-tokens", "--max-len"}},
+      {"resnet --device gpu", {"--device", "gpu", "cuda:N"}},
+      {"resnet --precision fp8", {"--precision", "fp8"}},
   };
   for (const Case& c : cases) {
     const Run r = run_cli(c.args);
@@ -276,5 +279,24 @@ TEST_CASE("precis-train: usage errors are explained and exit with 2", "[train]")
   REQUIRE(missing.code == 1);
   REQUIRE_THAT(missing.output, Catch::Matchers::Contains("/nonexistent/precis") &&
                                    Catch::Matchers::Contains("dataset-fashion-mnist"));
+}
+
+TEST_CASE("precis-train --device: an unusable GPU exits with 1 naming it, --precision amp is bf16 on the CPU",
+          "[train]") {
+  // One past the last visible device: unusable on any machine. The data path does not exist, so
+  // an error about it would show the run started before checking the device.
+  const std::string dev = "cuda:" + std::to_string(cuda_device_count());
+  const Run r = run_cli("resnet --device " + dev + " --data /nonexistent/precis --threads 1");
+  INFO(r.output);
+  REQUIRE(r.code == 1);
+  REQUIRE_THAT(r.output, Catch::Matchers::Contains("--device " + dev) && Catch::Matchers::Contains("--device cpu"));
+  REQUIRE_THAT(r.output, !Catch::Matchers::Contains("/nonexistent/precis"));
+
+  TempDir dir("cli-device");
+  const Run amp = run_cli("resnet --device cpu --precision amp --data " + image_data(dir) +
+                          " --width 4 --epochs 1 --batch 48 --threads 1 --quiet --limit-test 20");
+  INFO(amp.output);
+  REQUIRE(amp.code == 0);
+  REQUIRE_THAT(amp.output, Catch::Matchers::Contains("\"precision\": \"bf16\""));
 }
 #endif

@@ -2,6 +2,7 @@
 // Shared test helpers: seeded inputs, non-contiguous copies, comparisons against references with
 // tolerances kept in one table, and error-message checks.
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -73,12 +74,26 @@ inline bool allclose(const Tensor& a, const Tensor& b, Tolerance tol) { return a
     REQUIRE(_thrown);                                                                 \
   } while (0)
 
+/// Whether PRECIS_REQUIRE_GPU=1 is set: on the GPU machine (tests/gpu/run.sh) a [cuda] test that
+/// finds no usable device must fail, never pass having run nothing (a driver too old for the build
+/// reads as "no device").
+namespace precis::testing {
+inline bool gpu_required() {
+  const char* v = std::getenv("PRECIS_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+}  // namespace precis::testing
+
 /// Ends a [cuda] test early, with a warning, on a machine without a CUDA device (Catch2 v2 has no
-/// SKIP), so the CPU-only CI passes and tests/gpu/run.sh runs them on a GPU.
-#define PRECIS_REQUIRE_CUDA()                 \
-  do {                                        \
-    if (!::precis::cuda_is_available()) {     \
-      WARN("no CUDA device; skipped");        \
-      return;                                 \
-    }                                         \
+/// SKIP), so the CPU-only CI passes; with PRECIS_REQUIRE_GPU=1 (tests/gpu/run.sh) the missing
+/// device is a failure instead. tests/gpu/strict_switch_test.sh proves both behaviours.
+#define PRECIS_REQUIRE_CUDA()                                                                       \
+  do {                                                                                              \
+    if (!::precis::cuda_is_available()) {                                                           \
+      if (::precis::testing::gpu_required())                                                        \
+        FAIL("PRECIS_REQUIRE_GPU=1: no usable CUDA device (cuda_device_count() = "                  \
+             << ::precis::cuda_device_count() << "); a [cuda] test may not skip on the GPU machine"); \
+      WARN("no CUDA device; skipped");                                                              \
+      return;                                                                                       \
+    }                                                                                               \
   } while (0)

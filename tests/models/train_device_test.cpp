@@ -1,0 +1,119 @@
+// precis-train's --device: a device that cannot be used is a DeviceError naming it before any work
+// (CPU tests); the precision a --precision value names on each device; and, on a GPU, an f16 run on
+// cuda:0 whose losses follow the CPU run's and whose checkpoint resumes onto the device ([cuda]).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "models/train/trainer.h"
+#include "tests/models/train_support.h"
+#include "tests/support/tensor_testing.h"
+
+using namespace precis;
+using namespace precis::train_testing;
+
+namespace {
+
+// The loss column of a --metrics CSV, one value per optimizer step.
+std::vector<double> csv_losses(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // header: epoch,step,epoch_step,lr,loss,...
+  std::vector<double> losses;
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string field;
+    for (int i = 0; i <= 4; ++i) std::getline(ss, field, ',');
+    losses.push_back(std::stod(field));
+  }
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("precis-train: a device it cannot use is a DeviceError naming it, before the data is read", "[train]") {
+  TempDir dir("device");
+  // No data at this path: an IOError about it would mean the run started before checking the device.
+  train::TrainOptions o = tiny_resnet(dir / "no-such-data", "");
+  // One past the last visible device is unusable on every machine, with or without a GPU.
+  const Device past_last = Device::cuda(cuda_device_count());
+  o.device = past_last;
+  std::ostringstream log;
+  const std::string msg = error_of<DeviceError>([&] { train::train(o, log); });
+  INFO(msg);
+  CHECK_THAT(msg, Catch::Matchers::Contains("--device " + past_last.str()) &&
+                      Catch::Matchers::Contains("--device cpu"));
+  if (!cuda_is_available()) {
+    o.device = Device::cuda(0);
+    const std::string m0 = error_of<DeviceError>([&] { train::train(o, log); });
+    INFO(m0);
+    CHECK_THAT(m0, Catch::Matchers::Contains("cuda:0"));
+#ifndef PRECIS_HAS_CUDA
+    CHECK_THAT(m0, Catch::Matchers::Contains("built without CUDA"));
+#endif
+  }
+}
+
+TEST_CASE("precis-train: --precision names a dtype per device, amp is bf16 on the CPU and f16 on CUDA", "[train]") {
+  using train::resolve_precision;
+  CHECK(resolve_precision("", Device::cpu()) == DType::f32);  // the CPU default stays f32
+  CHECK(resolve_precision("", Device::cuda(0)) == DType::f16);  // CUDA: f16 autocast + loss scaler
+  CHECK(resolve_precision("amp", Device::cpu()) == DType::bf16);
+  CHECK(resolve_precision("amp", Device::cuda(1)) == DType::f16);
+  CHECK(resolve_precision("bf16", Device::cuda(0)) == DType::bf16);  // the user overrides
+  CHECK(resolve_precision("f32", Device::cuda(0)) == DType::f32);
+  CHECK(resolve_precision("f16", Device::cpu()) == DType::f16);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(resolve_precision("f8", Device::cpu()), ValueError, "--precision", "f8");
+}
+
+// ResNet-20 (width 4) on the tiny 8×8 images in f16 + loss scaler, once on the CPU and once on
+// cuda:0 from the same seed: the same batches, initial weights and augmentation, so the per-step
+// losses differ only by kernel rounding (f16 autocast on both; cuDNN and oneDNN sum in other
+// orders). Tolerance: 3% of the CPU loss + 0.02 per step over the first 10 steps, which a wrong
+// kernel (a missing scale, a transposed weight) exceeds by far. Then a run on cuda:0 stopped after
+// step 5 and resumed from its checkpoint (loaded onto the device) ends bit for bit where the
+// uninterrupted cuda:0 run ends: the device's kernels are deterministic.
+TEST_CASE("precis-train on cuda:0: f16 losses follow the CPU run, evaluation runs, a checkpoint resumes on the device",
+          "[train][cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  TempDir dir("device-cuda");
+  const std::string data = image_data(dir);
+  train::TrainOptions o = tiny_resnet(data, "");
+  o.precision = DType::f16;
+  o.epochs = 2;  // 12 steps
+  std::ostringstream log;
+
+  o.metrics = dir / "cpu.csv";
+  const train::TrainSummary cpu = train::train(o, log);
+  o.device = Device::cuda(0);
+  o.metrics = dir / "cuda.csv";
+  o.checkpoint_dir = dir / "full";
+  const train::TrainSummary gpu = train::train(o, log);
+  REQUIRE(gpu.steps == cpu.steps);
+  REQUIRE(std::isfinite(gpu.test_accuracy));  // evaluated on the device
+  const std::vector<double> a = csv_losses(dir / "cpu.csv"), b = csv_losses(dir / "cuda.csv");
+  REQUIRE(a.size() >= 10);
+  REQUIRE(b.size() == a.size());
+  for (size_t i = 0; i < 10; ++i) {
+    INFO("step " << i + 1 << ": cpu " << a[i] << ", cuda " << b[i]);
+    CHECK(std::abs(a[i] - b[i]) <= 0.03 * std::abs(a[i]) + 0.02);
+  }
+  CHECK(b.back() < b.front());  // it learns
+
+  o.metrics.clear();
+  o.checkpoint_dir = dir / "resumed";
+  o.stop_after_steps = 5;
+  const train::TrainSummary first = train::train(o, log);
+  REQUIRE(first.stopped_early);
+  o.stop_after_steps = 0;
+  o.resume = true;
+  const train::TrainSummary second = train::train(o, log);
+  REQUIRE(second.steps == gpu.steps);
+  require_same_state(gpu.last_checkpoint, second.last_checkpoint);
+}
