@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include "dist/process_group.h"
+
 namespace precis::train {
 
 namespace {
@@ -172,6 +174,9 @@ std::optional<TrainOptions> parse_train_cli(int argc, const char* const* argv, s
   const Common& c = is_resnet ? resnet_c : bert_c;
   if (o.model == "resnet18-cifar") o.model = "resnet18_cifar";
   o.device = Device::parse(c.device);
+  // Data parallel on GPUs: a bare "cuda" means one device per rank, the rank's index on its node
+  // (as torchrun's LOCAL_RANK); "cuda:N" is taken as written.
+  if (o.distributed && c.device == "cuda") o.device = Device::cuda(dist::init_process_group()->local_rank());
   o.precision = resolve_precision(c.precision, o.device);
   o.eval_precision = resolve_precision(c.eval_precision, o.device);
   o.optimizer = kOptimizers.at(c.optimizer);

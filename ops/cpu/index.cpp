@@ -7,6 +7,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
+#include "ops/cat_by_copy.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -169,26 +170,12 @@ void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const
   scatter_add_accumulate<T>(out, dim, broadcast_index(index, src.sizes(), dim), src);
 }
 
-// Each input is copied into its slab of out (a strided view) by the parallel copy kernel.
-void cat_kernel(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
-  const auto copy = kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cpu, out.dtype());
-  int64_t offset = 0;
-  for (const Tensor& t : inputs) {
-    const int64_t len = t.sizes()[dim];
-    if (len == 0) continue;
-    Shape sizes = out.sizes();
-    sizes[dim] = len;
-    copy(detail::make_alias(out, sizes, out.strides(), out.storage_offset() + offset * out.strides()[dim]), t);
-    offset += len;
-  }
-}
-
 }  // namespace
 
 void register_index_kernels() {
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType dt = static_cast<DType>(i);
-    register_kernel<kernels::CatKernel>(OpId::cat, DeviceType::cpu, dt, &cat_kernel);
+    register_kernel<kernels::CatKernel>(OpId::cat, DeviceType::cpu, dt, &kernels::cat_by_copy);
     visit_dtype(dt, [&]<typename T>() {
       register_kernel<kernels::IndexSelectKernel>(OpId::index_select, DeviceType::cpu, dt, &index_select_kernel<T>);
       register_kernel<kernels::GatherKernel>(OpId::gather, DeviceType::cpu, dt, &gather_kernel<T>);

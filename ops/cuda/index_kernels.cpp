@@ -8,6 +8,7 @@
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/index_pool_kernels.h"
+#include "ops/cat_by_copy.h"
 #include "ops/index_math.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -107,26 +108,12 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   launch_scatter_add(out.dtype(), oa.data_ptr(), static_cast<const int64_t*>(ia.data_ptr()), sa.data_ptr(), a);
 }
 
-// Each input copied into its slab of out by the CUDA copy kernel (a memcpy when both are dense).
-void cat_kernel(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
-  const auto copy = kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cuda, out.dtype());
-  int64_t offset = 0;
-  for (const Tensor& t : inputs) {
-    const int64_t len = t.sizes()[dim];
-    if (len == 0) continue;
-    Shape sizes = out.sizes();
-    sizes[dim] = len;
-    copy(detail::make_alias(out, sizes, out.strides(), out.storage_offset() + offset * out.strides()[dim]), t);
-    offset += len;
-  }
-}
-
 }  // namespace
 
 void register_index_kernels() {
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType dt = static_cast<DType>(i);
-    register_kernel<kernels::CatKernel>(OpId::cat, DeviceType::cuda, dt, &cat_kernel);
+    register_kernel<kernels::CatKernel>(OpId::cat, DeviceType::cuda, dt, &kernels::cat_by_copy);
     register_kernel<kernels::IndexSelectKernel>(OpId::index_select, DeviceType::cuda, dt, &index_select_kernel);
     register_kernel<kernels::GatherKernel>(OpId::gather, DeviceType::cuda, dt, &gather_kernel);
     if (dt == DType::boolean) continue;  // nothing to add

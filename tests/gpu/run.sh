@@ -279,7 +279,7 @@ check() {
   elif nvidia-smi >/dev/null 2>&1; then
     row "precis-bench --device cuda (no GPU)" ok "not checked: this machine has a GPU"
   else
-    out=$("$bench" models --device cuda --repeat 1 2>&1); local rc=$?
+    out=$("$bench" models --device cuda --repeat 1 --no-peak 2>&1); local rc=$?
     echo "$out" | tail -3
     if (( rc == 1 )) && grep -q "cuda:0" <<<"$out"; then
       row "precis-bench --device cuda (no GPU)" ok "exit 1 naming cuda:0"
@@ -452,7 +452,7 @@ fi
 
 step "benchmark: precis-bench models --device cuda; PyTorch peer"
 t0=$SECONDS
-if logged bench-precis 150 "$BUILD_DIR/benchmarks/precis-bench" models --device cuda --repeat 20 --min-time 1 \
+if logged bench-precis 150 "$BUILD_DIR/benchmarks/precis-bench" models --device cuda --no-peak --repeat 20 --min-time 1 \
      --json "$logdir/bench-precis.json"; then
   row "precis-bench models --device cuda" ok "$((SECONDS - t0)) s"
 else
