@@ -45,6 +45,9 @@ using MaxDimKernel = void(const Tensor& values, const Tensor& indices, const Ten
 
 /// Batched GEMM. a: (Ba, n, k), b: (Bb, k, m), Ba and Bb each 1 or B (size-1 batches broadcast),
 /// any strides; out: (B, n, m) contiguous. Same floating dtype; fp32 accumulation.
+/// The CPU kernel also takes two batch dims, a: (Ba1, Ba2, n, k), b: (Bb1, Bb2, k, m), out:
+/// (B1, B2, n, m): matmul passes that form on the CPU where the batch dims merge into no single
+/// stride (attention's heads), so nothing is copied; other backends get 3-D copies.
 using MatmulKernel = void(const Tensor& out, const Tensor& a, const Tensor& b);
 /// out = x·wᵀ + bias. x: (M, in) contiguous, w: (out, in) contiguous, bias: (out) or undefined,
 /// out: (M, out) contiguous.

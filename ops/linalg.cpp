@@ -41,11 +41,12 @@ Shape broadcast_batch(const Shape& x, const Shape& y, const Tensor& a, const Ten
   return out;
 }
 
-// Stride of dims [0, nd) of t merged into one dim, if they can be without a copy (each non-size-1
-// dim steps over the whole of the next non-size-1 one); -1 otherwise. Size-1 dims don't matter.
-int64_t merged_stride(const Tensor& t, int64_t nd) {
+// Stride of dims [begin, end) of t merged into one dim, if they can be without a copy (each
+// non-size-1 dim steps over the whole of the next non-size-1 one); -1 otherwise. Size-1 dims
+// don't matter.
+int64_t merged_stride(const Tensor& t, int64_t end, int64_t begin = 0) {
   int64_t stride = -1, span = 0;  // stride and size of the merged run so far, innermost first
-  for (int64_t d = nd - 1; d >= 0; --d) {
+  for (int64_t d = end - 1; d >= begin; --d) {
     if (t.size(d) == 1) continue;
     if (stride < 0) {
       stride = t.stride(d);
@@ -58,22 +59,45 @@ int64_t merged_stride(const Tensor& t, int64_t nd) {
   return stride < 0 ? 0 : stride;
 }
 
+// x expanded to (*batch, r, c), `batch` being the broadcast batch shape.
+Tensor expand_to_batch(const Tensor& x, const Shape& batch) {
+  Shape full = batch;
+  full.push_back(x.size(-2));
+  full.push_back(x.size(-1));
+  return x.expand(full);
+}
+
 // x: (*batch_x, r, c) brought to (B, r, c) for the kernel, where `batch` is the broadcast batch
 // shape of numel B: a batch of one when x has no batch of its own (kernel broadcasting), else
-// the batch dims merged into one, as a view when the strides allow and a copy otherwise.
-Tensor to_batch3(const Tensor& x, const Shape& batch) {
+// the batch dims merged into one, as a view when the strides allow; undefined when they do not
+// (a copy is needed).
+Tensor batch3_view(const Tensor& x, const Shape& batch) {
   const int64_t nb = x.dim() - 2, r = x.size(-2), c = x.size(-1);
   const Shape x_batch = dims_of(x, 0, nb);
   if (shape_numel(x_batch) == 1 || shape_numel(batch) == 0)
     return detail::make_alias(x, {1, r, c}, {r * c, x.stride(-2), x.stride(-1)}, x.storage_offset());
-  Shape full = batch;
-  full.push_back(r);
-  full.push_back(c);
-  Tensor e = x.expand(full);
+  const Tensor e = expand_to_batch(x, batch);
   const int64_t stride = merged_stride(e, static_cast<int64_t>(batch.size()));
-  if (stride >= 0)
-    return detail::make_alias(e, {shape_numel(batch), r, c}, {stride, e.stride(-2), e.stride(-1)}, e.storage_offset());
-  return e.contiguous().view({shape_numel(batch), r, c});  // e.g. batches [3, 1] with [1, 4]
+  if (stride < 0) return Tensor();
+  return detail::make_alias(e, {shape_numel(batch), r, c}, {stride, e.stride(-2), e.stride(-1)}, e.storage_offset());
+}
+
+// batch3_view, or a contiguous copy where the batch dims do not merge (e.g. batches [3, 1] with [1, 4]).
+Tensor to_batch3(const Tensor& x, const Shape& batch) {
+  Tensor v = batch3_view(x, batch);
+  if (v.defined()) return v;
+  return expand_to_batch(x, batch).contiguous().view({shape_numel(batch), x.size(-2), x.size(-1)});
+}
+
+// x brought to (B1, B2, r, c) with the batch dims [0, split) merged into B1 and [split, end) into
+// B2, as a view; undefined when either group does not merge without a copy.
+Tensor batch4_view(const Tensor& x, const Shape& batch, int64_t split) {
+  const Tensor e = expand_to_batch(x, batch);
+  const int64_t nb = static_cast<int64_t>(batch.size());
+  const int64_t outer = merged_stride(e, split), inner = merged_stride(e, nb, split);
+  if (outer < 0 || inner < 0) return Tensor();
+  return detail::make_alias(e, {shape_numel(dims_of(e, 0, split)), shape_numel(dims_of(e, split, nb)), e.size(-2), e.size(-1)},
+                            {outer, inner, e.stride(-2), e.stride(-1)}, e.storage_offset());
 }
 
 void check_matmul(const Tensor& a, const Tensor& b) {
@@ -114,9 +138,26 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
     out3_sizes = {1, rows, m};
   } else {
     batch = broadcast_batch(dims_of(a2, 0, a2.dim() - 2), dims_of(b2, 0, b2.dim() - 2), a, b);
-    a3 = to_batch3(a2, batch);
-    b3 = to_batch3(b2, batch);
+    a3 = batch3_view(a2, batch);
+    b3 = batch3_view(b2, batch);
     out3_sizes = {shape_numel(batch), n, m};
+    if (!(a3.defined() && b3.defined()) && a.device().type == DeviceType::cpu) {
+      // The CPU kernel takes two batch dims (ops/kernels.h): look for a split of the batch dims
+      // into two groups that each merge in both operands, e.g. attention's (B, H) heads viewed
+      // out of (B, L, H, D), whose B and H steps are L·H·D and D.
+      const int64_t nb = static_cast<int64_t>(batch.size());
+      for (int64_t split = 1; split < nb; ++split) {
+        Tensor a4 = batch4_view(a2, batch, split), b4 = batch4_view(b2, batch, split);
+        if (a4.defined() && b4.defined()) {
+          a3 = std::move(a4);
+          b3 = std::move(b4);
+          out3_sizes = {a3.size(0), a3.size(1), n, m};
+          break;
+        }
+      }
+    }
+    if (!a3.defined()) a3 = to_batch3(a2, batch);
+    if (!b3.defined()) b3 = to_batch3(b2, batch);
   }
   Tensor out3 = empty(out3_sizes, options);
   if (out3.numel() > 0) {

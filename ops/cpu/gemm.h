@@ -16,6 +16,7 @@ namespace precis::cpu {
 struct GemmMatrix {
   const void* data = nullptr;
   int64_t batch_stride = 0;
+  int64_t batch_stride2 = 0;  ///< the inner batch dim's stride when GemmArgs::batch2 > 1 (0 broadcasts)
   int64_t row_stride = 0;
   int64_t col_stride = 0;
   bool row_major() const { return col_stride == 1; }
@@ -24,9 +25,15 @@ struct GemmMatrix {
 /// c[b] = a[b]·b[b] (+ bias broadcast over rows) for b < batch.
 /// a: (batch, m, k), b: (batch, k, n), c: (batch, m, n) contiguous, bias: (n) contiguous or null.
 /// All of one dtype; m, n, k >= 1.
+///
+/// batch2 > 1 adds a second, inner batch dim (oneDNN only, onednn_gemm): a: (batch, batch2, m, k)
+/// with strides (batch_stride, batch_stride2, ...), likewise b, and c: (batch, batch2, m, n)
+/// contiguous. Attention's heads, split from the hidden dim as (B, L, H, D) → (B, H, L, D), have
+/// batch dims that merge into no single stride; two let the GEMM read them where they lie.
 struct GemmArgs {
   DType dtype = DType::f32;
   int64_t batch = 1, m = 0, k = 0, n = 0;
+  int64_t batch2 = 1;
   GemmMatrix a, b;
   void* c = nullptr;
   const void* bias = nullptr;
@@ -45,7 +52,7 @@ bool normalize_matrix(int64_t rows, int64_t cols, int64_t& row_stride, int64_t& 
 bool onednn_gemm(const GemmArgs& args);
 #endif
 
-/// Runs the GEMM with Eigen (f32 or f64, accumulating in the input type), split over the
+/// Runs the GEMM with Eigen (batch2 == 1 only; f32 or f64, accumulating in the input type), split over the
 /// intra-op pool by batch and row blocks.
 void eigen_gemm(const GemmArgs& args);
 

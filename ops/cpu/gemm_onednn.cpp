@@ -23,8 +23,9 @@ namespace precis::cpu {
 namespace {
 
 // ---- primitive cache ---------------------------------------------------------------------------
-// dtype, bias?, threads, batch_a, batch_b, m, k, n, a strides (3), b strides (3).
-using Key = std::array<int64_t, 14>;
+// dtype, bias?, threads, batch, batch2, batch_a, batch_b, batch2_a, batch2_b, m, k, n,
+// a strides (4), b strides (4).
+using Key = std::array<int64_t, 20>;
 
 // A ready primitive and the memory descriptors its arguments are wrapped in. An empty primitive
 // records that oneDNN has no fast implementation for the key, so that is not asked again.
@@ -47,20 +48,37 @@ int64_t batch_dim(const GemmMatrix& x, int64_t batch) { return x.batch_stride ==
 int64_t batch_stride(const GemmMatrix& x, int64_t batch, int64_t rows, int64_t cols) {
   return batch_dim(x, batch) == 1 ? rows * cols : x.batch_stride;
 }
+// The same for the inner batch dim (GemmArgs::batch2).
+int64_t batch2_dim(const GemmMatrix& x, int64_t batch2) { return x.batch_stride2 == 0 ? 1 : batch2; }
+
+// x as oneDNN sees it: (batch, m, k)-style 3-D, or 4-D with the inner batch dim when batch2 > 1.
+// A broadcast (size-1) batch dim gets the stride a dense layout would give it.
+dnnl::memory::desc operand_desc(const GemmMatrix& x, const GemmArgs& g, int64_t rows, int64_t cols,
+                                dnnl::memory::data_type dt) {
+  using dnnl::memory;
+  if (g.batch2 == 1)
+    return memory::desc({batch_dim(x, g.batch), rows, cols}, dt,
+                        {batch_stride(x, g.batch, rows, cols), x.row_stride, x.col_stride});
+  const int64_t inner = batch2_dim(x, g.batch2);
+  const int64_t inner_stride = inner == 1 ? rows * cols : x.batch_stride2;
+  const int64_t outer = batch_dim(x, g.batch);
+  const int64_t outer_stride = outer == 1 ? inner * rows * cols : x.batch_stride;
+  return memory::desc({outer, inner, rows, cols}, dt, {outer_stride, inner_stride, x.row_stride, x.col_stride});
+}
 
 std::shared_ptr<const CachedMatmul> build(const GemmArgs& g) {
   using dnnl::memory;
   auto p = std::make_shared<CachedMatmul>();
   const memory::data_type dt = g.dtype == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  p->a = memory::desc({batch_dim(g.a, g.batch), g.m, g.k}, dt,
-                      {batch_stride(g.a, g.batch, g.m, g.k), g.a.row_stride, g.a.col_stride});
-  p->b = memory::desc({batch_dim(g.b, g.batch), g.k, g.n}, dt,
-                      {batch_stride(g.b, g.batch, g.k, g.n), g.b.row_stride, g.b.col_stride});
-  p->c = memory::desc({g.batch, g.m, g.n}, dt, {g.m * g.n, g.n, 1});
+  p->a = operand_desc(g.a, g, g.m, g.k, dt);
+  p->b = operand_desc(g.b, g, g.k, g.n, dt);
+  p->c = g.batch2 == 1 ? memory::desc({g.batch, g.m, g.n}, dt, {g.m * g.n, g.n, 1})
+                       : memory::desc({g.batch, g.batch2, g.m, g.n}, dt, {g.batch2 * g.m * g.n, g.m * g.n, g.n, 1});
   try {
     dnnl::matmul::primitive_desc pd;
     if (g.bias != nullptr) {
-      p->bias = memory::desc({1, 1, g.n}, dt, {g.n, g.n, 1});
+      p->bias = g.batch2 == 1 ? memory::desc({1, 1, g.n}, dt, {g.n, g.n, 1})
+                              : memory::desc({1, 1, 1, g.n}, dt, {g.n, g.n, g.n, 1});
       pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->bias, p->c), scratchpad_attr(), cpu_engine());
     } else {
       pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->c), scratchpad_attr(), cpu_engine());
@@ -80,10 +98,11 @@ std::shared_ptr<const CachedMatmul> build(const GemmArgs& g) {
 bool onednn_gemm(const GemmArgs& g) {
   if (g.dtype != DType::f32 && g.dtype != DType::bf16) return false;
   const int threads = sync_thread_count();
-  const Key key{static_cast<int64_t>(g.dtype), g.bias != nullptr, threads,
-                batch_dim(g.a, g.batch), batch_dim(g.b, g.batch), g.m, g.k, g.n,
-                g.a.batch_stride, g.a.row_stride, g.a.col_stride,
-                g.b.batch_stride, g.b.row_stride, g.b.col_stride};
+  const Key key{static_cast<int64_t>(g.dtype), g.bias != nullptr, threads, g.batch, g.batch2,
+                batch_dim(g.a, g.batch), batch_dim(g.b, g.batch), batch2_dim(g.a, g.batch2),
+                batch2_dim(g.b, g.batch2), g.m, g.k, g.n,
+                g.a.batch_stride, g.a.batch_stride2, g.a.row_stride, g.a.col_stride,
+                g.b.batch_stride, g.b.batch_stride2, g.b.row_stride, g.b.col_stride};
   MatmulCache& cache = primitive_cache();
   std::shared_ptr<const CachedMatmul> p = cache.find(key);
   if (p == nullptr) p = cache.insert(key, build(g));

@@ -148,9 +148,52 @@ void gemm_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Tens
   }
 }
 
-// out: (B, n, m) = a: (Ba, n, k) · b: (Bb, k, m). Accumulates in fp32 (f64 for f64).
+// Entry i of t's outer batch dim (entry 0 when that dim broadcasts), as a 3-D view.
+Tensor outer_entry(const Tensor& t, int64_t i) {
+  const int64_t offset = t.storage_offset() + (t.size(0) == 1 ? 0 : i * t.stride(0));
+  return detail::make_alias(t, {t.size(1), t.size(2), t.size(3)}, {t.stride(1), t.stride(2), t.stride(3)}, offset);
+}
+
+// The 4-D form (ops/kernels.h MatmulKernel): out (B1, B2, n, m) contiguous, a (Ba1, Ba2, n, k),
+// b (Bb1, Bb2, k, m). One oneDNN GEMM over both batch dims reads the operands where they lie;
+// where oneDNN cannot take them (f16, f64, a matrix in neither GEMM layout, no fast kernel) each
+// outer entry runs as a 3-D GEMM, which copies only what that needs.
+template <typename T>
+void matmul_kernel_4d(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (out.numel() == 0) return;
+#ifdef PRECIS_HAS_ONEDNN
+  constexpr DType dtype = dtype_of<T>();
+  if constexpr (dtype == DType::f32 || dtype == DType::bf16) {
+    auto describe = [](const Tensor& t, GemmMatrix& m) {
+      int64_t rs = t.stride(2), cs = t.stride(3);
+      if (!normalize_matrix(t.size(2), t.size(3), rs, cs)) return false;
+      m.data = t.data_ptr();
+      m.batch_stride = t.size(0) == 1 ? 0 : t.stride(0);
+      m.batch_stride2 = t.size(1) == 1 ? 0 : t.stride(1);
+      m.row_stride = rs;
+      m.col_stride = cs;
+      return true;
+    };
+    GemmArgs g;
+    g.dtype = dtype;
+    g.batch = out.size(0);
+    g.batch2 = out.size(1);
+    g.m = out.size(2);
+    g.k = a.size(3);
+    g.n = out.size(3);
+    g.c = out.data_ptr();
+    if (g.k > 0 && describe(a, g.a) && describe(b, g.b) && onednn_gemm(g)) return;
+  }
+#endif
+  for (int64_t i = 0; i < out.size(0); ++i)
+    gemm_kernel<T>(outer_entry(out, i), outer_entry(a, i), outer_entry(b, i), Tensor());
+}
+
+// out: (B, n, m) = a: (Ba, n, k) · b: (Bb, k, m), or the 4-D form with two batch dims.
+// Accumulates in fp32 (f64 for f64).
 template <typename T>
 void matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (out.dim() == 4) return matmul_kernel_4d<T>(out, a, b);
   gemm_kernel<T>(out, a, b, Tensor());
 }
 

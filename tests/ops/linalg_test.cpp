@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ops/functional.h"
+#include "ops/profiler.h"
 #include "tests/support/concurrency.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
@@ -251,6 +252,52 @@ TEST_CASE("matmul and linear: bf16 and f16 spot checks", "[ops][linalg]") {
   }
 }
 
+// Attention splits heads out of the hidden dim: (B, L, H·D) viewed as (B, L, H, D) and transposed to
+// (B, H, L, D). Its batch dims (B, H) step by L·H·D and D, which no single batch stride covers, so
+// matmul hands the CPU kernel both (ops/kernels.h) instead of copying. The results must match the
+// reference in every dtype (f32 and bf16 through oneDNN's 4-D GEMM, f16 and f64 through the
+// per-entry fallback), and for f32 and bf16 no copy kernel may run at all.
+TEST_CASE("matmul: attention-head views with two batch dims", "[ops][linalg]") {
+  const int64_t B = 3, L = 9, H = 2, D = 5;
+  auto heads = [&](uint64_t seed, DType dtype) {
+    return input({B, L, H * D}, seed, DType::f32).to(dtype).view({B, L, H, D}).transpose(1, 2);
+  };
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    INFO(dtype_name(dtype));
+    const Tensor q = heads(1, dtype), k = heads(2, dtype), v = heads(3, dtype);
+    const Tensor w = input({B, H, L, L}, 4, DType::f32).to(dtype);
+    const Tensor one_head = input({1, H, D, L}, 5, DType::f32).to(dtype);
+    const Tensor g = heads(6, dtype);
+    const std::vector<std::pair<const char*, std::pair<Tensor, Tensor>>> cases = {
+        {"q · kᵀ (both operands strided heads)", {q, k.transpose(-2, -1)}},
+        {"weights · v (b strided heads)", {w, v}},
+        {"g · vᵀ (backward's grad_a)", {g, v.transpose(-2, -1)}},
+        {"qᵀ · g (backward's grad_b)", {q.transpose(-2, -1), g}},
+        {"strided heads · broadcast batch", {q, one_head}},
+    };
+    for (const auto& [label, ops] : cases) {
+      INFO(label);
+      const auto& [a, b] = ops;
+      std::vector<profiler::Entry> entries;
+      profiler::reset();
+      profiler::set_enabled(true);
+      const Tensor out = matmul(a, b);
+      profiler::set_enabled(false);
+      CHECK(out.dtype() == dtype);
+      CHECK(out.is_contiguous());
+      require_matmul_close(out, a.to(DType::f64), b.to(DType::f64), dtype);
+#ifdef PRECIS_HAS_ONEDNN
+      if (dtype == DType::f32 || dtype == DType::bf16) {
+        for (const profiler::Entry& e : profiler::entries()) {
+          INFO("entry " << e.name);
+          CHECK(e.name != "copy");
+        }
+      }
+#endif
+    }
+  }
+}
+
 TEST_CASE("linear: forward matches the naive reference", "[ops][linalg]") {
   for (DType dtype : {DType::f32, DType::f64}) {
     INFO(dtype_name(dtype));
@@ -329,6 +376,12 @@ const bool kMatmulCases = testing::register_grad_cases({
     {OpId::matmul, "transposed operands",
      [] { return TensorList{grad_input({4, 3}, 5), grad_input({5, 4}, 6)}; },
      [](const TensorList& x) { return TensorList{matmul(x[0].t(), x[1].t())}; }},
+    {OpId::matmul, "attention-head views (two batch dims)",
+     [] { return TensorList{grad_input({2, 3, 2 * 4}, 12), grad_input({2, 3, 2 * 4}, 13)}; },
+     [](const TensorList& x) {
+       auto heads = [](const Tensor& t) { return t.view({2, 3, 2, 4}).transpose(1, 2); };
+       return TensorList{matmul(heads(x[0]), heads(x[1]).transpose(-2, -1))};
+     }},
     {OpId::matmul, "only b requires grad",
      [] { return TensorList{randn_input({3, 4}, false, 7), grad_input({4, 2}, 8)}; },
      [](const TensorList& x) { return TensorList{matmul(x[0], x[1])}; }},
