@@ -1,8 +1,13 @@
 #include "benchmarks/bench.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <stdexcept>
 
 #include "ops/profiler.h"
 
@@ -82,6 +87,39 @@ StepTiming time_step(const std::function<void()>& step, const Options& options, 
     profiler::reset();
   }
   return out;
+}
+
+int process_threads() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return 0;
+}
+
+bool run_in_child(void* out, size_t size, const std::function<void(void*)>& fill, int* status) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("precis-bench: pipe failed");
+  std::fflush(stdout);  // or the child's exit would print the parent's buffered output again
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("precis-bench: fork failed");
+  if (pid == 0) {
+    ::close(fds[0]);
+    fill(out);
+    const ssize_t written = ::write(fds[1], out, size);
+    ::_exit(written == static_cast<ssize_t>(size) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t k = ::read(fds[0], static_cast<char*>(out) + got, size - got);
+    if (k <= 0) break;
+    got += static_cast<size_t>(k);
+  }
+  ::close(fds[0]);
+  *status = 0;
+  ::waitpid(pid, status, 0);
+  return got == size;
 }
 
 }  // namespace precis::bench

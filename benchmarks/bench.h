@@ -7,8 +7,11 @@
 //
 // (A static registration is safe here: the suites are object files of the executable itself,
 // which the linker always keeps, unlike members of a static library.)
+#include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace precis::bench {
@@ -84,6 +87,27 @@ struct Suite {
   std::string description;
   std::function<SuiteReport(const Options&)> run;
 };
+
+/// How many threads this process has now (/proc/self/status; 0 when unknown).
+int process_threads();
+
+/// Runs `fill` in a forked child that writes `size` bytes into `out` and sends them back through
+/// a pipe; returns false (with the child's wait status in *status) when fewer came back. Only call
+/// it while the process is single-threaded (process_threads() == 1): a fork copies one thread.
+bool run_in_child(void* out, size_t size, const std::function<void(void*)>& fill, int* status);
+
+/// `f()` in a fresh child process (a fresh peak-memory counter, a fresh thread pool); R is plain
+/// data with a `char error[]` field, which says "`what`: the child process died ..." when the
+/// child returned nothing.
+template <class R>
+R run_forked(const char* what, const std::function<R()>& f) {
+  static_assert(std::is_trivially_copyable_v<R>, "run_forked: the result crosses a pipe");
+  R r{};
+  int status = 0;
+  if (!run_in_child(&r, sizeof r, [&](void* out) { *static_cast<R*>(out) = f(); }, &status))
+    std::snprintf(r.error, sizeof r.error, "%s: the child process died (status %d)", what, status);
+  return r;
+}
 
 bool register_suite(Suite suite);
 const std::vector<Suite>& suites();

@@ -1,8 +1,5 @@
 #include "benchmarks/peak.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -13,6 +10,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "benchmarks/bench.h"
 #include "core/thread_pool.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
@@ -117,40 +115,9 @@ PeakResult measure(const std::vector<int>& threads, int n, int reps) {
   return r;
 }
 
-int process_threads() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  return 0;
-}
-
 PeakResult measure_isolated(const std::vector<int>& threads, int n, int reps) {
   if (process_threads() != 1) return measure(threads, n, reps);
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("GEMM peak: pipe failed");
-  std::fflush(stdout);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("GEMM peak: fork failed");
-  if (pid == 0) {
-    ::close(fds[0]);
-    const PeakResult r = measure(threads, n, reps);
-    const ssize_t written = ::write(fds[1], &r, sizeof r);
-    ::_exit(written == static_cast<ssize_t>(sizeof r) ? 0 : 1);
-  }
-  ::close(fds[1]);
-  PeakResult r;
-  size_t got = 0;
-  while (got < sizeof r) {
-    const ssize_t k = ::read(fds[0], reinterpret_cast<char*>(&r) + got, sizeof r - got);
-    if (k <= 0) break;
-    got += static_cast<size_t>(k);
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (got != sizeof r) std::snprintf(r.error, sizeof r.error, "the measuring process died (status %d)", status);
-  return r;
+  return run_forked<PeakResult>("GEMM peak", [&] { return measure(threads, n, reps); });
 }
 
 }  // namespace

@@ -26,8 +26,6 @@
 // allocator's allocated bytes over the case (model, optimizer state, scaler, activations; reset
 // after the previous case's memory was released). They run in this process (a CUDA context does
 // not survive fork). No usable GPU: a DeviceError before the first case, exit status 1.
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -109,14 +107,6 @@ double status_mb(const char* field) {
   return 0.0;
 }
 
-int process_threads() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  return 0;
-}
-
 // What a case's run sends back (plain data: it crosses a pipe from the child).
 struct CaseResult {
   double median_ms = 0, min_ms = 0, peak_rss_mb = 0, base_rss_mb = 0, flops = 0;
@@ -146,30 +136,7 @@ CaseResult run_case(const ModelCase& c, DType dtype, int threads, const Options&
 CaseResult run_isolated(const ModelCase& c, DType dtype, int threads, const Options& options, bool* isolated) {
   *isolated = process_threads() == 1;
   if (!*isolated) return run_case(c, dtype, threads, options);
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("models suite: pipe failed");
-  std::fflush(stdout);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("models suite: fork failed");
-  if (pid == 0) {
-    ::close(fds[0]);
-    const CaseResult r = run_case(c, dtype, threads, options);
-    const ssize_t written = ::write(fds[1], &r, sizeof r);
-    ::_exit(written == static_cast<ssize_t>(sizeof r) ? 0 : 1);
-  }
-  ::close(fds[1]);
-  CaseResult r;
-  size_t got = 0;
-  while (got < sizeof r) {
-    const ssize_t n = ::read(fds[0], reinterpret_cast<char*>(&r) + got, sizeof r - got);
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (got != sizeof r) std::snprintf(r.error, sizeof r.error, "the child process died (status %d)", status);
-  return r;
+  return run_forked<CaseResult>("models suite", [&] { return run_case(c, dtype, threads, options); });
 }
 
 // ---- GPU cases (--device cuda) -----------------------------------------------------------------

@@ -5,9 +5,8 @@
 
 #include <vector>
 
-#include "core/error.h"
-#include "data/idx.h"
 #include "fuzz/common.h"
+#include "fuzz/idx_readers.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   precis::fuzz::init_once();
@@ -22,14 +21,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   out.resize(z.total_out);
   deflateEnd(&z);
   const std::string& path = precis::fuzz::write_temp(out.data(), out.size(), "-idx.gz");
-  try {
-    precis::data::IdxArray a = precis::data::read_idx(path);
-    (void)precis::data::idx_to_tensor(a);
-  } catch (const precis::Error&) {
-  }
-  try {
-    (void)precis::data::read_idx_images(path);
-  } catch (const precis::Error&) {
-  }
+  precis::fuzz::read_idx_every_way(path);
   return 0;
 }

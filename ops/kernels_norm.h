@@ -51,6 +51,20 @@ using GroupNormBackwardKernel = void(const Tensor& dx, const Tensor& dweight, co
                                      const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                      const Tensor& rstd, int64_t num_groups);
 
+/// A contiguous tensor seen as (outer, dim, inner) around one dimension: element (o, k, i) is at
+/// (o·dim + k)·inner + i. How every softmax kernel walks its operands.
+struct DimSplit {
+  int64_t outer = 1, dim = 1, inner = 1;
+};
+/// x's sizes split around `dim` (0 <= dim < x.dim()).
+inline DimSplit split_at_dim(const Tensor& x, int64_t dim) {
+  DimSplit l;
+  for (int64_t d = 0; d < dim; ++d) l.outer *= x.size(d);
+  l.dim = x.size(dim);
+  for (int64_t d = dim + 1; d < x.dim(); ++d) l.inner *= x.size(d);
+  return l;
+}
+
 /// y = softmax(x) or log_softmax(x) along dim. x, y: same shape and dtype.
 using SoftmaxKernel = void(const Tensor& y, const Tensor& x, int64_t dim);
 /// Fused backward along dim from the forward output y: softmax dx = y·(g − Σ g·y);

@@ -187,6 +187,18 @@ PRECIS_HD_INLINE void adam_element(C& p, C g, C& m, C& v, C* vmax, const AdamSca
 
 enum class NormKind : uint8_t { inf, one, two, general };
 
+/// Calls f.template operator()<K>() with K the norm kind as a compile-time constant (host code:
+/// the kernels of each backend are instantiated per kind).
+template <typename F>
+void visit_norm_kind(NormKind k, F&& f) {
+  switch (k) {
+    case NormKind::inf: return f.template operator()<NormKind::inf>();
+    case NormKind::one: return f.template operator()<NormKind::one>();
+    case NormKind::two: return f.template operator()<NormKind::two>();
+    case NormKind::general: return f.template operator()<NormKind::general>();
+  }
+}
+
 /// The kind of the p-norm (p > 0; inf for +infinity).
 PRECIS_HD_INLINE NormKind norm_kind(double p) {
   if (p > 1.7976931348623157e308) return NormKind::inf;

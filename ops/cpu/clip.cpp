@@ -18,6 +18,7 @@ namespace precis::cpu {
 namespace {
 
 using kernels::NormKind;
+using kernels::visit_norm_kind;
 
 constexpr int64_t kBlock = 8192;  // elements per partial power sum (fixed: results independent of threads)
 constexpr int64_t kConvert = 512;  // f16/bf16 elements converted at a time
@@ -59,17 +60,6 @@ double power_sum(const T* data, int64_t numel, double p) {
   double total = 0.0;
   for (double v : partial) total = kernels::norm_combine(total, v, K);
   return total;
-}
-
-/// Calls f.template operator()<K>() with K the norm kind as a compile-time constant.
-template <typename F>
-void visit_norm_kind(NormKind k, F&& f) {
-  switch (k) {
-    case NormKind::inf: return f.template operator()<NormKind::inf>();
-    case NormKind::one: return f.template operator()<NormKind::one>();
-    case NormKind::two: return f.template operator()<NormKind::two>();
-    case NormKind::general: return f.template operator()<NormKind::general>();
-  }
 }
 
 void grad_norms_kernel(const std::vector<Tensor>& grads, double norm_type, const Tensor& out) {

@@ -25,22 +25,11 @@ constexpr int64_t kColumnBlock = 64;
 // Elements per parallel chunk: softmax costs a few passes and an exponential per element.
 constexpr int64_t kSoftmaxGrain = 16384;
 
-struct Layout {
-  int64_t outer = 1, dim = 1, inner = 1;
-};
-
-Layout layout_of(const Tensor& x, int64_t dim) {
-  Layout l;
-  for (int64_t d = 0; d < dim; ++d) l.outer *= x.size(d);
-  l.dim = x.size(dim);
-  for (int64_t d = dim + 1; d < x.dim(); ++d) l.inner *= x.size(d);
-  return l;
-}
 
 // Runs body(outer_index, inner_begin, inner_count) over every (outer, inner block) pair, in
 // parallel; body handles one block of adjacent inner positions across the whole dim.
 template <typename Body>
-void for_each_column_block(const Layout& l, Body&& body) {
+void for_each_column_block(const kernels::DimSplit& l, Body&& body) {
   const int64_t nblocks = (l.inner + kColumnBlock - 1) / kColumnBlock;
   const int64_t per_task = std::min(l.inner, kColumnBlock) * l.dim;
   const int64_t grain = std::max<int64_t>(1, kSoftmaxGrain / std::max<int64_t>(per_task, 1));
@@ -53,7 +42,7 @@ void for_each_column_block(const Layout& l, Body&& body) {
 }
 
 template <typename Row>
-void for_each_outer_row(const Layout& l, Row&& row) {
+void for_each_outer_row(const kernels::DimSplit& l, Row&& row) {
   const int64_t grain = std::max<int64_t>(1, kSoftmaxGrain / std::max<int64_t>(l.dim, 1));
   parallel_for(0, l.outer, grain, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) row(r);
@@ -64,7 +53,7 @@ void for_each_outer_row(const Layout& l, Row&& row) {
 template <typename T, bool kLog>
 void softmax_kernel(const Tensor& y, const Tensor& x, int64_t dim) {
   using A = opmath_t<T>;
-  const Layout l = layout_of(x, dim);
+  const kernels::DimSplit l = kernels::split_at_dim(x, dim);
   if (x.numel() == 0) return;
   const T* xp = x.data_ptr<T>();
   T* yp = y.data_ptr<T>();
@@ -116,7 +105,7 @@ void softmax_kernel(const Tensor& y, const Tensor& x, int64_t dim) {
 template <typename T, bool kLog>
 void softmax_backward_kernel(const Tensor& dx, const Tensor& grad, const Tensor& y, int64_t dim) {
   using A = opmath_t<T>;
-  const Layout l = layout_of(y, dim);
+  const kernels::DimSplit l = kernels::split_at_dim(y, dim);
   if (y.numel() == 0) return;
   const T* gp = grad.data_ptr<T>();
   const T* yp = y.data_ptr<T>();

@@ -22,6 +22,7 @@ namespace precis::cuda {
 namespace {
 
 using kernels::NormKind;
+using kernels::visit_norm_kind;
 
 constexpr int kClipThreads = 512;  // 128 elements per thread per chunk
 constexpr int kMaxTensors = 48;
@@ -174,17 +175,6 @@ void for_each_launch(const GradBuffer* grads, int count, DType dtype, const int6
 }
 
 constexpr DType kFloating[] = {DType::f32, DType::f16, DType::bf16, DType::f64};
-
-/// Calls f.template operator()<K>() with the norm kind as a compile-time constant.
-template <typename F>
-void visit_norm_kind(NormKind k, F&& f) {
-  switch (k) {
-    case NormKind::inf: return f.template operator()<NormKind::inf>();
-    case NormKind::one: return f.template operator()<NormKind::one>();
-    case NormKind::two: return f.template operator()<NormKind::two>();
-    case NormKind::general: return f.template operator()<NormKind::general>();
-  }
-}
 
 }  // namespace
 

@@ -256,6 +256,27 @@ __device__ __forceinline__ int64_t channel_offset(int64_t u, int64_t c, int64_t 
   return (n * C + c) * S + (u - n * S);
 }
 
+// The chunked per-channel sums: each (channel c, chunk k) block stores its two sums, reduced over
+// the block in double, at partials[2·(c·chunks + k)] and the next slot; the finishing kernels add
+// a channel's chunks in chunk order (a fixed order: the result does not depend on scheduling).
+template <typename A>
+__device__ void store_pair_partials(double* partials, int64_t blk, A s1, A s2, double* shared) {
+  const double t1 = block_reduce(static_cast<double>(s1), SumOp{}, shared);
+  const double t2 = block_reduce(static_cast<double>(s2), SumOp{}, shared);
+  if (threadIdx.x == 0) {
+    partials[2 * blk] = t1;
+    partials[2 * blk + 1] = t2;
+  }
+}
+
+__device__ inline void sum_pair_partials(const double* partials, int64_t c, int64_t chunks, double* s1,
+                                         double* s2) {
+  for (int64_t k = 0; k < chunks; ++k) {
+    *s1 += partials[2 * (c * chunks + k)];
+    *s2 += partials[2 * (c * chunks + k) + 1];
+  }
+}
+
 // Per (channel, chunk) block: the shifted sums Σ(x − k) and Σ(x − k)² (k: the channel's first
 // element) of the chunk's elements, two doubles to partials[block].
 template <typename T>
@@ -288,12 +309,7 @@ __global__ void bn_shifted_sums_kernel(double* partials, const T* __restrict__ x
         s2 += d * d;
       }
     }
-    const double t1 = block_reduce(static_cast<double>(s1), SumOp{}, shared);
-    const double t2 = block_reduce(static_cast<double>(s2), SumOp{}, shared);
-    if (threadIdx.x == 0) {
-      partials[2 * blk] = t1;
-      partials[2 * blk + 1] = t2;
-    }
+    store_pair_partials(partials, blk, s1, s2, shared);
   }
 }
 
@@ -306,10 +322,7 @@ __global__ void bn_stats_finish_kernel(opmath_t<T>* save_mean, opmath_t<T>* save
   const int64_t M = N * S;
   PRECIS_GRID_STRIDE_LOOP(c, C) {
     double s1 = 0, s2 = 0;
-    for (int64_t k = 0; k < chunks; ++k) {
-      s1 += partials[2 * (c * chunks + k)];
-      s2 += partials[2 * (c * chunks + k) + 1];
-    }
+    sum_pair_partials(partials, c, chunks, &s1, &s2);
     const double shift = M > 0 ? static_cast<double>(load_op(x[c * S])) : 0.0;
     const ShiftedMoments mo = moments_from_shifted_sums(shift, s1, s2, M);
     save_mean[c] = static_cast<A>(mo.mean);
@@ -390,12 +403,7 @@ __global__ void bn_grad_sums_kernel(double* partials, const T* __restrict__ g, c
         s2 += gg * (load_op(x[off]) - mu);
       }
     }
-    const double t1 = block_reduce(static_cast<double>(s1), SumOp{}, shared);
-    const double t2 = block_reduce(static_cast<double>(s2), SumOp{}, shared);
-    if (threadIdx.x == 0) {
-      partials[2 * blk] = t1;
-      partials[2 * blk + 1] = t2;
-    }
+    store_pair_partials(partials, blk, s1, s2, shared);
   }
 }
 
@@ -405,12 +413,7 @@ __global__ void bn_grad_finish_kernel(A* dw, A* db, double* coefs, const double*
                                       int64_t C, int64_t M, int64_t chunks, bool have_sums, bool training) {
   PRECIS_GRID_STRIDE_LOOP(c, C) {
     double sg = 0, sgx = 0;
-    if (have_sums) {
-      for (int64_t k = 0; k < chunks; ++k) {
-        sg += partials[2 * (c * chunks + k)];
-        sgx += partials[2 * (c * chunks + k) + 1];
-      }
-    }
+    if (have_sums) sum_pair_partials(partials, c, chunks, &sg, &sgx);
     if (db != nullptr) db[c] = static_cast<A>(sg);
     if (dw != nullptr) dw[c] = static_cast<A>(sgx * static_cast<double>(rstd[c]));
     const NormGradCoefs k = batch_norm_grad_coefs(w != nullptr ? static_cast<double>(w[c]) : 1.0,

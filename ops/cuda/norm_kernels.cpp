@@ -111,21 +111,10 @@ void group_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
                              device_stream(x.device().index));
 }
 
-struct Layout {
-  int64_t outer = 1, dim = 1, inner = 1;
-};
-Layout layout_of(const Tensor& x, int64_t dim) {
-  Layout l;
-  for (int64_t d = 0; d < dim; ++d) l.outer *= x.size(d);
-  l.dim = x.size(dim);
-  for (int64_t d = dim + 1; d < x.dim(); ++d) l.inner *= x.size(d);
-  return l;
-}
-
 template <bool kLog>
 void softmax_kernel(const Tensor& y, const Tensor& x, int64_t dim) {
   check_operands(kLog ? "log_softmax" : "softmax", x, {&y, &x}, {});
-  const Layout l = layout_of(x, dim);
+  const kernels::DimSplit l = kernels::split_at_dim(x, dim);
   DeviceGuard guard(x.device().index);
   launch_softmax(x.dtype(), kLog, y.data_ptr(), x.data_ptr(), l.outer, l.dim, l.inner, device_stream(x.device().index));
 }
@@ -133,7 +122,7 @@ void softmax_kernel(const Tensor& y, const Tensor& x, int64_t dim) {
 template <bool kLog>
 void softmax_backward_kernel(const Tensor& dx, const Tensor& grad, const Tensor& y, int64_t dim) {
   check_operands(kLog ? "log_softmax_backward" : "softmax_backward", y, {&dx, &grad}, {});
-  const Layout l = layout_of(y, dim);
+  const kernels::DimSplit l = kernels::split_at_dim(y, dim);
   DeviceGuard guard(y.device().index);
   launch_softmax_backward(y.dtype(), kLog, dx.data_ptr(), grad.data_ptr(), y.data_ptr(), l.outer, l.dim, l.inner,
                           device_stream(y.device().index));

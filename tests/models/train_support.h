@@ -17,6 +17,23 @@ namespace precis::train_testing {
 
 namespace fs = std::filesystem;
 
+/// True in an AddressSanitizer build (scripts/sanitize-test.sh), where every instruction costs
+/// several times more: the longest sweeps there check a subset of their points (saying so) and the
+/// full sweep runs in the ordinary build. The sanitizers look for memory errors, which the subset
+/// reaches through the same code paths; the sweep's coverage of points is the ordinary build's job.
+constexpr bool kSanitizedBuild =
+#if defined(__SANITIZE_ADDRESS__)
+    true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    true;
+#else
+    false;
+#endif
+#else
+    false;
+#endif
+
 /// A fresh folder under the system temp dir, removed at scope exit.
 struct TempDir {
   fs::path path;
