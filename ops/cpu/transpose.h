@@ -2,8 +2,8 @@
 // Transposing copies on the CPU: dst row-major along its innermost dim while src is dense along
 // another one (a.t().contiguous(), NCHW -> NHWC). Same-dtype 4- and 2-byte elements move as 8x8
 // blocks transposed in registers (AVX2 for 32-bit, SSE2 for 16-bit lanes), visited in strips of
-// rows so that every cache line of src and dst is used in full while it is resident; the strips
-// are split over the intra-op pool. The general tiled loop of loops.h handles the other copies
+// one cache line so that every line of src and dst is used in full while it is resident; the
+// strips are split over the intra-op pool. The general tiled loop of loops.h handles the other copies
 // (measured in benchmarks/results/layout-2026-12-02.md).
 #include <immintrin.h>
 
@@ -78,7 +78,7 @@ inline void block8x8(const U* s, int64_t ls, U* d, int64_t ld) {
 /// where both allow, dst is contiguous along its innermost dim and src has stride 1 along another
 /// dim (and > 1 along the innermost): a batch of 2-D transposes. Returns false, touching nothing,
 /// for any other layout or for blocks under 8x8.
-template <typename T>
+template <typename T, int64_t StripBytes = 64>
 bool transpose_copy(const Tensor& dst, const Tensor& src) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 2);
   using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
@@ -105,9 +105,10 @@ bool transpose_copy(const Tensor& dst, const Tensor& src) {
   const int64_t dst_row = strides[0][j], src_col = strides[1][last];
   int64_t batch = 1;
   for (int64_t s : batch_sizes) batch *= s;
-  // Strips of 256 bytes of each src column: whole cache lines of src per block column, and a
-  // strip's dst rows (kStrip lines) stay resident while the block columns fill them.
-  constexpr int64_t kStrip = 256 / static_cast<int64_t>(sizeof(T));
+  // Strips of one cache line (StripBytes) of each src column, walked in column blocks of one
+  // cache line of each dst row: every line of both is read or written whole while resident. (On
+  // 2048x2048 f32, 1 thread, CPU time: 64-byte strips 8.5-9.0 ms, 128-1024 bytes 9.3-10.7 ms.)
+  constexpr int64_t kStrip = StripBytes / static_cast<int64_t>(sizeof(T));
   const int64_t strips = (rows + kStrip - 1) / kStrip;
   U* const d0 = static_cast<U*>(dst.data_ptr());
   const U* const s0 = static_cast<const U*>(src.data_ptr());
@@ -125,15 +126,26 @@ bool transpose_copy(const Tensor& dst, const Tensor& src) {
       const U* const s = s0 + soff;
       const int64_t r0 = u % strips * kStrip, r1 = std::min(rows, r0 + kStrip);
       const int64_t r_full = r0 + (r1 - r0) / 8 * 8;
-      const int64_t c_full = cols / 8 * 8;
-      for (int64_t c = 0; c < c_full; c += 8) {
+      // Column blocks of kCols elements (64 bytes of each dst row: its lines are written whole,
+      // one 8x8 block after another).
+      constexpr int64_t kCols = 64 / static_cast<int64_t>(sizeof(T));
+      const int64_t c_full = cols / kCols * kCols;
+      for (int64_t c = 0; c < c_full; c += kCols) {
+        for (int64_t r = r0; r < r_full; r += 8)
+          for (int64_t k = c; k < c + kCols; k += 8)
+            transpose_detail::block8x8<U>(s + k * src_col + r, src_col, d + r * dst_row + k, dst_row);
+        for (int64_t r = r_full; r < r1; ++r)
+          for (int64_t k = c; k < c + kCols; ++k) d[r * dst_row + k] = s[k * src_col + r];
+      }
+      for (int64_t c = c_full; c + 8 <= cols; c += 8)
         for (int64_t r = r0; r < r_full; r += 8)
           transpose_detail::block8x8<U>(s + c * src_col + r, src_col, d + r * dst_row + c, dst_row);
-        for (int64_t r = r_full; r < r1; ++r)
-          for (int64_t k = c; k < c + 8; ++k) d[r * dst_row + k] = s[k * src_col + r];
+      const int64_t c_tail = c_full + (cols - c_full) / 8 * 8;
+      for (int64_t r = r0; r < r1; ++r) {
+        // Rows below r_full: their 8-wide blocks past c_full were not done above.
+        const int64_t k0 = r < r_full ? c_tail : c_full;
+        for (int64_t k = k0; k < cols; ++k) d[r * dst_row + k] = s[k * src_col + r];
       }
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t k = c_full; k < cols; ++k) d[r * dst_row + k] = s[k * src_col + r];
     }
   });
   return true;
