@@ -107,9 +107,10 @@ Operands prepare(OpId op_id, const Tensor& a_in, const Tensor& b_in, bool true_d
   return {cast(a, dt), cast(b, dt), std::move(shape)};
 }
 
-// Runs op's binary kernel (keyed by the operands' dtype) on a and b expanded to `shape`.
+// Runs op's binary kernel (keyed by the operands' dtype) on a and b expanded to `shape`, into an
+// output in the operands' shared layout (empty_elementwise).
 Tensor run_binary(OpId op, const Tensor& a, const Tensor& b, const Shape& shape, DType out_dtype, double alpha = 1.0) {
-  Tensor out = empty(shape, {.dtype = out_dtype, .device = a.device()});
+  Tensor out = empty_elementwise(shape, out_dtype, a.device(), {&a, &b}, op_name(op));
   // detach(): the expansion is an implementation detail, not part of the graph.
   kernel<kernels::BinaryKernel>(op, a.device().type, a.dtype())(out, a.detach().expand(shape),
                                                                 b.detach().expand(shape), alpha);
@@ -284,7 +285,7 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   const Shape shape = broadcast_shapes("where", {&cond, &a, &b}, {"cond", "a", "b"});
   const DType dt = result_type({&a, &b});
   const Tensor ac = cast(a, dt), bc = cast(b, dt);
-  Tensor out = empty(shape, {.dtype = dt, .device = a.device()});
+  Tensor out = empty_elementwise(shape, dt, a.device(), {&cond, &ac, &bc}, "where");
   kernel<kernels::WhereKernel>(OpId::where, a.device().type, dt)(out, cond.expand(shape), ac.detach().expand(shape),
                                                                  bc.detach().expand(shape));
   if (autograd::needs_grad({&ac, &bc})) {
@@ -318,7 +319,8 @@ Tensor masked_fill(const Tensor& x_in, const Tensor& mask, Scalar value) {
   check_same_device("masked_fill", x, "x", mask, "mask");
   check_scalar_fits("masked_fill", "fill value", value, x.dtype(), detail::str_cat("x ", x.describe(), ", mask ", mask.describe()));
   const Shape shape = broadcast_shapes("masked_fill", {&x, &mask}, {"x", "mask"});
-  Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
+  // x's layout, as PyTorch's masked_fill (a masked_fill_ on a layout-preserving clone of x).
+  Tensor out = empty_elementwise(shape, x.dtype(), x.device(), {&x}, "masked_fill");
   kernel<kernels::MaskedFillKernel>(OpId::masked_fill, x.device().type, x.dtype())(out, x.detach().expand(shape),
                                                                                    mask.expand(shape), value);
   if (autograd::needs_grad({&x})) {

@@ -25,4 +25,13 @@ inline DType result_type(std::initializer_list<const Tensor*> operands, bool flo
   return result_type(std::span<const Tensor* const>(operands.begin(), operands.size()), floating_only);
 }
 
+/// The uninitialised output of an element-wise op of `shape` (PyTorch's layout rule): when the
+/// operands that span `shape` (its sizes, no broadcast dim) share one memory order and the first of
+/// them is dense (no gaps, no overlap) in a non-row-major order — both transposed, both
+/// channels-last, a unary op's input — the output is dense in that order; otherwise it is
+/// contiguous. Broadcast operands (fewer dims, a size-1 or stride-0 dim) do not count, so NHWC +
+/// a (1, C, 1, 1) bias stays NHWC. `op` names the op in an out-of-memory error.
+Tensor empty_elementwise(const Shape& shape, DType dtype, Device device, std::initializer_list<const Tensor*> operands,
+                         const char* op = "empty");
+
 }  // namespace precis

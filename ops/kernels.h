@@ -17,13 +17,15 @@ using CopyKernel = void(const Tensor& dst, const Tensor& src);
 /// Every element of dst (any strides) set to value.
 using FillKernel = void(const Tensor& dst, Scalar value);
 
-/// out = f(x). out contiguous, x same shape (any strides). `param`: pow's exponent; gelu's
-/// approximation (0 = erf, 1 = tanh); unused otherwise.
+/// out = f(x). out: contiguous or dense in x's layout (ops/broadcast.h empty_elementwise); x
+/// same shape (any strides). `param`: pow's exponent; gelu's approximation (0 = erf, 1 = tanh);
+/// unused otherwise.
 using UnaryKernel = void(const Tensor& out, const Tensor& x, double param);
 
 /// out = f(a, b). a, b expanded to out's shape (any strides, stride 0 allowed), same dtype.
-/// out contiguous: same dtype for arithmetic, bool for comparisons. `alpha`: add/sub's b
-/// multiplier; for relu_backward/gelu_backward (a = grad, b = x) gelu's approximation flag.
+/// out: contiguous or dense in the operands' shared layout (empty_elementwise); same dtype for
+/// arithmetic, bool for comparisons. `alpha`: add/sub's b multiplier; for relu_backward and
+/// gelu_backward (a = grad, b = x) gelu's approximation flag.
 /// out may be a itself (AccumulateGrad's in-place grad += g): each a[i] is read before out[i]
 /// is written.
 using BinaryKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, double alpha);

@@ -5,6 +5,7 @@
 
 #include "ops/precision.h"
 #include "autograd/record.h"
+#include "ops/broadcast.h"
 #include "ops/elementwise_backward.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
@@ -22,7 +23,7 @@ enum class Domain { Floating, Numeric };
 // What a unary op's derivative reads besides the incoming gradient.
 enum class Saved { nothing, self, result };
 
-// Runs the unary kernel of `op` into a new contiguous tensor of x's shape and dtype.
+// Runs the unary kernel of `op` into a new tensor of x's shape, dtype and layout (empty_elementwise).
 // Floating: the op is defined on f32/f64/f16/bf16 only; Numeric: also i32/i64.
 Tensor run_unary(OpId op, const Tensor& x, double param, Domain domain) {
   const char* name = op_name(op);
@@ -34,7 +35,7 @@ Tensor run_unary(OpId op, const Tensor& x, double param, Domain domain) {
     PRECIS_CHECK_DTYPE(x.dtype() != DType::boolean, name, ": not defined for a bool tensor ", x.describe(),
                        "; convert it first, e.g. ", name, "(x.to(DType::f32))");
   }
-  Tensor out = empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()});
+  Tensor out = empty_elementwise(x.sizes(), x.dtype(), x.device(), {&x}, name);
   kernel<kernels::UnaryKernel>(op, x.device().type, x.dtype())(out, x, param);
   return out;
 }
@@ -78,7 +79,7 @@ Tensor run_backward(OpId op, const Tensor& grad, const Tensor& x, double param) 
   PRECIS_CHECK_SHAPE(grad.sizes() == x.sizes() && grad.dtype() == x.dtype() && grad.device() == x.device(), name,
                      ": grad ", grad.describe(), " and input ", x.describe(), " must have the same shape, dtype and device");
   PRECIS_CHECK_DTYPE(x.is_floating_point(), name, ": expected floating tensors, got ", x.describe());
-  Tensor out = empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()});
+  Tensor out = empty_elementwise(x.sizes(), x.dtype(), x.device(), {&grad, &x}, name);
   kernel<kernels::BinaryKernel>(op, x.device().type, x.dtype())(out, grad, x, param);
   return out;
 }

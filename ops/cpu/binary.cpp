@@ -97,8 +97,9 @@ inline void binary_row(R* o, const C* a, const C* b, int64_t n, int64_t so, int6
   }
 }
 
-// out: contiguous, T (arithmetic) or bool (comparisons); a, b: out's shape, any strides (0 where
-// broadcast), T. Computes in opmath_t<T>: fp32 for f16/bf16.
+// out: dense (contiguous or the operands' layout; parallel_rows walks it in memory order), T
+// (arithmetic) or bool (comparisons); a, b: out's shape, any strides (0 where broadcast), T.
+// Computes in opmath_t<T>: fp32 for f16/bf16.
 template <typename T, template <typename> class OpT>
 void binary_kernel(const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
   using C = opmath_t<T>;
@@ -167,7 +168,7 @@ using Bits = std::conditional_t<sizeof(T) == 1, uint8_t,
                                 std::conditional_t<sizeof(T) == 2, uint16_t,
                                                    std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
 
-// out: contiguous; cond (bool), a, b: out's shape, any strides. The contiguous loop selects with
+// out: dense (contiguous or the operands' layout); cond (bool), a, b: out's shape, any strides. The contiguous loop selects with
 // bit masks: GCC keeps `c ? a : b` over a bool array as a branch per element, ~20x slower with a
 // random cond.
 template <typename S>
@@ -204,7 +205,7 @@ T scalar_as(Scalar v) {
   }
 }
 
-// out: contiguous; x, mask (bool): out's shape, any strides.
+// out: dense (contiguous or x's layout); x, mask (bool): out's shape, any strides.
 template <typename S>
 void masked_fill_kernel(const Tensor& out, const Tensor& x, const Tensor& mask, Scalar value) {
   using T = Bits<S>;

@@ -1,8 +1,10 @@
-// copy (strided, with dtype conversion) and fill on the CPU.
+// copy (strided, with dtype conversion) and fill on the CPU. Same-dtype transposing copies of 4-
+// and 2-byte elements take the blocked kernel of ops/cpu/transpose.h.
 #include "ops/cpu/cpu_backend.h"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/transpose.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
 
@@ -14,6 +16,9 @@ template <typename Dst>
 void copy_kernel(const Tensor& dst, const Tensor& src) {
   Dst* d = static_cast<Dst*>(dst.data_ptr());
   visit_dtype(src.dtype(), [&]<typename Src>() {
+    if constexpr (std::is_same_v<Dst, Src> && (sizeof(Dst) == 4 || sizeof(Dst) == 2)) {
+      if (transpose_copy<Dst>(dst, src)) return;
+    }
     const Src* s = static_cast<const Src*>(src.data_ptr());
     parallel_rows<2>({&dst, &src}, [&](std::array<int64_t, 2> off, int64_t n, std::array<int64_t, 2> st) {
       Dst* dp = d + off[0];

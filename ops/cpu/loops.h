@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "tensor/tensor.h"
@@ -41,6 +42,34 @@ void coalesce_dims(Shape& sizes, std::array<Shape, N>& strides) {
   if (s.empty()) {  // a single element
     s.push_back(1);
     for (size_t k = 0; k < N; ++k) st[k].push_back(1);
+  }
+  sizes = std::move(s);
+  strides = std::move(st);
+}
+
+/// Reorders the dims so that operand 0 (the output) is walked in its memory order, outermost
+/// (largest stride) first, so an output in a permuted dense layout (a transposed or channels-last
+/// result, ops/elementwise_layout.cpp) is written row after row and coalesces like a contiguous
+/// one. Left alone when operand 0 has a zero or negative stride (a broadcast or flipped operand
+/// has no single order); ties keep their order.
+template <size_t N>
+void order_dims_by_first(Shape& sizes, std::array<Shape, N>& strides) {
+  const size_t nd = sizes.size();
+  bool sorted = true;
+  for (size_t d = 0; d < nd; ++d) {
+    if (sizes[d] > 1 && strides[0][d] <= 0) return;
+    if (d > 0 && strides[0][d] > strides[0][d - 1] && sizes[d] > 1) sorted = false;
+  }
+  if (sorted) return;
+  std::vector<size_t> order(nd);
+  for (size_t d = 0; d < nd; ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](size_t i, size_t j) { return strides[0][i] > strides[0][j]; });
+  Shape s(nd);
+  std::array<Shape, N> st;
+  for (size_t k = 0; k < N; ++k) st[k].resize(nd);
+  for (size_t p = 0; p < nd; ++p) {
+    s[p] = sizes[order[p]];
+    for (size_t k = 0; k < N; ++k) st[k][p] = strides[k][order[p]];
   }
   sizes = std::move(s);
   strides = std::move(st);
@@ -119,6 +148,7 @@ void parallel_rows(const std::array<const Tensor*, N>& ts, Row&& row, int64_t gr
   for (size_t k = 0; k < N; ++k) strides[k] = ts[k]->strides();
   const int64_t numel = ts[0]->numel();
   if (numel == 0) return;
+  order_dims_by_first<N>(sizes, strides);
   coalesce_dims<N>(sizes, strides);
   const int64_t j = tile_dim<N>(sizes, strides);
   if (j < 0) {

@@ -142,7 +142,8 @@ struct PowOp {
   }
 };
 
-// out: (n...) contiguous; x: same shape, any strides. Computes in opmath_t<T>.
+// out: dense (contiguous or x's layout; parallel_rows walks it in memory order); x: same shape,
+// any strides. Computes in opmath_t<T>.
 template <typename T, typename Op, int64_t Grain = kElementwiseGrain>
 void unary_kernel(const Tensor& out, const Tensor& x, double param) {
   using C = opmath_t<T>;
@@ -219,7 +220,7 @@ struct GeluBackwardOp {
   }
 };
 
-// out: contiguous; grad, x: out's shape, any strides. Computes in opmath_t<T>, kBlock elements
+// out: dense (contiguous or the operands' layout); grad, x: out's shape, any strides. Computes in opmath_t<T>, kBlock elements
 // at a time (the functors may keep a kBlock temporary on the stack).
 template <typename T, typename Op>
 void backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& x, double param) {

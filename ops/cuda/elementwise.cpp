@@ -1,6 +1,8 @@
 // Tensor unpacking and registration of the CUDA element-wise kernels (copy, fill, binary ops,
 // where, masked_fill). The device code is in copy.cu and binary.cu.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_backend.h"
@@ -12,6 +14,41 @@
 #include "core/cuda/cuda_check.h"
 
 namespace precis::cuda {
+
+namespace {
+
+// Whether every operand has operand 0's strides (over the dims of more than one element) and
+// operand 0 is dense (no gaps, no overlap) in its memory order.
+bool same_dense_layout(std::initializer_list<const Tensor*> operands) {
+  const Tensor& out = **operands.begin();
+  const Shape& sizes = out.sizes();
+  for (const Tensor* t : operands)
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (sizes[d] > 1 && t->strides()[d] != out.strides()[d]) return false;
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] > 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return out.strides()[a] < out.strides()[b]; });
+  int64_t expected = 1;
+  for (size_t d : dims) {
+    if (out.strides()[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// out's dims from outermost to innermost in memory; row-major order when out has a zero or
+// negative stride (no single memory order). Ties keep their order.
+std::vector<size_t> output_order(const Tensor& out) {
+  std::vector<size_t> order(out.sizes().size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  for (size_t d = 0; d < order.size(); ++d)
+    if (out.sizes()[d] > 1 && out.strides()[d] <= 0) return order;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return out.strides()[a] > out.strides()[b]; });
+  return order;
+}
+
+}  // namespace
 
 ElementwiseLaunch make_elementwise_launch(const char* op, std::initializer_list<const Tensor*> operands) {
   PRECIS_INTERNAL_ASSERT(operands.size() >= 1 && operands.size() <= static_cast<size_t>(kMaxOperands), op,
@@ -32,31 +69,39 @@ ElementwiseLaunch make_elementwise_launch(const char* op, std::initializer_list<
 
   ElementwiseLaunch l;
   l.numel = out.numel();
-  l.contiguous = contiguous;
+  // Operands that all share one dense layout (an output given its inputs' transposed or
+  // channels-last layout, ops/broadcast.h empty_elementwise) are flat arrays in the same order:
+  // element i of each sits at offset i from its data pointer.
+  l.contiguous = contiguous || same_dense_layout(operands);
   l.stream = device_stream(dev.index);
-  if (contiguous || l.numel == 0) return l;
+  if (l.contiguous || l.numel == 0) return l;
 
-  // Coalesce from the outermost dim inwards: dim d merges into the previous kept dim p when
-  // stride[p] == stride[d] * size[d] for every operand.
+  // Dims in the output's memory order (outermost first), so a permuted dense output is written
+  // in order; then coalesce from the outermost dim inwards: dim d merges into the previous kept
+  // dim p when stride[p] == stride[d] * size[d] for every operand.
   const int nops = static_cast<int>(operands.size());
-  const Shape& sizes = out.sizes();
+  const std::vector<size_t> order = output_order(out);
+  Shape sizes(order.size());
+  std::vector<Shape> op_strides;
+  for (size_t k = 0; k < order.size(); ++k) sizes[k] = out.sizes()[order[k]];
+  for (const Tensor* t : operands) {
+    Shape st(order.size());
+    for (size_t k = 0; k < order.size(); ++k) st[k] = t->strides()[order[k]];
+    op_strides.push_back(std::move(st));
+  }
   std::vector<int64_t> csizes;
   std::vector<std::vector<int64_t>> cstrides(static_cast<size_t>(nops));
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == 1) continue;
     bool merge = !csizes.empty();
     int k = 0;
-    for (const Tensor* t : operands) {
-      merge = merge && cstrides[k].back() == t->strides()[d] * sizes[d];
-      ++k;
-    }
-    k = 0;
+    for (k = 0; k < nops; ++k) merge = merge && cstrides[k].back() == op_strides[k][d] * sizes[d];
     if (merge) {
       csizes.back() *= sizes[d];
-      for (const Tensor* t : operands) cstrides[k++].back() = t->strides()[d];
+      for (k = 0; k < nops; ++k) cstrides[k].back() = op_strides[k][d];
     } else {
       csizes.push_back(sizes[d]);
-      for (const Tensor* t : operands) cstrides[k++].push_back(t->strides()[d]);
+      for (k = 0; k < nops; ++k) cstrides[k].push_back(op_strides[k][d]);
     }
   }
   if (csizes.empty()) {  // every dim has size 1
