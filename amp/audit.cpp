@@ -28,7 +28,7 @@ Audit::~Audit() {
   detail::refresh_precision_policy();
 }
 
-void Audit::observe(const char* op, const std::vector<const Tensor*>& inputs) {
+void Audit::observe(const char* op, const std::vector<const Tensor*>& inputs, std::optional<DType> ran_in) {
   // The reductions below are ops themselves: stop recording while they run.
   t_audit = nullptr;
   struct Restore {
@@ -43,7 +43,8 @@ void Audit::observe(const char* op, const std::vector<const Tensor*>& inputs) {
   for (const Tensor* t : inputs) {
     if (!t->defined() || !t->is_floating_point() || t->numel() == 0) continue;
     if (!dtype_seen) {
-      if (std::find(r.dtypes.begin(), r.dtypes.end(), t->dtype()) == r.dtypes.end()) r.dtypes.push_back(t->dtype());
+      const DType d = ran_in.value_or(t->dtype());
+      if (std::find(r.dtypes.begin(), r.dtypes.end(), d) == r.dtypes.end()) r.dtypes.push_back(d);
       dtype_seen = true;
     }
     double m = max(abs(t->detach())).item<double>();

@@ -13,6 +13,7 @@
 // input), so audit a few steps, not a whole run.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,9 @@ class Audit {
   /// A table of every op (name, calls, dtypes, max |x|), flagging those near the fp16 limit.
   std::string report() const;
 
-  /// Called by the autocast hook of every op (not by users).
-  void observe(const char* op, const std::vector<const Tensor*>& inputs);
+  /// Called by the autocast hook of every op (not by users). ran_in: the dtype the op computes in
+  /// when it is not its first floating input's (a kernel that widens f16/bf16 logits itself).
+  void observe(const char* op, const std::vector<const Tensor*>& inputs, std::optional<DType> ran_in = std::nullopt);
 
  private:
   std::map<std::string, AuditRecord> records_;

@@ -229,8 +229,10 @@ namespace {
 
 // Casts an op's inputs as its category says, when autocast is on for their device. `widest` is the
 // Promote dtype: ops' result_type for single ops, plain promotion over the floating inputs for list
-// ops (cat, stack), as before the hook existed.
-void cast_inputs(OpId op, std::span<Tensor> inputs, bool list_op) {
+// ops (cat, stack), as before the hook existed. With keep_first_narrow (an op whose kernel widens
+// its first input itself, PrecisionPolicy::apply_widening_in_kernel), an f16/bf16 first input that
+// FP32 would widen is left as it is; returns true then.
+bool cast_inputs(OpId op, std::span<Tensor> inputs, bool list_op, bool keep_first_narrow = false) {
   bool found = false;
   DeviceType device = DeviceType::cpu;
   DType widest = DType::f32;
@@ -243,30 +245,39 @@ void cast_inputs(OpId op, std::span<Tensor> inputs, bool list_op) {
     if (list_op) widest = found ? promote_types(widest, t.dtype()) : t.dtype();
     found = true;
   }
-  if (!found || !is_autocast_enabled(device)) return;
+  if (!found || !is_autocast_enabled(device)) return false;
   const Category c = category(op, device);
   if (c == Category::Banned) detail::throw_banned(op);
-  if (c == Category::Passthrough) return;
+  if (c == Category::Passthrough) return false;
   if (!list_op) widest = result_type(ptrs, /*floating_only=*/true);
-  for (Tensor& t : inputs) t = detail::cast_for(c, nullptr, t, widest, device);
+  const bool keep_first = keep_first_narrow && c == Category::FP32 && inputs[0].defined() &&
+                          is_low_precision(inputs[0].dtype());
+  for (size_t i = keep_first ? 1 : 0; i < inputs.size(); ++i)
+    inputs[i] = detail::cast_for(c, nullptr, inputs[i], widest, device);
+  return keep_first;
 }
 
 // The policy the ops see (ops/precision.h): autocast's casts, then the audit's observation of what
 // the op will compute on. Installed on a thread while an Autocast guard or an Audit is open there.
 class AmpPolicy final : public PrecisionPolicy {
  public:
-  void apply(OpId op, std::span<Tensor> inputs) override { run(op, inputs, /*list_op=*/false); }
-  void apply_list(OpId op, std::span<Tensor> inputs) override { run(op, inputs, /*list_op=*/true); }
+  void apply(OpId op, std::span<Tensor> inputs) override { run(op, inputs, /*list_op=*/false, false); }
+  void apply_list(OpId op, std::span<Tensor> inputs) override { run(op, inputs, /*list_op=*/true, false); }
+  bool apply_widening_in_kernel(OpId op, std::span<Tensor> inputs) override {
+    return run(op, inputs, /*list_op=*/false, /*keep_first_narrow=*/true);
+  }
 
  private:
-  static void run(OpId op, std::span<Tensor> inputs, bool list_op) {
-    if (inputs.empty()) return;
-    if (any_autocast_enabled()) cast_inputs(op, inputs, list_op);
+  static bool run(OpId op, std::span<Tensor> inputs, bool list_op, bool keep_first_narrow) {
+    if (inputs.empty()) return false;
+    const bool kept = any_autocast_enabled() && cast_inputs(op, inputs, list_op, keep_first_narrow);
     if (Audit* a = active_audit()) [[unlikely]] {
       std::vector<const Tensor*> ptrs;
       for (const Tensor& t : inputs) ptrs.push_back(&t);
-      a->observe(op_name(op), ptrs);
+      // A first input left narrow is computed on in fp32: that is the dtype the op ran in.
+      a->observe(op_name(op), ptrs, kept ? std::optional<DType>(DType::f32) : std::nullopt);
     }
+    return kept;
   }
 };
 

@@ -7,6 +7,9 @@
 //   resnet18_cifar b64  resnet18 with the CIFAR stem, batch 64 of 3×32×32, 10 classes
 //   bert_mini b16x128   BERT-mini (L4 H256 A4 I1024, vocabulary 30522) masked-LM head, batch 16 of
 //                       128 tokens, every token a prediction target (labels = inputs), dropout on
+//   bert_mini b16x128 masked15  the same with 15 % of the tokens (307 of 2048, fixed positions) as
+//                       targets and the head at those positions only (as precis-train trains;
+//                       MaskedLMOptions::masked_positions_only)
 //
 // Peak memory: each case runs in a child process forked before it builds anything, and reports the
 // child's VmHWM (/proc/self/status) as peak_rss_mb, and its VmRSS before the model was built as
@@ -27,12 +30,14 @@
 // after the previous case's memory was released). They run in this process (a CUDA context does
 // not survive fork). No usable GPU: a DeviceError before the first case, exit status 1.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
@@ -76,6 +81,26 @@ std::function<void()> training_step(std::shared_ptr<nn::Module> model, DType dty
   };
 }
 
+// Labels for 15 % of the 2048 tokens of a (16, 128) batch: the ids at the 307 positions with the
+// smallest splitmix64(1 + position) keys, -100 elsewhere. A fixed rule, not a generator draw, so
+// that benchmarks/peers/torch_models.py picks the very same positions.
+Tensor masked15_labels(const Tensor& ids) {
+  auto splitmix64 = [](uint64_t x) {
+    uint64_t z = x + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  const int64_t n = ids.numel(), masked = n * 15 / 100;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return splitmix64(1 + a) < splitmix64(1 + b); });
+  const std::vector<int64_t> id = ids.contiguous().to_vector<int64_t>();
+  std::vector<int64_t> labels(static_cast<size_t>(n), -100);
+  for (int64_t k = 0; k < masked; ++k) labels[order[k]] = id[order[k]];
+  return from_vector<int64_t>(labels, ids.sizes());
+}
+
 const ModelCase kCases[] = {
     {"resnet18_cifar b64",
      [](DType dtype) {
@@ -93,6 +118,17 @@ const ModelCase kCases[] = {
        return training_step(model, dtype, [ids](nn::Module& m) {
          auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
          return models::BertForMaskedLM::loss(bert.forward(ids, Tensor()), ids);
+       });
+     }},
+    {"bert_mini b16x128 masked15",
+     [](DType dtype) {
+       manual_seed(1);
+       auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
+       Tensor ids = randint(0, 30522, {16, 128});
+       Tensor labels = masked15_labels(ids);
+       return training_step(model, dtype, [ids, labels](nn::Module& m) {
+         auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
+         return bert.forward_with_labels(ids, Tensor(), labels, {.masked_positions_only = true}).loss;
        });
      }},
 };
@@ -264,7 +300,8 @@ SuiteReport run_models(const Options& options) {
   report.note =
       "One training step (forward, backward, SGD momentum step) on synthetic data; bf16 = autocast with "
       "fp32 weights. resnet18_cifar: batch 64 of 3×32×32; bert_mini: batch 16×128 tokens, vocabulary 30522, "
-      "MLM loss on every token. FLOPs: the step's matmul, linear and conv2d FLOPs (forward and backward), "
+      "MLM loss on every token (masked15: on 15 % of them, the head at those positions only). FLOPs: the "
+      "step's matmul, linear and conv2d FLOPs (forward and backward), "
       "counted from the model. Each case runs in a fresh child "
       "process; peak_rss_mb (JSON) is its VmHWM.";
   for (const ModelCase& c : kCases)

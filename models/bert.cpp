@@ -22,6 +22,9 @@ class Group : public nn::Module {
   std::string type_;
 };
 
+// The label of positions the masked-LM loss ignores (PyTorch's and HF's -100).
+constexpr int64_t kMlmIgnoreIndex = -100;
+
 nn::Linear dense(int64_t in, int64_t out, const BertConfig& c) { return nn::Linear(in, out, {.generator = c.generator}); }
 
 // (B, L) attention mask → bool (B, 1, 1, L), true = attend.
@@ -168,10 +171,40 @@ BertForMaskedLM::BertForMaskedLM(const BertConfig& c) : bert(add("bert", BertMod
   bert_init_weights(*transform, c.initializer_range, c.generator);
 }
 
+Tensor BertForMaskedLM::head(const Tensor& hidden) { return decoder(transform_norm(gelu(transform_dense(hidden)))); }
+
 Tensor BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) {
-  Tensor h = bert->forward(input_ids, attention_mask, token_type_ids);
-  h = transform_norm(gelu(transform_dense(h)));
-  return decoder(h);
+  return head(bert->forward(input_ids, attention_mask, token_type_ids));
+}
+
+MaskedLMOutput BertForMaskedLM::forward_with_labels(const Tensor& input_ids, const Tensor& attention_mask,
+                                                    const Tensor& labels, const MaskedLMOptions& options) {
+  PRECIS_CHECK(input_ids.defined() && labels.defined(),
+               "BertForMaskedLM::forward_with_labels: input_ids and labels must be defined");
+  PRECIS_CHECK_SHAPE(labels.sizes() == input_ids.sizes(), "BertForMaskedLM::forward_with_labels: labels ",
+                     labels.describe(), " must have input_ids' shape ", input_ids.describe(),
+                     " (-100 where no token is predicted)");
+  PRECIS_CHECK_DTYPE(labels.dtype() == DType::i64, "BertForMaskedLM::forward_with_labels: labels ", labels.describe(),
+                     " must be i64 token ids (-100 where no token is predicted); convert with labels.to(DType::i64)");
+  Tensor h = bert->forward(input_ids, attention_mask, options.token_type_ids);
+  const Device device = h.device();
+  MaskedLMOutput out;
+  out.labels = labels.to(device);
+  if (options.masked_positions_only) {
+    // The labelled positions of the flattened (B·L) tokens, found on the host.
+    const Tensor host = labels.device().is_cpu() ? labels : labels.to(Device::cpu());
+    std::vector<int64_t> positions;
+    const std::vector<int64_t> values = host.contiguous().to_vector<int64_t>();
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i] != kMlmIgnoreIndex) positions.push_back(static_cast<int64_t>(i));
+    const Tensor index = from_vector<int64_t>(positions).to(device);
+    h = index_select(h.reshape({-1, h.size(2)}), 0, index);
+    out.labels = index_select(out.labels.reshape({-1}), 0, index);
+  }
+  out.logits = head(h);
+  const int64_t vocab = out.logits.size(out.logits.dim() - 1);
+  out.loss = cross_entropy(out.logits.reshape({-1, vocab}), out.labels.reshape({-1}), Tensor(), kMlmIgnoreIndex);
+  return out;
 }
 
 Tensor BertForMaskedLM::loss(const Tensor& logits, const Tensor& labels) {
@@ -179,7 +212,7 @@ Tensor BertForMaskedLM::loss(const Tensor& logits, const Tensor& labels) {
                          logits.size(1) == labels.size(1),
                      "BertForMaskedLM::loss: logits ", logits.describe(), " must be (B, L, V) and labels ",
                      labels.describe(), " (B, L)");
-  return cross_entropy(logits.reshape({-1, logits.size(2)}), labels.reshape({-1}), Tensor(), -100);
+  return cross_entropy(logits.reshape({-1, logits.size(2)}), labels.reshape({-1}), Tensor(), kMlmIgnoreIndex);
 }
 
 BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c, int64_t num_labels)

@@ -175,7 +175,15 @@ void check_elementwise(const char* op, const Tensor& input, const Tensor& target
 
 Tensor cross_entropy(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, int64_t ignore_index,
                      Reduction reduction, double label_smoothing) {
-  const auto [input, weight] = apply_precision(OpId::cross_entropy, input_in, weight_in);
+  // Under autocast (FP32 category) f16/bf16 logits stay as they are: the kernels widen each
+  // element to fp32 as they read it, which is what the cast would do, minus a full pass over the
+  // (M, C) logits and their fp32 copy (and the cast's backward pass over the gradient). The loss
+  // then comes out in fp32, as for cast logits; the gradient in the logits' dtype, rounded once
+  // from fp32, as the cast's backward rounds it.
+  bool computes_in_fp32 = false;
+  const auto [input, weight] =
+      apply_precision_widening_in_kernel(OpId::cross_entropy, &computes_in_fp32, input_in, weight_in);
+  const DType out_dtype = computes_in_fp32 ? DType::f32 : input.dtype();
   check_reduction("cross_entropy", reduction);
   PRECIS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
                "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
@@ -191,7 +199,7 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target, const Tensor&
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = reduce_rows(loss_rows, weight_rows, reduction, r.out_shape, input.dtype(), &total);
+    out = reduce_rows(loss_rows, weight_rows, reduction, r.out_shape, out_dtype, &total);
   }
   if (autograd::needs_grad({&input})) {
     autograd::record(

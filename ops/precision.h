@@ -27,6 +27,15 @@ class PrecisionPolicy {
   virtual void apply(OpId op, std::span<Tensor> inputs) = 0;
   /// The same for an op taking a list of tensors (cat, stack); by default as apply.
   virtual void apply_list(OpId op, std::span<Tensor> inputs) { apply(op, inputs); }
+  /// As apply, for an op whose kernel reads inputs[0] in f16/bf16 and computes in fp32 itself:
+  /// where the policy would only widen inputs[0] from f16/bf16 to fp32, it may leave it as it is
+  /// and return true (the op then computes and returns what the widened tensor would give; see
+  /// apply_precision_widening_in_kernel). The other inputs are cast as apply casts them. By
+  /// default: apply, and false.
+  virtual bool apply_widening_in_kernel(OpId op, std::span<Tensor> inputs) {
+    apply(op, inputs);
+    return false;
+  }
 };
 
 namespace detail {
@@ -45,6 +54,24 @@ std::array<Tensor, sizeof...(T)> apply_precision(OpId op, const T&... inputs) {
   std::array<Tensor, sizeof...(T)> out = {inputs...};
   if (PrecisionPolicy* p = detail::t_precision_policy) [[unlikely]]
     p->apply(op, out);
+  return out;
+}
+
+/// The op's inputs as the installed policy wants them, for an op whose kernel widens its first
+/// input from f16/bf16 to fp32 element by element as it reads it (cross_entropy's logits). Where
+/// the policy asks for that widening (autocast's FP32 category), `first` is returned in its own
+/// dtype and `*computes_in_fp32` is set: the op must then give exactly what it gives for
+/// first.to(f32) — an fp32 result, a gradient in first's dtype as the cast's backward would round
+/// it. The widening is exact, so the numbers are the cast's (up to the kernel's summation order),
+/// without the extra pass over the tensor and its fp32 copy. Otherwise as apply_precision, and
+/// *computes_in_fp32 is false.
+template <typename... T>
+std::array<Tensor, 1 + sizeof...(T)> apply_precision_widening_in_kernel(OpId op, bool* computes_in_fp32,
+                                                                        const Tensor& first, const T&... others) {
+  std::array<Tensor, 1 + sizeof...(T)> out = {first, others...};
+  *computes_in_fp32 = false;
+  if (PrecisionPolicy* p = detail::t_precision_policy) [[unlikely]]
+    *computes_in_fp32 = p->apply_widening_in_kernel(op, out);
   return out;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch peer of `precis-bench models`: one training step (forward, backward, SGD momentum step)
 of ResNet-18 (CIFAR layout, batch 64 of 3x32x32) and BERT-mini (L4 H256 A4 I1024, vocabulary
-30522, batch 16x128, masked-LM loss on every token, dropout on) on synthetic data, in f32 and
+30522, batch 16x128, masked-LM loss on every token, dropout on; "masked15": on the same 15 % of
+the tokens as precis-bench, the head at those positions only) on synthetic data, in f32 and
 under bf16 autocast, written as the same JSON records with "impl": "torch".
 
     benchmarks/peers/torch_models.py [--threads 2] [--repeat 200] [--min-time 0.5] [--json FILE]
@@ -38,7 +39,11 @@ import sys
 
 from peer_common import peer_arg_parser, reexec_with_malloc_tuning, time_step, write_records
 # (name, flops per step: 3 x forward, MACHINE.md)
-CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("bert_mini b16x128", 3.0 * 46.2e9)]
+# bert_mini b16x128 masked15: the MLM head (transform 2*256*256 + decoder 2*256*30522 FLOPs per
+# token) at 307 of the 2048 tokens instead of all of them.
+_HEAD_PER_TOKEN = 2.0 * 256 * 256 + 2.0 * 256 * 30522
+CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("bert_mini b16x128", 3.0 * 46.2e9),
+         ("bert_mini b16x128 masked15", 3.0 * (46.2e9 - (2048 - 307) * _HEAD_PER_TOKEN))]
 # --device cuda: (name, flops per step, what is counted, how many per step); ResNet-50 forward is
 # 4.1 G multiply-adds (8.2 GFLOP) per 224x224 image, as benchmarks/suite_models.cpp counts.
 GPU_CASES = [("resnet50 b256 224", 3.0 * 8.2e9 * 256, "images", 256),
@@ -132,13 +137,27 @@ def build_models(torch):
                 if isinstance(m, nn.Linear) and m.bias is not None:
                     nn.init.zeros_(m.bias)
 
-        def forward(self, ids):
+        def encode(self, ids):
             l = ids.shape[1]
             pos = torch.arange(l, device=ids.device)
             x = self.drop(self.emb_norm(self.word(ids) + self.token_type(torch.zeros_like(ids)) + self.pos(pos)))
             for layer in self.layers:
                 x = layer(x)
+            return x
+
+        def head(self, x):
             return self.decoder(self.transform_norm(F.gelu(self.transform(x))))
+
+        def forward(self, ids):
+            return self.head(self.encode(ids))
+
+        def masked_loss(self, ids, labels):
+            """The head at the labelled positions only (BertForMaskedLM::forward_with_labels with
+            masked_positions_only; NVIDIA's BERT pre-training)."""
+            flat = labels.reshape(-1)
+            index = (flat != -100).nonzero().squeeze(1)
+            h = self.encode(ids).reshape(-1, self.transform.in_features).index_select(0, index)
+            return F.cross_entropy(self.head(h), flat.index_select(0, index))
 
     class Bottleneck(nn.Module):
         """models::Bottleneck: 1x1 -> 3x3 (the stride) -> 1x1 (x4 channels), projection shortcut."""
@@ -183,6 +202,24 @@ def build_models(torch):
     return ResNet18Cifar, BertMiniMLM, ResNet50
 
 
+def masked15_labels(torch, ids):
+    """precis-bench's masked15_labels (benchmarks/suite_models.cpp): the ids at the 15 % of positions
+    with the smallest splitmix64(1 + position) keys, -100 elsewhere: the very same positions."""
+    mask64 = (1 << 64) - 1
+
+    def splitmix64(x):
+        z = (x + 0x9e3779b97f4a7c15) & mask64
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & mask64
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & mask64
+        return z ^ (z >> 31)
+    n = ids.numel()
+    order = sorted(range(n), key=lambda i: splitmix64(1 + i))[:n * 15 // 100]
+    labels = torch.full((n,), -100, dtype=torch.long)
+    index = torch.tensor(order, dtype=torch.long)
+    labels[index] = ids.reshape(-1)[index]
+    return labels.reshape(ids.shape)
+
+
 def make_step(torch, name, dtype):
     F = torch.nn.functional
     ResNet18Cifar, BertMiniMLM, _ = build_models(torch)
@@ -191,6 +228,11 @@ def make_step(torch, name, dtype):
         model = ResNet18Cifar()
         x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
         loss_fn = lambda: F.cross_entropy(model(x), y)
+    elif name.endswith("masked15"):
+        model = BertMiniMLM()
+        ids = torch.randint(0, 30522, (16, 128))
+        labels = masked15_labels(torch, ids)
+        loss_fn = lambda: model.masked_loss(ids, labels)
     else:
         model = BertMiniMLM()
         ids = torch.randint(0, 30522, (16, 128))

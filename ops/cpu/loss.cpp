@@ -2,9 +2,11 @@
 // backward, and NLL on log-probabilities. Rows are independent and split over the intra-op pool.
 //
 // Cross-entropy at a 30522-way vocabulary is memory-bound: forward reads each row once from
-// memory (max) and once more from cache (Σ exp, and Σ w·(max − x) when smoothing), and writes four
-// numbers per row; backward reads the row and writes its gradient in one vectorised pass. No
-// (M, C) log-probability tensor is ever materialised. The row routines (max, Σ exp, the
+// memory (max and Σ exp in one pass over L1-sized chunks, row_log_normaliser; Σ w·(max − x) when
+// smoothing reads it once more) and writes four numbers per row; backward reads the row and
+// writes its gradient in one vectorised pass. f16/bf16 rows are read as they are and widened to
+// fp32 chunk by chunk (what autocast's FP32 policy asks for, without the fp32 copy: ops/loss.cpp).
+// No (M, C) log-probability tensor is ever materialised. The row routines (max, Σ exp, the
 // vectorised exp) are softmax's, from ops/cpu/softmax_rows.h, so both compute the same numbers.
 #include <algorithm>
 #include <cmath>
@@ -137,17 +139,22 @@ void cross_entropy_backward_kernel(const Tensor& grad_x, const Tensor& x, const 
         }
         if (t >= c0 && t < c0 + k) o[t - c0] -= hit;
       };
+      // In L1-sized chunks, so the smoothing and target terms touch the chunk while it is cached;
+      // f16/bf16 chunks are widened into a stack buffer, computed on in place and rounded once.
       if constexpr (std::is_same_v<T, A>) {
-        row_exp_affine(xr, out, classes, m, scale);
-        finish(out, 0, classes);
+        for (int64_t c0 = 0; c0 < classes; c0 += kNormaliserChunk) {
+          const int64_t k = std::min(kNormaliserChunk, classes - c0);
+          exp_shift_sum(xr + c0, out + c0, k, m, scale);
+          finish(out + c0, c0, k);
+        }
       } else {
-        A xb[kBlock], ob[kBlock];
-        for (int64_t c0 = 0; c0 < classes; c0 += kBlock) {
-          const int64_t k = std::min(kBlock, classes - c0);
-          load_block<A>(xr + c0, 1, xb, k);
-          row_exp_affine(xb, ob, k, m, scale);
-          finish(ob, c0, k);
-          store_block<T>(ob, out + c0, 1, k);
+        A buf[kNormaliserChunk];
+        for (int64_t c0 = 0; c0 < classes; c0 += kNormaliserChunk) {
+          const int64_t k = std::min(kNormaliserChunk, classes - c0);
+          load_block<A>(xr + c0, 1, buf, k);
+          exp_shift_sum(buf, buf, k, m, scale);
+          finish(buf, c0, k);
+          store_block<T>(buf, out + c0, 1, k);
         }
       }
     }

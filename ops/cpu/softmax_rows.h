@@ -100,9 +100,21 @@ inline opmath_t<T> row_sum_exp(const T* x, int64_t n, opmath_t<T> shift) {
   return s;
 }
 
+/// Elements per chunk of row_log_normaliser's single pass: 8 KiB of fp32, so a chunk read from
+/// memory for its maximum is still in L1 when its exponentials read it again.
+inline constexpr int64_t kNormaliserChunk = 2048;
+
 /// The log-softmax normaliser of a row as {max, log Σ exp(x − max)}, kept apart so that
 /// log_softmax(x)_i = (x_i − max) − log_sum loses nothing when |max| is large (the sum
-/// max + log_sum would round at max's scale). NaN log_sum if x has a NaN or max is ±inf.
+/// max + log_sum would round at max's scale). NaN log_sum if x has a NaN or max is ±inf
+/// (a row of −inf too); −inf for an empty row.
+///
+/// One pass over memory (a 30522-wide row of logits is read once, not twice): per chunk of
+/// kNormaliserChunk elements, the chunk's max m_c (from memory), then, with the running max
+/// M = max(M, m_c), the running sum rescaled by exp(M_old − M) when M grew and Σ exp(x − M) over
+/// the chunk (from L1). f16/bf16 chunks are widened to fp32 once, into a stack buffer. A row of
+/// at most one chunk gives exactly the two-pass numbers (max, then Σ exp); longer rows differ from
+/// them only by the rescaling's rounding (a few fp32 ulps of the sum).
 template <typename T>
 struct RowNormaliser {
   opmath_t<T> max;
@@ -110,8 +122,35 @@ struct RowNormaliser {
 };
 template <typename T>
 inline RowNormaliser<T> row_log_normaliser(const T* x, int64_t n) {
-  const opmath_t<T> m = row_max(x, n);
-  return {m, std::log(row_sum_exp(x, n, m))};
+  using A = opmath_t<T>;
+  constexpr A kNegInf = -std::numeric_limits<A>::infinity();
+  A m = kNegInf, s = 0;
+  auto chunk = [&](const A* b, int64_t k) {
+    const A cm = rows_detail::lanes_max(b, k);  // NaNs skipped
+    if (cm == kNegInf) {
+      // Only −inf and NaN here: exp(x − M) is 0 for −inf whatever M becomes; a NaN poisons the sum.
+      for (int64_t i = 0; i < k; ++i)
+        if (b[i] != b[i]) s = std::numeric_limits<A>::quiet_NaN();
+      return;
+    }
+    if (cm > m) {
+      s *= std::exp(m - cm);  // 0 (or NaN) times exp(−inf) = 0 on the first finite chunk
+      m = cm;
+    }
+    s += exp_shift_sum(b, static_cast<A*>(nullptr), k, m, A(1));
+  };
+  if constexpr (std::is_same_v<T, A>) {
+    for (int64_t c = 0; c < n; c += kNormaliserChunk) chunk(x + c, std::min(kNormaliserChunk, n - c));
+  } else {
+    A buf[kNormaliserChunk];
+    for (int64_t c = 0; c < n; c += kNormaliserChunk) {
+      const int64_t k = std::min(kNormaliserChunk, n - c);
+      load_block<A>(x + c, 1, buf, k);
+      chunk(buf, k);
+    }
+  }
+  if (m == kNegInf && n > 0) return {m, std::numeric_limits<A>::quiet_NaN()};
+  return {m, std::log(s)};
 }
 
 /// log Σ exp(x) over a row, stably (max-shifted). −inf for a row of −inf; NaN if x has a NaN.
