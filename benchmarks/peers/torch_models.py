@@ -38,7 +38,10 @@ import sys
 
 from peer_common import peer_arg_parser, reexec_with_malloc_tuning, time_step, write_records
 # (name, flops per step: 3 x forward, MACHINE.md)
-CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("bert_mini b16x128", 3.0 * 46.2e9)]
+# resnet18_cifar runs channels-last (model and input, torch.channels_last) as precis's case does;
+# resnet18_cifar_nchw with contiguous NCHW tensors.
+CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("resnet18_cifar_nchw b64", 3.0 * 1.11e9 * 64),
+         ("bert_mini b16x128", 3.0 * 46.2e9)]
 # --device cuda: (name, flops per step, what is counted, how many per step); ResNet-50 forward is
 # 4.1 G multiply-adds (8.2 GFLOP) per 224x224 image, as benchmarks/suite_models.cpp counts.
 GPU_CASES = [("resnet50 b256 224", 3.0 * 8.2e9 * 256, "images", 256),
@@ -190,6 +193,9 @@ def make_step(torch, name, dtype):
     if name.startswith("resnet18_cifar"):
         model = ResNet18Cifar()
         x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
+        if not name.startswith("resnet18_cifar_nchw"):
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
         loss_fn = lambda: F.cross_entropy(model(x), y)
     else:
         model = BertMiniMLM()
