@@ -15,6 +15,7 @@
 #include "data/data.h"
 #include "dist/dist.h"
 #include "ops/functional.h"
+#include "ops/memory_format.h"
 #include "ops/profiler.h"
 #include "optim/optim.h"
 #include "summary/summary_writer.h"

@@ -4,7 +4,10 @@
 //   opt.zero_grad(); { amp::Autocast ac(bf16); loss = cross_entropy(model(x), y); } loss.backward(); opt.step();
 //
 // Cases (benchmarks/peers/torch_models.py runs the same ones in PyTorch):
-//   resnet18_cifar b64  resnet18 with the CIFAR stem, batch 64 of 3×32×32, 10 classes
+//   resnet18_cifar b64  resnet18 with the CIFAR stem, batch 64 of 3×32×32, 10 classes, channels-last
+//                       activations (the input made contiguous(MemoryFormat::ChannelsLast); the
+//                       PyTorch peer does the same with torch.channels_last, model and input)
+//   resnet18_cifar_nchw b64  the same with contiguous (NCHW) activations
 //   bert_mini b16x128   BERT-mini (L4 H256 A4 I1024, vocabulary 30522) masked-LM head, batch 16 of
 //                       128 tokens, every token a prediction target (labels = inputs), dropout on
 //   bert_mini b16x128 masked15  the same with 15 % of the tokens (307 of 2048, fixed positions) as
@@ -49,6 +52,7 @@
 #include "core/thread_pool.h"
 #include "models/bert.h"
 #include "models/resnet.h"
+#include "ops/memory_format.h"
 #include "ops/functional.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
@@ -101,15 +105,18 @@ Tensor masked15_labels(const Tensor& ids) {
   return from_vector<int64_t>(labels, ids.sizes());
 }
 
+// resnet18_cifar's step with the input (and so every activation) in `format`.
+std::function<void()> resnet18_cifar_step(DType dtype, MemoryFormat format) {
+  manual_seed(1);
+  std::shared_ptr<models::ResNet> model = models::resnet18_cifar({.num_classes = 10});
+  Tensor x = contiguous(randn({64, 3, 32, 32}), format);
+  Tensor y = randint(0, 10, {64});
+  return training_step(model, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
+}
+
 const ModelCase kCases[] = {
-    {"resnet18_cifar b64",
-     [](DType dtype) {
-       manual_seed(1);
-       std::shared_ptr<models::ResNet> model = models::resnet18_cifar({.num_classes = 10});
-       Tensor x = randn({64, 3, 32, 32});
-       Tensor y = randint(0, 10, {64});
-       return training_step(model, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
-     }},
+    {"resnet18_cifar b64", [](DType dtype) { return resnet18_cifar_step(dtype, MemoryFormat::ChannelsLast); }},
+    {"resnet18_cifar_nchw b64", [](DType dtype) { return resnet18_cifar_step(dtype, MemoryFormat::Contiguous); }},
     {"bert_mini b16x128",
      [](DType dtype) {
        manual_seed(1);

@@ -12,6 +12,7 @@
 #include "benchmarks/bench.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
+#include "ops/memory_format.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
 
@@ -81,16 +82,36 @@ std::vector<OpCase> make_cases() {
                        return step([=] { return conv2d(x, w, Tensor(), {c.stride, c.stride}, {pad, pad}); }, {x, w}, gy);
                      }});
   }
-  // batch_norm in training mode on every ResNet-18 activation shape (running statistics updated).
+  // The same with channels-last activations (x, the output and the gradients; the weight as the
+  // peer's, torch.channels_last): oneDNN's nhwc kernels, no activation reorders. Named apart so the
+  // conv total stays the NCHW one.
+  for (const ConvShape& c : kConvShapes) {
+    const int64_t pad = c.k == 3 ? 1 : 0;
+    const int64_t out_hw = (c.hw + 2 * pad - c.k) / c.stride + 1;
+    cases.push_back({"channels_last " + conv_name(c), [c, pad, out_hw] {
+                       Generator gen(1);
+                       const Tensor x = contiguous(leaf({kBatch, c.cin, c.hw, c.hw}, gen), MemoryFormat::ChannelsLast)
+                                            .detach()
+                                            .requires_grad_(true);
+                       const Tensor w = leaf({c.cout, c.cin, c.k, c.k}, gen, 0.05);
+                       const Tensor gy =
+                           contiguous(randn({kBatch, c.cout, out_hw, out_hw}, {}, &gen), MemoryFormat::ChannelsLast);
+                       return step([=] { return conv2d(x, w, Tensor(), {c.stride, c.stride}, {pad, pad}); }, {x, w}, gy);
+                     }});
+  }
+  // batch_norm in training mode on every ResNet-18 activation shape (running statistics updated),
+  // NCHW and channels-last.
+  for (bool cl : {false, true})
   for (const auto& [channels, hw] : std::vector<std::pair<int64_t, int64_t>>{{64, 32}, {128, 16}, {256, 8}, {512, 4}}) {
-    const std::string name = "batch_norm " + std::to_string(kBatch) + "x" + std::to_string(channels) + "x" +
-                             std::to_string(hw) + "x" + std::to_string(hw);
-    cases.push_back({name, [channels, hw] {
+    const std::string name = std::string(cl ? "channels_last " : "") + "batch_norm " + std::to_string(kBatch) + "x" +
+                             std::to_string(channels) + "x" + std::to_string(hw) + "x" + std::to_string(hw);
+    cases.push_back({name, [channels, hw, cl] {
                        Generator gen(2);
-                       const Tensor x = leaf({kBatch, channels, hw, hw}, gen);
+                       const MemoryFormat f = cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+                       const Tensor x = contiguous(leaf({kBatch, channels, hw, hw}, gen), f).detach().requires_grad_(true);
                        const Tensor w = leaf({channels}, gen), b = leaf({channels}, gen);
                        const Tensor rm = zeros({channels}), rv = ones({channels});
-                       const Tensor gy = randn({kBatch, channels, hw, hw}, {}, &gen);
+                       const Tensor gy = contiguous(randn({kBatch, channels, hw, hw}, {}, &gen), f);
                        return step([=] { return batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5); }, {x, w, b}, gy);
                      }});
   }
@@ -195,7 +216,8 @@ SuiteReport run_ops(const Options& options) {
       "3x3; input and weight gradients. FLOPs are counted by the ops (conv2d forward and both gradients; "
       "attention's matmuls). 'resnet18 conv total' sums "
       "the conv cases' times (each distinct shape once). batch_norm: training, running statistics "
-      "updated. attention: scaled_dot_product_attention, q, k, v (16, 4, 128, 64) (12·B·H·L²·d FLOPs); "
+      "updated. 'channels_last' cases: the same with channels-last activations and gradients (the "
+      "peer's weight torch.channels_last too). attention: scaled_dot_product_attention, q, k, v (16, 4, 128, 64) (12·B·H·L²·d FLOPs); "
       "'padding mask' adds a bool (16, 1, 1, 128) key mask. 'layout:' cases: forward only, f32, "
       "operands whose innermost dim is strided in memory (transposed, NCHW read as NHWC). GFLOP/s is 0 "
       "for the memory-bound ops. 'elementwise:' cases: the op front-end's cost (100 calls on 64 values a "

@@ -81,7 +81,9 @@ class ResNet : public nn::Module {
   /// blocks_per_stage: e.g. {2, 2, 2, 2} (resnet18) or {3, 3, 3} (resnet20); stage i has
   /// width·2^i planes and stride 2 except the first. options.width must be set (> 0).
   ResNet(BlockKind block, std::vector<int64_t> blocks_per_stage, Stem stem, const ResNetOptions& options);
-  /// x: (N, in_channels, H, W) → logits (N, num_classes).
+  /// x: (N, in_channels, H, W) → logits (N, num_classes). A channels-last x
+  /// (contiguous(x, MemoryFormat::ChannelsLast)) keeps every activation channels-last, which on the
+  /// CPU spares oneDNN's per-conv activation reorders (docs/design/cpu-conv.md).
   Tensor forward(const Tensor& x) override;
   /// The features before fc: (N, fc.in_features).
   Tensor features(const Tensor& x);

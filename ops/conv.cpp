@@ -88,12 +88,13 @@ Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, con
 
 Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
 
-// Channels-last (NHWC) operands: on CUDA devices a channels-last input keeps that layout through
-// the convolution (cuDNN's Tensor Core kernels work in NHWC; converting would cost two transposes
-// per layer), and the weight, the output and the gradients follow it. CPU kernels take NCHW only.
+// Channels-last (NHWC) operands: a channels-last input keeps that layout through the convolution,
+// and the output and the input gradient follow it (as PyTorch's channels_last). cuDNN's Tensor
+// Core kernels and oneDNN's nhwc kernels work on it in place; converting would cost two
+// transposes per layer (docs/design/cpu-conv.md). On CUDA the weight and its gradient are
+// channels-last too (cuDNN wants one layout for all); the CPU kernels take a contiguous weight.
 bool keeps_channels_last(const Tensor& x) {
-  return x.device().type == DeviceType::cuda && x.dim() == 4 && !x.is_contiguous() &&
-         kernels::conv_is_dense(x.sizes(), x.strides(), kernels::ConvLayout::nhwc);
+  return x.dim() == 4 && !x.is_contiguous() && kernels::conv_is_dense(x.sizes(), x.strides(), kernels::ConvLayout::nhwc);
 }
 Tensor to_channels_last(const Tensor& t) {
   if (kernels::conv_is_dense(t.sizes(), t.strides(), kernels::ConvLayout::nhwc)) return t;
@@ -114,11 +115,17 @@ double conv_flops(const Tensor& out, const Tensor& w) { return conv_flops(out, w
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
               const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
               const std::vector<int64_t>& dilation, int64_t groups) {
-  const auto [input, weight, bias] = apply_precision(OpId::conv2d, input_in, weight_in, bias_in);
+  auto [input, weight, bias] = apply_precision(OpId::conv2d, input_in, weight_in, bias_in);
+  // An autocast cast gives a contiguous tensor (to(dtype) does not keep the layout yet): a
+  // channels-last caller's input goes back to channels-last (the network's first conv only, its
+  // input being the one activation not already in the autocast dtype).
+  if (input.dim() == 4 && !input.is_same(input_in) && keeps_channels_last(input_in) && !keeps_channels_last(input))
+    input = to_channels_last(input);
   const Conv2dParams p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
   const DeviceType dev = input.device().type;
   const DType dtype = input.dtype();
   const bool nhwc = keeps_channels_last(input);
+  const bool weight_nhwc = nhwc && dev == DeviceType::cuda;
   Tensor out;
   {
     NoGradGuard no_grad;  // the views and copies below are internal
@@ -130,7 +137,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     Tensor out4 = nhwc ? empty_channels_last({n, o, ho, wo}, options) : empty({n, o, ho, wo}, options);
     if (profiler::counting_flops()) profiler::add_flops(OpId::conv2d, conv_flops(out4, weight));
     if (out4.numel() > 0)
-      kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(out4, x, nhwc ? to_channels_last(weight) : weight.contiguous(),
+      kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(out4, x, weight_nhwc ? to_channels_last(weight) : weight.contiguous(),
                                                                bias.defined() ? bias.contiguous() : Tensor(), p);
     out = input.dim() == 4 ? out4 : out4.squeeze(0);
   }
@@ -140,8 +147,8 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     autograd::record(
         OpId::conv2d, {input, weight, bias}, {out},
         [sx = need_w || need_b ? SavedTensor(input) : SavedTensor(), sw = need_x ? SavedTensor(weight) : SavedTensor(),
-         x_sizes = input.sizes(), w_sizes = weight.sizes(), need_x, need_w, need_b, p, dev, dtype,
-         nhwc](const TensorList& g) -> TensorList {
+         x_sizes = input.sizes(), w_sizes = weight.sizes(), need_x, need_w, need_b, p, dev, dtype, nhwc,
+         weight_nhwc](const TensorList& g) -> TensorList {
           const Tensor go = nhwc ? to_channels_last(g[0]) : as_4d(g[0]).contiguous();
           const TensorOptions options{.dtype = dtype, .device = go.device()};
           Shape x_sizes4 = x_sizes;
@@ -150,7 +157,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
           // dropped) when only the bias needs a gradient.
           auto alloc = [&](const Shape& sizes) { return nhwc ? empty_channels_last(sizes, options) : empty(sizes, options); };
           Tensor gx4 = need_x ? alloc(x_sizes4) : Tensor();
-          Tensor gw = need_w || need_b ? alloc(w_sizes) : Tensor();
+          Tensor gw = need_w || need_b ? (weight_nhwc ? alloc(w_sizes) : empty(w_sizes, options)) : Tensor();
           Tensor gb = need_b ? empty({w_sizes[0]}, options) : Tensor();
           if (go.numel() == 0) {  // an empty batch or no output channels: the sums are empty
             for (Tensor* t : {&gx4, &gw, &gb})
@@ -158,7 +165,8 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
           } else {
             auto layout = [&](const Tensor& t) { return nhwc ? to_channels_last(t) : as_4d(t).contiguous(); };
             const Tensor x = gw.defined() ? layout(sx.unpack("conv2d")) : Tensor();
-            const Tensor w = need_x ? layout(sw.unpack("conv2d")) : Tensor();
+            const Tensor w =
+                need_x ? (weight_nhwc ? layout(sw.unpack("conv2d")) : sw.unpack("conv2d").contiguous()) : Tensor();
             // The input gradient is a convolution of the forward's size, and so is the weight's.
             if (profiler::counting_flops())
               profiler::add_flops(OpId::conv2d_backward,
@@ -169,7 +177,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
           // gradient is made contiguous for the optimizers, which read gradients densely.
           const Tensor gx = need_x ? (nhwc ? gx4 : gx4.view(x_sizes)) : Tensor();
           if (!need_w) gw = Tensor();
-          if (nhwc && gw.defined()) gw = gw.contiguous();
+          if (weight_nhwc && gw.defined()) gw = gw.contiguous();
           return {gx, gw, gb};
         });
   }

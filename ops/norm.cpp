@@ -4,6 +4,7 @@
 #include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
+#include "ops/conv_plan.h"
 #include "ops/kernels_norm.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
@@ -54,20 +55,47 @@ int64_t prod(const Shape& s, size_t begin, size_t end) {
   return p;
 }
 
-Tensor grad_as(const Tensor& g, const Tensor& like, const Shape& kernel_shape) {
+// A channels-last (N, C, H, W) tensor as the kernels' (N, C, S) shape: strides (S·C, 1, C).
+Tensor channels_last_rows(const Tensor& t4) {
+  const int64_t n = t4.size(0), c = t4.size(1), s = t4.size(2) * t4.size(3);
+  return t4.permute({0, 2, 3, 1}).view({n, s, c}).permute({0, 2, 1});
+}
+// An empty (N, C, S) tensor in that layout.
+Tensor empty_channels_last_rows(const Shape& kshape, const TensorOptions& options) {
+  return empty({kshape[0], kshape[2], kshape[1]}, options).permute({0, 2, 1});
+}
+// A (N, C, S) channels-last-rows tensor back as the 4-D (N, C, H, W) shape `sizes`.
+Tensor from_channels_last_rows(const Tensor& t, const Shape& sizes) {
+  return t.permute({0, 2, 1}).view({sizes[0], sizes[2], sizes[3], sizes[1]}).permute({0, 3, 1, 2});
+}
+
+// Whether batch_norm keeps a 4-D channels-last input in that layout (CPU kernels; on other devices
+// the input is made contiguous).
+bool batch_norm_channels_last(const Tensor& input) {
+  return input.device().type == DeviceType::cpu && input.dim() == 4 && !input.is_contiguous() &&
+         kernels::conv_is_dense(input.sizes(), input.strides(), kernels::ConvLayout::nhwc);
+}
+
+// The gradient in the kernel's shape: contiguous, or with channels_last the layout of
+// channels_last_rows.
+Tensor grad_as(const Tensor& g, const Tensor& like, const Shape& kernel_shape, const Shape& in_shape,
+               bool channels_last) {
   const Tensor gc = g.dtype() == like.dtype() ? g : g.to(like.dtype());
-  return gc.contiguous().view(kernel_shape);
+  if (!channels_last) return gc.contiguous().view(kernel_shape);
+  (void)in_shape;
+  return channels_last_rows(gc.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}));
 }
 
 // Records the backward shared by the three norms when input, weight or bias needs a gradient.
 // x, w: the kernel's input view (shape kshape) and weight (statistics dtype). The op's fused
 // backward kernel runs as backward(dx, dw, db, g, x, w); a gradient that is not needed comes in
 // undefined and is skipped. dx returns in the input's shape; dw / db (kshape[1] values, statistics
-// dtype) in the parameter's dtype and param_shape.
+// dtype) in the parameter's dtype and param_shape. channels_last (batch_norm of a 4-D channels-last
+// input): x, the gradient and dx are in channels_last_rows' layout, dx returns channels-last.
 template <typename BackwardKernel>
 void record_norm_backward(OpId op, const Tensor& input, const Tensor& weight, const Tensor& bias,
                           const Tensor& result, const Tensor& x, const Tensor& w, const Shape& kshape, DType acc,
-                          const Shape& param_shape, const BackwardKernel& backward) {
+                          const Shape& param_shape, const BackwardKernel& backward, bool channels_last = false) {
   if (!autograd::needs_grad({&input, &weight, &bias})) return;
   const bool need_dx = input.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
              need_db = bias.defined() && bias.requires_grad();
@@ -75,11 +103,13 @@ void record_norm_backward(OpId op, const Tensor& input, const Tensor& weight, co
       op, {input, weight, bias}, {result},
       [name = op_name(op), sx = SavedTensor(x), sw = SavedTensor(w), backward, need_dx, need_dw, need_db, kshape,
        in_shape = input.sizes(), param_shape, w_dtype = weight.defined() ? weight.dtype() : acc,
-       b_dtype = bias.defined() ? bias.dtype() : acc, acc](const TensorList& g) -> TensorList {
+       b_dtype = bias.defined() ? bias.dtype() : acc, acc, channels_last](const TensorList& g) -> TensorList {
         const Tensor xv = sx.unpack(name);
-        const Tensor gv = grad_as(g[0], xv, kshape);
+        const Tensor gv = grad_as(g[0], xv, kshape, in_shape, channels_last);
         const Shape cs{kshape[1]};
-        Tensor dx = need_dx ? empty(kshape, {.dtype = xv.dtype(), .device = xv.device()}) : Tensor();
+        const TensorOptions x_options{.dtype = xv.dtype(), .device = xv.device()};
+        Tensor dx = need_dx ? (channels_last ? empty_channels_last_rows(kshape, x_options) : empty(kshape, x_options))
+                            : Tensor();
         Tensor dw = need_dw ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
         Tensor db = need_db ? empty(cs, {.dtype = acc, .device = xv.device()}) : Tensor();
         backward(dx, dw, db, gv, xv, sw.defined() ? sw.unpack(name) : Tensor());
@@ -87,7 +117,8 @@ void record_norm_backward(OpId op, const Tensor& input, const Tensor& weight, co
           const Tensor p = param_grad(d, dtype);
           return p.defined() && p.sizes() != param_shape ? p.view(param_shape) : p;
         };
-        return {dx.defined() ? dx.view(in_shape) : dx, as_param(dw, w_dtype), as_param(db, b_dtype)};
+        const Tensor dx_in = !dx.defined() ? dx : channels_last ? from_channels_last_rows(dx, in_shape) : dx.view(in_shape);
+        return {dx_in, as_param(dw, w_dtype), as_param(db, b_dtype)};
       });
 }
 
@@ -119,7 +150,9 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
                input.describe(), "; use a batch of more than one sample (or eval mode)");
   const DType acc = acc_dtype(input.dtype());
   const Shape kshape{N, C, S};
-  const Tensor x = input.detach().contiguous().view(kshape);
+  // A channels-last input stays so (its output too), as conv2d keeps it: no transposes between them.
+  const bool channels_last = batch_norm_channels_last(input);
+  const Tensor x = channels_last ? channels_last_rows(input.detach()) : input.detach().contiguous().view(kshape);
   const Tensor w = kernel_param(weight, acc), b = kernel_param(bias, acc);
   // Running statistics: updated in place by the kernel when they are contiguous fp32 (f64 for f64
   // inputs), else through a temporary copied back. They are buffers: no graph, but a version bump.
@@ -129,7 +162,8 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
     rm = kernel_param(running_mean, acc);
     rv = kernel_param(running_var, acc);
   }
-  Tensor out = empty(kshape, {.dtype = input.dtype(), .device = input.device()});
+  const TensorOptions out_options{.dtype = input.dtype(), .device = input.device()};
+  Tensor out = channels_last ? empty_channels_last_rows(kshape, out_options) : empty(kshape, out_options);
   Tensor save_mean = empty(cshape, {.dtype = acc, .device = input.device()});
   Tensor save_rstd = empty(cshape, {.dtype = acc, .device = input.device()});
   kernel<kernels::BatchNormKernel>(OpId::batch_norm, input.device().type, input.dtype())(
@@ -143,14 +177,15 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
         buffer.copy_(value);
     }
   }
-  Tensor result = out.view(input.sizes());
-  record_norm_backward(OpId::batch_norm, input, weight, bias, result, x, w, kshape, acc, cshape,
-                       [save_mean, save_rstd, training](const Tensor& dx, const Tensor& dw, const Tensor& db,
-                                                        const Tensor& g, const Tensor& xv, const Tensor& wv) {
-                         kernel<kernels::BatchNormBackwardKernel>(OpId::batch_norm_backward, xv.device().type,
-                                                                  xv.dtype())(dx, dw, db, g, xv, wv, save_mean,
-                                                                              save_rstd, training);
-                       });
+  Tensor result = channels_last ? from_channels_last_rows(out, input.sizes()) : out.view(input.sizes());
+  record_norm_backward(
+      OpId::batch_norm, input, weight, bias, result, x, w, kshape, acc, cshape,
+      [save_mean, save_rstd, training](const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& g,
+                                       const Tensor& xv, const Tensor& wv) {
+        kernel<kernels::BatchNormBackwardKernel>(OpId::batch_norm_backward, xv.device().type, xv.dtype())(
+            dx, dw, db, g, xv, wv, save_mean, save_rstd, training);
+      },
+      channels_last);
   return result;
 }
 
@@ -207,7 +242,9 @@ Tensor group_norm(const Tensor& input_in, int64_t num_groups, const Tensor& weig
   const int64_t S = C == 0 || N == 0 ? 0 : input.numel() / (N * C);
   const DType acc = acc_dtype(input.dtype());
   const Shape kshape{N, C, S};
-  const Tensor x = input.detach().contiguous().view(kshape);
+  // A channels-last input stays so (its output too), as conv2d keeps it: no transposes between them.
+  const bool channels_last = batch_norm_channels_last(input);
+  const Tensor x = channels_last ? channels_last_rows(input.detach()) : input.detach().contiguous().view(kshape);
   const Tensor w = kernel_param(weight, acc), b = kernel_param(bias, acc);
   Tensor out = empty(kshape, {.dtype = input.dtype(), .device = input.device()});
   Tensor mean = empty({N, num_groups}, {.dtype = acc, .device = input.device()});

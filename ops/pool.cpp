@@ -8,6 +8,7 @@
 #include "autograd/record.h"
 #include "core/checked_math.h"
 #include "ops/functional.h"
+#include "ops/memory_format.h"
 #include "ops/kernels_conv.h"
 #include "ops/op_table.h"
 #include "ops/pair_arg.h"
@@ -71,6 +72,15 @@ Shape pool_geometry(const char* op, const Tensor& x, const std::vector<int64_t>&
 
 Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
 
+// A channels-last input gets channels-last results and input gradient, as in PyTorch, so a
+// channels-last network stays so; the kernels work on NCHW copies (one transpose each way).
+bool channels_last_input(const Tensor& x) {
+  return x.dim() == 4 && !x.is_contiguous() && is_contiguous(x, MemoryFormat::ChannelsLast);
+}
+Tensor in_layout(const Tensor& t, bool channels_last) {
+  return channels_last && t.defined() ? contiguous(t, MemoryFormat::ChannelsLast) : t;
+}
+
 // The 4-D result brought back to the input's rank.
 Tensor like_input(const Tensor& out4, const Tensor& x) { return x.dim() == 4 ? out4 : out4.squeeze(0); }
 
@@ -89,6 +99,7 @@ std::tuple<Tensor, Tensor> max_pool2d_impl(const Tensor& input_in, const std::ve
   const Shape out_shape = pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, p);
   const bool grad = autograd::needs_grad({&input});
   const DeviceType dev = input.device().type;
+  const bool cl = channels_last_input(input);
   Tensor values, indices;
   {
     NoGradGuard no_grad;
@@ -96,17 +107,17 @@ std::tuple<Tensor, Tensor> max_pool2d_impl(const Tensor& input_in, const std::ve
     Tensor out4 = empty(out_shape, {.dtype = input.dtype(), .device = input.device()});
     Tensor idx4 = grad || want_indices ? empty(out_shape, {.dtype = DType::i64, .device = input.device()}) : Tensor();
     if (out4.numel() > 0) kernel<kernels::MaxPool2dKernel>(OpId::max_pool2d, dev, input.dtype())(out4, idx4, x, p);
-    values = like_input(out4, input);
-    if (idx4.defined()) indices = like_input(idx4, input);
+    values = in_layout(like_input(out4, input), cl);
+    if (idx4.defined()) indices = in_layout(like_input(idx4, input), cl);
   }
   if (grad) {
     autograd::record(OpId::max_pool2d, {input}, {values},
-                     [si = SavedTensor(indices), x_sizes = input.sizes(), dev](const TensorList& g) -> TensorList {
+                     [si = SavedTensor(indices), x_sizes = input.sizes(), dev, cl](const TensorList& g) -> TensorList {
                        const Tensor go = as_4d(g[0]).contiguous();
                        const Tensor idx = as_4d(si.unpack("max_pool2d")).contiguous();
                        Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
                        kernel<kernels::MaxPool2dBackwardKernel>(OpId::max_pool2d_backward, dev, go.dtype())(gx, go, idx);
-                       return {gx.view(x_sizes)};
+                       return {in_layout(gx.view(x_sizes), cl)};
                      });
   }
   return {values, indices};
@@ -138,20 +149,21 @@ Tensor avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& kernel_siz
   p.count_include_pad = count_include_pad;
   p.divisor_override = divisor_override;
   const DeviceType dev = input.device().type;
+  const bool cl = channels_last_input(input);
   Tensor out;
   {
     NoGradGuard no_grad;
     Tensor out4 = empty(out_shape, {.dtype = input.dtype(), .device = input.device()});
     if (out4.numel() > 0)
       kernel<kernels::AvgPool2dKernel>(OpId::avg_pool2d, dev, input.dtype())(out4, as_4d(input).contiguous(), p);
-    out = like_input(out4, input);
+    out = in_layout(like_input(out4, input), cl);
   }
   if (autograd::needs_grad({&input})) {
-    autograd::record(OpId::avg_pool2d, {input}, {out}, [x_sizes = input.sizes(), p, dev](const TensorList& g) -> TensorList {
+    autograd::record(OpId::avg_pool2d, {input}, {out}, [x_sizes = input.sizes(), p, dev, cl](const TensorList& g) -> TensorList {
       const Tensor go = as_4d(g[0]).contiguous();
       Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
       kernel<kernels::AvgPool2dBackwardKernel>(OpId::avg_pool2d_backward, dev, go.dtype())(gx, go, p);
-      return {gx.view(x_sizes)};
+      return {in_layout(gx.view(x_sizes), cl)};
     });
   }
   return out;
@@ -163,6 +175,7 @@ Tensor adaptive_avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& o
   int64_t os[2];
   detail::pair_arg("adaptive_avg_pool2d", "output_size", output_size, os, 1);
   const DeviceType dev = input.device().type;
+  const bool cl = channels_last_input(input);
   Tensor out;
   {
     NoGradGuard no_grad;
@@ -170,14 +183,14 @@ Tensor adaptive_avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& o
     Tensor out4 = empty({x.size(0), x.size(1), os[0], os[1]}, {.dtype = input.dtype(), .device = input.device()});
     if (out4.numel() > 0)
       kernel<kernels::AdaptiveAvgPool2dKernel>(OpId::adaptive_avg_pool2d, dev, input.dtype())(out4, x);
-    out = like_input(out4, input);
+    out = in_layout(like_input(out4, input), cl);
   }
   if (autograd::needs_grad({&input})) {
-    autograd::record(OpId::adaptive_avg_pool2d, {input}, {out}, [x_sizes = input.sizes(), dev](const TensorList& g) -> TensorList {
+    autograd::record(OpId::adaptive_avg_pool2d, {input}, {out}, [x_sizes = input.sizes(), dev, cl](const TensorList& g) -> TensorList {
       const Tensor go = as_4d(g[0]).contiguous();
       Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
       kernel<kernels::AdaptiveAvgPool2dBackwardKernel>(OpId::adaptive_avg_pool2d_backward, dev, go.dtype())(gx, go);
-      return {gx.view(x_sizes)};
+      return {in_layout(gx.view(x_sizes), cl)};
     });
   }
   return out;

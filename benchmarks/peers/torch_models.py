@@ -39,10 +39,13 @@ import sys
 
 from peer_common import peer_arg_parser, reexec_with_malloc_tuning, time_step, write_records
 # (name, flops per step: 3 x forward, MACHINE.md)
+# resnet18_cifar runs channels-last (model and input, torch.channels_last) as precis's case does;
+# resnet18_cifar_nchw with contiguous NCHW tensors.
 # bert_mini b16x128 masked15: the MLM head (transform 2*256*256 + decoder 2*256*30522 FLOPs per
 # token) at 307 of the 2048 tokens instead of all of them.
 _HEAD_PER_TOKEN = 2.0 * 256 * 256 + 2.0 * 256 * 30522
-CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("bert_mini b16x128", 3.0 * 46.2e9),
+CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("resnet18_cifar_nchw b64", 3.0 * 1.11e9 * 64),
+         ("bert_mini b16x128", 3.0 * 46.2e9),
          ("bert_mini b16x128 masked15", 3.0 * (46.2e9 - (2048 - 307) * _HEAD_PER_TOKEN))]
 # --device cuda: (name, flops per step, what is counted, how many per step); ResNet-50 forward is
 # 4.1 G multiply-adds (8.2 GFLOP) per 224x224 image, as benchmarks/suite_models.cpp counts.
@@ -227,6 +230,9 @@ def make_step(torch, name, dtype):
     if name.startswith("resnet18_cifar"):
         model = ResNet18Cifar()
         x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
+        if not name.startswith("resnet18_cifar_nchw"):
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
         loss_fn = lambda: F.cross_entropy(model(x), y)
     elif name.endswith("masked15"):
         model = BertMiniMLM()

@@ -56,14 +56,32 @@ def make_cases(torch, F):
             return step(lambda: F.conv2d(x, w, None, s, pad), [x, w], gy)
         cases.append((f"conv2d {cin}->{cout} k{k} s{s} {hw}x{hw}", flops, make, True))
 
-    for c, hw in [(64, 32), (128, 16), (256, 8), (512, 4)]:
-        def make(c=c, hw=hw):
-            g = torch.Generator().manual_seed(2)
-            x, w, b = leaf(g, BATCH, c, hw, hw), leaf(g, c), leaf(g, c)
-            rm, rv = torch.zeros(c), torch.ones(c)
-            gy = torch.randn(BATCH, c, hw, hw, generator=g)
-            return step(lambda: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5), [x, w, b], gy)
-        cases.append((f"batch_norm {BATCH}x{c}x{hw}x{hw}", 0.0, make, False))
+    # Channels-last activations and weight (torch.channels_last), as precis's "channels_last" cases.
+    cl = torch.channels_last
+    for cin, cout, k, s, hw in CONV_SHAPES:
+        pad = 1 if k == 3 else 0
+        ohw = (hw + 2 * pad - k) // s + 1
+        flops = 3.0 * 2.0 * BATCH * cout * ohw * ohw * cin * k * k
+
+        def make(cin=cin, cout=cout, k=k, s=s, hw=hw, pad=pad, ohw=ohw):
+            g = torch.Generator().manual_seed(1)
+            x = leaf(g, BATCH, cin, hw, hw).detach().contiguous(memory_format=cl).requires_grad_(True)
+            w = leaf(g, cout, cin, k, k, scale=0.05).detach().contiguous(memory_format=cl).requires_grad_(True)
+            gy = torch.randn(BATCH, cout, ohw, ohw, generator=g).contiguous(memory_format=cl)
+            return step(lambda: F.conv2d(x, w, None, s, pad), [x, w], gy)
+        cases.append((f"channels_last conv2d {cin}->{cout} k{k} s{s} {hw}x{hw}", flops, make, True))
+
+    for fmt in (torch.contiguous_format, cl):
+        for c, hw in [(64, 32), (128, 16), (256, 8), (512, 4)]:
+            def make(c=c, hw=hw, fmt=fmt):
+                g = torch.Generator().manual_seed(2)
+                x, w, b = leaf(g, BATCH, c, hw, hw), leaf(g, c), leaf(g, c)
+                x = x.detach().contiguous(memory_format=fmt).requires_grad_(True)
+                rm, rv = torch.zeros(c), torch.ones(c)
+                gy = torch.randn(BATCH, c, hw, hw, generator=g).contiguous(memory_format=fmt)
+                return step(lambda: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5), [x, w, b], gy)
+            prefix = "channels_last " if fmt == cl else ""
+            cases.append((f"{prefix}batch_norm {BATCH}x{c}x{hw}x{hw}", 0.0, make, False))
 
     def make_layer_norm():
         g = torch.Generator().manual_seed(3)

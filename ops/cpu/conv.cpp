@@ -5,6 +5,9 @@
 //         absent), converted to f32 like f16
 //   f16   converted to f32 (bulk conversion), the f32 path, rounded back once
 //   f64   im2col + Eigen (oneDNN has no f64)
+// Activations come contiguous (NCHW) or all channels-last (NHWC; ops/conv.cpp); weights contiguous.
+// oneDNN takes channels-last activations as they are; the other back ends get NCHW copies.
+#include "ops/conv_plan.h"
 #include "ops/cpu/conv_impl.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/optional_operand.h"
@@ -16,12 +19,22 @@
 namespace precis::cpu {
 
 ConvShape conv_shape(const Tensor& x, const Tensor& w, const Tensor& out, const kernels::Conv2dParams& p) {
-  return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), out.size(2), out.size(3), p};
+  return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), out.size(2), out.size(3), p,
+          !x.is_contiguous() || !out.is_contiguous()};
 }
 
 namespace {
 
 using kernels::Conv2dParams;
+
+// A contiguous (NCHW) copy of a channels-last activation, for the back ends that take NCHW only.
+Tensor nchw_copy(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor out = empty(t.sizes(), {.dtype = t.dtype()});
+  kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cpu, t.dtype())(out, t);
+  return out;
+}
+Tensor nchw_like(const Tensor& t) { return t.defined() ? empty(t.sizes(), {.dtype = t.dtype()}) : Tensor(); }
 
 Tensor to_f32(const Tensor& t) {
   if (!t.defined()) return t;
@@ -76,6 +89,18 @@ void backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bia
 // out: (N, O, Ho, Wo) = conv(x: (N, C, H, W), w: (O, C/g, kH, kW)) + bias: (O).
 template <typename T>
 void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  const ConvShape s = conv_shape(x, w, out, p);
+  if (s.nhwc) {
+#ifdef PRECIS_HAS_ONEDNN
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>)
+      if (onednn_conv_forward(dtype_of<T>(), s, x.data_ptr(), w.data_ptr(), raw_ptr_or_null(bias), out.data_ptr()))
+        return;
+#endif
+    const Tensor out_c = nchw_like(out);
+    conv2d_kernel<T>(out_c, nchw_copy(x), w, bias, p);
+    copy_into(out, out_c);
+    return;
+  }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     forward<T>(out, x, w, bias, p);
   } else {
@@ -97,6 +122,20 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Te
 template <typename T>
 void conv2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias,
                             const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  const ConvShape s = backward_shape(grad_x, grad_w, grad_out, x, w, p);
+  if (s.nhwc) {
+#ifdef PRECIS_HAS_ONEDNN
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+      if (onednn_conv_backward(dtype_of<T>(), s, grad_out.data_ptr(), raw_ptr_or_null(x), raw_ptr_or_null(w),
+                               raw_ptr_or_null(grad_x), raw_ptr_or_null(grad_w), raw_ptr_or_null(grad_bias)))
+        return;
+    }
+#endif
+    const Tensor gx_c = nchw_like(grad_x);
+    conv2d_backward_kernel<T>(gx_c, grad_w, grad_bias, nchw_copy(grad_out), nchw_copy(x), w, p);
+    copy_into(grad_x, gx_c);
+    return;
+  }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     backward<T>(grad_x, grad_w, grad_bias, grad_out, x, w, p);
   } else {

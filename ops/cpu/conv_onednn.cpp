@@ -1,10 +1,13 @@
 // Convolution through oneDNN's convolution primitives: forward (bias fused), backward data and
 // backward weights (bias gradient fused), f32 and bf16 (fp32 accumulation).
 //
-// precis tensors are plain NCHW / OIHW. oneDNN's fastest kernels want blocked layouts
-// (nChw16c activations, OIhw16i16o weights), so each primitive is created with layout `any`,
-// and operands are reordered into the layout it chose and the result reordered back, per call
-// (grad_out once for both backward passes of a layer).
+// Activations come NCHW or channels-last (NHWC); weights OIHW. For NCHW activations oneDNN's
+// fastest kernels want blocked layouts (nChw16c activations, OIhw16i16o weights), so each
+// primitive is created with layout `any`, and operands are reordered into the layout it chose and
+// the result reordered back, per call (grad_out once for both backward passes of a layer).
+// Channels-last activations are given to the primitive as they are (its nhwc kernels; no
+// activation reorder; docs/design/cpu-conv.md has the measurements); where oneDNN has only a
+// reference kernel for nhwc, the primitive is created with `any` and reorders as for NCHW.
 // The reorders are memory-bound passes, cheap next to the convolution's flops at the shapes that
 // matter (see docs/design/cpu-conv.md for the measurements behind this choice).
 // Primitives and their reorders are cached per problem, dtype and thread count, and shared by all
@@ -30,12 +33,13 @@ using tag = memory::format_tag;
 
 enum class Pass : int64_t { forward, backward_input, backward_weight };
 
-// pass, dtype, threads, bias?, n, c, h, w, o, kh, kw, ho, wo, strides, paddings, dilations, groups.
-using Key = std::array<int64_t, 20>;
+// pass, dtype, threads, bias?, nhwc?, n, c, h, w, o, kh, kw, ho, wo, strides, paddings, dilations,
+// groups.
+using Key = std::array<int64_t, 21>;
 
 Key make_key(Pass pass, DType dtype, int threads, bool bias, const ConvShape& s) {
-  return {static_cast<int64_t>(pass), static_cast<int64_t>(dtype), threads, bias, s.n, s.c, s.h, s.w, s.o, s.kh, s.kw,
-          s.ho, s.wo, s.p.stride[0], s.p.stride[1], s.p.padding[0], s.p.padding[1],
+  return {static_cast<int64_t>(pass), static_cast<int64_t>(dtype), threads, bias, s.nhwc, s.n, s.c, s.h, s.w, s.o,
+          s.kh, s.kw, s.ho, s.wo, s.p.stride[0], s.p.stride[1], s.p.padding[0], s.p.padding[1],
           s.p.dilation[0], s.p.dilation[1], s.p.groups};
 }
 
@@ -115,8 +119,10 @@ bool is_reference(const char* impl) {
   return s.starts_with("ref");
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias) {
-  const memory::desc any_src(d.src, d.dt, tag::any), any_w(d.weights, d.dt, tag::any), any_dst(d.dst, d.dt, tag::any);
+// act: the activations' layout the primitive is created with (`any`, or nhwc to work on
+// channels-last tensors in place).
+dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias, tag act) {
+  const memory::desc any_src(d.src, d.dt, act), any_w(d.weights, d.dt, tag::any), any_dst(d.dst, d.dt, act);
   const dnnl::engine& e = cpu_engine();
   if (bias) {
     const memory::desc b({d.dst[1]}, d.dt, tag::a);
@@ -129,15 +135,18 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias) 
           scratchpad_attr(), e};
 }
 
-std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const ConvShape& s) {
+// The primitive of a pass with activations created in layout `act`; empty when oneDNN has only a
+// reference implementation (or none) for it.
+std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const ConvShape& s, tag act) {
   const Descs d = descs_of(dtype, s);
-  const memory::desc plain_src(d.src, d.dt, tag::nchw), plain_w(d.weights, d.dt, d.weights_tag),
-      plain_dst(d.dst, d.dt, tag::nchw);
+  const tag user_act = s.nhwc ? tag::nhwc : tag::nchw;
+  const memory::desc plain_src(d.src, d.dt, user_act), plain_w(d.weights, d.dt, d.weights_tag),
+      plain_dst(d.dst, d.dt, user_act);
   const dnnl::engine& e = cpu_engine();
   auto c = std::make_shared<CachedConv>();
   try {
     if (pass == Pass::forward) {
-      const auto pd = forward_pd(d, bias);
+      const auto pd = forward_pd(d, bias, act);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_forward(pd);
       c->scratchpad = pd.scratchpad_desc();
@@ -149,10 +158,10 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
         c->bias = pd.bias_desc();
       }
     } else if (pass == Pass::backward_input) {
-      const auto hint = forward_pd(d, false);
+      const auto hint = forward_pd(d, false, act);
       const dnnl::convolution_backward_data::desc desc(
-          dnnl::algorithm::convolution_direct, memory::desc(d.src, d.dt, tag::any),
-          memory::desc(d.weights, d.dt, tag::any), memory::desc(d.dst, d.dt, tag::any), d.strides, d.dilates,
+          dnnl::algorithm::convolution_direct, memory::desc(d.src, d.dt, act),
+          memory::desc(d.weights, d.dt, tag::any), memory::desc(d.dst, d.dt, act), d.strides, d.dilates,
           d.padding, d.padding);
       const dnnl::convolution_backward_data::primitive_desc pd(desc, scratchpad_attr(), e, hint);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
@@ -162,9 +171,8 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
       c->in1 = make_operand(DNNL_ARG_WEIGHTS, plain_w, pd.weights_desc(), false);
       c->out = make_operand(DNNL_ARG_DIFF_SRC, plain_src, pd.diff_src_desc(), true);
     } else {
-      const auto hint = forward_pd(d, bias);
-      const memory::desc any_src(d.src, d.dt, tag::any), any_w(d.weights, d.dt, tag::any),
-          any_dst(d.dst, d.dt, tag::any);
+      const auto hint = forward_pd(d, bias, act);
+      const memory::desc any_src(d.src, d.dt, act), any_w(d.weights, d.dt, tag::any), any_dst(d.dst, d.dt, act);
       const auto desc = bias ? dnnl::convolution_backward_weights::desc(
                                    dnnl::algorithm::convolution_direct, any_src, any_w,
                                    memory::desc({s.o}, d.dt, tag::a), any_dst, d.strides, d.dilates, d.padding,
@@ -202,7 +210,13 @@ std::shared_ptr<const CachedConv> primitive_for(Pass pass, DType dtype, int thre
   const Key key = make_key(pass, dtype, threads, bias, s);
   ConvCache& cache = conv_cache();
   std::shared_ptr<const CachedConv> c = cache.find(key);
-  if (c == nullptr) c = cache.insert(key, build(pass, dtype, bias, s));
+  if (c == nullptr) {
+    // Channels-last: nhwc kernels first (no activation reorders); where oneDNN has none but the
+    // reference, its blocked kernels with reorders from and to nhwc.
+    std::shared_ptr<const CachedConv> built = build(pass, dtype, bias, s, s.nhwc ? tag::nhwc : tag::any);
+    if (s.nhwc && !built->supported()) built = build(pass, dtype, bias, s, tag::any);
+    c = cache.insert(key, built);
+  }
   return c->supported() ? c : nullptr;
 }
 

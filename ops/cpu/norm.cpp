@@ -1,5 +1,6 @@
 // CPU normalisation kernels: batch_norm, layer_norm, group_norm, forward and fused backward.
-// Inputs are contiguous (the functional code sees to it). Statistics, parameters and parameter
+// Inputs are contiguous (the functional code sees to it), or for batch_norm channels-last rows
+// (strides (S·C, 1, C)). Statistics, parameters and parameter
 // gradients are in A = opmath_t<T> (fp32 for f32/f16/bf16, f64 for f64); f16/bf16 rows are
 // widened to fp32 row buffers. Each kernel parallelises over the unit its statistics belong to
 // (channel, row, sample·group) and finishes that unit while its data is still in cache, so every
@@ -190,6 +191,176 @@ inline void affine_row(const A* x, A* y, int64_t n, A mean, A scale, A shift) {
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * scale + shift;
 }
 
+// ---- batch norm, channels-last ------------------------------------------------------------------
+
+// Rows of contiguous channels: x (N, C, S) with strides (S·C, 1, C), a channels-last (N, C, H, W)
+// tensor seen through the kernel shape (ops/norm.cpp passes it so, with out, grad and dx alike).
+bool channels_last_rows(const Tensor& x) { return x.size(1) > 1 && x.size(2) > 1 && x.stride(1) == 1; }
+
+// Rows summed in A per channel before being folded into f64 (the fold bound of kFoldBlock).
+constexpr int64_t kFoldRows = 256;
+
+// Per channel c, Σ u and Σ v over the M rows of C channels: add_row(r, buf1, buf2, a1, a2) adds
+// row r's terms into the A accumulators a1, a2 (length C), using two row buffers of its own. The
+// rows are split into one block per worker (the split depends on M and the thread count only);
+// each folds its A sums into f64 every kFoldRows rows; blocks are summed in order.
+template <typename T, typename AddRow>
+void channels_last_sums(int64_t M, int64_t C, std::vector<double>& s1, std::vector<double>& s2, AddRow&& add_row) {
+  using A = opmath_t<T>;
+  const int64_t nb = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), (M + kFoldRows - 1) / kFoldRows));
+  std::vector<double> partial(static_cast<size_t>(nb * 2 * C), 0.0);
+  parallel_for(0, nb, 1, [&](int64_t blo, int64_t bhi) {
+    RowBuf<T> b1(C), b2(C);
+    std::vector<A> a1(static_cast<size_t>(C)), a2(static_cast<size_t>(C));
+    for (int64_t blk = blo; blk < bhi; ++blk) {
+      double* p1 = partial.data() + blk * 2 * C;
+      double* p2 = p1 + C;
+      const int64_t r1 = (blk + 1) * M / nb;
+      for (int64_t r = blk * M / nb; r < r1; r += kFoldRows) {
+        std::fill(a1.begin(), a1.end(), A(0));
+        std::fill(a2.begin(), a2.end(), A(0));
+        for (int64_t q = r; q < std::min(r + kFoldRows, r1); ++q) add_row(q, b1, b2, a1.data(), a2.data());
+        for (int64_t c = 0; c < C; ++c) {
+          p1[c] += static_cast<double>(a1[c]);
+          p2[c] += static_cast<double>(a2[c]);
+        }
+      }
+    }
+  });
+  s1.assign(static_cast<size_t>(C), 0.0);
+  s2.assign(static_cast<size_t>(C), 0.0);
+  for (int64_t blk = 0; blk < nb; ++blk)
+    for (int64_t c = 0; c < C; ++c) {
+      s1[c] += partial[blk * 2 * C + c];
+      s2[c] += partial[blk * 2 * C + C + c];
+    }
+}
+
+// batch_norm_kernel on channels-last rows: the statistics as the NCHW kernel's (sums shifted by
+// each channel's first element), then one affine pass over the rows with per-channel vectors.
+template <typename T>
+void batch_norm_channels_last(const Tensor& out, const Tensor& save_mean, const Tensor& save_rstd, const Tensor& x,
+                              const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                              const Tensor& running_var, bool training, double momentum, double eps) {
+  using A = opmath_t<T>;
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  const int64_t M = N * S;
+  PRECIS_INTERNAL_ASSERT(channels_last_rows(out), "batch_norm: a channels-last input needs a channels-last output");
+  const T* xp = x.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const A* w = ptr_or_null<A>(weight);
+  const A* b = ptr_or_null<A>(bias);
+  A* rm = mut_ptr_or_null<A>(running_mean);
+  A* rv = mut_ptr_or_null<A>(running_var);
+  A* sm = save_mean.data_ptr<A>();
+  A* sr = save_rstd.data_ptr<A>();
+  if (!training) {
+    for (int64_t c = 0; c < C; ++c) {
+      sm[c] = rm[c];
+      sr[c] = static_cast<A>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
+    }
+  } else {
+    RowBuf<T> first(C);
+    const A* x0 = first.load(xp, C);
+    const std::vector<A> k(x0, x0 + C);
+    std::vector<double> s1, s2;
+    channels_last_sums<T>(M, C, s1, s2, [&](int64_t r, RowBuf<T>& b1, RowBuf<T>&, A* a1, A* a2) {
+      const A* xr = b1.load(xp + r * C, C);
+      for (int64_t c = 0; c < C; ++c) {
+        const A d = xr[c] - k[c];
+        a1[c] += d;
+        a2[c] += d * d;
+      }
+    });
+    for (int64_t c = 0; c < C; ++c) {
+      const double dm = s1[c] / static_cast<double>(M);
+      const double var = std::max(0.0, s2[c] / static_cast<double>(M) - dm * dm);
+      const double mean = static_cast<double>(k[c]) + dm;
+      sm[c] = static_cast<A>(mean);
+      sr[c] = static_cast<A>(1.0 / std::sqrt(var + eps));
+      if (rm) rm[c] = static_cast<A>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean);
+      if (rv) {
+        const double unbiased = var * static_cast<double>(M) / static_cast<double>(M - 1);
+        rv[c] = static_cast<A>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
+      }
+    }
+  }
+  std::vector<A> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    scale[c] = (w ? w[c] : A(1)) * sr[c];
+    shift[c] = b ? b[c] : A(0);
+  }
+  parallel_for(0, M, std::max<int64_t>(1, kNormGrain / C), [&](int64_t lo, int64_t hi) {
+    RowBuf<T> buf(C);
+    const A *mu = sm, *sc = scale.data(), *sh = shift.data();
+    for (int64_t r = lo; r < hi; ++r) {
+      const A* xr = buf.load(xp + r * C, C);
+      A* o = buf.out(op + r * C);
+      for (int64_t c = 0; c < C; ++c) o[c] = (xr[c] - mu[c]) * sc[c] + sh[c];
+      buf.store(op + r * C, C);
+    }
+  });
+}
+
+// batch_norm_backward_kernel on channels-last rows (the same formula, per-channel vectors).
+template <typename T>
+void batch_norm_backward_channels_last(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                       const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                       const Tensor& save_mean, const Tensor& save_rstd, bool training) {
+  using A = opmath_t<T>;
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  const int64_t M = N * S;
+  PRECIS_INTERNAL_ASSERT(channels_last_rows(grad) && (!dx.defined() || channels_last_rows(dx)),
+                         "batch_norm backward: a channels-last input needs channels-last gradients");
+  const T *xp, *gp;
+  T* dp;
+  const A *w, *sm, *sr;
+  A *dw, *db;
+  std::tie(xp, gp, dp, w, sm, sr, dw, db) =
+      norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, save_mean, save_rstd);
+  const bool need_sums = training ? dp != nullptr || dw || db : dw || db;
+  std::vector<double> sg(static_cast<size_t>(C), 0.0), sgx(static_cast<size_t>(C), 0.0);
+  if (need_sums)
+    channels_last_sums<T>(M, C, sg, sgx, [&](int64_t r, RowBuf<T>& b1, RowBuf<T>& b2, A* a1, A* a2) {
+      const A* xr = b1.load(xp + r * C, C);
+      const A* gr = b2.load(gp + r * C, C);
+      for (int64_t c = 0; c < C; ++c) {
+        a1[c] += gr[c];
+        a2[c] += gr[c] * (xr[c] - sm[c]);
+      }
+    });
+  for (int64_t c = 0; c < C; ++c) {
+    if (db) db[c] = static_cast<A>(sg[c]);
+    if (dw) dw[c] = static_cast<A>(sgx[c] * static_cast<double>(sr[c]));
+  }
+  if (!dp) return;
+  std::vector<A> ca(static_cast<size_t>(C)), cb(static_cast<size_t>(C), A(0)), c0(static_cast<size_t>(C), A(0));
+  for (int64_t c = 0; c < C; ++c) {
+    const double wc = w ? static_cast<double>(w[c]) : 1.0;
+    const double r = sr[c];
+    ca[c] = static_cast<A>(wc * r);
+    if (training) {
+      cb[c] = static_cast<A>(-wc * r * r * r * sgx[c] / static_cast<double>(M));
+      c0[c] = static_cast<A>(-wc * r * sg[c] / static_cast<double>(M));
+    }
+  }
+  parallel_for(0, M, std::max<int64_t>(1, kNormGrain / C), [&](int64_t lo, int64_t hi) {
+    RowBuf<T> xb(C), gb(C), ob(C);
+    const A *mu = sm, *pa = ca.data(), *pb = cb.data(), *p0 = c0.data();
+    for (int64_t r = lo; r < hi; ++r) {
+      const A* gr = gb.load(gp + r * C, C);
+      A* o = ob.out(dp + r * C);
+      if (training) {
+        const A* xr = xb.load(xp + r * C, C);
+        for (int64_t c = 0; c < C; ++c) o[c] = pa[c] * gr[c] + pb[c] * (xr[c] - mu[c]) + p0[c];
+      } else {
+        for (int64_t c = 0; c < C; ++c) o[c] = pa[c] * gr[c];
+      }
+      ob.store(dp + r * C, C);
+    }
+  });
+}
+
 // ---- batch norm -------------------------------------------------------------------------------
 
 // x, out: (N, C, S). Training: per channel, shifted one-pass sums for the statistics (shift =
@@ -199,6 +370,9 @@ template <typename T>
 void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_rstd, const Tensor& x,
                        const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                        const Tensor& running_var, bool training, double momentum, double eps) {
+  if (channels_last_rows(x))
+    return batch_norm_channels_last<T>(out, save_mean, save_rstd, x, weight, bias, running_mean, running_var,
+                                       training, momentum, eps);
   using A = opmath_t<T>;
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const int64_t M = N * S;
@@ -270,6 +444,9 @@ template <typename T>
 void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
                                 const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                                 const Tensor& save_rstd, bool training) {
+  if (channels_last_rows(x))
+    return batch_norm_backward_channels_last<T>(dx, dweight, dbias, grad, x, weight, save_mean, save_rstd,
+                                                training);
   using A = opmath_t<T>;
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const int64_t M = N * S;

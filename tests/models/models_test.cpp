@@ -7,6 +7,8 @@
 #include "autograd/grad_mode.h"
 #include "models/bert.h"
 #include "models/resnet.h"
+#include "amp/autocast.h"
+#include "ops/memory_format.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"
@@ -175,4 +177,64 @@ TEST_CASE("bert: the vocabulary size comes from a vocab file", "[models]") {
   CHECK(c.intermediate_size == 1024);
   PRECIS_REQUIRE_THROWS_WITH_ALL(models::BertConfig::mini_from_vocab_file("/nonexistent/vocab.txt"), IOError,
                                  "/nonexistent/vocab.txt");
+}
+
+// A channels-last input runs the whole network channels-last (ops/memory_format.h) and gives the
+// NCHW run's loss and parameter gradients: the CIFAR BasicBlock network in f32 (oneDNN's nhwc
+// kernels), the ImageNet Bottleneck one (max-pool, 1×1 late maps) in f64, where the tiny batch's
+// ill-conditioned batch norms cannot hide a difference behind rounding; and bf16 autocast, whose
+// channels-last run must be no further from the f32 NCHW gradients than the bf16 NCHW run (bf16
+// rounding through 20 layers differs with the summation order, so the two bf16 runs differ).
+TEST_CASE("resnet: channels-last input gives the NCHW run's loss and gradients", "[models]") {
+  struct Run {
+    double loss;
+    std::vector<std::vector<double>> grads;
+  };
+  auto run = [](models::ResNet& m, const Tensor& x, const Tensor& y, MemoryFormat format, bool bf16) {
+    m.zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast ac(DType::bf16, DeviceType::cpu, bf16);
+      loss = cross_entropy(m(contiguous(x, format)), y);
+    }
+    loss.backward();
+    Run r{loss.to(DType::f64).item<double>(), {}};
+    for (const Tensor& p : m.parameters()) r.grads.push_back(p.grad().to_vector<double>());
+    return r;
+  };
+  // max over parameters of (max |a − b|) / (max |reference|).
+  auto worst = [](const Run& a, const Run& b, const Run& ref) {
+    REQUIRE(a.grads.size() == b.grads.size());
+    double w = 0;
+    for (size_t i = 0; i < a.grads.size(); ++i) {
+      double diff = 0, scale = 1e-12;
+      for (size_t j = 0; j < a.grads[i].size(); ++j) {
+        diff = std::max(diff, std::fabs(a.grads[i][j] - b.grads[i][j]));
+        scale = std::max(scale, std::fabs(ref.grads[i][j]));
+      }
+      w = std::max(w, diff / scale);
+    }
+    return w;
+  };
+  Generator g(3);
+  const Tensor x = randn({4, 3, 32, 32}), y = randint(0, 10, {4});
+  auto cifar = models::resnet18_cifar({.num_classes = 10, .width = 8, .generator = &g});
+  const Run f32 = run(*cifar, x, y, MemoryFormat::Contiguous, false);
+  const Run f32_cl = run(*cifar, x, y, MemoryFormat::ChannelsLast, false);
+  CHECK(std::fabs(f32.loss - f32_cl.loss) <= 1e-5 * (1 + std::fabs(f32.loss)));
+  CHECK(worst(f32, f32_cl, f32) <= 1e-3);
+  const Run bf = run(*cifar, x, y, MemoryFormat::Contiguous, true);
+  const Run bf_cl = run(*cifar, x, y, MemoryFormat::ChannelsLast, true);
+  const double err_nchw = worst(bf, f32, f32), err_cl = worst(bf_cl, f32, f32);
+  INFO("bf16 gradients' worst relative error against f32: NCHW " << err_nchw << ", channels-last " << err_cl);
+  CHECK(err_cl <= 2 * err_nchw + 0.02);
+  CHECK(std::fabs(bf.loss - bf_cl.loss) <= 2e-2 * (1 + std::fabs(f32.loss)));
+
+  auto imagenet = models::resnet50({.num_classes = 10, .width = 4, .generator = &g});
+  imagenet->to(DType::f64);
+  const Tensor x64 = x.to(DType::f64);
+  const Run a = run(*imagenet, x64, y, MemoryFormat::Contiguous, false);
+  const Run b = run(*imagenet, x64, y, MemoryFormat::ChannelsLast, false);
+  CHECK(std::fabs(a.loss - b.loss) <= 1e-10 * (1 + std::fabs(a.loss)));
+  CHECK(worst(a, b, a) <= 1e-8);
 }

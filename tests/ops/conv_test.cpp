@@ -108,8 +108,17 @@ void require_close_scaled(const Tensor& actual, const std::vector<double>& expec
 // Runs conv2d forward and backward in `dtype` on inputs drawn in f64 and rounded to dtype, and
 // compares everything with the reference on the rounded values. `prepare` may re-lay the input
 // out (non-contiguous) without changing its values.
-void check_against_reference(const Geometry& g, DType dtype, bool non_contiguous_input = false) {
-  INFO(describe(g) << " " << dtype_name(dtype) << (non_contiguous_input ? " non-contiguous" : ""));
+// A channels-last (NHWC in memory) copy of a 4-D tensor.
+Tensor to_channels_last(const Tensor& t) { return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
+bool is_channels_last(const Tensor& t) { return t.permute({0, 2, 3, 1}).is_contiguous(); }
+
+enum class InputLayout { contiguous, non_contiguous, channels_last };
+
+void check_against_reference(const Geometry& g, DType dtype, InputLayout layout = InputLayout::contiguous) {
+  INFO(describe(g) << " " << dtype_name(dtype)
+                   << (layout == InputLayout::non_contiguous ? " non-contiguous"
+                       : layout == InputLayout::channels_last ? " channels-last"
+                                                              : ""));
   const Tensor x64 = randn_input({g.n, g.c, g.h, g.w}, false, 1).to(dtype).to(DType::f64);
   const Tensor w64 = randn_input({g.o, g.c / g.groups, g.kh, g.kw}, false, 2).to(dtype).to(DType::f64);
   const Tensor b64 = g.bias ? randn_input({g.o}, false, 3).to(dtype).to(DType::f64) : Tensor();
@@ -122,16 +131,28 @@ void check_against_reference(const Geometry& g, DType dtype, bool non_contiguous
   const Reference scale = reference_conv(g, abs_of(xv), abs_of(wv), abs_of(bv), abs_of(gov));
 
   Tensor x = x64.to(dtype);
-  if (non_contiguous_input) x = testing::non_contiguous(x);
+  if (layout == InputLayout::non_contiguous) x = testing::non_contiguous(x);
+  if (layout == InputLayout::channels_last) x = to_channels_last(x);
   x.requires_grad_(true);
+  // The layout of the gradient conv2d sends to x (a leaf's .grad itself is stored contiguous).
+  bool grad_channels_last = false;
+  x.register_hook([&](const Tensor& gx) {
+    grad_channels_last = is_channels_last(gx) && !gx.is_contiguous();
+    return Tensor();
+  });
   Tensor w = w64.to(dtype).requires_grad_(true);
   Tensor b = g.bias ? b64.to(dtype).requires_grad_(true) : Tensor();
   const Tensor out = conv2d(x, w, b, g.stride, g.padding, g.dilation, g.groups);
   REQUIRE(out.sizes() == ref.out_shape);
   REQUIRE(out.dtype() == dtype);
   require_close_scaled(out, ref.out, scale.out, dtype, "output");
-  out.backward(go64.to(dtype));
+  // A channels-last input keeps its layout: the output and the input gradient are channels-last,
+  // and a channels-last upstream gradient is taken as it is.
+  if (layout == InputLayout::channels_last) CHECK(is_channels_last(out));
+  out.backward(layout == InputLayout::channels_last ? to_channels_last(go64.to(dtype)) : go64.to(dtype));
   require_close_scaled(x.grad(), ref.gx, scale.gx, dtype, "input gradient");
+  if (layout == InputLayout::channels_last && g.c > 1) CHECK(grad_channels_last);
+  CHECK(w.grad().is_contiguous());
   require_close_scaled(w.grad(), ref.gw, scale.gw, dtype, "weight gradient");
   if (g.bias) require_close_scaled(b.grad(), ref.gb, scale.gb, dtype, "bias gradient");
 }
@@ -162,9 +183,37 @@ TEST_CASE("conv2d: forward and gradients match a naive reference", "[ops][conv]"
 
 TEST_CASE("conv2d: non-contiguous input", "[ops][conv]") {
   for (DType dtype : {DType::f32, DType::f64}) {
-    check_against_reference(geometries()[0], dtype, true);
-    check_against_reference(geometries()[9], dtype, true);
+    check_against_reference(geometries()[0], dtype, InputLayout::non_contiguous);
+    check_against_reference(geometries()[9], dtype, InputLayout::non_contiguous);
   }
+}
+
+// Channels-last input: f32 and bf16 run oneDNN's nhwc kernels in place (or its blocked ones with
+// reorders where it has no nhwc one), f64 and f16 NCHW copies; all must match the reference.
+TEST_CASE("conv2d: channels-last input gives channels-last output and gradients", "[ops][conv]") {
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Geometry& g : geometries())
+      if (g.n > 0 && g.h * g.w > 1) check_against_reference(g, dtype, InputLayout::channels_last);
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (int i : {0, 2, 6, 9, 11}) check_against_reference(geometries()[i], dtype, InputLayout::channels_last);
+}
+
+// An upstream gradient in either layout gives the same gradients (the backward re-lays it out).
+TEST_CASE("conv2d: channels-last input with a contiguous upstream gradient", "[ops][conv]") {
+  const Tensor x0 = randn_input({2, 16, 6, 6}, false, 1), w0 = randn_input({8, 16, 3, 3}, false, 2);
+  const Tensor up = randn_input({2, 8, 6, 6}, false, 3);
+  Tensor a = x0.clone().requires_grad_(true), b = to_channels_last(x0).detach().requires_grad_(true);
+  Tensor wa = w0.clone().requires_grad_(true), wb = w0.clone().requires_grad_(true);
+  bool grad_channels_last = false;
+  b.register_hook([&](const Tensor& gx) {
+    grad_channels_last = is_channels_last(gx) && !gx.is_contiguous();
+    return Tensor();
+  });
+  conv2d(a, wa, Tensor(), {1}, {1}).backward(up);
+  conv2d(b, wb, Tensor(), {1}, {1}).backward(up);
+  CHECK(grad_channels_last);
+  PRECIS_REQUIRE_CLOSE(b.grad(), a.grad(), DType::f32);
+  PRECIS_REQUIRE_CLOSE(wb.grad(), wa.grad(), DType::f32);
 }
 
 TEST_CASE("conv2d: one thread and several give the same results", "[ops][conv]") {
@@ -285,6 +334,16 @@ TEST_CASE("conv2d: runs in bf16 under autocast, gradients reach fp32 parameters 
   CHECK(b.grad().dtype() == DType::f32);
 }
 
+TEST_CASE("conv2d: bad channels-last input names the operands", "[ops][conv]") {
+  const Tensor x = to_channels_last(zeros({2, 4, 8, 8}));
+  REQUIRE(is_channels_last(x));
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({6, 3, 3, 3})), ShapeError, "conv2d", "input has 4 channels",
+                                 "[2, 4, 8, 8]", "[6, 3, 3, 3] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({6, 4, 3, 3}, {.dtype = DType::f64})), DTypeError, "conv2d",
+                                 "different dtypes", "[6, 4, 3, 3] f64 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv2d(x, zeros({6, 4, 9, 9})), ShapeError, "conv2d", "larger than the padded input");
+}
+
 TEST_CASE("conv2d: bad input names the operands", "[ops][conv]") {
   const Tensor x = zeros({2, 4, 8, 8});
   SECTION("channel mismatch") {
@@ -346,6 +405,12 @@ const bool kConvCases = testing::register_grad_cases({
     conv_case("groups 2", {1, 4, 4, 4, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 2, true}),
     conv_case("depthwise", {2, 3, 4, 4, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, 3, true}),
     conv_case("1x1 stride 2", {2, 3, 4, 4, 2, 1, 1, {2, 2}, {0, 0}, {1, 1}, 1, true}),
+    // Channels-last: the copy inside the case puts the NHWC conv path (f64: NCHW copies) in the graph.
+    {OpId::conv2d, "channels-last input, stride 2, padding 1",
+     [] { return TensorList{grad_input({2, 3, 5, 4}, 16), grad_input({4, 3, 3, 3}, 17), grad_input({4}, 18)}; },
+     [](const TensorList& x) {
+       return TensorList{conv2d(to_channels_last(x[0]), x[1], x[2], {2}, {1})};
+     }},
     {OpId::conv2d, "unbatched non-contiguous input",
      [] { return TensorList{testing::non_contiguous(grad_input({2, 5, 4}, 14)), grad_input({3, 2, 2, 2}, 15)}; },
      [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {1}, {1})}; }},

@@ -286,6 +286,95 @@ TEST_CASE("normalisation backward kernels in f32 and bf16 agree with f64", "[ops
   }
 }
 
+// A channels-last (NHWC in memory) copy of a 4-D tensor, differentiable.
+Tensor to_channels_last(const Tensor& t) { return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
+bool is_channels_last(const Tensor& t) {
+  return !t.is_contiguous() && t.permute({0, 2, 3, 1}).is_contiguous();
+}
+
+// batch_norm keeps a channels-last input channels-last (output and input gradient), computing the
+// same values as on the contiguous input: the forward against the naive f64 reference, the
+// gradients against the contiguous f64 run (itself checked against finite differences).
+TEST_CASE("batch_norm on channels-last input: layout kept, values as the f64 reference", "[ops][norm]") {
+  for (const Shape& shape : {Shape{8, 16, 5, 3}, Shape{3, 33, 4, 4}, Shape{2, 3, 1, 7}, Shape{600, 2, 1, 2}}) {
+    const int64_t C = shape[1], S = spatial(shape);
+    for (bool training : {true, false}) {
+      const Tensor x = randn_input(shape, false, 11, DType::f64);
+      const Tensor up = randn_input(shape, false, 12, DType::f64);
+      const Tensor w = uniform_input({C}, 0.5, 1.5, false, 13, DType::f32), b = randn_input({C}, false, 14, DType::f32);
+      const Tensor rm = randn_input({C}, false, 15, DType::f32), rv = uniform_input({C}, 0.5, 2.0, false, 16, DType::f32);
+      auto fn = [&](bool cl) {
+        return [=](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+          // Running statistics: fresh copies per call, so every run starts from the same buffers.
+          return batch_norm(cl ? to_channels_last(xi) : xi, rm.clone(), rv.clone(), wi, bi, training);
+        };
+      };
+      for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
+        INFO(shape_str(shape) << " " << dtype_name(dt) << (training ? " training" : " eval"));
+        const Tensor xr = x.to(dt).to(DType::f64), upr = up.to(dt).to(DType::f64);
+        // The forward against the naive reference on the rounded input.
+        Tensor xcl = to_channels_last(xr.to(dt));
+        const Tensor y = batch_norm(xcl, rm.clone(), rv.clone(), w, b, training);
+        CHECK(is_channels_last(y));
+        const std::vector<double> xv = values(xr.contiguous());
+        std::vector<double> want_y;
+        if (training) {
+          want_y = reference_norm(xv, C, [&](size_t i) { return static_cast<int64_t>(i / S) % C; },
+                                  [&](size_t i) { return static_cast<int64_t>(i / S) % C; }, values(w), values(b), 1e-5)
+                       .y;
+        } else {
+          const std::vector<double> m = values(rm), v = values(rv), wv = values(w), bv = values(b);
+          for (size_t i = 0; i < xv.size(); ++i) {
+            const int64_t c = static_cast<int64_t>(i / S) % C;
+            want_y.push_back((xv[i] - m[c]) / std::sqrt(v[c] + 1e-5) * wv[c] + bv[c]);
+          }
+        }
+        Tolerance tol = tolerance(dt);
+        if (dt == DType::f32) tol = {2e-5, 2e-5};
+        const std::string fwd = allclose_report(y.to(DType::f64).contiguous(), as_tensor(want_y, shape), tol);
+        INFO("forward: " << fwd);
+        CHECK(fwd.empty());
+        // The gradients against the contiguous f64 run on the same rounded values.
+        // f64 runs get f64 parameters (their gradients come back in the parameters' dtype).
+        const bool f64 = dt == DType::f64;
+        const std::vector<Tensor> got =
+            grads_of(fn(true), xr, f64 ? w.to(DType::f64) : w, f64 ? b.to(DType::f64) : b, upr, dt);
+        const std::vector<Tensor> want = grads_of(fn(false), xr, w.to(DType::f64), b.to(DType::f64), upr, DType::f64);
+        for (int k = 0; k < 3; ++k) {
+          Tolerance gt = tolerance(dt);
+          if (dt == DType::f32) gt = {2e-5, 2e-5};
+          else if (dt != DType::f64) gt.atol = 5e-2;
+          INFO("gradient " << k);
+          const std::string report = allclose_report(got[k], want[k], gt);
+          INFO(report);
+          CHECK(report.empty());
+        }
+      }
+      // The input gradient of a channels-last leaf is channels-last.
+      // (A leaf's .grad is stored contiguous: the hook sees the gradient batch_norm sends.)
+      Tensor leaf = to_channels_last(x.to(DType::f32)).detach().requires_grad_(true);
+      bool grad_channels_last = false;
+      leaf.register_hook([&](const Tensor& gx) {
+        grad_channels_last = is_channels_last(gx);
+        return Tensor();
+      });
+      batch_norm(leaf, Tensor(), Tensor(), w, b, true).backward(to_channels_last(up.to(DType::f32)));
+      if (S > 1) CHECK(grad_channels_last);
+    }
+  }
+}
+
+TEST_CASE("batch_norm rejects bad channels-last input, naming the operands", "[ops][norm]") {
+  const Tensor x = to_channels_last(zeros({2, 4, 3, 3}));
+  REQUIRE(is_channels_last(x));
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(x, Tensor(), Tensor(), ones({3}), Tensor(), true), ShapeError,
+                                 "batch_norm", "weight", "[3]", "[2, 4, 3, 3]");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(x, zeros({5}), ones({5}), Tensor(), Tensor(), false), ShapeError,
+                                 "batch_norm", "running_mean", "[5]");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false), Error, "batch_norm",
+                                 "eval mode");
+}
+
 TEST_CASE("normalisation rejects bad input, naming the operands", "[ops][norm]") {
   Tensor x = zeros({2, 4, 5});
   Tensor c3 = zeros({3}), c4 = zeros({4}), o4 = ones({4});
@@ -354,6 +443,19 @@ std::vector<GradCase> norm_grad_cases() {
                    [](const TensorList& t) {
                      return TensorList{batch_norm(t[0], from_vector<double>({0.2, -0.1}, {2}),
                                                   from_vector<double>({0.7, 1.3}, {2}), Tensor(), Tensor(), false)};
+                   }});
+  // batch_norm on channels-last input (the copy inside the case keeps the leaf an ordinary tensor).
+  cases.push_back({OpId::batch_norm, "training, affine, channels-last (3, 4, 2, 3)", xwb({3, 4, 2, 3}, {4}),
+                   [](const TensorList& t) {
+                     const Tensor x = t[0].permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+                     return TensorList{batch_norm(x, zeros({4}, {.dtype = DType::f64}), ones({4}, {.dtype = DType::f64}),
+                                                  t[1], t[2], true, 0.1, 1e-5)};
+                   }});
+  cases.push_back({OpId::batch_norm, "eval, affine, channels-last (2, 3, 3, 2)", xwb({2, 3, 3, 2}, {3}),
+                   [](const TensorList& t) {
+                     const Tensor x = t[0].permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+                     return TensorList{batch_norm(x, from_vector<double>({0.1, -0.2, 0.3}, {3}),
+                                                  from_vector<double>({0.5, 1.0, 2.0}, {3}), t[1], t[2], false)};
                    }});
   // layer_norm
   cases.push_back({OpId::layer_norm, "affine, over [5]", xwb({3, 5}, {5}), [](const TensorList& t) {
