@@ -4,7 +4,6 @@
 
 #include "core/checked_math.h"
 #include "ops/functional.h"
-#include "ops/memory_format.h"
 
 namespace precis::models {
 
@@ -20,20 +19,6 @@ nn::Sequential projection(int64_t in, int64_t out, int64_t stride, Generator* ge
   return nn::Sequential{conv1x1(in, out, stride, gen), nn::BatchNorm2d(out)};
 }
 
-// relu and the residual sum keeping channels-last activations channels-last: computed on the
-// contiguous (N, H, W, C) permutation. Today's element-wise ops give contiguous (NCHW) results,
-// which would send every following conv / batch_norm back to NCHW and per-call reorders; once
-// element-wise outputs take their inputs' shared layout (PyTorch's rule, issue 16's layout item)
-// plain relu(x) and a + b do the same and these reduce to them.
-Tensor nhwc_view(const Tensor& t) { return t.permute({0, 2, 3, 1}); }
-Tensor from_nhwc_view(const Tensor& t) { return t.permute({0, 3, 1, 2}); }
-bool channels_last(const Tensor& t) { return t.dim() == 4 && !t.is_contiguous() && is_contiguous(t, MemoryFormat::ChannelsLast); }
-Tensor relu_keep(const Tensor& x) { return channels_last(x) ? from_nhwc_view(relu(nhwc_view(x))) : relu(x); }
-Tensor residual_relu(const Tensor& y, const Tensor& shortcut) {
-  if (channels_last(y) && channels_last(shortcut))
-    return from_nhwc_view(relu(nhwc_view(y) + nhwc_view(shortcut)));
-  return relu(y + shortcut);
-}
 
 }  // namespace
 
@@ -46,9 +31,9 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Genera
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor y = relu_keep(bn1(conv1(x)));
+  Tensor y = relu(bn1(conv1(x)));
   y = bn2(conv2(y));
-  return residual_relu(y, downsample ? downsample(x) : x);
+  return relu(y + (downsample ? downsample(x) : x));
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, Generator* gen)
@@ -63,10 +48,10 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, Genera
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor y = relu_keep(bn1(conv1(x)));
-  y = relu_keep(bn2(conv2(y)));
+  Tensor y = relu(bn1(conv1(x)));
+  y = relu(bn2(conv2(y)));
   y = bn3(conv3(y));
-  return residual_relu(y, downsample ? downsample(x) : x);
+  return relu(y + (downsample ? downsample(x) : x));
 }
 
 ResNet::ResNet(BlockKind block, std::vector<int64_t> blocks_per_stage, Stem stem, const ResNetOptions& options)
@@ -126,7 +111,7 @@ ResNet::ResNet(BlockKind block, std::vector<int64_t> blocks_per_stage, Stem stem
 Tensor ResNet::features(const Tensor& x) {
   PRECIS_CHECK_SHAPE(x.dim() == 4 && x.size(1) == conv1->in_channels(), "ResNet: input ", x.describe(),
                      " must be (N, ", conv1->in_channels(), ", H, W)");
-  Tensor y = relu_keep(bn1(conv1(x)));
+  Tensor y = relu(bn1(conv1(x)));
   if (maxpool) y = maxpool(y);
   for (auto& layer : layers) y = layer(y);
   return adaptive_avg_pool2d(y, {1, 1}).flatten(1);

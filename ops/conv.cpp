@@ -115,12 +115,8 @@ double conv_flops(const Tensor& out, const Tensor& w) { return conv_flops(out, w
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
               const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
               const std::vector<int64_t>& dilation, int64_t groups) {
-  auto [input, weight, bias] = apply_precision(OpId::conv2d, input_in, weight_in, bias_in);
-  // An autocast cast gives a contiguous tensor (to(dtype) does not keep the layout yet): a
-  // channels-last caller's input goes back to channels-last (the network's first conv only, its
-  // input being the one activation not already in the autocast dtype).
-  if (input.dim() == 4 && !input.is_same(input_in) && keeps_channels_last(input_in) && !keeps_channels_last(input))
-    input = to_channels_last(input);
+  // (An autocast cast keeps a channels-last input channels-last: Tensor::to(DType) keeps the layout.)
+  const auto [input, weight, bias] = apply_precision(OpId::conv2d, input_in, weight_in, bias_in);
   const Conv2dParams p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
   const DeviceType dev = input.device().type;
   const DType dtype = input.dtype();

@@ -110,7 +110,8 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
 /// x with src[i][j][k] added to out[index[i][j][k]][j][k] for dim 0, etc. (out-of-place). Passthrough.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 
-/// x converted to dtype (differentiable; identity when equal).
+/// x converted to dtype (differentiable; identity when equal), in x's dense memory order when it
+/// has one (Tensor::to(DType)).
 Tensor cast(const Tensor& x, DType dtype);
 
 // ---- convolution and pooling ----------------------------------------------------------------

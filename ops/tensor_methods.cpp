@@ -4,6 +4,7 @@
 
 #include "autograd/record.h"
 #include "ops/backends.h"
+#include "ops/broadcast.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/profiler.h"
@@ -103,7 +104,9 @@ Tensor cast(const Tensor& x, DType dtype) {
   PRECIS_CHECK_DTYPE(!(x.requires_grad() && is_grad_enabled() && !is_floating(dtype)), "cast: a tensor ",
                      x.describe(), " that requires grad cannot be cast to ", dtype_name(dtype),
                      " (not differentiable); detach() it first");
-  Tensor out = empty(x.sizes(), {.dtype = dtype, .device = x.device()});
+  // The result keeps x's dense memory order (PyTorch's preserve_format): a channels-last
+  // activation cast by autocast stays channels-last for the conv that reads it.
+  Tensor out = empty_elementwise(x.sizes(), dtype, x.device(), {&x}, "cast");
   kernel<kernels::CopyKernel>(OpId::copy, x.device().type, dtype)(out, x);
   if (autograd::needs_grad({&x})) {
     const DType src = x.dtype();

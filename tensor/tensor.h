@@ -140,7 +140,9 @@ class Tensor {
   // ---- copies and conversion ------------------------------------------------------------------
   /// A new tensor with a copy of the data (differentiable).
   Tensor clone() const;
-  /// Converts the dtype (differentiable; the gradient is cast back). Returns *this when equal.
+  /// Converts the dtype (differentiable; the gradient is cast back). Returns *this when equal. The
+  /// result keeps a dense non-row-major layout of *this (transposed, channels-last), as PyTorch's
+  /// preserve_format does; otherwise it is contiguous.
   Tensor to(DType dtype) const;
   /// Moves to a device (differentiable). Returns *this when equal. With non_blocking, a copy from
   /// pinned host memory (pin_memory()) to a CUDA device is queued on the device's copy stream and
