@@ -20,6 +20,8 @@
 
 namespace precis::cuda {
 
+/// Handles of one library per (host thread, device), created by a function the caller gives and
+/// recycled between threads (see the file comment).
 template <typename Handle>
 class HandlePool {
  public:
