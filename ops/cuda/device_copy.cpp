@@ -73,7 +73,8 @@ void device_copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
     cudaStream_t stream = current_stream(s.index);
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyDeviceToHost, stream),
                       "asynchronous copy ", what);
-    record_stream(dst.data_ptr(), /*pinned*/ -1, stream);
+    if (dst.storage()->allocator() == &pinned_allocator())  // pinned memory of another origin is the caller's
+      record_stream(dst.data_ptr(), /*pinned*/ -1, stream);
   } else if (s.is_cuda() && d.is_cpu()) {
     check_device_index(s.index, "copy");
     DeviceGuard guard(s.index);
