@@ -1,4 +1,5 @@
 #include "core/device.h"
+#include "core/synchronize.h"
 
 #include "core/error.h"
 #ifdef PRECIS_HAS_CUDA
@@ -35,5 +36,22 @@ int cuda_device_count() {
   return 0;
 #endif
 }
+
+namespace cuda {
+
+void synchronize(int index) {
+#ifdef PRECIS_HAS_CUDA
+  if (index >= 0) {
+    synchronize_device(index);
+    return;
+  }
+  for (int i = 0; i < device_count(); ++i) synchronize_device(i);
+#else
+  PRECIS_CHECK_DEVICE(index < 0, "cuda::synchronize: cuda:", index,
+                      " is not available: this build of precis has no CUDA support; use Device::cpu()");
+#endif
+}
+
+}  // namespace cuda
 
 }  // namespace precis

@@ -123,7 +123,16 @@ Tensor Tensor::to(DType dtype) const {
 Tensor Tensor::to(Device device, bool non_blocking) const {
   require_defined("to", *this);
   if (this->device() == device) return *this;
-  Tensor out = empty(sizes(), {.dtype = dtype(), .device = device});
+  Tensor out;
+  if (non_blocking && device.is_cpu() && this->device().is_cuda()) {
+    // Lands in pinned memory, so the device copy can stay queued (the caller synchronises:
+    // precis::cuda::synchronize, see tensor.h).
+    const size_t nbytes = static_cast<size_t>(numel()) * element_size();  // fits: the device holds it
+    out = Tensor(std::make_shared<TensorImpl>(std::make_shared<StorageImpl>(nbytes, pinned_allocator()), sizes(),
+                                              contiguous_strides(sizes()), 0, dtype()));
+  } else {
+    out = empty(sizes(), {.dtype = dtype(), .device = device});
+  }
   {
     NoGradGuard no_grad;
     out.copy_(*this, non_blocking);

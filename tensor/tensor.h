@@ -147,8 +147,12 @@ class Tensor {
   /// Moves to a device (differentiable). Returns *this when equal. With non_blocking, a copy from
   /// pinned host memory (pin_memory()) to a CUDA device is queued on the device's copy stream and
   /// the call returns at once; work queued afterwards on the device's current stream waits for
-  /// the copy, so the result can be used right away. Any other copy ignores non_blocking and is
-  /// complete when the call returns (as in PyTorch, a copy from pageable memory cannot overlap).
+  /// the copy, so the result can be used right away. With non_blocking, a copy from a CUDA
+  /// device to the CPU lands in pinned host memory and stays queued on the device's current
+  /// stream: as in PyTorch, the host must not read the result (data_ptr, item, to_vector, CPU
+  /// ops) before precis::cuda::synchronize(index) (core/device.h) has returned. Any other copy
+  /// ignores non_blocking and is complete when the call returns (a copy from pageable memory
+  /// cannot overlap).
   Tensor to(Device device, bool non_blocking = false) const;
   /// to(Device::cpu()).
   Tensor cpu() const { return to(Device::cpu()); }
@@ -172,7 +176,8 @@ class Tensor {
   /// Sets every element to 0.
   Tensor& zero_() { return fill_(0.0); }
   /// Copies src into this tensor, broadcasting src and converting dtype and device. non_blocking:
-  /// as for to(device, non_blocking) — asynchronous only from pinned host memory to a CUDA device.
+  /// as for to(device, non_blocking) — asynchronous only from pinned host memory to a CUDA device,
+  /// and from a CUDA device into a pinned CPU tensor (read it after precis::cuda::synchronize).
   Tensor& copy_(const Tensor& src, bool non_blocking = false);
 
   // ---- autograd ----------------------------------------------------------------------------

@@ -150,7 +150,36 @@ class UnavailableAllocator final : public Allocator {
   int index_;
 };
 
+class CudaStreamOrdering final : public StreamOrdering {
+ public:
+  explicit CudaStreamOrdering(int index) : index_(index) {}
+  EventHandle record(StreamHandle stream) override { return make_event(index_, static_cast<cudaStream_t>(stream)); }
+  void wait(StreamHandle waiter, EventHandle event) override {
+    DeviceGuard guard(index_);
+    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), static_cast<cudaEvent_t>(event), 0),
+                      "making a stream of cuda:", index_, " wait for another");
+  }
+  void release(EventHandle event) noexcept override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+  void record_stream(const void* data, int owner, StreamHandle stream) override {
+    cuda::record_stream(data, owner, static_cast<cudaStream_t>(stream));
+  }
+
+ private:
+  int index_;
+};
+
 }  // namespace
+
+StreamOrdering& stream_ordering(int index) {
+  check_device_index(index, "stream_ordering");
+  static CudaStreamOrdering* const orderings[kMaxDevices] = {  // stateless; never freed
+      new CudaStreamOrdering(0),  new CudaStreamOrdering(1),  new CudaStreamOrdering(2),  new CudaStreamOrdering(3),
+      new CudaStreamOrdering(4),  new CudaStreamOrdering(5),  new CudaStreamOrdering(6),  new CudaStreamOrdering(7),
+      new CudaStreamOrdering(8),  new CudaStreamOrdering(9),  new CudaStreamOrdering(10), new CudaStreamOrdering(11),
+      new CudaStreamOrdering(12), new CudaStreamOrdering(13), new CudaStreamOrdering(14), new CudaStreamOrdering(15)};
+  static_assert(kMaxDevices == 16, "one ordering per addressable device");
+  return *orderings[index];
+}
 
 DeviceCachingAllocator& caching_allocator(int index) {
   check_device_index(index, "caching_allocator");

@@ -12,6 +12,7 @@
 #include "core/allocator.h"
 #include "core/cuda/cuda_context.h"
 #include "core/device_caching_allocator.h"
+#include "core/side_stream.h"
 
 namespace precis::cuda {
 
@@ -27,6 +28,11 @@ DeviceCachingAllocator& pinned_allocator();
 /// or of the pinned allocator when index is -1) as used by work queued on `stream`, so that the
 /// block is not reused before that work has finished. PyTorch's Tensor.record_stream.
 void record_stream(const void* data, int index, cudaStream_t stream);
+
+/// The StreamOrdering of cuda:`index` for enqueue_on_side_stream (core/side_stream.h): CUDA
+/// events of that device, and record_stream with the device's caching allocator (owner = index)
+/// or the pinned one (owner = -1).
+StreamOrdering& stream_ordering(int index);
 
 /// Registers, for every CUDA index precis addresses, the caching allocator of a visible device or
 /// an allocator that throws DeviceError explaining that the device is missing. Called once, by

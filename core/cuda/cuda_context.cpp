@@ -194,4 +194,10 @@ void synchronize_stream(int index) {
   PRECIS_CUDA_CHECK(cudaStreamSynchronize(s), "synchronising the current stream of cuda:", index);
 }
 
+void synchronize_device(int index) {
+  check_device_index(index, "synchronize");
+  DeviceGuard guard(index);
+  PRECIS_CUDA_CHECK(cudaDeviceSynchronize(), "synchronising cuda:", index);
+}
+
 }  // namespace precis::cuda

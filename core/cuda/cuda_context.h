@@ -14,7 +14,8 @@
 // `source` now. Memory crossing streams: the caching allocator ties a block to the stream it was
 // allocated on and reuses it, after it is freed, only once every stream recorded with
 // record_stream (cuda_allocator.h) has finished the work queued when it was freed.
-// The host only waits where it reads device memory (D2H copies, item(), empty_cache).
+// The host only waits where it reads device memory (D2H copies, item(), empty_cache); an
+// asynchronous D2H copy into pinned memory leaves the wait to the caller (synchronize_device).
 //
 // This header names no CUDA header: the stream and event types are forward-declared exactly as
 // the CUDA runtime declares them, so .cpp files that only need device counts stay free of CUDA
@@ -113,5 +114,8 @@ class Event {
 void stream_wait(int index, cudaStream_t waiter, cudaStream_t source);
 /// Waits until every operation enqueued on the device's current stream has finished.
 void synchronize_stream(int index);
+/// Waits until every operation enqueued on any stream of the device has finished (throws
+/// DeviceError naming the device when `index` is not visible); precis::cuda::synchronize.
+void synchronize_device(int index);
 
 }  // namespace precis::cuda

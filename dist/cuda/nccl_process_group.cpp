@@ -1,14 +1,19 @@
-// The NCCL backend: CUDA tensors are reduced by NCCL on a communication stream per device; CPU
-// tensors and barriers go to the wrapped group (MPI or the world of one).
+// The NCCL backend: CUDA tensors are reduced by NCCL on each device's communication stream
+// (cuda::comm_stream, core/cuda/cuda_context.h); CPU tensors and barriers go to the wrapped group
+// (MPI or the world of one).
 //
-// Streams: precis has one compute stream per device (core/cuda/cuda_context.h). A collective
-// records an event on the compute stream, the communication stream waits on it (the tensor's
-// producers have run), NCCL runs on the communication stream and records `done`. Work::wait()
-// makes the compute stream wait on `done` and returns without blocking the host (as with CUDA
-// kernels, the host only waits where it reads device memory). The Work holds the tensors until
-// then, and a Work dropped unwaited still makes the compute stream wait in its destructor, so the
-// caching allocator (which reuses blocks in compute-stream order) never hands a block to new work
-// while NCCL may still touch it.
+// Streams (core/side_stream.h, checked on a simulated device by tests/core/test_side_stream.cpp):
+// a collective records an event on the calling thread's current stream (the compute stream: the
+// producers of its tensors), the communication stream waits for it, each buffer NCCL touches is
+// recorded with the caching allocator on the communication stream (record_stream: a block freed
+// while the collective is queued is not handed to new work before NCCL is done with it), NCCL
+// runs there, and an event `done` is recorded after it. Work::wait() makes the waiting thread's
+// current stream wait for `done` and then queues the finishing kernels (avg's division, the
+// rounding of a staged f16/bf16 buffer) there; it does not block the host (as with CUDA kernels,
+// the host only waits where it reads device memory). Meanwhile the compute stream runs on: DDP's
+// backward keeps computing gradients while earlier buckets are reduced. A Work dropped unwaited
+// still makes the current stream wait for `done` in its destructor, so its results are never
+// read half-written.
 //
 // Semantics match the MPI backend bit for bit where the arithmetic allows: f16/bf16 are reduced
 // through an f32 copy and rounded back once; avg is the sum divided by the world size afterwards.
@@ -22,6 +27,7 @@
 #include <map>
 #include <string>
 
+#include "core/cuda/cuda_allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/grad_mode.h"
@@ -64,27 +70,26 @@ void check_cuda_tensor(const char* collective, const Tensor& t, int device) {
                " is not contiguous; collectives work on dense row-major storage: pass t.contiguous() and copy back");
 }
 
-// One device's communicator and communication stream, alive until exit (NCCL's teardown at exit
-// can race with the CUDA runtime's own, so they are deliberately not destroyed).
+// One device's communicator, alive until exit (NCCL's teardown at exit can race with the CUDA
+// runtime's own, so it is deliberately not destroyed). Collectives run on cuda::comm_stream.
 struct DeviceComm {
   ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
 };
 
 class NcclWork : public Work {
  public:
-  NcclWork(std::string what, int device, ncclComm_t comm, std::vector<Tensor> keep, std::function<void()> finish)
-      : what_(std::move(what)), device_(device), comm_(comm), keep_(std::move(keep)), finish_(std::move(finish)) {
-    PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "dist (nccl): creating an event");
-  }
+  /// Takes ownership of `done`, the event recorded on the communication stream after the collective.
+  NcclWork(std::string what, int device, ncclComm_t comm, std::vector<Tensor> keep, std::function<void()> finish,
+           cudaEvent_t done)
+      : what_(std::move(what)), device_(device), comm_(comm), keep_(std::move(keep)), finish_(std::move(finish)),
+        done_(done) {}
   ~NcclWork() override {
-    if (!waited_) {  // the compute stream must still not outrun NCCL (see the file comment)
+    if (!waited_) {  // later kernels must still not read a half-reduced result (see the file comment)
       cuda::DeviceGuard guard(device_);
-      cudaStreamWaitEvent(cuda::device_stream(device_), done_, 0);
+      (void)cudaStreamWaitEvent(cuda::device_stream(device_), done_, 0);
     }
-    cudaEventDestroy(done_);
+    (void)cudaEventDestroy(done_);
   }
-  cudaEvent_t event() const { return done_; }
   void wait() override {
     if (waited_) return;
     check_async();
@@ -143,7 +148,7 @@ class NcclRoutingGroup : public ProcessGroup {
       finish_reduce_buffer(t, buf);
     };
     const ncclRedOp_t nop = op == ReduceOp::max ? ncclMax : ncclSum;
-    auto work = launch(dev, what, {t, buf}, finish, [&](ncclComm_t comm, cudaStream_t s) {
+    auto work = launch(dev, what, {t, buf}, {buf}, finish, [&](ncclComm_t comm, cudaStream_t s) {
       return ncclAllReduce(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), nccl_type(buf.dtype()),
                            nop, comm, s);
     });
@@ -159,7 +164,7 @@ class NcclRoutingGroup : public ProcessGroup {
                        size());
     const std::string what = "broadcast from rank " + std::to_string(root) + " of " + t.describe();
     const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-    auto work = launch(dev, what, {t}, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
+    auto work = launch(dev, what, {t}, {t}, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
       return ncclBroadcast(t.data_ptr(), t.data_ptr(), bytes, ncclUint8, root, comm, s);
     });
     t.bump_version();
@@ -181,7 +186,7 @@ class NcclRoutingGroup : public ProcessGroup {
                        " but must be [world size = ", size(), ", *in.shape] with in's dtype for in ", in.describe());
     const std::string what = "all_gather of " + in.describe();
     const size_t bytes = static_cast<size_t>(in.numel()) * in.element_size();
-    auto work = launch(dev, what, {in, out}, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
+    auto work = launch(dev, what, {in, out}, {in, out}, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
       return ncclAllGather(in.data_ptr(), out.data_ptr(), bytes, ncclUint8, comm, s);
     });
     out.bump_version();
@@ -209,25 +214,26 @@ class NcclRoutingGroup : public ProcessGroup {
     check_nccl(ncclCommInitRank(&dc.comm, size(), id, rank()), nullptr,
                "ncclCommInitRank on cuda:" + std::to_string(dev) + " (rank " + std::to_string(rank()) + " of " +
                    std::to_string(size()) + ")");
-    PRECIS_CUDA_CHECK(cudaStreamCreateWithFlags(&dc.stream, cudaStreamNonBlocking),
-                      "dist (nccl): creating the communication stream on cuda:", dev);
     return comms_.emplace(dev, dc).first->second;
   }
 
+  /// Queues `call(comm, stream)` on the device's communication stream behind the current
+  /// stream's work, with `buffers` (what NCCL reads or writes) recorded on that stream
+  /// (core/side_stream.h); the Work keeps `keep` alive and runs `finish` when waited.
   template <typename Call>
   std::shared_ptr<Work> launch(int dev, const std::string& what, std::vector<Tensor> keep,
-                               std::function<void()> finish, Call&& call) {
+                               const std::vector<Tensor>& buffers, std::function<void()> finish, Call&& call) {
     DeviceComm& dc = comm_for(dev);
     cuda::DeviceGuard guard(dev);
-    cudaEvent_t ready = nullptr;
-    PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "dist (nccl): creating an event");
-    PRECIS_CUDA_CHECK(cudaEventRecord(ready, cuda::device_stream(dev)), "dist (nccl): ", what);
-    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(dc.stream, ready, 0), "dist (nccl): ", what);
-    cudaEventDestroy(ready);  // released once recorded work completes; the wait above holds
-    auto work = std::make_shared<NcclWork>(what, dev, dc.comm, std::move(keep), std::move(finish));
-    check_nccl(call(dc.comm, dc.stream), dc.comm, what);
-    PRECIS_CUDA_CHECK(cudaEventRecord(work->event(), dc.stream), "dist (nccl): ", what);
-    return work;
+    std::vector<SideBuffer> side;
+    for (const Tensor& b : buffers)  // memory from elsewhere (from_blob) is the caller's to keep
+      if (b.numel() > 0 && b.storage()->allocator() == &cuda::caching_allocator(dev))
+        side.push_back({b.data_ptr(), dev});
+    const EventHandle done = enqueue_on_side_stream(
+        cuda::stream_ordering(dev), cuda::current_stream(dev), cuda::comm_stream(dev), side,
+        [&](StreamHandle s) { check_nccl(call(dc.comm, static_cast<cudaStream_t>(s)), dc.comm, what); });
+    return std::make_shared<NcclWork>(what, dev, dc.comm, std::move(keep), std::move(finish),
+                                      static_cast<cudaEvent_t>(done));
   }
 
   std::shared_ptr<ProcessGroup> cpu_;

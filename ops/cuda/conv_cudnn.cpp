@@ -5,8 +5,12 @@
 //
 // cuDNN's convolution API (cudnnConvolution{Forward,BackwardData,BackwardFilter}; marked
 // deprecated in cuDNN 9 in favour of the graph API, still shipped and supported there, and far
-// smaller to drive; a move to the graph API would stay inside this file): one call per pass, the algorithm picked by cuDNN's heuristics (the *_v7 queries) once per problem
-// and cached, with the operands' alignment, the device and the determinism switch in the key.
+// smaller to drive; a move to the graph API would stay inside this file): one call per pass, the
+// algorithm picked by cuDNN's heuristics (the *_v7 queries) once per problem and cached, with the
+// operands' alignment, the device and the determinism switch in the key; with
+// PRECIS_CUDNN_BENCHMARK=1 the heuristic's candidates are timed once per problem
+// (cudnnFind*AlgorithmEx) and the fastest that passes the same filters runs. Handles are one per
+// (host thread, device) (core/cuda/handle_pool.h), bound to the thread's current stream.
 // Compute type fp32 for f32, f16 and bf16 (fp32 accumulation; f16/bf16 operands use Tensor Cores),
 // f64 for f64. f32 runs with CUDNN_FMA_MATH: no TF32, so f32 results keep fp32 precision as the
 // CPU's and matmul's do. NCHW (contiguous) and NHWC (channels-last) operands are described by
@@ -23,8 +27,9 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -32,6 +37,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
+#include "core/cuda/handle_pool.h"
 #include "ops/conv_plan.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/kernels.h"
@@ -67,18 +73,18 @@ using kernels::ConvProblem;
                         ::precis::detail::str_cat("" __VA_OPT__(, ) __VA_ARGS__));                           \
   } while (0)
 
-/// The device's cuDNN handle, created on first use; bound to the device's stream at every use, so
-/// it follows the stream the backend runs on.
+/// The calling thread's cuDNN handle of the device (core/cuda/handle_pool.h: one per thread and
+/// device, so two host threads never rebind each other's), bound to the thread's current stream
+/// of the device at every use.
 cudnnHandle_t cudnn_handle(int index) {
-  static std::mutex mutex;
-  static cudnnHandle_t handles[kMaxDevices] = {};
+  static HandlePool<cudnnHandle_t>* const pool = new HandlePool<cudnnHandle_t>([](int device) {  // never freed
+    DeviceGuard guard(device);
+    cudnnHandle_t h = nullptr;
+    PRECIS_CUDNN_CHECK(cudnnCreate(&h), "creating a cuDNN handle of cuda:", device);
+    return h;
+  });
   check_device_index(index, "cudnn_handle");
-  std::lock_guard<std::mutex> lock(mutex);
-  cudnnHandle_t& h = handles[index];
-  if (h == nullptr) {
-    DeviceGuard guard(index);
-    PRECIS_CUDNN_CHECK(cudnnCreate(&h), "creating the cuDNN handle of cuda:", index);
-  }
+  cudnnHandle_t h = pool->get(index);
   PRECIS_CUDNN_CHECK(cudnnSetStream(h, device_stream(index)), "binding cuDNN to the stream of cuda:", index);
   return h;
 }
@@ -181,6 +187,12 @@ struct ForwardPass {
     return cudnnGetConvolutionForwardWorkspaceSize(h, c.x.d, c.w.d, c.conv.d, c.y.d,
                                                    static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
   }
+  // Times the algorithms on the operands (x, w, y); writes y.
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvDescs& c, const std::vector<const void*>& p, int* returned,
+                            Perf* perf, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionForwardAlgorithmEx(h, c.x.d, p[0], c.w.d, p[1], c.conv.d, c.y.d,
+                                                  const_cast<void*>(p[2]), kCount, returned, perf, ws, ws_bytes);
+  }
 };
 struct BackwardDataPass {
   using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
@@ -192,6 +204,12 @@ struct BackwardDataPass {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& c, int algo, size_t* bytes) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.w.d, c.y.d, c.conv.d, c.x.d,
                                                         static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+  }
+  // Times the algorithms on the operands (w, dy, dx); writes dx.
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvDescs& c, const std::vector<const void*>& p, int* returned,
+                            Perf* perf, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, c.w.d, p[0], c.y.d, p[1], c.conv.d, c.x.d,
+                                                       const_cast<void*>(p[2]), kCount, returned, perf, ws, ws_bytes);
   }
 };
 struct BackwardFilterPass {
@@ -205,11 +223,34 @@ struct BackwardFilterPass {
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.x.d, c.y.d, c.conv.d, c.w.d,
                                                           static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
   }
+  // Times the algorithms on the operands (x, dy, dw); writes dw.
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvDescs& c, const std::vector<const void*>& p, int* returned,
+                            Perf* perf, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, c.x.d, p[0], c.y.d, p[1], c.conv.d, c.w.d,
+                                                         const_cast<void*>(p[2]), kCount, returned, perf, ws,
+                                                         ws_bytes);
+  }
 };
 
 kernels::PlanCache<std::vector<Candidate>>& plan_cache() {
   static kernels::PlanCache<std::vector<Candidate>> cache;
   return cache;
+}
+
+/// The benchmarked lists (PRECIS_CUDNN_BENCHMARK=1), kept apart from the heuristic ones.
+kernels::PlanCache<std::vector<Candidate>>& benchmark_cache() {
+  static kernels::PlanCache<std::vector<Candidate>> cache;
+  return cache;
+}
+
+/// Whether PRECIS_CUDNN_BENCHMARK=1 asks for algorithms timed on the first problem of each key
+/// (torch.backends.cudnn.benchmark) instead of cuDNN's heuristic order. Read once.
+bool benchmark_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PRECIS_CUDNN_BENCHMARK");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
 }
 
 /// The usable algorithms of a pass in cuDNN's order of preference, planned once per key: those
@@ -240,6 +281,42 @@ std::vector<Candidate> candidates(cudnnHandle_t h, ConvDescs& descs, const kerne
   return plan_cache().insert(key, found);
 }
 
+/// With PRECIS_CUDNN_BENCHMARK=1: the heuristic's candidates re-ordered by cuDNN's timing of
+/// them on these operands (cudnnFind*AlgorithmEx, which writes the pass's output; the call that
+/// follows overwrites it), with the same filters, planned once per key. The timing gets a
+/// workspace as large as the largest candidate's, from the caching allocator; when that cannot
+/// be had, or nothing timed passes the filters, the heuristic order stays.
+template <typename Pass>
+std::vector<Candidate> benchmarked(cudnnHandle_t h, ConvDescs& descs, const kernels::PlanKey& key,
+                                   const ConvProblem& pr, bool deterministic, const std::vector<Candidate>& heuristic,
+                                   const std::vector<const void*>& pointers, const Device& device) {
+  if (std::optional<std::vector<Candidate>> hit = benchmark_cache().find(key)) return *hit;
+  size_t ws_bytes = 0;
+  for (const Candidate& c : heuristic) ws_bytes = std::max(ws_bytes, c.workspace);
+  Tensor workspace;
+  if (ws_bytes > 0) {
+    try {
+      workspace = empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = device});
+    } catch (const OutOfMemoryError&) {
+      return heuristic;  // not cached: a later call with more free memory times it
+    }
+  }
+  typename Pass::Perf perf[Pass::kCount];
+  int returned = 0;
+  descs.set_math(low_precision(pr.dtype) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+  PRECIS_CUDNN_CHECK(Pass::find(h, descs, pointers, &returned, perf,
+                                workspace.defined() ? workspace.data_ptr() : nullptr, ws_bytes),
+                     "timing the ", Pass::name(), " algorithms of ", kernels::describe(pr));
+  std::vector<Candidate> timed;
+  for (int i = 0; i < returned; ++i) {  // fastest first
+    const auto& r = perf[i];
+    if (r.status != CUDNN_STATUS_SUCCESS || !math_allowed(pr.dtype, r.mathType) || r.memory > ws_bytes) continue;
+    if (deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
+    timed.push_back(Candidate{static_cast<int>(r.algo), run_math(pr.dtype, r.mathType), r.memory});
+  }
+  return benchmark_cache().insert(key, timed.empty() ? heuristic : timed);
+}
+
 /// Runs `call(candidate, workspace pointer)` with the first candidate whose workspace can be had
 /// and that cuDNN accepts for these operands; throws the last failure otherwise.
 template <typename Pass, typename Call>
@@ -251,7 +328,9 @@ void run_pass(cudnnHandle_t h, ConvDescs& descs, const ConvProblem& pr, int devi
       : std::is_same_v<Pass, BackwardDataPass> ? ConvPass::backward_data
                                                 : ConvPass::backward_filter,
       pr, device_index, kernels::common_alignment(pointers), deterministic);
-  const std::vector<Candidate> list = candidates<Pass>(h, descs, key, pr, deterministic);
+  std::vector<Candidate> list = candidates<Pass>(h, descs, key, pr, deterministic);
+  if (benchmark_enabled())
+    list = benchmarked<Pass>(h, descs, key, pr, deterministic, list, std::vector<const void*>(pointers), device);
   std::string failures;
   for (const Candidate& c : list) {
     Tensor workspace;

@@ -7,8 +7,10 @@
 // the copy (so every later kernel sees the data), and the source block is recorded with the copy
 // stream so that the pinned allocator does not hand it out before the copy has read it. Any other
 // host→device copy waits before returning, because the host block may be freed and reused by the
-// CPU allocator as soon as the caller returns; device→host waits because the host reads the
-// result next. device→device on one device stays asynchronous on its current stream. Between two
+// CPU allocator as soon as the caller returns. device→host into pinned memory with non_blocking
+// stays queued on the current stream (the caller reads the result after
+// precis::cuda::synchronize); any other device→host copy waits because the host reads the result
+// next. device→device on one device stays asynchronous on its current stream. Between two
 // devices the copy runs on the destination's stream after an event from the source's stream,
 // and the source's stream then waits for the copy, so neither allocator can hand either block
 // out while it is in flight.
@@ -61,6 +63,18 @@ void device_copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyHostToDevice, stream),
                       "copy ", what);
     PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy ", what);
+  } else if (s.is_cuda() && d.is_cpu() && non_blocking && dst.is_pinned()) {
+    // Queued on the current stream, the one that produced src and that later in-place writers of
+    // src use: a copy stream would have to make it wait for the copy anyway. The pinned block is
+    // recorded with the stream, so if the caller drops it before synchronising, the pinned
+    // allocator does not hand it out while the copy may still write it.
+    check_device_index(s.index, "copy");
+    DeviceGuard guard(s.index);
+    cudaStream_t stream = current_stream(s.index);
+    PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyDeviceToHost, stream),
+                      "asynchronous copy ", what);
+    if (dst.storage()->allocator() == &pinned_allocator())  // pinned memory of another origin is the caller's
+      record_stream(dst.data_ptr(), /*pinned*/ -1, stream);
   } else if (s.is_cuda() && d.is_cpu()) {
     check_device_index(s.index, "copy");
     DeviceGuard guard(s.index);

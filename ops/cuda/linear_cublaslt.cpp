@@ -17,11 +17,11 @@
 #include <cublasLt.h>
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
+#include "core/cuda/handle_pool.h"
 #include "ops/conv_plan.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/kernels.h"
@@ -35,17 +35,17 @@ namespace {
 /// Upper bound on the workspace an algorithm may ask for (the caching allocator provides it).
 constexpr size_t kMaxWorkspace = size_t{32} << 20;
 
+/// The calling thread's cuBLASLt handle of the device (core/cuda/handle_pool.h: one per thread
+/// and device, like the cuBLAS and cuDNN ones; cublasLtMatmul takes the stream as an argument).
 cublasLtHandle_t lt_handle(int index) {
-  static std::mutex mutex;
-  static cublasLtHandle_t handles[kMaxDevices] = {};
+  static HandlePool<cublasLtHandle_t>* const pool = new HandlePool<cublasLtHandle_t>([](int device) {  // never freed
+    DeviceGuard guard(device);
+    cublasLtHandle_t h = nullptr;
+    PRECIS_CUBLAS_CHECK(cublasLtCreate(&h), "creating a cuBLASLt handle of cuda:", device);
+    return h;
+  });
   check_device_index(index, "cublaslt_handle");
-  std::lock_guard<std::mutex> lock(mutex);
-  cublasLtHandle_t& h = handles[index];
-  if (h == nullptr) {
-    DeviceGuard guard(index);
-    PRECIS_CUBLAS_CHECK(cublasLtCreate(&h), "creating the cuBLASLt handle of cuda:", index);
-  }
-  return h;
+  return pool->get(index);
 }
 
 // Owners of cuBLASLt descriptors.

@@ -6,12 +6,12 @@
 // its transpose, so out = a·b is computed as outᵀ = bᵀ·aᵀ: cuBLAS gets b as its first operand and
 // a as its second, with m and n swapped, and writes out in row-major order directly.
 #include <climits>
-#include <mutex>
 
 #include <cublas_v2.h>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
+#include "core/cuda/handle_pool.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -21,18 +21,18 @@ namespace precis::cuda {
 
 namespace {
 
-/// The device's cuBLAS handle, created on first use and bound to the calling thread's current
-/// stream at every call (a StreamGuard may have made another stream current).
+/// The calling thread's cuBLAS handle of the device (core/cuda/handle_pool.h: one per thread and
+/// device), bound to the thread's current stream at every call (a StreamGuard may have made
+/// another stream current).
 cublasHandle_t cublas_handle(int index) {
-  static std::mutex mutex;
-  static cublasHandle_t handles[kMaxDevices] = {};
+  static HandlePool<cublasHandle_t>* const pool = new HandlePool<cublasHandle_t>([](int device) {  // never freed
+    DeviceGuard guard(device);
+    cublasHandle_t h = nullptr;
+    PRECIS_CUBLAS_CHECK(cublasCreate(&h), "creating a cuBLAS handle of cuda:", device);
+    return h;
+  });
   check_device_index(index, "cublas_handle");
-  std::lock_guard<std::mutex> lock(mutex);
-  cublasHandle_t& h = handles[index];
-  if (h == nullptr) {
-    DeviceGuard guard(index);
-    PRECIS_CUBLAS_CHECK(cublasCreate(&h), "creating the cuBLAS handle of cuda:", index);
-  }
+  cublasHandle_t h = pool->get(index);
   PRECIS_CUBLAS_CHECK(cublasSetStream(h, device_stream(index)), "binding cuBLAS to the current stream of cuda:", index);
   return h;
 }

@@ -7,6 +7,7 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/synchronize.h"
 #include "core/warning.h"
 #include "data/data_loader.h"
 #include "tensor/factory.h"
@@ -97,8 +98,59 @@ TEST_CASE("DataLoader pin_memory without a usable CUDA device warns once and yie
   }
   CHECK(n == 6);
 }
+TEST_CASE("cuda::synchronize waits for every device when none is named, and a device not visible is a DeviceError",
+          "[cuda_api]") {
+  cuda::synchronize();  // returns at once without a device; waits for all of them with one
+  if (cuda_is_available()) {
+    cuda::synchronize(0);
+    CHECK_THROWS_AS(cuda::synchronize(cuda_device_count()), DeviceError);
+    return;
+  }
+  try {
+    cuda::synchronize(0);
+    FAIL("no exception");
+  } catch (const DeviceError& e) {
+    CHECK(std::string(e.what()).find("cuda:0") != std::string::npos);
+  }
+}
 
 // ---- GPU ----------------------------------------------------------------------------------------
+
+TEST_CASE("to(cpu, non_blocking) lands in pinned memory, complete after cuda::synchronize", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  const int64_t n = int64_t{1} << 24;  // 64 MiB: the copy is still running when the call returns
+  Tensor host;
+  {
+    Tensor dev = arange(static_cast<double>(n), {.dtype = DType::f32, .device = kGpu}) * 2.0;
+    host = dev.to(Device::cpu(), /*non_blocking=*/true);
+  }  // the device block is freed while the copy may still read it (the stream orders its reuse)
+  Tensor overwrite = full({n}, -1.0, {.device = kGpu});  // would take the freed block
+  CHECK(host.device() == Device::cpu());
+  CHECK(host.is_pinned());
+  cuda::synchronize(0);
+  const float* p = host.data_ptr<float>();
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok = ok && p[i] == 2.0f * static_cast<float>(i);
+  CHECK(ok);
+  // A non-contiguous source and a dtype are handled as by the blocking copy.
+  Tensor t = arange(12.0, {.device = kGpu}).reshape({3, 4}).transpose(0, 1);
+  Tensor back = t.to(Device::cpu(), true);
+  cuda::synchronize();
+  CHECK(back.to_vector<float>() == t.cpu().to_vector<float>());
+  // Blocking copies stay pageable and complete.
+  CHECK_FALSE(t.to(Device::cpu()).is_pinned());
+}
+
+TEST_CASE("a pinned result dropped before synchronising is not handed out while the copy writes it", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  const int64_t n = int64_t{1} << 24;
+  Tensor dev = full({n}, 3.0, {.device = kGpu});
+  (void)dev.to(Device::cpu(), /*non_blocking=*/true);  // dropped at once
+  Tensor other = empty({n}).pin_memory();  // may not get the block the copy is still writing
+  other.fill_(7.0);
+  cuda::synchronize(0);
+  CHECK(other.sum().item<double>() == 7.0 * static_cast<double>(n));
+}
 
 TEST_CASE("pin_memory copies into pinned host memory, contiguous and differentiable", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
