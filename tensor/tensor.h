@@ -150,7 +150,7 @@ class Tensor {
   /// the copy, so the result can be used right away. With non_blocking, a copy from a CUDA
   /// device to the CPU lands in pinned host memory and stays queued on the device's current
   /// stream: as in PyTorch, the host must not read the result (data_ptr, item, to_vector, CPU
-  /// ops) before precis::cuda::synchronize(index) (core/device.h) has returned. Any other copy
+  /// ops) before precis::cuda::synchronize(index) (core/synchronize.h) has returned. Any other copy
   /// ignores non_blocking and is complete when the call returns (a copy from pageable memory
   /// cannot overlap).
   Tensor to(Device device, bool non_blocking = false) const;
