@@ -44,32 +44,22 @@ def make_cases(torch, F):
         return t.requires_grad_(True)
 
     cases = []
-    for cin, cout, k, s, hw in CONV_SHAPES:
-        pad = 1 if k == 3 else 0
-        ohw = (hw + 2 * pad - k) // s + 1
-        flops = 3.0 * 2.0 * BATCH * cout * ohw * ohw * cin * k * k
-
-        def make(cin=cin, cout=cout, k=k, s=s, hw=hw, pad=pad, ohw=ohw):
-            g = torch.Generator().manual_seed(1)
-            x, w = leaf(g, BATCH, cin, hw, hw), leaf(g, cout, cin, k, k, scale=0.05)
-            gy = torch.randn(BATCH, cout, ohw, ohw, generator=g)
-            return step(lambda: F.conv2d(x, w, None, s, pad), [x, w], gy)
-        cases.append((f"conv2d {cin}->{cout} k{k} s{s} {hw}x{hw}", flops, make, True))
-
-    # Channels-last activations and weight (torch.channels_last), as precis's "channels_last" cases.
+    # Contiguous (NCHW), then channels-last activations and weight (torch.channels_last), as
+    # precis's "channels_last" cases.
     cl = torch.channels_last
-    for cin, cout, k, s, hw in CONV_SHAPES:
-        pad = 1 if k == 3 else 0
-        ohw = (hw + 2 * pad - k) // s + 1
-        flops = 3.0 * 2.0 * BATCH * cout * ohw * ohw * cin * k * k
+    for prefix, fmt in (("", torch.contiguous_format), ("channels_last ", cl)):
+        for cin, cout, k, s, hw in CONV_SHAPES:
+            pad = 1 if k == 3 else 0
+            ohw = (hw + 2 * pad - k) // s + 1
+            flops = 3.0 * 2.0 * BATCH * cout * ohw * ohw * cin * k * k
 
-        def make(cin=cin, cout=cout, k=k, s=s, hw=hw, pad=pad, ohw=ohw):
-            g = torch.Generator().manual_seed(1)
-            x = leaf(g, BATCH, cin, hw, hw).detach().contiguous(memory_format=cl).requires_grad_(True)
-            w = leaf(g, cout, cin, k, k, scale=0.05).detach().contiguous(memory_format=cl).requires_grad_(True)
-            gy = torch.randn(BATCH, cout, ohw, ohw, generator=g).contiguous(memory_format=cl)
-            return step(lambda: F.conv2d(x, w, None, s, pad), [x, w], gy)
-        cases.append((f"channels_last conv2d {cin}->{cout} k{k} s{s} {hw}x{hw}", flops, make, True))
+            def make(cin=cin, cout=cout, k=k, s=s, hw=hw, pad=pad, ohw=ohw, fmt=fmt):
+                g = torch.Generator().manual_seed(1)
+                x = leaf(g, BATCH, cin, hw, hw).detach().contiguous(memory_format=fmt).requires_grad_(True)
+                w = leaf(g, cout, cin, k, k, scale=0.05).detach().contiguous(memory_format=fmt).requires_grad_(True)
+                gy = torch.randn(BATCH, cout, ohw, ohw, generator=g).contiguous(memory_format=fmt)
+                return step(lambda: F.conv2d(x, w, None, s, pad), [x, w], gy)
+            cases.append((f"{prefix}conv2d {cin}->{cout} k{k} s{s} {hw}x{hw}", flops, make, True))
 
     for fmt in (torch.contiguous_format, cl):
         for c, hw in [(64, 32), (128, 16), (256, 8), (512, 4)]:
