@@ -6,9 +6,9 @@
 #include "ops/precision.h"
 #include "autograd/record.h"
 #include "core/checked_math.h"
-#include "ops/conv_plan.h"
 #include "ops/functional.h"
 #include "ops/kernels_conv.h"
+#include "ops/memory_format.h"
 #include "ops/op_table.h"
 #include "ops/pair_arg.h"
 #include "ops/profiler.h"
@@ -93,13 +93,8 @@ Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
 // Core kernels and oneDNN's nhwc kernels work on it in place; converting would cost two
 // transposes per layer (docs/design/cpu-conv.md). On CUDA the weight and its gradient are
 // channels-last too (cuDNN wants one layout for all); the CPU kernels take a contiguous weight.
-bool keeps_channels_last(const Tensor& x) {
-  return x.dim() == 4 && !x.is_contiguous() && kernels::conv_is_dense(x.sizes(), x.strides(), kernels::ConvLayout::nhwc);
-}
-Tensor to_channels_last(const Tensor& t) {
-  if (kernels::conv_is_dense(t.sizes(), t.strides(), kernels::ConvLayout::nhwc)) return t;
-  return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
-}
+bool keeps_channels_last(const Tensor& x) { return suggest_memory_format(x) == MemoryFormat::ChannelsLast; }
+Tensor to_channels_last(const Tensor& t) { return contiguous(t, MemoryFormat::ChannelsLast); }
 Tensor empty_channels_last(const Shape& s, const TensorOptions& options) {
   return empty({s[0], s[2], s[3], s[1]}, options).permute({0, 3, 1, 2});
 }

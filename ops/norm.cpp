@@ -4,8 +4,8 @@
 #include "ops/precision.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
-#include "ops/conv_plan.h"
 #include "ops/kernels_norm.h"
+#include "ops/memory_format.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 
@@ -72,18 +72,15 @@ Tensor from_channels_last_rows(const Tensor& t, const Shape& sizes) {
 // Whether batch_norm keeps a 4-D channels-last input in that layout (CPU kernels; on other devices
 // the input is made contiguous).
 bool batch_norm_channels_last(const Tensor& input) {
-  return input.device().type == DeviceType::cpu && input.dim() == 4 && !input.is_contiguous() &&
-         kernels::conv_is_dense(input.sizes(), input.strides(), kernels::ConvLayout::nhwc);
+  return input.device().type == DeviceType::cpu && suggest_memory_format(input) == MemoryFormat::ChannelsLast;
 }
 
 // The gradient in the kernel's shape: contiguous, or with channels_last the layout of
 // channels_last_rows.
-Tensor grad_as(const Tensor& g, const Tensor& like, const Shape& kernel_shape, const Shape& in_shape,
-               bool channels_last) {
+Tensor grad_as(const Tensor& g, const Tensor& like, const Shape& kernel_shape, bool channels_last) {
   const Tensor gc = g.dtype() == like.dtype() ? g : g.to(like.dtype());
   if (!channels_last) return gc.contiguous().view(kernel_shape);
-  (void)in_shape;
-  return channels_last_rows(gc.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}));
+  return channels_last_rows(contiguous(gc, MemoryFormat::ChannelsLast));
 }
 
 // Records the backward shared by the three norms when input, weight or bias needs a gradient.
@@ -105,7 +102,7 @@ void record_norm_backward(OpId op, const Tensor& input, const Tensor& weight, co
        in_shape = input.sizes(), param_shape, w_dtype = weight.defined() ? weight.dtype() : acc,
        b_dtype = bias.defined() ? bias.dtype() : acc, acc, channels_last](const TensorList& g) -> TensorList {
         const Tensor xv = sx.unpack(name);
-        const Tensor gv = grad_as(g[0], xv, kshape, in_shape, channels_last);
+        const Tensor gv = grad_as(g[0], xv, kshape, channels_last);
         const Shape cs{kshape[1]};
         const TensorOptions x_options{.dtype = xv.dtype(), .device = xv.device()};
         Tensor dx = need_dx ? (channels_last ? empty_channels_last_rows(kshape, x_options) : empty(kshape, x_options))

@@ -74,9 +74,7 @@ Tensor as_4d(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
 
 // A channels-last input gets channels-last results and input gradient, as in PyTorch, so a
 // channels-last network stays so; the kernels work on NCHW copies (one transpose each way).
-bool channels_last_input(const Tensor& x) {
-  return x.dim() == 4 && !x.is_contiguous() && is_contiguous(x, MemoryFormat::ChannelsLast);
-}
+bool channels_last_input(const Tensor& x) { return suggest_memory_format(x) == MemoryFormat::ChannelsLast; }
 Tensor in_layout(const Tensor& t, bool channels_last) {
   return channels_last && t.defined() ? contiguous(t, MemoryFormat::ChannelsLast) : t;
 }
