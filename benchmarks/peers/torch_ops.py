@@ -118,6 +118,36 @@ def make_cases(torch, F):
     layout("layout: add contiguous + transposed 2048x2048", lambda a, b: a + b.t(), (2048, 2048), (2048, 2048))
     layout("layout: add two transposed 2048x2048", lambda a, b: a.t() + b.t(), (2048, 2048), (2048, 2048))
     layout("layout: NCHW to NHWC copy 64x64x32x32", lambda x: x.permute(0, 2, 3, 1).contiguous(), (64, 64, 32, 32))
+
+    # The per-op front-end on 64 values, 100 calls a repetition, and one large gelu, as
+    # precis-bench's 'elementwise:' cases.
+    def make_tanh():
+        x = torch.randn(64)
+        def run():
+            for _ in range(100):
+                torch.tanh(x)
+        return run
+    cases.append(("elementwise: 100x tanh 64 forward", 0.0, make_tanh, False))
+
+    def make_repeated(fn, n_inputs, seed):
+        def make():
+            g = torch.Generator().manual_seed(seed)
+            xs = [leaf(g, 64) for _ in range(n_inputs)]
+            gy = torch.randn(64, generator=g)
+            def run():
+                for _ in range(100):
+                    torch.autograd.grad(fn(*xs), xs, gy)
+            return run
+        return make
+    cases.append(("elementwise: 100x exp 64 forward+backward", 0.0, make_repeated(torch.exp, 1, 7), False))
+    cases.append(("elementwise: 100x mul 64 forward+backward", 0.0, make_repeated(torch.mul, 2, 9), False))
+
+    def make_gelu():
+        g = torch.Generator().manual_seed(8)
+        x = leaf(g, 1024, 1024)
+        gy = torch.randn(1024, 1024, generator=g)
+        return step(lambda: F.gelu(x), [x], gy)
+    cases.append(("elementwise: gelu 1024x1024", 0.0, make_gelu, False))
     return cases
 
 
