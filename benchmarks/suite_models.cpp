@@ -10,6 +10,9 @@
 //   resnet18_cifar_nchw b64  the same with contiguous (NCHW) activations
 //   bert_mini b16x128   BERT-mini (L4 H256 A4 I1024, vocabulary 30522) masked-LM head, batch 16 of
 //                       128 tokens, every token a prediction target (labels = inputs), dropout on
+//   bert_mini b16x128 fused-loss  the same loss on every token without the logits: the decoder and
+//                       cross_entropy as one linear_cross_entropy (MaskedLMOptions::return_logits =
+//                       false); the PyTorch peer, which has no such op, makes the logits
 //   bert_mini b16x128 masked15  the same with 15 % of the tokens (307 of 2048, fixed positions) as
 //                       targets and the head at those positions only (as precis-train trains;
 //                       MaskedLMOptions::masked_positions_only)
@@ -125,6 +128,16 @@ const ModelCase kCases[] = {
        return training_step(model, dtype, [ids](nn::Module& m) {
          auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
          return models::BertForMaskedLM::loss(bert.forward(ids, Tensor()), ids);
+       });
+     }},
+    {"bert_mini b16x128 fused-loss",
+     [](DType dtype) {
+       manual_seed(1);
+       auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
+       Tensor ids = randint(0, 30522, {16, 128});
+       return training_step(model, dtype, [ids](nn::Module& m) {
+         auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
+         return bert.forward_with_labels(ids, Tensor(), ids, {.return_logits = false}).loss;
        });
      }},
     {"bert_mini b16x128 masked15",
@@ -307,8 +320,9 @@ SuiteReport run_models(const Options& options) {
   report.note =
       "One training step (forward, backward, SGD momentum step) on synthetic data; bf16 = autocast with "
       "fp32 weights. resnet18_cifar: batch 64 of 3×32×32; bert_mini: batch 16×128 tokens, vocabulary 30522, "
-      "MLM loss on every token (masked15: on 15 % of them, the head at those positions only). FLOPs: the "
-      "step's matmul, linear and conv2d FLOPs (forward and backward), "
+      "MLM loss on every token (fused-loss: the same without the logits, linear_cross_entropy; masked15: "
+      "on 15 % of them, the head at those positions only). FLOPs: the step's matmul, linear, conv2d and "
+      "linear_cross_entropy FLOPs (forward and backward), "
       "counted from the model. Each case runs in a fresh child "
       "process; peak_rss_mb (JSON) is its VmHWM.";
   for (const ModelCase& c : kCases)

@@ -171,7 +171,9 @@ BertForMaskedLM::BertForMaskedLM(const BertConfig& c) : bert(add("bert", BertMod
   bert_init_weights(*transform, c.initializer_range, c.generator);
 }
 
-Tensor BertForMaskedLM::head(const Tensor& hidden) { return decoder(transform_norm(gelu(transform_dense(hidden)))); }
+Tensor BertForMaskedLM::transform(const Tensor& hidden) { return transform_norm(gelu(transform_dense(hidden))); }
+
+Tensor BertForMaskedLM::head(const Tensor& hidden) { return decoder(transform(hidden)); }
 
 Tensor BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) {
   return head(bert->forward(input_ids, attention_mask, token_type_ids));
@@ -200,6 +202,12 @@ MaskedLMOutput BertForMaskedLM::forward_with_labels(const Tensor& input_ids, con
     const Tensor index = from_vector<int64_t>(positions).to(device);
     h = index_select(h.reshape({-1, h.size(2)}), 0, index);
     out.labels = index_select(out.labels.reshape({-1}), 0, index);
+  }
+  if (!options.return_logits) {
+    const Tensor t = transform(h);
+    out.loss = linear_cross_entropy(t.reshape({-1, t.size(t.dim() - 1)}), decoder->weight, decoder->bias,
+                                    out.labels.reshape({-1}), {.ignore_index = kMlmIgnoreIndex});
+    return out;
   }
   out.logits = head(h);
   const int64_t vocab = out.logits.size(out.logits.dim() - 1);

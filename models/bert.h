@@ -171,7 +171,7 @@ struct MaskedLMOutput {
   /// as cross_entropy's mean of nothing); f32 under autocast and for an f32 model.
   Tensor loss;
   /// (B, L, vocab_size); with masked_positions_only (N, vocab_size): one row per labelled
-  /// position, in row-major (b, l) order.
+  /// position, in row-major (b, l) order. Undefined with return_logits = false.
   Tensor logits;
   /// The labels of logits' rows, on the model's device: (B, L), or (N) with masked_positions_only.
   Tensor labels;
@@ -187,6 +187,11 @@ struct MaskedLMOptions {
   /// of BERT-mini's FLOPs at vocabulary 30522 — costs 15 % as much. The positions are read from
   /// the labels on the host (labels on a GPU are copied back: one wait for the device).
   bool masked_positions_only = false;
+  /// false: the decoder and its loss run as one linear_cross_entropy (ops/functional.h), which
+  /// never holds the (rows, vocab_size) logits — at vocabulary 30522 and 2048 rows that is 125 MB
+  /// in bf16 and four passes over it — and the output's logits are left undefined. The loss and
+  /// the gradients are the same up to rounding.
+  bool return_logits = true;
 };
 
 /// HF's BertForMaskedLM: BertModel (no pooler) and the masked-language-model head, dense → GELU →
@@ -218,6 +223,7 @@ class BertForMaskedLM : public nn::Module {
  private:
   // The prediction head on hidden states (..., hidden) → logits (..., vocab_size).
   Tensor head(const Tensor& hidden);
+  Tensor transform(const Tensor& hidden);  // dense → GELU → LayerNorm, the head before the decoder
 };
 
 /// HF's BertForSequenceClassification: BertModel with its pooler, dropout, and a linear

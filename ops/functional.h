@@ -217,6 +217,28 @@ inline Tensor cross_entropy(const Tensor& input, const Tensor& target, const Cro
   return cross_entropy(input, target, options.weight, options.ignore_index, options.reduction,
                        options.label_smoothing);
 }
+/// linear_cross_entropy's keyword arguments; fill only what you change: {.label_smoothing = 0.1}.
+struct LinearCrossEntropyOptions {
+  int64_t ignore_index = -100;            ///< target value that contributes no loss or gradient
+  Reduction reduction = Reduction::mean;  ///< mean or sum (for none, call linear and cross_entropy)
+  double label_smoothing = 0.0;           ///< ε in [0, 1]
+  /// Rows of logits computed at a time; 0 picks about 4 M logits a chunk (128 rows at V = 30522).
+  int64_t chunk_rows = 0;
+};
+/// cross_entropy(linear(input, weight, bias), target) without the (M, V) logits: the rows go
+/// through in chunks, each chunk's logits are made, reduced to its loss and turned into its
+/// gradient while they are in cache, and input's gradient is taken then too. What stays is the
+/// (M, V) logit gradient (for weight's gradient, one GEMM in backward) — half the memory of the
+/// unfused pair, and four fewer passes over an (M, V) tensor. input: (*, K); weight: (V, K); bias:
+/// (V) or undefined; target: i64 of input's leading shape, values in [0, V) or ignore_index. The
+/// loss is a 0-d tensor, exactly cross_entropy's up to summation order; under autocast (Lower:
+/// the GEMMs run in f16/bf16) it is fp32, as cross_entropy's is there. The gradients are formed
+/// in forward for an output gradient of 1 and scaled in backward, so they are not differentiable
+/// again (no double backward). No class weights. Errors: ValueError for reduction none, a bad
+/// label_smoothing or chunk_rows < 0; ShapeError, DTypeError, DeviceError, IndexError as linear
+/// and cross_entropy.
+Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                            const LinearCrossEntropyOptions& options = {});
 /// Negative log-likelihood of log-probabilities: loss = −weight[t]·input[t] per position. Shapes,
 /// ignore_index, weights and reductions as cross_entropy. FP32.
 Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(), int64_t ignore_index = -100,

@@ -1,5 +1,6 @@
-// Losses: cross_entropy and nll_loss (class indices; kernels in ops/cpu/loss.cpp), and the
-// composite mse_loss, binary_cross_entropy_with_logits and binary_cross_entropy.
+// Losses: cross_entropy and nll_loss (class indices; kernels in ops/cpu/loss.cpp), the chunked
+// linear_cross_entropy built on the linear, cross-entropy and matmul kernels, and the composite
+// mse_loss, binary_cross_entropy_with_logits and binary_cross_entropy.
 //
 // Class-index losses bring the input to (M, C) rows with the class dim last (a K-dim input
 // (N, C, d1, ...) is permuted, which copies) and the target to (M); the kernel writes per-row
@@ -10,8 +11,10 @@
 #include "autograd/grad_mode.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
+#include "ops/kernels.h"
 #include "ops/kernels_loss.h"
 #include "ops/op_table.h"
+#include "ops/profiler.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -312,6 +315,122 @@ Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, con
                        const Tensor gt = mul(ge, sub(log_1mp, log_p));
                        return {sum_to(gp, shape), sum_to(gt, shape)};
                      });
+  }
+  return out;
+}
+
+// Logits per chunk of linear_cross_entropy when the caller leaves it to us: 4 M elements (8 MB in
+// bf16) keep a chunk's logits, its gradient rows and the weight panel the GEMMs stream within the
+// caches of the machines here, and at V = 30522 give 128-row GEMMs, tall enough to run at speed.
+constexpr int64_t kLinearCrossEntropyChunk = int64_t{1} << 22;
+
+Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
+                            const Tensor& target, const LinearCrossEntropyOptions& options) {
+  const char* op = "linear_cross_entropy";
+  PRECIS_CHECK(input_in.defined() && weight_in.defined() && target.defined(), op,
+               ": input, weight and target must be defined");
+  const auto [input, weight, bias] = apply_precision(OpId::linear_cross_entropy, input_in, weight_in, bias_in);
+  std::string all = "input " + input.describe() + ", weight " + weight.describe();
+  if (bias.defined()) all += ", bias " + bias.describe();
+  all += ", target " + target.describe();
+  PRECIS_CHECK(options.reduction == Reduction::mean || options.reduction == Reduction::sum, op,
+               ": reduction must be mean or sum; for per-position losses call cross_entropy(linear(input, weight, "
+               "bias), target, {.reduction = Reduction::none})");
+  PRECIS_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, op,
+               ": label_smoothing must be in [0, 1], got ", options.label_smoothing);
+  PRECIS_CHECK(options.chunk_rows >= 0, op, ": chunk_rows must be >= 0 (0: automatic), got ", options.chunk_rows);
+  PRECIS_CHECK_DTYPE(input.is_floating_point() && input.dtype() == weight.dtype() &&
+                         (!bias.defined() || bias.dtype() == input.dtype()),
+                     op, ": input, weight and bias must share one floating dtype, got ", all,
+                     "; convert with .to(DType::f32) or run under autocast");
+  PRECIS_CHECK_DTYPE(target.dtype() == DType::i64, op, " expects class indices as i64, got ", all,
+                     "; convert with target.to(DType::i64)");
+  PRECIS_CHECK_DEVICE(weight.device() == input.device() && target.device() == input.device() &&
+                          (!bias.defined() || bias.device() == input.device()),
+                      op, ": all operands must be on one device, got ", all);
+  PRECIS_CHECK_SHAPE(input.dim() >= 1 && weight.dim() == 2 && input.size(-1) == weight.size(1), op,
+                     ": expected input (*, K) and weight (V, K) with the same K, got ", all);
+  const int64_t V = weight.size(0), K = weight.size(1);
+  PRECIS_CHECK_SHAPE(!bias.defined() || (bias.dim() == 1 && bias.size(0) == V), op, ": bias must be (", V,
+                     ") (one per class), got ", all);
+  const Shape lead(input.sizes().begin(), input.sizes().end() - 1);
+  PRECIS_CHECK_SHAPE(target.sizes() == lead, op, ": target must have input's shape without its last dim, ",
+                     shape_str(lead), ", got ", all);
+  const int64_t M = shape_numel(lead);
+  const Tensor tgt = target.detach().reshape({-1}).contiguous();
+  int64_t counted = 0;  // rows whose target is not ignored: the mean's divisor
+  for (int64_t v : tgt.to_vector<int64_t>()) {
+    PRECIS_CHECK_INDEX(v == options.ignore_index || (v >= 0 && v < V), op, ": target ", v, " is out of range for ",
+                       V, " classes (valid: 0 to ", V - 1, ", or ignore_index ", options.ignore_index, "); ", all);
+    counted += v != options.ignore_index;
+  }
+
+  // The loss has the dtype cross_entropy gives for logits of input's dtype here: fp32 under
+  // autocast (where the GEMMs run in f16/bf16), input's dtype otherwise.
+  bool loss_in_fp32 = false;
+  (void)apply_precision_widening_in_kernel(OpId::cross_entropy, &loss_in_fp32, input.detach());
+  const DType out_dtype = loss_in_fp32 ? DType::f32 : input.dtype();
+  const DType acc = acc_type(input.dtype());
+  const Device device = input.device();
+  const DeviceType dev = device.type;
+  const TensorOptions acc_opts{.dtype = acc, .device = device}, x_opts{.dtype = input.dtype(), .device = device};
+  const bool need_x = autograd::needs_grad({&input}), need_w = autograd::needs_grad({&weight}),
+             need_b = bias.defined() && autograd::needs_grad({&bias});
+  const bool need_grad = need_x || need_w || need_b;
+  const int64_t chunk = std::max<int64_t>(
+      1, std::min<int64_t>(M, options.chunk_rows > 0 ? options.chunk_rows : kLinearCrossEntropyChunk / V));
+
+  // The gradients for an output gradient of 1, formed in forward: each row's loss gradient is 1
+  // over the mean's divisor (1 for sum), as cross_entropy's backward gives its kernel, so the logit
+  // gradient is rounded exactly where the unfused pair rounds it; backward multiplies by the
+  // output gradient. (All rows ignored: 1/0, which the kernel never uses — it writes 0 there.)
+  const double row_grad = options.reduction == Reduction::mean ? 1.0 / static_cast<double>(counted) : 1.0;
+  Tensor x2, dlogits, dx, total, out;
+  {
+    NoGradGuard no_grad;
+    x2 = input.detach().reshape({M, K}).contiguous();
+    const Tensor w = weight.detach().contiguous();
+    const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+    Tensor loss_rows = empty({M}, acc_opts), weight_rows = empty({M}, acc_opts), row_stats = empty({M, 2}, acc_opts);
+    if (need_grad) dlogits = empty({M, V}, x_opts);
+    if (need_x) dx = empty({M, K}, x_opts);
+    if (profiler::counting_flops())
+      profiler::add_flops(OpId::linear_cross_entropy, 2.0 * static_cast<double>(M) * static_cast<double>(K) *
+                                                          static_cast<double>(V) * (need_x ? 2 : 1));
+    const Tensor logits = empty({std::min(chunk, std::max<int64_t>(M, 1)), V}, x_opts);
+    const Tensor grad_rows = full({1}, row_grad, acc_opts).expand({chunk});
+    const auto linear_kernel = kernel<kernels::LinearKernel>(OpId::linear, dev, input.dtype());
+    const auto ce_kernel = kernel<kernels::CrossEntropyKernel>(OpId::cross_entropy, dev, input.dtype());
+    const auto ce_backward =
+        kernel<kernels::CrossEntropyBackwardKernel>(OpId::cross_entropy_backward, dev, input.dtype());
+    const auto matmul_kernel = kernel<kernels::MatmulKernel>(OpId::matmul, dev, input.dtype());
+    for (int64_t r0 = 0; r0 < M; r0 += chunk) {
+      const int64_t n = std::min(chunk, M - r0);
+      const Tensor lc = logits.narrow(0, 0, n), t = tgt.narrow(0, r0, n), stats = row_stats.narrow(0, r0, n);
+      linear_kernel(lc, x2.narrow(0, r0, n), w, b);
+      ce_kernel(loss_rows.narrow(0, r0, n), weight_rows.narrow(0, r0, n), stats, lc, t, Tensor(),
+                options.ignore_index, options.label_smoothing);
+      if (!need_grad) continue;
+      const Tensor dl = dlogits.narrow(0, r0, n);
+      ce_backward(dl, lc, stats, t, Tensor(), grad_rows.narrow(0, 0, n), options.ignore_index,
+                  options.label_smoothing);
+      if (need_x) matmul_kernel(dx.narrow(0, r0, n).view({1, n, K}), dl.view({1, n, V}), w.view({1, V, K}));
+    }
+    out = reduce_rows(loss_rows, weight_rows, options.reduction, {}, out_dtype, &total);
+  }
+  if (need_grad) {
+    autograd::record(
+        OpId::linear_cross_entropy, {input, weight, bias}, {out},
+        [dlogits, dx, x2, need_x, need_w, need_b, in_shape = input.sizes(), acc](const TensorList& g) -> TensorList {
+          // Each gradient times the output gradient, in fp32, rounded once to its dtype: exact for
+          // 1 and for a loss scaler's power of two.
+          const Tensor s = g[0].to(acc);
+          Tensor gx, gw, gb;
+          if (need_x) gx = mul(dx.to(acc), s).to(dx.dtype()).reshape(in_shape);
+          if (need_w) gw = matmul(dlogits.t(), mul(x2.to(acc), s).to(x2.dtype()));
+          if (need_b) gb = mul(sum(dlogits, {0}).to(acc), s).to(dlogits.dtype());
+          return {gx, gw, gb};
+        });
   }
   return out;
 }

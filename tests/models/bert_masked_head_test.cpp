@@ -1,6 +1,7 @@
 // BertForMaskedLM::forward_with_labels: the full head and the head at labelled positions only
-// (MaskedLMOptions::masked_positions_only) give one loss and the same gradient for every
-// parameter; the edge cases (no labelled position) and bad labels.
+// (MaskedLMOptions::masked_positions_only) and the head without logits (return_logits = false)
+// give one loss and the same gradient for every parameter; the edge cases (no labelled position)
+// and bad labels.
 #include <map>
 
 #include <catch2/catch.hpp>
@@ -85,6 +86,34 @@ TEST_CASE("bert: the masked-positions-only head gives the full head's loss and g
     INFO(name);
     REQUIRE(g_masked.count(name) == 1);
     PRECIS_REQUIRE_CLOSE(g_masked.at(name), g, DType::f64);
+  }
+}
+
+TEST_CASE("bert: the head without logits (linear_cross_entropy) gives the full head's loss and gradients (f64)",
+          "[models]") {
+  Generator gen(5);
+  models::BertForMaskedLM mlm(small_config(&gen));
+  mlm.to(DType::f64);
+  mlm.eval();
+  const auto [ids, labels] = batch();
+  const models::MaskedLMOutput full = mlm.forward_with_labels(ids, Tensor(), labels);
+  take_grads(mlm);
+  full.loss.backward();
+  const std::map<std::string, Tensor> g_full = take_grads(mlm);
+  for (bool masked_only : {false, true}) {
+    INFO("masked_positions_only " << masked_only);
+    const models::MaskedLMOutput fused = mlm.forward_with_labels(
+        ids, Tensor(), labels, {.masked_positions_only = masked_only, .return_logits = false});
+    CHECK_FALSE(fused.logits.defined());
+    PRECIS_REQUIRE_CLOSE(fused.loss.detach(), full.loss.detach(), DType::f64);
+    fused.loss.backward();
+    const std::map<std::string, Tensor> g = take_grads(mlm);
+    REQUIRE(g.size() == g_full.size());
+    for (const auto& [name, gf] : g_full) {
+      INFO(name);
+      REQUIRE(g.count(name) == 1);
+      PRECIS_REQUIRE_CLOSE(g.at(name), gf, DType::f64);
+    }
   }
 }
 
