@@ -2,15 +2,15 @@
 // comes from Philox blocks addressed by the element's row-major index (four elements per block),
 // so it is the same for any thread count and strides, and backward regenerates it from
 // (seed, offset) instead of storing it. The mask functions are ops/dropout_math.h, shared with
-// the CUDA kernel.
+// the CUDA kernel; the blocks come 8 or 16 at a time from ops/cpu/philox_vec.h (same numbers).
 #include <algorithm>
 #include <array>
-#include <cmath>
 
 #include "ops/cpu/cpu_backend.h"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/dropout_row.h"
 #include "ops/dropout_math.h"
 #include "ops/kernels_loss.h"
 #include "ops/op_table.h"
@@ -31,17 +31,7 @@ void dropout_kernel(const Tensor& out, const Tensor& x, double p, uint64_t seed,
   parallel_rows<2>(
       {&out, &x},
       [&](std::array<int64_t, 2> off, int64_t n, std::array<int64_t, 2> st) {
-        const int64_t first = off[0];
-        T* op_ = o + first;
-        const T* xp = in + off[1];
-        PhiloxBlock bits = kernels::dropout_block(seed, offset, first / 4);
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t idx = first + j;
-          const int lane = static_cast<int>(idx & 3);
-          if (lane == 0 && j > 0) bits = kernels::dropout_block(seed, offset, idx / 4);
-          const bool keep = kernels::dropout_keep(bits.v[lane], threshold);
-          op_[j] = keep ? convert<T>(kernels::dropout_scaled(convert<C>(xp[j * st[1]]), scale)) : convert<T>(C(0));
-        }
+        dropout_row<T>(o + off[0], in + off[1], st[1], n, off[0], seed, offset, threshold, scale);
       },
       kElementwiseGrain / 4);
 }

@@ -1,0 +1,108 @@
+#pragma once
+// One row of the CPU dropout kernel (ops/cpu/dropout.cpp): the elements first .. first + n − 1
+// (row-major indices) of a contiguous output from an input row of any stride. A header of its
+// own so tests can run rows that start anywhere inside a Philox block
+// (tests/ops/dropout_vec_test.cpp); the kernel's parallel_rows only hands out such rows for
+// some shapes and thread counts.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "core/half.h"
+#include "core/opmath.h"
+#include "ops/cpu/philox_vec.h"
+#include "ops/dropout_math.h"
+
+namespace precis::cpu {
+
+namespace dropout_detail {
+
+// Elements per step of a row: the Philox lanes and (for f16/bf16, or a strided input) the fp32
+// values of one step live in stack buffers small enough to stay in L1.
+inline constexpr int64_t kStep = 256;
+
+// The input's values of a step in the compute type C, or the input itself when it already is
+// (contiguous f32/f64). Bulk conversions for contiguous f16/bf16 (vectorised, exact as the scalar
+// ones).
+template <typename T, typename C = opmath_t<T>>
+inline const C* load_step(const T* x, int64_t stride, int64_t len, C* buf) {
+  if constexpr (std::is_same_v<T, C>) {
+    if (stride == 1) return x;
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    if (stride == 1) {
+      bfloat16_to_float(x, buf, len);
+      return buf;
+    }
+  } else if constexpr (std::is_same_v<T, Half>) {
+    if (stride == 1) {
+      half_to_float(x, buf, len);
+      return buf;
+    }
+  }
+  for (int64_t j = 0; j < len; ++j) buf[j] = convert<C>(x[j * stride]);
+  return buf;
+}
+
+// Stores a step's results (computed in C, in `res`) as T, unless they were written in place.
+template <typename T, typename C = opmath_t<T>>
+inline void store_step(const C* res, T* o, int64_t len) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    float_to_bfloat16(res, o, len);
+  } else if constexpr (std::is_same_v<T, Half>) {
+    float_to_half(res, o, len);
+  } else if constexpr (!std::is_same_v<T, C>) {
+    for (int64_t j = 0; j < len; ++j) o[j] = convert<T>(res[j]);
+  }
+}
+
+// dst[j] = src[j]·scale where lane bits[j] keeps element j, else 0 (the scalar rule of
+// ops/dropout_math.h, same products), 32 bytes at a time. Written on GCC/Clang vector extensions:
+// GCC sinks the multiply of the plain loop into the kept branch and then cannot vectorise it
+// (under -ftrapping-math it may not speculate the multiply), while a vector select computes both.
+template <typename C>
+inline void apply_mask(const C* src, const uint32_t* bits, C* dst, int64_t len, C scale, uint32_t threshold) {
+  constexpr int W = 32 / sizeof(C);
+  typedef C V __attribute__((vector_size(32)));
+  typedef uint32_t U __attribute__((vector_size(W * 4)));
+  typedef std::conditional_t<sizeof(C) == 4, int32_t, int64_t> I1;
+  typedef I1 I __attribute__((vector_size(32)));
+  int64_t j = 0;
+  for (; j + W <= len; j += W) {
+    V x;
+    U b;
+    std::memcpy(&x, src + j, sizeof x);
+    std::memcpy(&b, bits + j, sizeof b);
+    const I keep = __builtin_convertvector((b >> 8) < threshold, I);
+    const V r = keep ? x * scale : V{};
+    std::memcpy(dst + j, &r, sizeof r);
+  }
+  for (; j < len; ++j) dst[j] = kernels::dropout_keep(bits[j], threshold) ? kernels::dropout_scaled(src[j], scale) : C(0);
+}
+
+}  // namespace dropout_detail
+
+/// o[j] = x[j·x_stride]·scale (in C = opmath_t<T>) where element first + j is kept under
+/// (seed, offset, threshold), else 0, for j < n: the rule of ops/dropout_math.h bit for bit.
+/// Each step of kStep elements draws the Philox blocks it uses with the vector generator (a row
+/// may start and end inside a block), converts f16/bf16 or strided input to C in a stack buffer,
+/// and applies the mask 32 bytes at a time.
+template <typename T, typename C = opmath_t<T>>
+void dropout_row(T* o, const T* x, int64_t x_stride, int64_t n, int64_t first, uint64_t seed, uint64_t offset,
+                 uint32_t threshold, C scale) {
+  using namespace dropout_detail;
+  alignas(64) uint32_t lanes[kStep + 8];  // kStep / 4 + 1 blocks when the start is mid-block
+  alignas(64) C buf[kStep];
+  for (int64_t j0 = 0; j0 < n; j0 += kStep) {
+    const int64_t len = std::min(kStep, n - j0), idx = first + j0;
+    const int64_t b0 = idx / 4, blocks = (idx + len - 1) / 4 - b0 + 1;
+    philox_stream_lanes(seed, offset + static_cast<uint64_t>(b0), blocks, lanes);
+    const C* src = load_step<T>(x + j0 * x_stride, x_stride, len, buf);
+    C* dst = buf;
+    if constexpr (std::is_same_v<T, C>) dst = o + j0;
+    apply_mask(src, lanes + (idx & 3), dst, len, scale, threshold);
+    store_step<T>(buf, o + j0, len);
+  }
+}
+
+}  // namespace precis::cpu
