@@ -117,40 +117,25 @@ std::function<void()> resnet18_cifar_step(DType dtype, MemoryFormat format) {
   return training_step(model, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
 }
 
+// bert_mini b16x128's step: the MLM loss of forward_with_labels with `options`, on every token
+// (labels = the ids) or, with masked15, on masked15_labels(ids).
+std::function<void()> bert_mini_step(DType dtype, bool masked15, models::MaskedLMOptions options) {
+  manual_seed(1);
+  auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
+  Tensor ids = randint(0, 30522, {16, 128});
+  Tensor labels = masked15 ? masked15_labels(ids) : ids;
+  return training_step(model, dtype, [ids, labels, options](nn::Module& m) {
+    return dynamic_cast<models::BertForMaskedLM&>(m).forward_with_labels(ids, Tensor(), labels, options).loss;
+  });
+}
+
 const ModelCase kCases[] = {
     {"resnet18_cifar b64", [](DType dtype) { return resnet18_cifar_step(dtype, MemoryFormat::ChannelsLast); }},
     {"resnet18_cifar_nchw b64", [](DType dtype) { return resnet18_cifar_step(dtype, MemoryFormat::Contiguous); }},
-    {"bert_mini b16x128",
-     [](DType dtype) {
-       manual_seed(1);
-       auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
-       Tensor ids = randint(0, 30522, {16, 128});
-       return training_step(model, dtype, [ids](nn::Module& m) {
-         auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
-         return models::BertForMaskedLM::loss(bert.forward(ids, Tensor()), ids);
-       });
-     }},
-    {"bert_mini b16x128 fused-loss",
-     [](DType dtype) {
-       manual_seed(1);
-       auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
-       Tensor ids = randint(0, 30522, {16, 128});
-       return training_step(model, dtype, [ids](nn::Module& m) {
-         auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
-         return bert.forward_with_labels(ids, Tensor(), ids, {.return_logits = false}).loss;
-       });
-     }},
+    {"bert_mini b16x128", [](DType dtype) { return bert_mini_step(dtype, false, {}); }},
+    {"bert_mini b16x128 fused-loss", [](DType dtype) { return bert_mini_step(dtype, false, {.return_logits = false}); }},
     {"bert_mini b16x128 masked15",
-     [](DType dtype) {
-       manual_seed(1);
-       auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
-       Tensor ids = randint(0, 30522, {16, 128});
-       Tensor labels = masked15_labels(ids);
-       return training_step(model, dtype, [ids, labels](nn::Module& m) {
-         auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
-         return bert.forward_with_labels(ids, Tensor(), labels, {.masked_positions_only = true}).loss;
-       });
-     }},
+     [](DType dtype) { return bert_mini_step(dtype, true, {.masked_positions_only = true}); }},
 };
 
 double status_mb(const char* field) {
