@@ -161,8 +161,8 @@ void probe(dt d, int reps) {
         user_w(wts, d, tag::oihw);
     const convolution_forward::primitive_desc fpd(
         {prop_kind::forward_training, algorithm::convolution_direct, a_src, a_w, a_dst, st, dil, pd, pd}, eng);
-    const convolution_backward_data::primitive_desc bdpd({algorithm::convolution_direct, a_src, a_w, a_dst, st, dil, pd, pd},
-                                                         eng, fpd);
+    const convolution_backward_data::primitive_desc bdpd(
+        {algorithm::convolution_direct, a_src, a_w, a_dst, st, dil, pd, pd}, eng, fpd);
     const convolution_backward_weights::primitive_desc bwpd(
         {algorithm::convolution_direct, a_src, a_w, a_dst, st, dil, pd, pd}, eng, fpd);
     Op f, bd, bw, bwp;
@@ -219,7 +219,8 @@ void probe(dt d, int reps) {
                 mbw.impl.c_str());
     std::fflush(stdout);
   }
-  std::printf("step totals (ms, x count): conv fwd %.2f bwd_d %.2f bwd_w %.2f (bwd_w plain %.2f) | gemm fwd %.2f bwd_d %.2f bwd_w %.2f\n",
+  std::printf("step totals (ms, x count): conv fwd %.2f bwd_d %.2f bwd_w %.2f (bwd_w plain %.2f) | "
+              "gemm fwd %.2f bwd_d %.2f bwd_w %.2f\n",
               tot[0], tot[1], tot[2], tot[3], tot[4], tot[5], tot[6]);
 }
 

@@ -48,8 +48,10 @@ GemmMatrix col_major(const void* data, int64_t rows) { return {data, 0, 0, 1, ro
 // A (M, K) column matrix of the dtype in scratch memory from precis's caching allocator.
 Tensor cols_buffer(DType dtype, const ColsShape& cs) { return empty({cs.m(), cs.k()}, {.dtype = dtype}); }
 
-// Rows per chunk of the copy loops: ~64 KiB of columns per chunk.
-int64_t row_grain(int64_t row_elems) { return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(row_elems, 1)); }
+// Rows per chunk of the copy loops: at least ~32 Ki column elements per chunk.
+int64_t row_grain(int64_t row_elems) {
+  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(row_elems, 1));
+}
 
 template <typename T>
 void im2col(const ColsShape& cs, const void* x, void* cols) {
@@ -75,7 +77,8 @@ void bias_grad(const T* dy, int64_t m, int64_t o, T* grad_bias) {
   for (int64_t c = 0; c < o; ++c) grad_bias[c] = T(acc[c]);
 }
 
-bool gemm(DType dtype, int64_t m, int64_t k, int64_t n, GemmMatrix a, GemmMatrix b, void* c, const void* bias = nullptr) {
+bool gemm(DType dtype, int64_t m, int64_t k, int64_t n, GemmMatrix a, GemmMatrix b, void* c,
+          const void* bias = nullptr) {
   GemmArgs g;
   g.dtype = dtype;
   g.m = m;
@@ -106,7 +109,8 @@ bool backward_input(DType dtype, const ConvShape& s, const void* grad_out, const
 }
 
 template <typename T>
-bool backward_weight(DType dtype, const ConvShape& s, const void* grad_out, const void* x, void* grad_w, void* grad_bias) {
+bool backward_weight(DType dtype, const ConvShape& s, const void* grad_out, const void* x, void* grad_w,
+                     void* grad_bias) {
   const ColsShape cs = cols_shape(s);
   const Tensor cols = cols_buffer(dtype, cs);
   im2col<T>(cs, x, cols.data_ptr());
@@ -125,7 +129,8 @@ bool gemm_conv_applies(DType dtype, const ConvShape& s) {
 
 bool gemm_conv_forward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* bias, void* out) {
   if (!gemm_conv_applies(dtype, s)) return false;
-  return counted(dtype == DType::bf16 ? forward<BFloat16>(dtype, s, x, w, bias, out) : forward<float>(dtype, s, x, w, bias, out));
+  return counted(dtype == DType::bf16 ? forward<BFloat16>(dtype, s, x, w, bias, out)
+                                      : forward<float>(dtype, s, x, w, bias, out));
 }
 
 bool gemm_conv_backward_input(DType dtype, const ConvShape& s, const void* grad_out, const void* w, void* grad_x) {

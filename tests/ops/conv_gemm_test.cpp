@@ -66,7 +66,8 @@ Reference reference(const ConvShape& s, const std::vector<double>& x, const std:
           for (int64_t c = 0; c < s.c; ++c)
             for (int64_t i = 0; i < s.kh; ++i)
               for (int64_t j = 0; j < s.kw; ++j) {
-                const int64_t ih = oh * s.p.stride[0] - s.p.padding[0] + i, iw = ow * s.p.stride[1] - s.p.padding[1] + j;
+                const int64_t ih = oh * s.p.stride[0] - s.p.padding[0] + i;
+                const int64_t iw = ow * s.p.stride[1] - s.p.padding[1] + j;
                 if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
                 const int64_t xi = ((n * s.h + ih) * s.w + iw) * s.c + c, wi = ((o * s.c + c) * s.kh + i) * s.kw + j;
                 acc += x[xi] * w[wi];
