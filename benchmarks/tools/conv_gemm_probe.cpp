@@ -7,7 +7,7 @@
 //         to plain OIHW (no reorder after; -1 where oneDNN has only its reference kernel for that,
 //         which is 100-1000x slower)
 //   gemm  forward      out (M, O) = cols (M, K) · Wᵀ      after im2col
-//         backward-d   dcols (M, K) = dY (M, O) · W       then col2im (gather, f32 sums)
+//         backward-d   dcols (M, K) = dY (M, O) · W       (fp32) then col2im (gather, f32 sums)
 //         backward-w   dW (O, K) = dYᵀ (O, M) · cols      after im2col
 //         (M = N·Ho·Wo, K = C·kh·kw; ops/cpu/conv_gemm_cols.h, the loops the kernel runs; the
 //         1x1 stride-2 projections go through im2col too, which is then a subsample copy)
@@ -106,9 +106,9 @@ struct Mm {
   memory a, b, c;
   std::string impl;
 };
-Mm make_mm(dt d, int64_t m, int64_t k, int64_t n, memory::dims sa, memory::dims sb) {
+Mm make_mm(dt d, int64_t m, int64_t k, int64_t n, memory::dims sa, memory::dims sb, dt dc) {
   Mm r;
-  const memory::desc a({1, m, k}, d, sa), b({1, k, n}, d, sb), c({1, m, n}, d, {m * n, n, 1});
+  const memory::desc a({1, m, k}, d, sa), b({1, k, n}, d, sb), c({1, m, n}, dc, {m * n, n, 1});
   matmul::primitive_desc pd({a, b, c}, eng);
   r.prim = matmul(pd);
   r.impl = pd.impl_info_str();
@@ -137,7 +137,7 @@ void par_im2col(const precis::cpu::ColsShape& s, const T* x, T* cols) {
   }
 }
 template <typename T>
-void par_col2im(const precis::cpu::ColsShape& s, const T* cols, T* dx) {
+void par_col2im(const precis::cpu::ColsShape& s, const float* cols, T* dx) {
   const int64_t p = s.n * s.h * s.w;
 #pragma omp parallel
   {
@@ -198,16 +198,17 @@ void probe(dt d, int reps) {
     const precis::cpu::ColsShape cs{n, L.hw, L.hw, L.c, ho, ho, L.k, L.k, L.s, L.s, pad, pad};
     const int64_t M = cs.m(), K = cs.k(), O = L.o;
     std::vector<T> x(n * L.hw * L.hw * L.c), dx(x.size()), y(M * O), w(O * K), cols(M * K);
+    std::vector<float> dcols(M * K);  // the input gradient's columns stay fp32 (as in the kernel)
     // forward: cols (M,K) · Wᵀ (K,O): W (O,K) row-major read column-major
-    Mm mf = make_mm(d, M, K, O, {M * K, K, 1}, {K * O, 1, K});
-    Mm mbd = make_mm(d, M, O, K, {M * O, O, 1}, {O * K, K, 1});
-    Mm mbw = make_mm(d, O, M, K, {O * M, 1, O}, {M * K, K, 1});
+    Mm mf = make_mm(d, M, K, O, {M * K, K, 1}, {K * O, 1, K}, d);
+    Mm mbd = make_mm(d, M, O, K, {M * O, O, 1}, {O * K, K, 1}, dt::f32);
+    Mm mbw = make_mm(d, O, M, K, {O * M, 1, O}, {M * K, K, 1}, d);
     const double tm[3] = {time_ms([&] { run_mm(mf, cols.data(), w.data(), y.data()); }, reps),
-                          time_ms([&] { run_mm(mbd, y.data(), w.data(), cols.data()); }, reps),
+                          time_ms([&] { run_mm(mbd, y.data(), w.data(), dcols.data()); }, reps),
                           time_ms([&] { run_mm(mbw, y.data(), cols.data(), w.data()); }, reps)};
     const double tg[3] = {
         time_ms([&] { par_im2col(cs, x.data(), cols.data()); run_mm(mf, cols.data(), w.data(), y.data()); }, reps),
-        time_ms([&] { run_mm(mbd, y.data(), w.data(), cols.data()); par_col2im(cs, cols.data(), dx.data()); }, reps),
+        time_ms([&] { run_mm(mbd, y.data(), w.data(), dcols.data()); par_col2im(cs, dcols.data(), dx.data()); }, reps),
         time_ms([&] { par_im2col(cs, x.data(), cols.data()); run_mm(mbw, y.data(), cols.data(), w.data()); }, reps)};
     for (int p = 0; p < 3; ++p) tot[p] += tc[p] * L.count, tot[4 + p] += tg[p] * L.count;
     tot[3] += (t_bwp < 0 ? tc[2] : t_bwp) * L.count;

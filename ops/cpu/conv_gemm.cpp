@@ -7,8 +7,8 @@
 //   backward weight  dW (O, K)    = dYᵀ (O, M) · cols (M, K)             dW is OIHW as it lies
 // W (O, C, kh, kw) is the (O, K) matrix as it lies, so no weight is reordered. The GEMM is the
 // project's oneDNN matmul (ops/cpu/gemm.h): bf16 operands accumulate in fp32 inside it and are
-// rounded once on output; col2im sums its (at most kh·kw) terms per element in fp32 and rounds
-// once. Every split (im2col, col2im, the bias sum) has a fixed order: the results do not depend
+// rounded once on output; dcols is kept in fp32 (GemmArgs::c_f32) and col2im sums its (at most
+// kh·kw) terms per element in fp32 and rounds once. Every split (im2col, col2im, the bias sum) has a fixed order: the results do not depend
 // on the thread count beyond what oneDNN's matmul does.
 #ifdef PRECIS_HAS_ONEDNN
 
@@ -60,11 +60,12 @@ void im2col(const ColsShape& cs, const void* x, void* cols) {
   });
 }
 
+// cols in float (the GEMM's fp32 sums, for f32 and bf16 alike), dx in T.
 template <typename T>
 void col2im(const ColsShape& cs, const void* cols, void* dx) {
   parallel_for(0, cs.n * cs.h * cs.w, row_grain(cs.k()), [&](int64_t b, int64_t e) {
     std::vector<float> acc(static_cast<size_t>(cs.c));
-    col2im_nhwc(cs, static_cast<const T*>(cols), static_cast<T*>(dx), acc.data(), b, e);
+    col2im_nhwc(cs, static_cast<const float*>(cols), static_cast<T*>(dx), acc.data(), b, e);
   });
 }
 
@@ -78,8 +79,9 @@ void bias_grad(const T* dy, int64_t m, int64_t o, T* grad_bias) {
 }
 
 bool gemm(DType dtype, int64_t m, int64_t k, int64_t n, GemmMatrix a, GemmMatrix b, void* c,
-          const void* bias = nullptr) {
+          const void* bias = nullptr, bool c_f32 = false) {
   GemmArgs g;
+  g.c_f32 = c_f32;
   g.dtype = dtype;
   g.m = m;
   g.k = k;
@@ -102,8 +104,12 @@ bool forward(DType dtype, const ConvShape& s, const void* x, const void* w, cons
 template <typename T>
 bool backward_input(DType dtype, const ConvShape& s, const void* grad_out, const void* w, void* grad_x) {
   const ColsShape cs = cols_shape(s);
-  const Tensor cols = cols_buffer(dtype, cs);
-  if (!gemm(dtype, cs.m(), s.o, cs.k(), row_major(grad_out, s.o), row_major(w, cs.k()), cols.data_ptr())) return false;
+  // dcols stays in fp32 (bf16 included): col2im adds up to kh·kw of its entries per element, and
+  // rounding each to bf16 first loses the small sums of cancelling terms.
+  const Tensor cols = cols_buffer(DType::f32, cs);
+  if (!gemm(dtype, cs.m(), s.o, cs.k(), row_major(grad_out, s.o), row_major(w, cs.k()), cols.data_ptr(), nullptr,
+            dtype == DType::bf16))
+    return false;
   col2im<T>(cs, cols.data_ptr(), grad_x);
   return true;
 }

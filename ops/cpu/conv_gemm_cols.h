@@ -49,10 +49,11 @@ void im2col_nhwc(const ColsShape& s, const T* x, T* cols, int64_t m0, int64_t m1
 
 /// dx rows [p0, p1) of (N·H·W, C) = the sum of every cols entry read from that position (the
 /// adjoint of im2col), accumulated in float per element and rounded once; acc holds C floats.
+/// cols may be float for a bf16 dx (the GEMM's unrounded sums: one rounding in all).
 /// A gather (each output written once), so the split over threads is race-free and the summation
 /// order fixed: deterministic.
-template <typename T>
-void col2im_nhwc(const ColsShape& s, const T* cols, T* dx, float* acc, int64_t p0, int64_t p1) {
+template <typename C, typename T>
+void col2im_nhwc(const ColsShape& s, const C* cols, T* dx, float* acc, int64_t p0, int64_t p1) {
   const int64_t kk = s.kh * s.kw, k = s.k();
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t iw = p % s.w, ih = (p / s.w) % s.h, n = p / (s.w * s.h);
@@ -65,7 +66,7 @@ void col2im_nhwc(const ColsShape& s, const T* cols, T* dx, float* acc, int64_t p
         const int64_t tw = iw + s.pw - j;
         if (tw < 0 || tw % s.sw != 0 || tw / s.sw >= s.wo) continue;
         const int64_t ow = tw / s.sw;
-        const T* src = cols + ((n * s.ho + oh) * s.wo + ow) * k + i * s.kw + j;
+        const C* src = cols + ((n * s.ho + oh) * s.wo + ow) * k + i * s.kw + j;
         for (int64_t c = 0; c < s.c; ++c) acc[c] += static_cast<float>(src[c * kk]);
       }
     }

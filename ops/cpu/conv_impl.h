@@ -36,8 +36,8 @@ bool onednn_conv_backward(DType dtype, const ConvShape& s, const void* grad_out,
 enum class ConvPass { forward, backward_input, backward_weight };
 
 // im2col + oneDNN matmul on channels-last activations (ops/cpu/conv_gemm.cpp): f32 and bf16; bf16
-// operands accumulate in fp32 inside the GEMM (and col2im's sums are fp32), each result rounded
-// once. Applies to s.nhwc problems with groups 1 and dilation 1 (gemm_conv_applies); each returns
+// operands accumulate in fp32 inside the GEMM (the input gradient's column matrix stays fp32 and
+// col2im sums in fp32), each result rounded once. Applies to s.nhwc problems with groups 1 and dilation 1 (gemm_conv_applies); each returns
 // false, computing nothing it has not overwritten anyway, when it does not apply or oneDNN's
 // matmul has no fast kernel (the caller then runs the convolution primitives).
 bool gemm_conv_applies(DType dtype, const ConvShape& s);
