@@ -5,7 +5,8 @@
 //   forward          out (M, O)   = cols (M, K) · Wᵀ (K, O)   [+ bias]   out is NHWC as it lies
 //   backward input   dcols (M, K) = dY (M, O) · W (O, K);  dX = col2im(dcols)
 //   backward weight  dW (O, K)    = dYᵀ (O, M) · cols (M, K)             dW is OIHW as it lies
-// W (O, C, kh, kw) is the (O, K) matrix as it lies, so no weight is reordered. The GEMM is the
+// W (O, C, kh, kw) is the (O, K) matrix as it lies, so no weight is reordered; a 1×1 stride-1
+// unpadded conv uses the activation itself as the column matrix (no im2col/col2im). The GEMM is the
 // project's oneDNN matmul (ops/cpu/gemm.h): bf16 operands accumulate in fp32 inside it and are
 // rounded once on output; dcols is kept in fp32 (GemmArgs::c_f32) and col2im sums its (at most
 // kh·kw) terms per element in fp32 and rounds once. Every split (im2col, col2im, the bias sum) has a fixed order: the results do not depend
@@ -93,17 +94,36 @@ bool gemm(DType dtype, int64_t m, int64_t k, int64_t n, GemmMatrix a, GemmMatrix
   return onednn_gemm(g);
 }
 
+// A 1×1 kernel with stride 1 and no padding: the NHWC activation is its own column matrix (M = N·H·W,
+// K = C), so no im2col / col2im.
+bool is_pointwise(const ConvShape& s) {
+  return s.kh == 1 && s.kw == 1 && s.p.stride[0] == 1 && s.p.stride[1] == 1 && s.p.padding[0] == 0 &&
+         s.p.padding[1] == 0;
+}
+
+// The column matrix of x: x itself for a pointwise conv, else im2col into `holder`.
+template <typename T>
+const void* columns(DType dtype, const ConvShape& s, const void* x, Tensor& holder) {
+  if (is_pointwise(s)) return x;
+  const ColsShape cs = cols_shape(s);
+  holder = cols_buffer(dtype, cs);
+  im2col<T>(cs, x, holder.data_ptr());
+  return holder.data_ptr();
+}
+
 template <typename T>
 bool forward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* bias, void* out) {
   const ColsShape cs = cols_shape(s);
-  const Tensor cols = cols_buffer(dtype, cs);
-  im2col<T>(cs, x, cols.data_ptr());
-  return gemm(dtype, cs.m(), cs.k(), s.o, row_major(cols.data_ptr(), cs.k()), col_major(w, cs.k()), out, bias);
+  Tensor holder;
+  const void* cols = columns<T>(dtype, s, x, holder);
+  return gemm(dtype, cs.m(), cs.k(), s.o, row_major(cols, cs.k()), col_major(w, cs.k()), out, bias);
 }
 
 template <typename T>
 bool backward_input(DType dtype, const ConvShape& s, const void* grad_out, const void* w, void* grad_x) {
   const ColsShape cs = cols_shape(s);
+  if (is_pointwise(s))  // dX is dcols: one GEMM, one rounding
+    return gemm(dtype, cs.m(), s.o, cs.k(), row_major(grad_out, s.o), row_major(w, cs.k()), grad_x);
   // dcols stays in fp32 (bf16 included): col2im adds up to kh·kw of its entries per element, and
   // rounding each to bf16 first loses the small sums of cancelling terms.
   const Tensor cols = cols_buffer(DType::f32, cs);
@@ -118,10 +138,9 @@ template <typename T>
 bool backward_weight(DType dtype, const ConvShape& s, const void* grad_out, const void* x, void* grad_w,
                      void* grad_bias) {
   const ColsShape cs = cols_shape(s);
-  const Tensor cols = cols_buffer(dtype, cs);
-  im2col<T>(cs, x, cols.data_ptr());
-  if (!gemm(dtype, s.o, cs.m(), cs.k(), col_major(grad_out, s.o), row_major(cols.data_ptr(), cs.k()), grad_w))
-    return false;
+  Tensor holder;
+  const void* cols = columns<T>(dtype, s, x, holder);
+  if (!gemm(dtype, s.o, cs.m(), cs.k(), col_major(grad_out, s.o), row_major(cols, cs.k()), grad_w)) return false;
   if (grad_bias != nullptr) bias_grad(static_cast<const T*>(grad_out), cs.m(), s.o, static_cast<T*>(grad_bias));
   return true;
 }
@@ -159,11 +178,13 @@ bool gemm_conv_rule_active() {
   return amx;
 }
 
-// Per pass, the probe's ratios (oneDNN conv / GEMM route, one thread, CPU time, bf16; the design
-// doc has the table): at 4×4 outputs the GEMM wins every pass by 1.7-5.6x; at 8×8 outputs it wins
-// the weight gradient (1.1-3.7x) but loses forward and input gradient; at 16×16 and 32×32 it loses
-// everything but the 1×1 weight gradient (1.9x). f32 has no clear win (<= 1.3x at one shape, losses
-// up to 2x elsewhere), so f32 keeps the convolution primitives.
+// Per pass, the probe's ratios (oneDNN conv / GEMM route, bf16, one thread, CPU time, two runs;
+// the design doc has the table): at 4×4 outputs the GEMM wins the 3×3 convs' forward by 1.1-1.7x,
+// input gradient 1.8-3.0x, weight gradient 3.7-5.6x (the 1×1 projection's forward loses, 0.67-0.82x,
+// 0.1 ms; kept for one simple rule); at 8×8 outputs it wins the weight gradient (1.1-3.7x) but loses
+// forward and input gradient; at 16×16 and 32×32 it loses everything but the 1×1 weight gradient
+// (1.6-1.9x). f32 has no clear win (<= 1.3x at one shape, losses up to 3x elsewhere), so f32 keeps
+// the convolution primitives.
 bool gemm_conv_preferred(DType dtype, const ConvShape& s, ConvPass pass) {
   if (dtype != DType::bf16 || !gemm_conv_applies(dtype, s) || !gemm_conv_rule_active()) return false;
   const int64_t out_map = s.ho * s.wo;
