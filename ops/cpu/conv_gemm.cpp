@@ -9,8 +9,8 @@
 // unpadded conv uses the activation itself as the column matrix (no im2col/col2im). The GEMM is the
 // project's oneDNN matmul (ops/cpu/gemm.h): bf16 operands accumulate in fp32 inside it and are
 // rounded once on output; dcols is kept in fp32 (GemmArgs::c_f32) and col2im sums its (at most
-// kh·kw) terms per element in fp32 and rounds once. Every split (im2col, col2im, the bias sum) has a fixed order: the results do not depend
-// on the thread count beyond what oneDNN's matmul does.
+// kh·kw) terms per element in fp32 and rounds once. Every split (im2col, col2im, the bias sum) has
+// a fixed order: the results do not depend on the thread count beyond what oneDNN's matmul does.
 #ifdef PRECIS_HAS_ONEDNN
 
 #include <algorithm>
