@@ -5,6 +5,8 @@
 //         absent), converted to f32 like f16
 //   f16   converted to f32 (bulk conversion), the f32 path, rounded back once
 //   f64   im2col + Eigen (oneDNN has no f64)
+// Channels-last bf16 passes that the fixed shape rule gemm_conv_preferred picks (small maps, weight
+// gradients; docs/design/cpu-conv.md) run as im2col + oneDNN matmul (ops/cpu/conv_gemm.cpp).
 // Activations come contiguous (NCHW) or all channels-last (NHWC; ops/conv.cpp); weights contiguous.
 // oneDNN takes channels-last activations as they are; the other back ends get NCHW copies.
 #include "ops/conv_plan.h"
@@ -92,9 +94,13 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Te
   const ConvShape s = conv_shape(x, w, out, p);
   if (s.nhwc) {
 #ifdef PRECIS_HAS_ONEDNN
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+      if (gemm_conv_preferred(dtype_of<T>(), s, ConvPass::forward) &&
+          gemm_conv_forward(dtype_of<T>(), s, x.data_ptr(), w.data_ptr(), raw_ptr_or_null(bias), out.data_ptr()))
+        return;
       if (onednn_conv_forward(dtype_of<T>(), s, x.data_ptr(), w.data_ptr(), raw_ptr_or_null(bias), out.data_ptr()))
         return;
+    }
 #endif
     const Tensor out_c = nchw_like(out);
     conv2d_kernel<T>(out_c, nchw_copy(x), w, bias, p);
@@ -124,16 +130,29 @@ void conv2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_w, const Te
                             const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   const ConvShape s = backward_shape(grad_x, grad_w, grad_out, x, w, p);
   if (s.nhwc) {
+    // The gradients still to compute: the GEMM route takes the passes its shape rule picks, the
+    // convolution primitives (or the fallback) the rest.
+    Tensor gx = grad_x, gw = grad_w, gb = grad_bias;
 #ifdef PRECIS_HAS_ONEDNN
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
-      if (onednn_conv_backward(dtype_of<T>(), s, grad_out.data_ptr(), raw_ptr_or_null(x), raw_ptr_or_null(w),
-                               raw_ptr_or_null(grad_x), raw_ptr_or_null(grad_w), raw_ptr_or_null(grad_bias)))
+      constexpr DType dt = dtype_of<T>();
+      if (gx.defined() && gemm_conv_preferred(dt, s, ConvPass::backward_input) &&
+          gemm_conv_backward_input(dt, s, grad_out.data_ptr(), w.data_ptr(), gx.data_ptr()))
+        gx = Tensor();
+      if (gw.defined() && gemm_conv_preferred(dt, s, ConvPass::backward_weight) &&
+          gemm_conv_backward_weight(dt, s, grad_out.data_ptr(), x.data_ptr(), gw.data_ptr(), raw_ptr_or_null(gb))) {
+        gw = Tensor();
+        gb = Tensor();
+      }
+      if (!gx.defined() && !gw.defined()) return;
+      if (onednn_conv_backward(dt, s, grad_out.data_ptr(), raw_ptr_or_null(x), raw_ptr_or_null(w),
+                               raw_ptr_or_null(gx), raw_ptr_or_null(gw), raw_ptr_or_null(gb)))
         return;
     }
 #endif
-    const Tensor gx_c = nchw_like(grad_x);
-    conv2d_backward_kernel<T>(gx_c, grad_w, grad_bias, nchw_copy(grad_out), nchw_copy(x), w, p);
-    copy_into(grad_x, gx_c);
+    const Tensor gx_c = nchw_like(gx);
+    conv2d_backward_kernel<T>(gx_c, gw, gb, nchw_copy(grad_out), nchw_copy(x), w, p);
+    copy_into(gx, gx_c);
     return;
   }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {

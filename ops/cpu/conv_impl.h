@@ -31,6 +31,31 @@ bool onednn_conv_forward(DType dtype, const ConvShape& s, const void* x, const v
 /// fast implementation.
 bool onednn_conv_backward(DType dtype, const ConvShape& s, const void* grad_out, const void* x, const void* w,
                           void* grad_x, void* grad_w, void* grad_bias);
+
+/// The passes of a training step.
+enum class ConvPass { forward, backward_input, backward_weight };
+
+// im2col + oneDNN matmul on channels-last activations (ops/cpu/conv_gemm.cpp): f32 and bf16; bf16
+// operands accumulate in fp32 inside the GEMM (the input gradient's column matrix stays fp32 and
+// col2im sums in fp32), each result rounded once. Applies to s.nhwc problems with groups 1 and dilation 1 (gemm_conv_applies); each returns
+// false, computing nothing it has not overwritten anyway, when it does not apply or oneDNN's
+// matmul has no fast kernel (the caller then runs the convolution primitives).
+bool gemm_conv_applies(DType dtype, const ConvShape& s);
+bool gemm_conv_forward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* bias, void* out);
+bool gemm_conv_backward_input(DType dtype, const ConvShape& s, const void* grad_out, const void* w, void* grad_x);
+/// grad_bias may be null.
+bool gemm_conv_backward_weight(DType dtype, const ConvShape& s, const void* grad_out, const void* x, void* grad_w,
+                               void* grad_bias);
+/// How many passes the GEMM route has computed in this process (for tests: proof of routing).
+int64_t gemm_conv_passes_run();
+/// Whether the CPU is the kind the GEMM route's shape rule was measured on (AVX-512 with AMX bf16).
+bool gemm_conv_rule_active();
+/// The fixed shape rule choosing the GEMM route over oneDNN's convolution for one pass (no
+/// autotuning; derived from benchmarks/tools/conv_gemm_probe.cpp, figures in
+/// docs/design/cpu-conv.md): bf16 only, when gemm_conv_applies, on an AMX CPU, and
+///   every pass         when the output map Ho·Wo <= 16 (ResNet's 4×4 stage),
+///   backward weight    also when Ho·Wo <= 64, or for a 1×1 kernel at any size.
+bool gemm_conv_preferred(DType dtype, const ConvShape& s, ConvPass pass);
 #endif
 
 // im2col + Eigen GEMM (NCHW activations only), for float and double (accumulating in T), split over the intra-op pool by

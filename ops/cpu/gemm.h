@@ -37,6 +37,9 @@ struct GemmArgs {
   GemmMatrix a, b;
   void* c = nullptr;
   const void* bias = nullptr;
+  /// bf16 only (onednn_gemm): c is written in f32, the fp32 accumulator unrounded (for a caller that
+  /// sums the products further, e.g. conv's col2im; ops/cpu/conv_gemm.cpp). No bias with it.
+  bool c_f32 = false;
 };
 
 /// Rewrites the strides of a (rows, cols) matrix into the canonical form GemmMatrix documents

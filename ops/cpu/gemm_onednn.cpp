@@ -23,7 +23,7 @@ namespace precis::cpu {
 namespace {
 
 // ---- primitive cache ---------------------------------------------------------------------------
-// dtype, bias?, threads, batch, batch2, batch_a, batch_b, batch2_a, batch2_b, m, k, n,
+// dtype (| c_f32 << 8), bias?, threads, batch, batch2, batch_a, batch_b, batch2_a, batch2_b, m, k, n,
 // a strides (4), b strides (4).
 using Key = std::array<int64_t, 20>;
 
@@ -72,8 +72,9 @@ std::shared_ptr<const CachedMatmul> build(const GemmArgs& g) {
   const memory::data_type dt = g.dtype == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   p->a = operand_desc(g.a, g, g.m, g.k, dt);
   p->b = operand_desc(g.b, g, g.k, g.n, dt);
-  p->c = g.batch2 == 1 ? memory::desc({g.batch, g.m, g.n}, dt, {g.m * g.n, g.n, 1})
-                       : memory::desc({g.batch, g.batch2, g.m, g.n}, dt, {g.batch2 * g.m * g.n, g.m * g.n, g.n, 1});
+  const memory::data_type c_dt = g.c_f32 ? memory::data_type::f32 : dt;
+  p->c = g.batch2 == 1 ? memory::desc({g.batch, g.m, g.n}, c_dt, {g.m * g.n, g.n, 1})
+                       : memory::desc({g.batch, g.batch2, g.m, g.n}, c_dt, {g.batch2 * g.m * g.n, g.m * g.n, g.n, 1});
   try {
     dnnl::matmul::primitive_desc pd;
     if (g.bias != nullptr) {
@@ -97,8 +98,9 @@ std::shared_ptr<const CachedMatmul> build(const GemmArgs& g) {
 
 bool onednn_gemm(const GemmArgs& g) {
   if (g.dtype != DType::f32 && g.dtype != DType::bf16) return false;
+  if (g.c_f32 && (g.dtype != DType::bf16 || g.bias != nullptr)) return false;
   const int threads = sync_thread_count();
-  const Key key{static_cast<int64_t>(g.dtype), g.bias != nullptr, threads, g.batch, g.batch2,
+  const Key key{static_cast<int64_t>(g.dtype) | (int64_t{g.c_f32} << 8), g.bias != nullptr, threads, g.batch, g.batch2,
                 batch_dim(g.a, g.batch), batch_dim(g.b, g.batch), batch2_dim(g.a, g.batch2),
                 batch2_dim(g.b, g.batch2), g.m, g.k, g.n,
                 g.a.batch_stride, g.a.batch_stride2, g.a.row_stride, g.a.col_stride,
