@@ -168,8 +168,11 @@ void run_reduction(const ReducePlan& p, const T* x, const Op& op) {
   const int64_t grain =
       std::max<int64_t>(1, kElementwiseGrain / (std::min(p.red_numel, chunk_pos) * std::min(cols, kReduceColumnRun)));
   parallel_for(0, items, grain, [&](int64_t b, int64_t e) {
-    std::vector<acc_t> buf_storage(static_cast<size_t>(std::min(cols, kReduceColumnRun)));
-    acc_t* buf = buf_storage.data();
+    // On the stack for narrow outputs (no allocation per task for small sums, e.g. sum_to in a
+    // broadcast op's backward); on the heap for wide ones.
+    acc_t small[kReduceColumnBlock];
+    std::vector<acc_t> wide(cols > kReduceColumnBlock ? static_cast<size_t>(std::min(cols, kReduceColumnRun)) : 0);
+    acc_t* buf = cols > kReduceColumnBlock ? wide.data() : small;
     for (int64_t i = b; i < e; ++i) {
       const int64_t c = i % n_chunks;
       const int64_t blk = (i / n_chunks) % n_blocks;
