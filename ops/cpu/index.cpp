@@ -107,8 +107,12 @@ void scatter_add_impl(const Tensor& out, int64_t dim, const Tensor& index, const
   for (int64_t d = 0; d < nd; ++d)
     if (d != dim) push(d);
 
-  if (outer < kScatterBlock) {
-    // Few rows across dim: walk dim innermost, one thread per group of other coordinates.
+  // Walk dim innermost only where dim is out's contiguous dim (or there are too few other
+  // positions to fill a vector). Else, e.g. an embedding gradient (V, 256) += src (N, 256) along
+  // dim 0, walking dim innermost hops between table rows at every element (a TLB miss each);
+  // the blocked walk below adds whole contiguous rows. Both add in the same order.
+  if (outer < kScatterBlock && (out.strides()[dim] == 1 || outer < 16)) {
+    // Few positions across dim: walk dim innermost, one thread per group of other coordinates.
     push(dim);
     coalesce_dims<3>(sizes, strides);
     parallel_for(0, outer, std::max<int64_t>(1, kElementwiseGrain / k), [&](int64_t b, int64_t e) {

@@ -55,13 +55,18 @@ A row_sum(const T* p, int64_t n, int64_t st, F&& f) {
   }
 }
 
-// buf[j] += f(p[j] as A, j) for a contiguous run of n <= kReduceColumnBlock.
+// buf[j] += f(p[j] as A, j) for a contiguous run of n elements (low precision widened in
+// L1-sized blocks).
 template <typename T, typename A, typename F>
 void columns_add(A* buf, const T* p, int64_t n, F&& f) {
   if constexpr (kLowPrecision<T>) {
-    float tmp[kReduceColumnBlock];
-    widen(p, tmp, n);
-    for (int64_t j = 0; j < n; ++j) buf[j] += f(tmp[j], j);
+    float tmp[kWidenBlock];
+    for (int64_t b = 0; b < n; b += kWidenBlock) {
+      const int64_t m = std::min(kWidenBlock, n - b);
+      widen(p + b, tmp, m);
+      A* d = buf + b;
+      for (int64_t j = 0; j < m; ++j) d[j] += f(tmp[j], b + j);
+    }
   } else {
     for (int64_t j = 0; j < n; ++j) buf[j] += f(static_cast<A>(p[j]), j);
   }

@@ -19,8 +19,15 @@ namespace precis::cpu {
 /// Reduced elements per partial. Large enough that the partials are cheap, small enough that a
 /// single big reduction (sum of everything) still spreads over the pool.
 inline constexpr int64_t kReduceChunk = 16384;
-/// Kept-dim columns one work item of the outer (column) reduction accumulates at once.
+/// Sets the chunk length of the outer (column) reduction: a chunk holds
+/// kReduceChunk / min(cols, kReduceColumnBlock) reduced positions, so that its partials stay cheap.
 inline constexpr int64_t kReduceColumnBlock = 256;
+/// Kept-dim columns one work item of the outer (column) reduction accumulates at once (its
+/// fp32 buffer, 128 KB, stays in L2). Wide, so that a chunk of whole rows is read as one
+/// contiguous stream: 256-column blocks read 512 bytes a page and made the column sum of a
+/// (2048, 30522) bf16 gradient (linear's bias gradient) 2.4x slower. The width changes no
+/// output's summation order (only the chunk length does): results are the same for any width.
+inline constexpr int64_t kReduceColumnRun = 32768;
 
 /// x's dims split into kept dims (row-major over them is the order of the contiguous output)
 /// and reduced dims, each coalesced. The reduced dims are ordered by decreasing stride so that
@@ -153,21 +160,25 @@ void run_reduction(const ReducePlan& p, const T* x, const Op& op) {
   // columns at a time; each reduced position adds a contiguous run of x into the block buffer.
   const int64_t cols = p.kept_sizes.back();
   const int64_t outer = p.num_out / cols;
-  const int64_t n_blocks = (cols + kReduceColumnBlock - 1) / kReduceColumnBlock;
+  const int64_t n_blocks = (cols + kReduceColumnRun - 1) / kReduceColumnRun;
   const int64_t chunk_pos = std::max<int64_t>(1, kReduceChunk / std::min(cols, kReduceColumnBlock));
   const int64_t n_chunks = (p.red_numel + chunk_pos - 1) / chunk_pos;
   const int64_t items = outer * n_blocks * n_chunks;
   std::vector<acc_t> partials(n_chunks > 1 ? p.num_out * n_chunks : 0);
   const int64_t grain =
-      std::max<int64_t>(1, kElementwiseGrain / (std::min(p.red_numel, chunk_pos) * std::min(cols, kReduceColumnBlock)));
+      std::max<int64_t>(1, kElementwiseGrain / (std::min(p.red_numel, chunk_pos) * std::min(cols, kReduceColumnRun)));
   parallel_for(0, items, grain, [&](int64_t b, int64_t e) {
-    acc_t buf[kReduceColumnBlock];
+    // On the stack for narrow outputs (no allocation per task for small sums, e.g. sum_to in a
+    // broadcast op's backward); on the heap for wide ones.
+    acc_t small[kReduceColumnBlock];
+    std::vector<acc_t> wide(cols > kReduceColumnBlock ? static_cast<size_t>(std::min(cols, kReduceColumnRun)) : 0);
+    acc_t* buf = cols > kReduceColumnBlock ? wide.data() : small;
     for (int64_t i = b; i < e; ++i) {
       const int64_t c = i % n_chunks;
       const int64_t blk = (i / n_chunks) % n_blocks;
       const int64_t ou = i / (n_chunks * n_blocks);
-      const int64_t o0 = ou * cols + blk * kReduceColumnBlock;
-      const int64_t n = std::min(kReduceColumnBlock, cols - blk * kReduceColumnBlock);
+      const int64_t o0 = ou * cols + blk * kReduceColumnRun;
+      const int64_t n = std::min(kReduceColumnRun, cols - blk * kReduceColumnRun);
       const T* base = x + kept_offset(p, o0);
       std::fill(buf, buf + n, op.identity());
       for_each_row<1>(p.red_sizes, red_strides, c * chunk_pos, std::min(p.red_numel, (c + 1) * chunk_pos),

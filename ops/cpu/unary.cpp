@@ -1,7 +1,9 @@
 // Unary element-wise kernels (neg ... pow_scalar) and the backward kernels of relu and gelu.
 // Contiguous f32/f64 rows run as Eigen array expressions on the tensors' memory (vectorised
 // exp/log/tanh/erf); every other row (strided, f16/bf16) goes through kBlock-sized buffers in the
-// compute type: f16/bf16 compute in fp32, f64 in f64, integers in themselves.
+// compute type: f16/bf16 compute in fp32, f64 in f64, integers in themselves. gelu's backward
+// takes its exponentials from ops/cpu/vec_exp.h (exp_array: 16 lanes on AVX-512, ~1 ulp): Eigen's
+// fp32 exp cost 1.15 ns per element here against 0.35, two thirds of that backward's time.
 #include <cmath>
 
 #include <Eigen/Core>
@@ -12,6 +14,7 @@
 #include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/vec_exp.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
 
@@ -196,6 +199,17 @@ struct ReluBackwardOp {
     }
   }
 };
+
+// e = exp(e) in place: vec_exp.h's vectorised exp for fp32, Eigen's for f64.
+template <typename C>
+void exp_in_place(ArrMap<C>& e) {
+  if constexpr (std::is_same_v<C, float>) {
+    exp_array(e.data(), e.data(), e.size());
+  } else {
+    e = e.exp();
+  }
+}
+
 struct GeluBackwardOp {
   explicit GeluBackwardOp(double approx) : tanh_form(approx != 0.0) {}
   bool tanh_form;
@@ -210,12 +224,17 @@ struct GeluBackwardOp {
       alignas(64) C ebuf[kBlock];
       ArrMap<C> u(ubuf, x.size()), e(ebuf, x.size());
       u = C(kSqrt2OverPi) * (x + C(kGeluCoeff) * x * x * x);
-      e = (C(-2) * u.abs()).exp();
+      e = C(-2) * u.abs();
+      exp_in_place(e);
       dst = g * ((u >= C(0)).select(C(1), e) / (C(1) + e) +
                  C(2) * x * e / (C(1) + e).square() * C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCoeff) * x * x));
     } else {
-      // y = x·Φ(x): y' = Φ(x) + x·φ(x)
-      dst = g * (C(0.5) * (C(1) + (x * C(kSqrt1_2)).erf()).max(C(0)) + x * (C(-0.5) * x * x).exp() * C(kInvSqrt2Pi));
+      // y = x·Φ(x): y' = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π).
+      alignas(64) C ebuf[kBlock];  // callers pass at most kBlock elements
+      ArrMap<C> e(ebuf, x.size());
+      e = C(-0.5) * x * x;
+      exp_in_place(e);
+      dst = g * (C(0.5) * (C(1) + (x * C(kSqrt1_2)).erf()).max(C(0)) + x * e * C(kInvSqrt2Pi));
     }
   }
 };

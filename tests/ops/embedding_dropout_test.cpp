@@ -3,6 +3,7 @@
 // gradient-check cases of embedding, dropout, erf and pad (the last two: forward checks too).
 #include <cmath>
 
+#include "autograd/engine.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "ops/functional.h"
@@ -46,6 +47,28 @@ TEST_CASE("embedding gradient adds repeated rows and skips the padding row", "[o
   // The padding row is still looked up in forward (PyTorch does the same).
   REQUIRE(embedding(from_vector<int64_t>({3}), w.detach(), 3).to_vector<double>() ==
           w.detach().narrow(0, 3, 1).reshape({2}).to_vector<double>());
+}
+
+// Backward adds into a zero table with the index_add kernel directly (no index_add op, no mask
+// pass): it must equal index_add into zeros with the padding row cleared, in every float dtype.
+TEST_CASE("embedding gradient of a wide table equals index_add into zeros", "[ops][embedding]") {
+  const int saved = get_num_threads();
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    for (int threads : {1, 2}) {
+      INFO(dtype_name(dt) << ", " << threads << " threads");
+      set_num_threads(threads);
+      Tensor w = randn_input({300, 40}, false, 8, dt).requires_grad_(true);
+      Generator gen(9);
+      const Tensor ids = randint(0, 300, {13, 51}, {.dtype = DType::i64}, &gen);
+      const Tensor gy = randn_input({13, 51, 40}, false, 10, dt);
+      const Tensor gw = autograd::grad({embedding(ids, w, /*padding_idx=*/7)}, {w}, {gy})[0];
+      Tensor want = index_add(zeros({300, 40}, {.dtype = dt}), 0, ids.reshape({-1}), gy.reshape({-1, 40}));
+      want.select(0, 7).zero_();
+      set_num_threads(saved);
+      REQUIRE(gw.dtype() == dt);
+      REQUIRE(gw.to_vector<double>() == want.to_vector<double>());
+    }
+  }
 }
 
 TEST_CASE("embedding rejects bad indices and tables", "[ops][embedding]") {

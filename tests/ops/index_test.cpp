@@ -213,6 +213,54 @@ TEST_CASE("large index_add and scatter_add are deterministic across thread count
   REQUIRE(scatter_add(x, 0, bidx, src).to_vector<float>() == a1);
 }
 
+// index_add along dim 0 of a row table (an embedding gradient) walks the table rows
+// contiguously; where there are few of them it walks the indexed dim innermost. Either way each
+// element gets its additions in increasing index position, accumulated in fp32 (f64 for f64) from
+// x's value and rounded once: the reference below does exactly that, so results must be equal.
+TEST_CASE("index_add along dim 0 adds rows in index order for every float dtype and thread count",
+          "[ops][index]") {
+  const int saved = get_num_threads();
+  struct Table {
+    int64_t rows, cols, n;
+  };
+  for (const Table tb : {Table{50, 37, 777}, Table{40, 300, 513}, Table{7, 1100, 99}, Table{300, 9, 1001}}) {
+    for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      INFO("table " << tb.rows << "x" << tb.cols << ", " << tb.n << " indices, " << dtype_name(dt));
+      const Tensor x = randn_input({tb.rows, tb.cols}, false, 5, dt);
+      const Tensor idx = random_index({tb.n}, tb.rows, 6);
+      const Tensor src = randn_input({tb.n, tb.cols}, false, 7, dt);
+      const auto vx = x.to_vector<double>(), vs = src.to_vector<double>();
+      const auto vi = idx.to_vector<int64_t>();
+      std::vector<double> expect(vx.size());
+      for (int64_t c = 0; c < tb.cols; ++c) {
+        for (int64_t r = 0; r < tb.rows; ++r) {
+          if (dt == DType::f64) {
+            double acc = vx[r * tb.cols + c];
+            for (int64_t j = 0; j < tb.n; ++j)
+              if (vi[j] == r) acc += vs[j * tb.cols + c];
+            expect[r * tb.cols + c] = acc;
+          } else {
+            float acc = static_cast<float>(vx[r * tb.cols + c]);
+            for (int64_t j = 0; j < tb.n; ++j)
+              if (vi[j] == r) acc += static_cast<float>(vs[j * tb.cols + c]);
+            expect[r * tb.cols + c] = acc;
+          }
+        }
+      }
+      // Rounded once to dt, as the kernel does.
+      const auto want =
+          dt == DType::f64 ? expect : from_vector<double>(expect, x.sizes()).to(DType::f32).to(dt).to_vector<double>();
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        const auto got = index_add(x, 0, idx, src).to_vector<double>();
+        set_num_threads(saved);
+        INFO(threads << " threads");
+        REQUIRE(got == want);
+      }
+    }
+  }
+}
+
 TEST_CASE("indexing ops reject bad indices", "[ops][index]") {
   Tensor x = zeros({3, 4});
   PRECIS_REQUIRE_THROWS_WITH_ALL(index_select(x, 0, from_vector<int64_t>({0, 3})), IndexError, "index_select",

@@ -252,6 +252,61 @@ TEST_CASE("mean and var match f64 references", "[ops][reduce]") {
   }
 }
 
+// The column (outer) reduction reads a block of up to kReduceColumnRun (32768) kept columns per
+// reduced position, widening f16/bf16 in sub-blocks of 512: rows wider than one block (with a
+// ragged last block) and more than one outer entry, every float dtype, 1 and 2 threads.
+TEST_CASE("wide column sums, means and variances match f64 references", "[ops][reduce]") {
+  const int saved = get_num_threads();
+  struct Wide {
+    Shape shape;
+    std::vector<int64_t> dims;
+  };
+  const std::vector<Wide> cases = {{{37, 70001}, {0}}, {{3, 5, 33001}, {1}}, {{130, 1500}, {0}}};
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    for (const Wide& c : cases) {
+      const Tensor x = randn_input(c.shape, false, 21, dt);
+      INFO("shape " << shape_str(c.shape) << " " << dtype_name(dt));
+      const Shape out_shape = kept(x, c.dims, false);
+      const std::vector<double> sum_ref = reference_reduce(x, c.dims, ref_sum);
+      const std::vector<double> abs_sum = reference_reduce(x, c.dims, [](const std::vector<double>& g) {
+        double a = 0;
+        for (double v : g) a += std::fabs(v);
+        return a;
+      });
+      const double count = static_cast<double>(x.numel() / static_cast<int64_t>(sum_ref.size()));
+      const Tensor var_ref = expected_tensor(reference_reduce(x, c.dims, ref_var(1)), out_shape);
+      // Sums of random signs cancel: bound the error by the accumulation's (64 fp32 additions in
+      // a chunk, f64 between chunks) times Σ|x|, plus the output's rounding.
+      const double unit = dt == DType::f64 ? 0x1p-53 : 0x1p-24;
+      const double out_unit = dt == DType::f16 ? 0x1p-11 : dt == DType::bf16 ? 0x1p-8 : unit;
+      auto require_sums = [&](const Tensor& got, double divisor) {
+        const std::vector<double> g = got.to_vector<double>();
+        REQUIRE(g.size() == sum_ref.size());
+        for (size_t o = 0; o < g.size(); ++o) {
+          const double want = sum_ref[o] / divisor;
+          INFO("output " << o << " got " << g[o] << " want " << want);
+          REQUIRE(std::fabs(g[o] - want) <= 64 * unit * abs_sum[o] / divisor + out_unit * std::fabs(want) + 1e-300);
+        }
+      };
+      std::vector<std::vector<double>> by_threads;
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        const Tensor s = sum(x, c.dims), m = mean(x, c.dims), v = var(x, c.dims);
+        REQUIRE(s.sizes() == out_shape);
+        require_sums(s, 1.0);
+        require_sums(m, count);
+        PRECIS_REQUIRE_CLOSE(v, var_ref, dt);
+        std::vector<double> all = s.to_vector<double>();
+        for (const Tensor& t : {m, v})
+          for (double d : t.to_vector<double>()) all.push_back(d);
+        by_threads.push_back(std::move(all));
+      }
+      set_num_threads(saved);
+      REQUIRE(by_threads[0] == by_threads[1]);
+    }
+  }
+}
+
 TEST_CASE("var is stable for data with a large mean", "[ops][reduce]") {
   // 1e4 + randn in fp32: a one-pass E[x^2] - E[x]^2 loses every significant digit here.
   Tensor noise = randn_input({200000}, false, 21, DType::f64);

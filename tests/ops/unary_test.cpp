@@ -4,7 +4,9 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
 
+#include "core/thread_pool.h"
 #include "ops/elementwise_backward.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
@@ -166,6 +168,41 @@ TEST_CASE("relu and gelu backward kernels", "[ops][unary]") {
     for (DType dt : {DType::f32, DType::bf16}) {
       Tensor lo = gelu_backward(gs.to(dt), non_contiguous(xs.to(dt)), approx);
       PRECIS_REQUIRE_CLOSE(lo, gelu_backward(gs.to(dt).to(DType::f64), xs.to(dt).to(DType::f64), approx), dt);
+    }
+  }
+}
+
+// gelu's backward takes exp from ops/cpu/vec_exp.h for fp32 compute (f32, f16, bf16): against
+// the f64 derivative over [-10, 10], several kBlock chunks with a ragged tail, contiguous and
+// strided, every float dtype, 1 and 2 threads.
+TEST_CASE("gelu backward matches the f64 derivative in every float dtype", "[ops][unary]") {
+  const int saved = get_num_threads();
+  const double k = std::sqrt(2.0 / M_PI), c = 0.044715;
+  auto d_erf = [](double x) {
+    return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+  };
+  auto d_tanh = [&](double x) {
+    const double t = std::tanh(k * (x + c * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * c * x * x);
+  };
+  for (const char* approx : {"none", "tanh"}) {
+    for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      for (bool nc : {false, true}) {
+        Tensor x = uniform_input({3, 1777}, -10, 10, false, 12, dt);
+        const Tensor g = uniform_input({3, 1777}, -1, 1, false, 13, dt);
+        if (nc) x = non_contiguous(x);
+        const auto xv = x.to_vector<double>(), gv = g.to_vector<double>();
+        std::vector<double> want(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i)
+          want[i] = gv[i] * (std::string(approx) == "tanh" ? d_tanh(xv[i]) : d_erf(xv[i]));
+        for (int threads : {1, 2}) {
+          INFO(approx << " " << dtype_name(dt) << (nc ? " strided " : " ") << threads << " threads");
+          set_num_threads(threads);
+          const Tensor got = gelu_backward(g, x, approx);
+          set_num_threads(saved);
+          PRECIS_REQUIRE_CLOSE(got, from_vector<double>(want, x.sizes()), dt);
+        }
+      }
     }
   }
 }
