@@ -1,10 +1,12 @@
 // CPU normalisation kernels: batch_norm, layer_norm, group_norm, forward and fused backward.
 // Inputs are contiguous (the functional code sees to it), or for batch_norm channels-last rows
-// (strides (S·C, 1, C)). Statistics, parameters and parameter
-// gradients are in A = opmath_t<T> (fp32 for f32/f16/bf16, f64 for f64); f16/bf16 rows are
-// widened to fp32 row buffers. Each kernel parallelises over the unit its statistics belong to
-// (channel, row, sample·group) and finishes that unit while its data is still in cache, so every
-// forward reads its input from memory once and every backward reads grad and x once.
+// (strides (S·C, 1, C)). Statistics, parameters and parameter gradients are in A = opmath_t<T>
+// (fp32 for f32/f16/bf16, f64 for f64); f16/bf16 rows are widened to fp32 row buffers. Each
+// NCHW / row kernel parallelises over the unit its statistics belong to (channel, row,
+// sample·group) and finishes that unit while its data is still in cache, so every forward reads
+// its input from memory once and every backward reads grad and x once. Channels-last batch_norm
+// cannot (a channel's statistics need every row): it makes two passes over per-thread row blocks
+// that stay in cache when they fit; its section states the statistics' accuracy contract.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

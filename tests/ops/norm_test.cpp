@@ -372,7 +372,7 @@ TEST_CASE("batch_norm on channels-last input: layout kept, values as the f64 ref
 // leave every kind of tail (3, 17 = 2·8 + 1, 64, 130 = 4·32 + 2), row counts past a 256-row fold
 // and a slab tail, and 1 and 2 threads (the tensors are large enough to be split in two). A wrong
 // vector path fails the f32 forward against the f64 reference at 2e-5.
-TEST_CASE("batch_norm channels-last: channel and row tails, 1 and 2 threads", "[ops][norm]") {
+TEST_CASE("batch_norm channels-last: channel and row tails at 1 and 2 threads", "[ops][norm]") {
   const int saved = get_num_threads();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
