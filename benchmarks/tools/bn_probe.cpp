@@ -5,12 +5,13 @@
 //   g++ -O2 -std=c++20 -I. benchmarks/tools/bn_probe.cpp build/libprecis.a -ldnnl -lz -fopenmp \
 //       -lpthread -o build/bn_probe
 // Run:   ./build/bn_probe [bf16|f32|f16|f64] [reps] [threads] [shape: all|64x32|128x16|256x8|512x4]
-// Prints per shape: ms per forward (training) and per backward, and the GB/s each achieves
+// With 1 thread, times are the thread's CPU time. Prints per shape: ms per forward (training) and per backward, and the GB/s each achieves
 // counting the bytes the two passes must move (forward: x twice + out; backward: x, g twice + dx).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,7 +25,15 @@ using namespace precis;
 
 namespace {
 
+// Wall-clock seconds; with one thread (argument 3 = 1) the calling thread's CPU time instead, which
+// leaves out the time the scheduler gives other processes on a shared machine.
+bool g_cpu_clock = false;
 double now() {
+  if (g_cpu_clock) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
@@ -64,10 +73,11 @@ int main(int argc, char** argv) {
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
   const std::string only = argc > 4 ? argv[4] : "all";
   set_num_threads(threads);
+  g_cpu_clock = threads == 1;
   const DType dt = dt_name == "f32" ? DType::f32 : dt_name == "f16" ? DType::f16 : dt_name == "f64" ? DType::f64 : DType::bf16;
   const DType acc = dt == DType::f64 ? DType::f64 : DType::f32;
   const size_t esz = dt == DType::f64 ? 8 : dt == DType::f32 ? 4 : 2;
-  if (only == "all" && reps > 1) {
+  if (only == "all" && reps > 1 && !g_cpu_clock) {
     stream(threads, int64_t(1) << 21, 4 * reps);  // 8 MiB: the largest ResNet activation, cache-resident
     stream(threads, int64_t(1) << 26, 5);         // 256 MiB: three arrays exceed the 480 MiB L3
   }

@@ -348,6 +348,20 @@ class SlabBuf {
 // Rows per slab for C channels.
 int64_t slab_rows(int64_t C) { return std::max<int64_t>(1, std::min(kFoldRows, kSlab / C)); }
 
+// Asks for the n elements at p (one prefetch per 64-byte line, into L2) ahead of their use. The
+// chunk walks go down a slab's rows one channel chunk at a time, a strided pattern that left f32
+// slabs, read in place, slower than a plain row loop (measured: f32 backward +15-25 % CPU time); fetching the next slab
+// linearly while this one is walked brings it back to the row loop's time.
+// f16/bf16 slabs are read linearly by their bulk conversion already; prefetching them as well
+// measured slower (bf16 backward +15 % CPU time), so only the types read in place prefetch.
+template <bool kWrite, typename T>
+inline void prefetch_span(const T* p, int64_t n) {
+  if constexpr (!std::is_same_v<T, opmath_t<T>>) return;
+  const char* b = reinterpret_cast<const char*>(p);
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(b + i, kWrite ? 1 : 0, 2);
+}
+
 // Per channel, Σ u and Σ v over the M rows (the accuracy contract above): add(R, xs, gs, a1, a2)
 // adds R rows of slabs xs (and gs when kG) into the A accumulators a1, a2 (length C).
 template <typename T, bool kG, typename Add>
@@ -369,6 +383,9 @@ void channels_last_sums(int64_t M, int64_t C, int64_t nb, const T* xp, const T* 
         const int64_t fold_end = std::min(r + kFoldRows, r1);
         for (int64_t q = r; q < fold_end; q += rs) {
           const int64_t R = std::min(rs, fold_end - q);
+          const int64_t next = std::min(rs, r1 - q - R) * C;
+          prefetch_span<false>(xp + (q + R) * C, next);
+          if (kG) prefetch_span<false>(gp + (q + R) * C, next);
           const A* xs = xb.load(xp + q * C, R * C);
           const A* gs = kG ? gb.load(gp + q * C, R * C) : nullptr;
           add(R, xs, gs, a1.data(), a2.data());
@@ -401,6 +418,10 @@ void channels_last_map(int64_t M, int64_t C, int64_t nb, const T* xp, const T* g
       const int64_t r1 = (blk + 1) * M / nb;
       for (int64_t q = blk * M / nb; q < r1; q += rs) {
         const int64_t R = std::min(rs, r1 - q);
+        const int64_t next = std::min(rs, r1 - q - R) * C;
+        prefetch_span<false>(xp + (q + R) * C, next);
+        if (kG) prefetch_span<false>(gp + (q + R) * C, next);
+        prefetch_span<true>(op + (q + R) * C, next);
         const A* xs = xb.load(xp + q * C, R * C);
         const A* gs = kG ? gb.load(gp + q * C, R * C) : nullptr;
         // f16/bf16: the result overwrites the widened x slab, then is rounded out in one call.
