@@ -4,6 +4,7 @@
 // gradient-check cases.
 #include <cmath>
 
+#include "core/thread_pool.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
@@ -295,73 +296,93 @@ bool is_channels_last(const Tensor& t) {
 // batch_norm keeps a channels-last input channels-last (output and input gradient), computing the
 // same values as on the contiguous input: the forward against the naive f64 reference, the
 // gradients against the contiguous f64 run (itself checked against finite differences).
-TEST_CASE("batch_norm on channels-last input: layout kept, values as the f64 reference", "[ops][norm]") {
-  for (const Shape& shape : {Shape{8, 16, 5, 3}, Shape{3, 33, 4, 4}, Shape{2, 3, 1, 7}, Shape{600, 2, 1, 2}}) {
-    const int64_t C = shape[1], S = spatial(shape);
-    for (bool training : {true, false}) {
-      const Tensor x = randn_input(shape, false, 11, DType::f64);
-      const Tensor up = randn_input(shape, false, 12, DType::f64);
-      const Tensor w = uniform_input({C}, 0.5, 1.5, false, 13, DType::f32), b = randn_input({C}, false, 14, DType::f32);
-      const Tensor rm = randn_input({C}, false, 15, DType::f32), rv = uniform_input({C}, 0.5, 2.0, false, 16, DType::f32);
-      auto fn = [&](bool cl) {
-        return [=](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
-          // Running statistics: fresh copies per call, so every run starts from the same buffers.
-          return batch_norm(cl ? to_channels_last(xi) : xi, rm.clone(), rv.clone(), wi, bi, training);
-        };
-      };
-      for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
-        INFO(shape_str(shape) << " " << dtype_name(dt) << (training ? " training" : " eval"));
-        const Tensor xr = x.to(dt).to(DType::f64), upr = up.to(dt).to(DType::f64);
-        // The forward against the naive reference on the rounded input.
-        Tensor xcl = to_channels_last(xr.to(dt));
-        const Tensor y = batch_norm(xcl, rm.clone(), rv.clone(), w, b, training);
-        CHECK(is_channels_last(y));
-        const std::vector<double> xv = values(xr.contiguous());
-        std::vector<double> want_y;
-        if (training) {
-          want_y = reference_norm(xv, C, [&](size_t i) { return static_cast<int64_t>(i / S) % C; },
-                                  [&](size_t i) { return static_cast<int64_t>(i / S) % C; }, values(w), values(b), 1e-5)
-                       .y;
-        } else {
-          const std::vector<double> m = values(rm), v = values(rv), wv = values(w), bv = values(b);
-          for (size_t i = 0; i < xv.size(); ++i) {
-            const int64_t c = static_cast<int64_t>(i / S) % C;
-            want_y.push_back((xv[i] - m[c]) / std::sqrt(v[c] + 1e-5) * wv[c] + bv[c]);
-          }
-        }
-        Tolerance tol = tolerance(dt);
-        if (dt == DType::f32) tol = {2e-5, 2e-5};
-        const std::string fwd = allclose_report(y.to(DType::f64).contiguous(), as_tensor(want_y, shape), tol);
-        INFO("forward: " << fwd);
-        CHECK(fwd.empty());
-        // The gradients against the contiguous f64 run on the same rounded values.
-        // f64 runs get f64 parameters (their gradients come back in the parameters' dtype).
-        const bool f64 = dt == DType::f64;
-        const std::vector<Tensor> got =
-            grads_of(fn(true), xr, f64 ? w.to(DType::f64) : w, f64 ? b.to(DType::f64) : b, upr, dt);
-        const std::vector<Tensor> want = grads_of(fn(false), xr, w.to(DType::f64), b.to(DType::f64), upr, DType::f64);
-        for (int k = 0; k < 3; ++k) {
-          Tolerance gt = tolerance(dt);
-          if (dt == DType::f32) gt = {2e-5, 2e-5};
-          else if (dt != DType::f64) gt.atol = 5e-2;
-          INFO("gradient " << k);
-          const std::string report = allclose_report(got[k], want[k], gt);
-          INFO(report);
-          CHECK(report.empty());
-        }
+// One shape in training or eval mode, every floating dtype.
+void check_channels_last_batch_norm(const Shape& shape, bool training) {
+  const int64_t C = shape[1], S = spatial(shape);
+  const Tensor x = randn_input(shape, false, 11, DType::f64);
+  const Tensor up = randn_input(shape, false, 12, DType::f64);
+  const Tensor w = uniform_input({C}, 0.5, 1.5, false, 13, DType::f32), b = randn_input({C}, false, 14, DType::f32);
+  const Tensor rm = randn_input({C}, false, 15, DType::f32), rv = uniform_input({C}, 0.5, 2.0, false, 16, DType::f32);
+  auto fn = [&](bool cl) {
+    return [=](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+      // Running statistics: fresh copies per call, so every run starts from the same buffers.
+      return batch_norm(cl ? to_channels_last(xi) : xi, rm.clone(), rv.clone(), wi, bi, training);
+    };
+  };
+  for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
+    INFO(shape_str(shape) << " " << dtype_name(dt) << (training ? " training" : " eval"));
+    const Tensor xr = x.to(dt).to(DType::f64), upr = up.to(dt).to(DType::f64);
+    // The forward against the naive reference on the rounded input.
+    Tensor xcl = to_channels_last(xr.to(dt));
+    const Tensor y = batch_norm(xcl, rm.clone(), rv.clone(), w, b, training);
+    CHECK(is_channels_last(y));
+    const std::vector<double> xv = values(xr.contiguous());
+    std::vector<double> want_y;
+    if (training) {
+      want_y = reference_norm(xv, C, [&](size_t i) { return static_cast<int64_t>(i / S) % C; },
+                              [&](size_t i) { return static_cast<int64_t>(i / S) % C; }, values(w), values(b), 1e-5)
+                   .y;
+    } else {
+      const std::vector<double> m = values(rm), v = values(rv), wv = values(w), bv = values(b);
+      for (size_t i = 0; i < xv.size(); ++i) {
+        const int64_t c = static_cast<int64_t>(i / S) % C;
+        want_y.push_back((xv[i] - m[c]) / std::sqrt(v[c] + 1e-5) * wv[c] + bv[c]);
       }
-      // The input gradient of a channels-last leaf is channels-last.
-      // (A leaf's .grad is stored contiguous: the hook sees the gradient batch_norm sends.)
-      Tensor leaf = to_channels_last(x.to(DType::f32)).detach().requires_grad_(true);
-      bool grad_channels_last = false;
-      leaf.register_hook([&](const Tensor& gx) {
-        grad_channels_last = is_channels_last(gx);
-        return Tensor();
-      });
-      batch_norm(leaf, Tensor(), Tensor(), w, b, true).backward(to_channels_last(up.to(DType::f32)));
-      if (S > 1) CHECK(grad_channels_last);
+    }
+    Tolerance tol = tolerance(dt);
+    if (dt == DType::f32) tol = {2e-5, 2e-5};
+    const std::string fwd = allclose_report(y.to(DType::f64).contiguous(), as_tensor(want_y, shape), tol);
+    INFO("forward: " << fwd);
+    CHECK(fwd.empty());
+    // The gradients against the contiguous f64 run on the same rounded values.
+    // f64 runs get f64 parameters (their gradients come back in the parameters' dtype).
+    const bool f64 = dt == DType::f64;
+    const std::vector<Tensor> got =
+        grads_of(fn(true), xr, f64 ? w.to(DType::f64) : w, f64 ? b.to(DType::f64) : b, upr, dt);
+    const std::vector<Tensor> want = grads_of(fn(false), xr, w.to(DType::f64), b.to(DType::f64), upr, DType::f64);
+    for (int k = 0; k < 3; ++k) {
+      Tolerance gt = tolerance(dt);
+      if (dt == DType::f32) gt = {2e-5, 2e-5};
+      else if (dt != DType::f64) gt.atol = 5e-2;
+      INFO("gradient " << k);
+      const std::string report = allclose_report(got[k], want[k], gt);
+      INFO(report);
+      CHECK(report.empty());
     }
   }
+  // The input gradient of a channels-last leaf is channels-last.
+  // (A leaf's .grad is stored contiguous: the hook sees the gradient batch_norm sends.)
+  Tensor leaf = to_channels_last(x.to(DType::f32)).detach().requires_grad_(true);
+  bool grad_channels_last = false;
+  leaf.register_hook([&](const Tensor& gx) {
+    grad_channels_last = is_channels_last(gx);
+    return Tensor();
+  });
+  batch_norm(leaf, Tensor(), Tensor(), w, b, true).backward(to_channels_last(up.to(DType::f32)));
+  if (S > 1) CHECK(grad_channels_last);
+}
+
+TEST_CASE("batch_norm on channels-last input: layout kept, values as the f64 reference", "[ops][norm]") {
+  for (const Shape& shape : {Shape{8, 16, 5, 3}, Shape{3, 33, 4, 4}, Shape{2, 3, 1, 7}, Shape{600, 2, 1, 2}})
+    for (bool training : {true, false}) check_channels_last_batch_norm(shape, training);
+}
+
+// The channels-last kernels (ops/cpu/norm.cpp) walk channels in chunks of 4 vectors, then single
+// vectors, then scalars, over slabs of rows, with one row block per thread: channel counts that
+// leave every kind of tail (3, 17 = 2·8 + 1, 64, 130 = 4·32 + 2), row counts past a 256-row fold
+// and a slab tail, and 1 and 2 threads (the tensors are large enough to be split in two). A wrong
+// vector path fails the f32 forward against the f64 reference at 2e-5.
+TEST_CASE("batch_norm channels-last: channel and row tails at 1 and 2 threads", "[ops][norm]") {
+  const int saved = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Shape& shape : {Shape{5, 3, 50, 50}, Shape{2, 17, 33, 33}, Shape{3, 64, 13, 15}, Shape{2, 130, 12, 12}})
+      for (bool training : {true, false}) {
+        INFO(threads << " threads");
+        check_channels_last_batch_norm(shape, training);
+      }
+  }
+  set_num_threads(saved);
 }
 
 TEST_CASE("batch_norm rejects bad channels-last input, naming the operands", "[ops][norm]") {
