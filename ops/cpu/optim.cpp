@@ -13,7 +13,9 @@
 
 // The element math (ops/optim_math.h) says where it fuses multiply-adds, as PyTorch's kernels do;
 // GCC would contract other multiply-adds into FMA by default in C++ when -mfma is on, changing
-// last bits, so contraction is off for this file.
+// last bits, so contraction is off for this file. (The build also compiles this file with
+// -fno-math-errno, cmake/precis_library.cmake: sqrt without errno is the bare correctly rounded
+// instruction, which Adam's element loop needs to vectorise; no pragma can say that for GCC.)
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -139,6 +141,32 @@ void sgd_tensor(const SgdTensor& t, const SgdHyper& h, const ScalerArgs& sc) {
   if (t.step != nullptr) *t.step = *t.step + 1.0f;
 }
 
+/// The Adam(W) update of n elements with the configuration flags fixed at compile time, as
+/// sgd_block: the same kernels::adam_element with its tests folded, so the loop vectorises and
+/// the results equal the generic loop's bit for bit. vmax: null unless kAmsgrad.
+template <bool kMaximize, bool kDecay, bool kDecoupled, bool kAmsgrad, typename C>
+void adam_block(C* __restrict p, const C* __restrict g, C* __restrict m, C* __restrict v, C* __restrict vmax,
+                int64_t n, kernels::AdamScalars<C> s) {
+  s.maximize = kMaximize;
+  s.has_weight_decay = kDecay;
+  s.decoupled = kDecoupled;
+  s.amsgrad = kAmsgrad;
+  for (int64_t i = 0; i < n; ++i) kernels::adam_element<C>(p[i], g[i], m[i], v[i], kAmsgrad ? vmax + i : nullptr, s);
+}
+
+template <typename C>
+using AdamBlockFn = void (*)(C*, const C*, C*, C*, C*, int64_t, kernels::AdamScalars<C>);
+
+/// The adam_block instantiation for flags[0..4) (maximize, decay, decoupled, amsgrad).
+template <typename C, bool... B>
+AdamBlockFn<C> pick_adam_block(const bool (&flags)[4]) {
+  if constexpr (sizeof...(B) == 4) {
+    return &adam_block<B..., C>;
+  } else {
+    return flags[sizeof...(B)] ? pick_adam_block<C, B..., true>(flags) : pick_adam_block<C, B..., false>(flags);
+  }
+}
+
 template <typename P, typename G>
 void adam_tensor(const AdamTensor& t, const AdamHyper& h, const ScalerArgs& sc) {
   using C = opmath_t<P>;
@@ -151,6 +179,8 @@ void adam_tensor(const AdamTensor& t, const AdamHyper& h, const ScalerArgs& sc) 
   C* m_all = static_cast<C*>(t.exp_avg);
   C* v_all = static_cast<C*>(t.exp_avg_sq);
   C* vmax_all = static_cast<C*>(t.max_exp_avg_sq);
+  const bool amsgrad = s.amsgrad && vmax_all != nullptr;
+  const AdamBlockFn<C> block = pick_adam_block<C>({s.maximize, s.has_weight_decay, s.decoupled, amsgrad});
   // param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq: (numel,)
   parallel_for(0, t.numel, kGrain / 2, [&](int64_t begin, int64_t end) {
     C gbuf[kBlock];
@@ -158,14 +188,7 @@ void adam_tensor(const AdamTensor& t, const AdamHyper& h, const ScalerArgs& sc) 
       const int64_t n = std::min(kBlock, end - b0);
       C* p = p_all + b0;
       const C* g = load_grad<G, C>(g_all + b0, gbuf, n, scaled, inv_scale);
-      C* m = m_all + b0;
-      C* v = v_all + b0;
-      if (vmax_all) {
-        C* vmax = vmax_all + b0;
-        for (int64_t i = 0; i < n; ++i) kernels::adam_element<C>(p[i], g[i], m[i], v[i], vmax + i, s);
-      } else {
-        for (int64_t i = 0; i < n; ++i) kernels::adam_element<C>(p[i], g[i], m[i], v[i], nullptr, s);
-      }
+      block(p, g, m_all + b0, v_all + b0, amsgrad ? vmax_all + b0 : nullptr, n, s);
       if constexpr (is_reduced_float_v<P>) store_low_precision<P>(p, static_cast<P*>(t.param) + b0, n);
     }
   });
