@@ -31,7 +31,9 @@ struct AdamParam {
 /// device) in one pass over its buffers, and adds 1 to each defined step counter. grad_scale and
 /// found_inf: undefined, or 0-d f32 on the parameters' device; the gradient used is
 /// grad · float(1 / grad_scale), and a nonzero found_inf makes the call a no-op. Looked up by the
-/// parameters' dtype.
+/// parameters' dtype. Each element's result is exactly sgd_element / adam_element
+/// (ops/optim_math.h) applied to it alone, however a backend splits, vectorises or specialises
+/// the loop (CPU: bit for bit; CUDA: nvcc may contract, see optim_math.h).
 using SgdStepKernel = void(const std::vector<SgdParam>& params, const SgdHyper& hyper, const Tensor& grad_scale,
                            const Tensor& found_inf);
 using AdamStepKernel = void(const std::vector<AdamParam>& params, const AdamHyper& hyper, const Tensor& grad_scale,
