@@ -34,6 +34,17 @@ using CrossEntropyBackwardKernel = void(const Tensor& grad_x, const Tensor& x, c
                                         const Tensor& target, const Tensor& weight, const Tensor& grad_rows,
                                         int64_t ignore_index, double label_smoothing);
 
+/// CrossEntropyKernel and CrossEntropyBackwardKernel in one call, for when the loss gradient
+/// grad_rows is known before the loss (linear_cross_entropy, whose backward only rescales):
+/// loss_rows, weight_rows and row_stats as CrossEntropyKernel defines them, grad_x as
+/// CrossEntropyBackwardKernel does (same operands and layouts), with one exp per logit instead of
+/// two. grad_x must not alias x. Backends may differ from the two-kernel pair only in grad_x's
+/// last bits (the CPU kernel: ops/cpu/loss.cpp says where); the per-row outputs are identical.
+using CrossEntropyWithGradKernel = void(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& row_stats,
+                                        const Tensor& grad_x, const Tensor& x, const Tensor& target,
+                                        const Tensor& weight, const Tensor& grad_rows, int64_t ignore_index,
+                                        double label_smoothing);
+
 /// NLL on log-probabilities: loss_rows_i = −w[t_i]·x_{i,t_i}, weight_rows_i = w[t_i]; 0 for both
 /// at ignored rows. x: (M, C) any strides (only M elements are read).
 using NllLossKernel = void(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& x,

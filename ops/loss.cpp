@@ -404,16 +404,30 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
     const auto ce_backward =
         kernel<kernels::CrossEntropyBackwardKernel>(OpId::cross_entropy_backward, dev, input.dtype());
     const auto matmul_kernel = kernel<kernels::MatmulKernel>(OpId::matmul, dev, input.dtype());
+    // With gradients, the backend's cross_entropy_with_grad where it has one (CPU: one exp per
+    // logit instead of the pair's two; the same row stats and loss, the logit gradient within a
+    // few fp32 ulps); else (CUDA for now) the forward and backward kernels one after the other.
+    const bool fused = need_grad && find_kernel(OpId::cross_entropy_with_grad, dev, input.dtype()) != nullptr;
     for (int64_t r0 = 0; r0 < M; r0 += chunk) {
       const int64_t n = std::min(chunk, M - r0);
       const Tensor lc = logits.narrow(0, 0, n), t = tgt.narrow(0, r0, n), stats = row_stats.narrow(0, r0, n);
       linear_kernel(lc, x2.narrow(0, r0, n), w, b);
-      ce_kernel(loss_rows.narrow(0, r0, n), weight_rows.narrow(0, r0, n), stats, lc, t, Tensor(),
-                options.ignore_index, options.label_smoothing);
-      if (!need_grad) continue;
+      if (!need_grad) {
+        ce_kernel(loss_rows.narrow(0, r0, n), weight_rows.narrow(0, r0, n), stats, lc, t, Tensor(),
+                  options.ignore_index, options.label_smoothing);
+        continue;
+      }
       const Tensor dl = dlogits.narrow(0, r0, n);
-      ce_backward(dl, lc, stats, t, Tensor(), grad_rows.narrow(0, 0, n), options.ignore_index,
-                  options.label_smoothing);
+      if (fused) {
+        kernel<kernels::CrossEntropyWithGradKernel>(OpId::cross_entropy_with_grad, dev, input.dtype())(
+            loss_rows.narrow(0, r0, n), weight_rows.narrow(0, r0, n), stats, dl, lc, t, Tensor(),
+            grad_rows.narrow(0, 0, n), options.ignore_index, options.label_smoothing);
+      } else {
+        ce_kernel(loss_rows.narrow(0, r0, n), weight_rows.narrow(0, r0, n), stats, lc, t, Tensor(),
+                  options.ignore_index, options.label_smoothing);
+        ce_backward(dl, lc, stats, t, Tensor(), grad_rows.narrow(0, 0, n), options.ignore_index,
+                    options.label_smoothing);
+      }
       if (need_x) matmul_kernel(dx.narrow(0, r0, n).view({1, n, K}), dl.view({1, n, V}), w.view({1, V, K}));
     }
     out = reduce_rows(loss_rows, weight_rows, options.reduction, {}, out_dtype, &total);

@@ -162,9 +162,10 @@ const std::vector<Entry>& entries() {
 }
 
 // Rows with no entry: backward-only kernels (called by the engine, whose backward runs in the
-// forward's dtypes, never by users under autocast), copy and fill (kernels behind Tensor::to,
-// copy_ and fill_, which autocast never touches), unscale_grads (the loss scaler's own pass) and
-// the optimizer and clipping kernels (called by optim/ on gradients, never under autocast).
+// forward's dtypes, never by users under autocast), cross_entropy_with_grad (called only by
+// linear_cross_entropy, on operands autocast has already cast), copy and fill (kernels behind
+// Tensor::to, copy_ and fill_, which autocast never touches), unscale_grads (the loss scaler's own
+// pass) and the optimizer and clipping kernels (called by optim/ on gradients, never under autocast).
 const std::set<OpId> kNoEntry = {
     OpId::copy,
     OpId::fill,
@@ -180,6 +181,7 @@ const std::set<OpId> kNoEntry = {
     OpId::softmax_backward,
     OpId::log_softmax_backward,
     OpId::cross_entropy_backward,
+    OpId::cross_entropy_with_grad,
     OpId::unscale_grads,
     OpId::sgd_step,
     OpId::adam_step,

@@ -283,9 +283,11 @@ const std::map<OpId, OpId> kBackwardOf = {
 };
 
 // Rows checked by a test case of their own: unscale_grads in this file, the optimizer and
-// clipping kernels in optim_kernels_test.cpp (f16/bf16 parameters and gradients against f64).
-const std::set<OpId> kOwnTest = {OpId::unscale_grads, OpId::sgd_step,       OpId::adam_step,
-                                   OpId::grad_norms,    OpId::clip_grad_norm, OpId::clip_grad_value};
+// clipping kernels in optim_kernels_test.cpp (f16/bf16 parameters and gradients against f64),
+// cross_entropy_with_grad in cross_entropy_with_grad_test.cpp (f16/bf16 logits against f64).
+const std::set<OpId> kOwnTest = {OpId::unscale_grads,  OpId::sgd_step,        OpId::adam_step,
+                                   OpId::grad_norms,     OpId::clip_grad_norm,  OpId::clip_grad_value,
+                                   OpId::cross_entropy_with_grad};
 
 TEST_CASE("every op matches the f64 reference in f16 and bf16, outputs and gradients", "[ops][lowp]") {
   std::vector<const GradCase*> all;
