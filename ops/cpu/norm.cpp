@@ -51,8 +51,9 @@ constexpr int64_t kNormGrain = 32768;
 // rounding error of a long reduction stays that of a short one.
 constexpr int64_t kFoldBlock = 4096;
 
-// A contiguous row as compute-type values: the row itself for f32/f64, a widened copy in a
-// reusable buffer for f16/bf16. out()/store() give a compute-type destination and write it back.
+// A contiguous row (or a slab of rows) as compute-type values: the elements themselves for
+// f32/f64, a widened copy in a reusable buffer for f16/bf16. out()/store() give a compute-type
+// destination and write it back.
 template <typename T>
 class RowBuf {
   using A = opmath_t<T>;
@@ -312,39 +313,6 @@ int64_t channels_last_blocks(int64_t M, int64_t C) {
   return std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), std::min(work, M)));
 }
 
-// A worker's view of rows as compute-type slabs: the rows themselves for f32/f64, a widened copy
-// for f16/bf16 (two slabs: x and grad).
-template <typename T>
-class SlabBuf {
-  using A = opmath_t<T>;
-  static constexpr bool kDirect = std::is_same_v<T, A>;
-
- public:
-  explicit SlabBuf(int64_t n) {
-    if constexpr (!kDirect) buf_.resize(static_cast<size_t>(n));
-  }
-  // The n elements at p in A.
-  const A* load(const T* p, int64_t n) {
-    if constexpr (kDirect) {
-      return p;
-    } else {
-      load_block<A>(p, 1, buf_.data(), n);
-      return buf_.data();
-    }
-  }
-  // The A destination for n elements at p: p itself, or this buffer (then store() writes it back).
-  A* out(T* p) {
-    if constexpr (kDirect) return p;
-    else return buf_.data();
-  }
-  void store(T* p, int64_t n) {
-    if constexpr (!kDirect) store_block<T>(buf_.data(), p, 1, n);
-  }
-
- private:
-  std::vector<A> buf_;
-};
-
 // Rows per slab for C channels.
 int64_t slab_rows(int64_t C) { return std::max<int64_t>(1, std::min(kFoldRows, kSlab / C)); }
 
@@ -371,7 +339,7 @@ void channels_last_sums(int64_t M, int64_t C, int64_t nb, const T* xp, const T* 
   std::vector<double> partial(static_cast<size_t>(nb * 2 * C), 0.0);
   const int64_t rs = slab_rows(C);
   parallel_for(0, nb, 1, [&](int64_t blo, int64_t bhi) {
-    SlabBuf<T> xb(rs * C), gb(kG ? rs * C : 0);
+    RowBuf<T> xb(rs * C), gb(kG ? rs * C : 0);
     std::vector<A> a1(static_cast<size_t>(C)), a2(static_cast<size_t>(C));
     for (int64_t blk = blo; blk < bhi; ++blk) {
       double* p1 = partial.data() + blk * 2 * C;
@@ -413,7 +381,7 @@ void channels_last_map(int64_t M, int64_t C, int64_t nb, const T* xp, const T* g
   using A = opmath_t<T>;
   const int64_t rs = slab_rows(C);
   parallel_for(0, nb, 1, [&](int64_t blo, int64_t bhi) {
-    SlabBuf<T> xb(rs * C), gb(kG ? rs * C : 0);
+    RowBuf<T> xb(rs * C), gb(kG ? rs * C : 0);
     for (int64_t blk = blo; blk < bhi; ++blk) {
       const int64_t r1 = (blk + 1) * M / nb;
       for (int64_t q = blk * M / nb; q < r1; q += rs) {

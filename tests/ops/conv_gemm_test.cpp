@@ -13,6 +13,7 @@
 #include "ops/cpu/conv_impl.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
+#include "tests/ops/conv_close.h"
 #include "tests/support/tensor_testing.h"
 
 namespace precis {
@@ -79,31 +80,8 @@ Reference reference(const ConvShape& s, const std::vector<double>& x, const std:
   return r;
 }
 
-std::vector<double> abs_of(std::vector<double> v) {
-  for (double& e : v) e = std::fabs(e);
-  return v;
-}
-
-// |actual - expected| <= factor·(atol + rtol·scale) elementwise (the conv tests' criterion at factor 1).
-void require_close_scaled(const Tensor& actual, const std::vector<double>& expected, const std::vector<double>& scale,
-                          DType dtype, const char* what, double factor = 1) {
-  INFO(what);
-  const std::vector<double> a = actual.to_vector<double>();
-  REQUIRE(a.size() == expected.size());
-  const testing::Tolerance tol = testing::tolerance(dtype);
-  double worst = 0;
-  size_t worst_i = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double err = std::fabs(a[i] - expected[i]) / (factor * (tol.atol + tol.rtol * scale[i]));
-    if (!(err <= worst)) {
-      worst = std::isnan(err) ? INFINITY : err;
-      worst_i = i;
-    }
-  }
-  INFO("worst element " << worst_i << ": actual " << a[worst_i] << ", expected " << expected[worst_i] << " (" << worst
-                        << "x the tolerance)");
-  REQUIRE(worst <= 1.0);
-}
+using testing::abs_of;
+using testing::require_close_scaled;
 
 struct Results {
   Tensor out, gx, gw, gb;

@@ -10,6 +10,7 @@
 #include "ops/functional.h"
 #include "tests/support/concurrency.h"
 #include "tests/support/op_cases.h"
+#include "tests/ops/conv_close.h"
 #include "tests/support/tensor_testing.h"
 
 namespace precis {
@@ -79,31 +80,8 @@ Reference reference_conv(const Geometry& g, const std::vector<double>& x, const 
   return r;
 }
 
-std::vector<double> abs_of(std::vector<double> v) {
-  for (double& e : v) e = std::fabs(e);
-  return v;
-}
-
-// |actual - expected| <= atol + rtol·scale elementwise under dtype's row of the tolerance table.
-void require_close_scaled(const Tensor& actual, const std::vector<double>& expected, const std::vector<double>& scale,
-                          DType dtype, const char* what) {
-  INFO(what);
-  const std::vector<double> a = actual.to_vector<double>();
-  REQUIRE(a.size() == expected.size());
-  const testing::Tolerance tol = testing::tolerance(dtype);
-  double worst = 0;
-  size_t worst_i = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double err = std::fabs(a[i] - expected[i]) / (tol.atol + tol.rtol * scale[i]);
-    if (!(err <= worst)) {
-      worst = std::isnan(err) ? INFINITY : err;
-      worst_i = i;
-    }
-  }
-  INFO("worst element " << worst_i << ": actual " << a[worst_i] << ", expected " << expected[worst_i] << " ("
-                        << worst << "x the tolerance)");
-  REQUIRE(worst <= 1.0);
-}
+using testing::abs_of;
+using testing::require_close_scaled;
 
 // Runs conv2d forward and backward in `dtype` on inputs drawn in f64 and rounded to dtype, and
 // compares everything with the reference on the rounded values. `prepare` may re-lay the input
