@@ -227,9 +227,9 @@ struct LinearCrossEntropyOptions {
 };
 /// cross_entropy(linear(input, weight, bias), target) without the (M, V) logits: the rows go
 /// through in chunks, each chunk's logits are made, reduced to its loss and turned into its
-/// gradient while they are in cache, and input's gradient is taken then too. What stays is the
-/// (M, V) logit gradient (for weight's gradient, one GEMM in backward) — half the memory of the
-/// unfused pair, and four fewer passes over an (M, V) tensor. input: (*, K); weight: (V, K); bias:
+/// gradient while they are in cache. What stays is the (M, V) logit gradient (for input's and
+/// weight's gradients, one GEMM each in backward) — half the memory of the unfused pair, and
+/// four fewer passes over an (M, V) tensor. input: (*, K); weight: (V, K); bias:
 /// (V) or undefined; target: i64 of input's leading shape, values in [0, V) or ignore_index. The
 /// loss is a 0-d tensor, exactly cross_entropy's up to summation order; under autocast (Lower:
 /// the GEMMs run in f16/bf16) it is fp32, as cross_entropy's is there. The gradients are formed

@@ -385,25 +385,23 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
   // gradient is rounded exactly where the unfused pair rounds it; backward multiplies by the
   // output gradient. (All rows ignored: 1/0, which the kernel never uses — it writes 0 there.)
   const double row_grad = options.reduction == Reduction::mean ? 1.0 / static_cast<double>(counted) : 1.0;
-  Tensor x2, dlogits, dx, total, out;
+  Tensor x2, w, dlogits, total, out;
   {
     NoGradGuard no_grad;
     x2 = input.detach().reshape({M, K}).contiguous();
-    const Tensor w = weight.detach().contiguous();
+    w = weight.detach().contiguous();
     const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
     Tensor loss_rows = empty({M}, acc_opts), weight_rows = empty({M}, acc_opts), row_stats = empty({M, 2}, acc_opts);
     if (need_grad) dlogits = empty({M, V}, x_opts);
-    if (need_x) dx = empty({M, K}, x_opts);
-    if (profiler::counting_flops())
-      profiler::add_flops(OpId::linear_cross_entropy, 2.0 * static_cast<double>(M) * static_cast<double>(K) *
-                                                          static_cast<double>(V) * (need_x ? 2 : 1));
+    if (profiler::counting_flops())  // the logits' GEMM; backward's two are matmuls, counted there
+      profiler::add_flops(OpId::linear_cross_entropy,
+                          2.0 * static_cast<double>(M) * static_cast<double>(K) * static_cast<double>(V));
     const Tensor logits = empty({std::min(chunk, std::max<int64_t>(M, 1)), V}, x_opts);
     const Tensor grad_rows = full({1}, row_grad, acc_opts).expand({chunk});
     const auto linear_kernel = kernel<kernels::LinearKernel>(OpId::linear, dev, input.dtype());
     const auto ce_kernel = kernel<kernels::CrossEntropyKernel>(OpId::cross_entropy, dev, input.dtype());
     const auto ce_backward =
         kernel<kernels::CrossEntropyBackwardKernel>(OpId::cross_entropy_backward, dev, input.dtype());
-    const auto matmul_kernel = kernel<kernels::MatmulKernel>(OpId::matmul, dev, input.dtype());
     // With gradients, the backend's cross_entropy_with_grad where it has one (CPU: one exp per
     // logit instead of the pair's two; the same row stats and loss, the logit gradient within a
     // few fp32 ulps); else (CUDA for now) the forward and backward kernels one after the other.
@@ -428,19 +426,20 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
         ce_backward(dl, lc, stats, t, Tensor(), grad_rows.narrow(0, 0, n), options.ignore_index,
                     options.label_smoothing);
       }
-      if (need_x) matmul_kernel(dx.narrow(0, r0, n).view({1, n, K}), dl.view({1, n, V}), w.view({1, V, K}));
     }
     out = reduce_rows(loss_rows, weight_rows, options.reduction, {}, out_dtype, &total);
   }
   if (need_grad) {
     autograd::record(
         OpId::linear_cross_entropy, {input, weight, bias}, {out},
-        [dlogits, dx, x2, need_x, need_w, need_b, in_shape = input.sizes(), acc](const TensorList& g) -> TensorList {
-          // Each gradient times the output gradient, in fp32, rounded once to its dtype: exact for
-          // 1 and for a loss scaler's power of two.
+        [dlogits, x2, w, need_x, need_w, need_b, in_shape = input.sizes(), acc](const TensorList& g) -> TensorList {
+          // x's and W's gradients are whole-matrix GEMMs on the logit gradient: a chunk's x
+          // gradient (rows × K over K = V) ran ~20 % slower than one (M, V)·(V, K) GEMM. Each
+          // gradient is multiplied by the output gradient in fp32 and rounded once to its dtype:
+          // exact for 1 and for a loss scaler's power of two.
           const Tensor s = g[0].to(acc);
           Tensor gx, gw, gb;
-          if (need_x) gx = mul(dx.to(acc), s).to(dx.dtype()).reshape(in_shape);
+          if (need_x) gx = mul(matmul(dlogits, w).to(acc), s).to(dlogits.dtype()).reshape(in_shape);
           if (need_w) gw = matmul(dlogits.t(), mul(x2.to(acc), s).to(x2.dtype()));
           if (need_b) gb = mul(sum(dlogits, {0}).to(acc), s).to(dlogits.dtype());
           return {gx, gw, gb};
