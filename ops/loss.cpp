@@ -320,8 +320,9 @@ Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, con
 }
 
 // Logits per chunk of linear_cross_entropy when the caller leaves it to us: 4 M elements (8 MB in
-// bf16) keep a chunk's logits, its gradient rows and the weight panel the GEMMs stream within the
-// caches of the machines here, and at V = 30522 give 128-row GEMMs, tall enough to run at speed.
+// bf16), so a chunk's logits stay in cache between the GEMM that makes them and the kernel that
+// turns them into loss and gradient. At V = 30522 that is 128 rows; 512 and 2048 rows measured no
+// faster for BERT-mini (docs/design/losses-dropout-attention.md).
 constexpr int64_t kLinearCrossEntropyChunk = int64_t{1} << 22;
 
 Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
