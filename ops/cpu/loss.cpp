@@ -240,7 +240,6 @@ void cross_entropy_with_grad_kernel(const Tensor& loss_rows, const Tensor& weigh
                                     const Tensor& grad_rows, int64_t ignore_index, double label_smoothing) {
   using A = opmath_t<T>;
   constexpr bool kSame = std::is_same_v<T, A>;
-  constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   check_with_grad_operands(loss_rows, weight_rows, row_stats, grad_x, x, target, weight, grad_rows);
   const int64_t rows = x.size(0), classes = x.size(1);
   const int64_t chunks = (classes + kNormaliserChunk - 1) / kNormaliserChunk;
@@ -265,33 +264,9 @@ void cross_entropy_with_grad_kernel(const Tensor& loss_rows, const Tensor& weigh
       A* ex = nullptr;  // the row's e_j
       if constexpr (kSame) ex = out;
       else ex = row_buf.data();
-      // Pass 1: row_log_normaliser's arithmetic, step for step, keeping the exponentials.
-      A m = kNegInf, sum = 0;
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t c0 = c * kNormaliserChunk, k = std::min(kNormaliserChunk, classes - c0);
-        A* ec = ex + c0;
-        const A* src = ec;
-        if constexpr (kSame) src = xr + c0;
-        else load_block<A>(xr + c0, 1, ec, k);
-        const A cm = rows_detail::lanes_max(src, k);  // NaNs skipped
-        if (cm == kNegInf) {
-          // Only −inf and NaN: exp(−inf − M) is 0 for any M; a NaN poisons the sum (and the row).
-          for (int64_t j = 0; j < k; ++j) {
-            const bool nan = src[j] != src[j];
-            if (nan) sum = std::numeric_limits<A>::quiet_NaN();
-            ec[j] = nan ? std::numeric_limits<A>::quiet_NaN() : A(0);
-          }
-          chunk_max[c] = m;
-          continue;
-        }
-        if (cm > m) {
-          sum *= std::exp(m - cm);
-          m = cm;
-        }
-        sum += exp_shift_sum(src, ec, k, m, A(1));
-        chunk_max[c] = m;
-      }
-      const A log_sum = m == kNegInf && classes > 0 ? std::numeric_limits<A>::quiet_NaN() : std::log(sum);
+      // Pass 1: row_log_normaliser, keeping the exponentials and each chunk's running max.
+      const RowNormaliser<T> nz = row_log_normaliser(xr, classes, ex, chunk_max.data());
+      const A m = nz.max, log_sum = nz.log_sum;
       stats[2 * i] = m;
       stats[2 * i + 1] = log_sum;
       const int64_t t = ts[i];

@@ -115,38 +115,54 @@ inline constexpr int64_t kNormaliserChunk = 2048;
 /// the chunk (from L1). f16/bf16 chunks are widened to fp32 once, into a stack buffer. A row of
 /// at most one chunk gives exactly the two-pass numbers (max, then Σ exp); longer rows differ from
 /// them only by the rescaling's rounding (a few fp32 ulps of the sum).
+///
+/// With `keep` (n compute-type values) the pass also stores each e_j = exp(x_j − M_c) there, M_c
+/// the running max after x_j's chunk (0 for −inf and NaN for NaN in a chunk of only those), and
+/// `chunk_max` (one per chunk) receives each M_c: what cross_entropy_with_grad (ops/cpu/loss.cpp)
+/// needs to form the gradient without a second exp per element. The arithmetic is the same either
+/// way, so the normaliser is bit for bit the one without them.
 template <typename T>
 struct RowNormaliser {
   opmath_t<T> max;
   opmath_t<T> log_sum;
 };
 template <typename T>
-inline RowNormaliser<T> row_log_normaliser(const T* x, int64_t n) {
+inline RowNormaliser<T> row_log_normaliser(const T* x, int64_t n, opmath_t<T>* keep = nullptr,
+                                           opmath_t<T>* chunk_max = nullptr) {
   using A = opmath_t<T>;
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   A m = kNegInf, s = 0;
-  auto chunk = [&](const A* b, int64_t k) {
+  // One chunk b of k values (chunk number c); dst, if not null, receives its exponentials.
+  auto chunk = [&](const A* b, int64_t k, A* dst, int64_t c) {
     const A cm = rows_detail::lanes_max(b, k);  // NaNs skipped
     if (cm == kNegInf) {
       // Only −inf and NaN here: exp(x − M) is 0 for −inf whatever M becomes; a NaN poisons the sum.
-      for (int64_t i = 0; i < k; ++i)
-        if (b[i] != b[i]) s = std::numeric_limits<A>::quiet_NaN();
-      return;
+      for (int64_t i = 0; i < k; ++i) {
+        const bool nan = b[i] != b[i];
+        if (nan) s = std::numeric_limits<A>::quiet_NaN();
+        if (dst != nullptr) dst[i] = nan ? std::numeric_limits<A>::quiet_NaN() : A(0);
+      }
+    } else {
+      if (cm > m) {
+        s *= std::exp(m - cm);  // 0 (or NaN) times exp(−inf) = 0 on the first finite chunk
+        m = cm;
+      }
+      s += exp_shift_sum(b, dst, k, m, A(1));
     }
-    if (cm > m) {
-      s *= std::exp(m - cm);  // 0 (or NaN) times exp(−inf) = 0 on the first finite chunk
-      m = cm;
-    }
-    s += exp_shift_sum(b, static_cast<A*>(nullptr), k, m, A(1));
+    if (chunk_max != nullptr) chunk_max[c] = m;
   };
-  if constexpr (std::is_same_v<T, A>) {
-    for (int64_t c = 0; c < n; c += kNormaliserChunk) chunk(x + c, std::min(kNormaliserChunk, n - c));
-  } else {
-    A buf[kNormaliserChunk];
-    for (int64_t c = 0; c < n; c += kNormaliserChunk) {
-      const int64_t k = std::min(kNormaliserChunk, n - c);
+  for (int64_t c = 0; c < n; c += kNormaliserChunk) {
+    const int64_t k = std::min(kNormaliserChunk, n - c);
+    A* dst = keep != nullptr ? keep + c : nullptr;
+    if constexpr (std::is_same_v<T, A>) {
+      chunk(x + c, k, dst, c / kNormaliserChunk);
+    } else if (dst != nullptr) {
+      load_block<A>(x + c, 1, dst, k);  // widened in place, then exponentiated in place
+      chunk(dst, k, dst, c / kNormaliserChunk);
+    } else {
+      A buf[kNormaliserChunk];
       load_block<A>(x + c, 1, buf, k);
-      chunk(buf, k);
+      chunk(buf, k, nullptr, c / kNormaliserChunk);
     }
   }
   if (m == kNegInf && n > 0) return {m, std::numeric_limits<A>::quiet_NaN()};
