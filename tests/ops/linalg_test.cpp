@@ -198,6 +198,26 @@ TEST_CASE("matmul: forward matches the naive reference for every shape kind and 
   }
 }
 
+// A GEMM with a very long K and few result columns (BERT's vocabulary input gradient) runs in K
+// blocks on oneDNN (ops/cpu/gemm_onednn.cpp): each block adds into the result, bf16 results through
+// an fp32 buffer rounded once. K here is no multiple of the block depth, so the last block is
+// short; each operand's two layouts move the blocks' start pointers differently.
+TEST_CASE("matmul: K long enough to run in K blocks", "[ops][linalg]") {
+  // (The operands are large: two runs cover each operand's two layouts.)
+  const int64_t m = 1024, k = 24576 + 100, n = 4;
+  const struct {
+    DType dtype;
+    Layout a, b;
+  } runs[] = {{DType::f32, Layout::Contiguous, Layout::Transposed}, {DType::bf16, Layout::Transposed, Layout::Contiguous}};
+  for (const auto& run : runs) {
+    INFO(dtype_name(run.dtype) << ", a " << layout_name(run.a) << ", b " << layout_name(run.b));
+    const Tensor a = make({m, k}, run.a, 1, run.dtype), b = make({k, n}, run.b, 2, run.dtype);
+    const Tensor out = matmul(a, b);
+    CHECK(out.dtype() == run.dtype);
+    require_matmul_close(out, a.to(DType::f64), b.to(DType::f64), run.dtype);
+  }
+}
+
 // The primitive cache and the per-thread oneDNN state are shared by every thread that calls
 // matmul; concurrent calls with different and equal shapes must give the serial results.
 TEST_CASE("matmul: concurrent calls from several threads", "[ops][linalg]") {
