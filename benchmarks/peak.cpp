@@ -50,53 +50,91 @@ double best_seconds(const std::function<void()>& fn, int reps) {
 }
 
 #ifdef PRECIS_HAS_ONEDNN
-struct alignas(4096) Page {
-  uint8_t bytes[4096];
-};
-size_t pages_for(size_t bytes) { return (bytes + sizeof(Page) - 1) / sizeof(Page); }
-std::span<uint8_t> as_bytes(std::vector<Page>& pages, size_t bytes) {
-  return {reinterpret_cast<uint8_t*>(pages.data()), bytes};
-}
-
-// GFLOP/s of an n×n×n matmul primitive on dense row-major buffers of `dt` (bf16: fp32 accumulation,
-// bf16 output, as precis's bf16 GEMM), created under the current OpenMP thread count.
-double onednn_gflops(int64_t n, dnnl::memory::data_type dt, int reps) {
-  using dnnl::memory;
-  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
-  const memory::desc md({n, n}, dt, memory::format_tag::ab);
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine);
-  // oneDNN's reference kernels are no peak (and would take minutes at this size).
-  if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return 0;
-  const dnnl::matmul primitive(pd);
-  const size_t bytes = static_cast<size_t>(n * n) * (dt == memory::data_type::bf16 ? 2 : 4);
-  // Page-aligned, as precis's allocator gives large tensors: from a plain std::vector (16-byte
-  // aligned) oneDNN's bf16 kernels measured up to ~20 % slower at 1024³ and 2048³.
-  std::vector<Page> a_pages(pages_for(bytes)), b_pages(pages_for(bytes)), c_pages(pages_for(bytes));
-  std::span<uint8_t> a = as_bytes(a_pages, bytes), b = as_bytes(b_pages, bytes), c = as_bytes(c_pages, bytes);
-  // Small finite values in either type: bf16 is the upper half of an f32 (0x3f80 = 1.0).
-  for (size_t i = 0; i + 1 < bytes; i += 2) {
-    const uint16_t v = static_cast<uint16_t>(0x3f00 + (i / 2) % 128);
-    std::memcpy(&a[i], &v, 2);
-    std::memcpy(&b[i], &v, 2);
+// A page-aligned buffer of small finite values in either type (bf16 is the upper half of an f32:
+// 0x3f80 = 1.0), as precis's allocator gives large tensors: from a plain std::vector (16-byte
+// aligned) oneDNN's bf16 matmul measured up to ~20 % slower at 1024³ and 2048³.
+class Buffer {
+ public:
+  explicit Buffer(size_t bytes) : pages_((bytes + sizeof(Page) - 1) / sizeof(Page)) {
+    uint8_t* p = data();
+    for (size_t i = 0; i + 1 < bytes; i += 2) {
+      const uint16_t v = static_cast<uint16_t>(0x3f00 + (i / 2) % 128);
+      std::memcpy(p + i, &v, 2);
+    }
   }
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(md, engine, a.data())},
-                                       {DNNL_ARG_WEIGHTS, memory(md, engine, b.data())},
-                                       {DNNL_ARG_DST, memory(md, engine, c.data())}};
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(pages_.data()); }
+
+ private:
+  struct alignas(4096) Page {
+    uint8_t bytes[4096];
+  };
+  std::vector<Page> pages_;
+};
+
+size_t element_bytes(dnnl::memory::data_type dt) { return dt == dnnl::memory::data_type::bf16 ? 2 : 4; }
+
+// GFLOP/s of `flops` per run of `primitive` on `args`: one warm-up, then the best of `reps`.
+double primitive_gflops(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::memory>& args,
+                        double flops, int reps) {
+  dnnl::stream stream(args.begin()->second.get_engine());
   const double s = best_seconds(
       [&] {
         primitive.execute(stream, args);
         stream.wait();
       },
       reps);
-  return 2.0 * static_cast<double>(n) * n * n / s * 1e-9;
+  return flops / s * 1e-9;
+}
+
+// GFLOP/s of an n×n×n matmul primitive on dense row-major buffers of `dt` (bf16: fp32 accumulation,
+// bf16 output, as precis's bf16 GEMM), created under the current OpenMP thread count.
+double onednn_matmul_gflops(int64_t n, dnnl::memory::data_type dt, int reps) {
+  using dnnl::memory;
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  const memory::desc md({n, n}, dt, memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine);
+  // oneDNN's reference kernels are no peak (and would take minutes at this size).
+  if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return 0;
+  const size_t bytes = static_cast<size_t>(n * n) * element_bytes(dt);
+  Buffer a(bytes), b(bytes), c(bytes);
+  return primitive_gflops(dnnl::matmul(pd),
+                          {{DNNL_ARG_SRC, memory(md, engine, a.data())},
+                           {DNNL_ARG_WEIGHTS, memory(md, engine, b.data())},
+                           {DNNL_ARG_DST, memory(md, engine, c.data())}},
+                          2.0 * static_cast<double>(n) * n * n, reps);
+}
+
+// GFLOP/s of a 3×3 convolution forward primitive, 128 → 128 channels on a 64×16×16 batch in
+// channels-last layout (ResNet-18's second stage), weights in the layout oneDNN picks: an implicit
+// GEMM (M = 16384, K = 1152, N = 128) whose bf16 kernel on AMX outruns the matmul primitive's best
+// (measured ~3.2-4.0 against ~2.45 TFLOP/s on the 2-vCPU development VM).
+double onednn_conv_gflops(dnnl::memory::data_type dt, int reps) {
+  using dnnl::memory;
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  const int64_t n = 64, c = 128, hw = 16;
+  const memory::desc src({n, c, hw, hw}, dt, memory::format_tag::nhwc), dst = src;
+  const memory::desc weights({c, c, 3, 3}, dt, memory::format_tag::any);
+  const dnnl::convolution_forward::primitive_desc pd(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                      weights, dst, {1, 1}, {1, 1}, {1, 1}),
+      engine);
+  if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return 0;
+  Buffer x(static_cast<size_t>(n * c * hw * hw) * element_bytes(dt)), y(static_cast<size_t>(n * c * hw * hw) * element_bytes(dt));
+  Buffer w(pd.weights_desc().get_size());
+  return primitive_gflops(dnnl::convolution_forward(pd),
+                          {{DNNL_ARG_SRC, memory(src, engine, x.data())},
+                           {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), engine, w.data())},
+                           {DNNL_ARG_DST, memory(dst, engine, y.data())}},
+                          2.0 * static_cast<double>(n * hw * hw) * c * c * 9, reps);
 }
 #endif
 
-// The sizes the peak is the best of, with the repetitions each gets. oneDNN's bf16 kernels on AMX
-// run much faster with their operands in L2 (512³: ~2.4 TFLOP/s on the 2-vCPU development VM)
-// than at 2048³ (~1.2); the peak is the best the machine's GEMM reaches, so both count.
+// The matmul sizes the peak is the best of, with the repetitions each gets, and the convolution's
+// repetitions. oneDNN's bf16 kernels on AMX run much faster with their operands in L2 (512³:
+// ~2.45 TFLOP/s on the 2-vCPU development VM) than at 2048³ (~1.25), and its convolution kernel
+// faster still; the peak is the best the machine's dense math reaches, so all count.
 constexpr int kPeakSizes[][2] = {{512, 50}, {1024, 20}, {2048, 5}};
+constexpr int kConvReps = 20;
 
 PeakResult measure(const std::vector<int>& threads) {
   PeakResult r;
@@ -110,12 +148,13 @@ PeakResult measure(const std::vector<int>& threads) {
 #endif
       r.threads[r.count] = t;
 #ifdef PRECIS_HAS_ONEDNN
-      for (const auto& [n, reps] : kPeakSizes) {
-        r.f32[r.count] = std::max(r.f32[r.count], onednn_gflops(n, dnnl::memory::data_type::f32, reps));
+      for (const auto dt : {dnnl::memory::data_type::f32, dnnl::memory::data_type::bf16}) {
+        double& peak = (dt == dnnl::memory::data_type::f32 ? r.f32 : r.bf16)[r.count];
         try {
-          r.bf16[r.count] = std::max(r.bf16[r.count], onednn_gflops(n, dnnl::memory::data_type::bf16, reps));
+          for (const auto& [n, reps] : kPeakSizes) peak = std::max(peak, onednn_matmul_gflops(n, dt, reps));
+          peak = std::max(peak, onednn_conv_gflops(dt, kConvReps));
         } catch (const dnnl::error&) {
-          // no bf16 GEMM on this CPU: no bf16 peak
+          if (dt == dnnl::memory::data_type::f32) throw;  // no bf16 kernels on this CPU: no bf16 peak
         }
       }
 #else
@@ -156,11 +195,11 @@ GemmPeaks measure_gemm_peaks(const std::vector<int>& threads) {
   GemmPeaks out;
   for (int i = 0; i < r.count; ++i) out.by_threads[r.threads[i]] = GemmPeak{r.f32[i], r.bf16[i]};
 #ifdef PRECIS_HAS_ONEDNN
-  out.method = "oneDNN matmul";
+  out.method = "oneDNN, the best of matmul 512³ (50 runs), 1024³ (20), 2048³ (5) and a 3x3 convolution "
+               "128 → 128 channels on 64x16x16 (20)";
 #else
-  out.method = "precis::matmul (precis-bench built without oneDNN)";
+  out.method = "precis::matmul (precis-bench built without oneDNN), the best of 512³ (50 runs), 1024³ (20), 2048³ (5)";
 #endif
-  out.method += ", the best of 512³ (50 runs), 1024³ (20) and 2048³ (5)";
   return out;
 }
 

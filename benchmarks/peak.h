@@ -1,8 +1,9 @@
 #pragma once
 // The machine's GEMM peak, measured at the start of a precis-bench run: the bar every FLOP figure
-// is compared with ("share of peak"). MACHINE.md's limits are nominal; this is the best a square
-// matmul through oneDNN reaches on this machine, now, at the suite's thread count, over sizes from
-// in-cache (512³) to large (2048³): on AMX CPUs the bf16 figure depends strongly on the size.
+// is compared with ("share of peak"). MACHINE.md's limits are nominal; this is the best oneDNN's
+// dense-math kernels reach on this machine, now, at the suite's thread count, over square matmuls
+// from in-cache (512³) to large (2048³) and one 3x3 convolution: on AMX CPUs the bf16 rate depends
+// strongly on the shape and the kernel (see benchmarks/README.md).
 #include <map>
 #include <string>
 #include <vector>
@@ -23,11 +24,11 @@ struct GemmPeaks {
   double of(const std::string& dtype, int threads) const;
 };
 
-/// Measures the f32 and bf16 GEMM peaks at each thread count: n×n×n matmuls through oneDNN on
-/// page-aligned buffers (precis::matmul when precis-bench is built without oneDNN) for n = 512,
-/// 1024 and 2048, each with one warm-up and then its best of several runs; the peak is the best
-/// of the three. Runs in a forked child when this process has one thread, so that its OpenMP
-/// team does not stop the models suite from forking its cases.
+/// Measures the f32 and bf16 peaks at each thread count: oneDNN matmuls n×n×n for n = 512, 1024
+/// and 2048 and a 3x3 convolution forward, on page-aligned buffers, each with one warm-up and then
+/// its best of several runs; the peak is the best of them (precis::matmul's squares when
+/// precis-bench is built without oneDNN). Runs in a forked child when this process has one
+/// thread, so that its OpenMP team does not stop the models suite from forking its cases.
 GemmPeaks measure_gemm_peaks(const std::vector<int>& threads);
 
 }  // namespace precis::bench
