@@ -45,6 +45,20 @@ using CrossEntropyWithGradKernel = void(const Tensor& loss_rows, const Tensor& w
                                         const Tensor& weight, const Tensor& grad_rows, int64_t ignore_index,
                                         double label_smoothing);
 
+/// linear_cross_entropy's fast path, where a backend has one (CPU with oneDNN: f32 and bf16;
+/// ops/cpu/linear_cross_entropy.cpp): the loss of the logits x·wᵀ + b without forming them whole.
+/// x: (M, K) contiguous, M, K >= 1; w: (V, K) contiguous; b: (V) contiguous or undefined; all of
+/// x's dtype. target, loss_rows and weight_rows as CrossEntropyKernel, with no class weights
+/// (weight_rows is 1 or 0). grad_x (M, K), grad_w (V, K), grad_b (V): fp32, contiguous, or
+/// undefined when not wanted; they receive the gradients of Σ_i row_grad·loss_rows_i, summed in
+/// fp32 from the logit gradient rounded to x's dtype (as cross_entropy's backward rounds it).
+/// Returns false, writing nothing, when the backend cannot run it here (the caller then takes the
+/// generic path).
+using LinearCrossEntropyKernel = bool(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& grad_x,
+                                      const Tensor& grad_w, const Tensor& grad_b, const Tensor& x, const Tensor& w,
+                                      const Tensor& b, const Tensor& target, double row_grad, int64_t ignore_index,
+                                      double label_smoothing);
+
 /// NLL on log-probabilities: loss_rows_i = −w[t_i]·x_{i,t_i}, weight_rows_i = w[t_i]; 0 for both
 /// at ignored rows. x: (M, C) any strides (only M elements are read).
 using NllLossKernel = void(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& x,

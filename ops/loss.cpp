@@ -386,6 +386,44 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
   // gradient is rounded exactly where the unfused pair rounds it; backward multiplies by the
   // output gradient. (All rows ignored: 1/0, which the kernel never uses — it writes 0 there.)
   const double row_grad = options.reduction == Reduction::mean ? 1.0 / static_cast<double>(counted) : 1.0;
+
+  // The backend's own kernel where it has one and the caller left the chunking to us (CPU with
+  // oneDNN: vocabulary blocks over all rows, no (M, V) tensor at all; ops/kernels_loss.h). Its
+  // gradients come out in fp32, for backward to scale and round once.
+  if (options.chunk_rows == 0 && M > 0 && K > 0 && find_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
+    Tensor gx, gw, gb, total_rows, result;
+    bool ran = false;
+    {
+      NoGradGuard no_grad;
+      const Tensor x2 = input.detach().reshape({M, K}).contiguous(), w = weight.detach().contiguous();
+      const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+      const TensorOptions f32{.dtype = DType::f32, .device = device};
+      const Tensor loss_rows = empty({M}, f32), weight_rows = empty({M}, f32);
+      if (need_x) gx = empty({M, K}, f32);
+      if (need_w) gw = empty({V, K}, f32);
+      if (need_b) gb = empty({V}, f32);
+      if (profiler::counting_flops())  // the nominal GEMMs: logits, and with gradients x's and W's
+        profiler::add_flops(OpId::linear_cross_entropy, 2.0 * static_cast<double>(M) * static_cast<double>(K) *
+                                                            static_cast<double>(V) * (1 + need_x + need_w));
+      ran = kernel<kernels::LinearCrossEntropyKernel>(OpId::linear_cross_entropy, dev, input.dtype())(
+          loss_rows, weight_rows, gx, gw, gb, x2, w, b, tgt, row_grad, options.ignore_index, options.label_smoothing);
+      if (ran) result = reduce_rows(loss_rows, weight_rows, options.reduction, {}, out_dtype, &total_rows);
+    }
+    if (ran) {
+      if (need_grad) {
+        autograd::record(OpId::linear_cross_entropy, {input, weight, bias}, {result},
+                         [gx, gw, gb, dtype = input.dtype(), in_shape = input.sizes()](const TensorList& g) -> TensorList {
+                           // The fp32 gradients times the output gradient, rounded once to the inputs' dtype.
+                           const Tensor s = g[0].to(DType::f32);
+                           auto scaled = [&](const Tensor& t) { return t.defined() ? mul(t, s).to(dtype) : Tensor(); };
+                           const Tensor x_grad = scaled(gx);
+                           return {x_grad.defined() ? x_grad.reshape(in_shape) : x_grad, scaled(gw), scaled(gb)};
+                         });
+      }
+      return result;
+    }
+  }
+
   Tensor x2, w, dlogits, total, out;
   {
     NoGradGuard no_grad;

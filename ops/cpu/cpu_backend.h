@@ -14,6 +14,7 @@ void register_pool_kernels();       // max/avg/adaptive_avg pool2d and their bac
 void register_norm_kernels();       // batch_norm, layer_norm, group_norm (+ backward)
 void register_softmax_kernels();    // softmax, log_softmax (+ backward)
 void register_loss_kernels();       // cross_entropy(+_backward), nll_loss
+void register_linear_cross_entropy_kernels();  // linear_cross_entropy (oneDNN builds)
 void register_dropout_kernels();    // dropout
 void register_unscale_kernels();    // unscale_grads (amp)
 void register_optim_kernels();      // sgd_step, adam_step

@@ -40,6 +40,10 @@ struct GemmArgs {
   /// bf16 only (onednn_gemm): c is written in f32, the fp32 accumulator unrounded (for a caller that
   /// sums the products further, e.g. conv's col2im; ops/cpu/conv_gemm.cpp). No bias with it.
   bool c_f32 = false;
+  /// c += a·b (+ bias) instead of c = a·b (+ bias): c's values are read and the product added to
+  /// them in c's type (for a caller summing products over blocks of K, e.g. linear_cross_entropy's
+  /// input gradient over vocabulary blocks; ops/cpu/linear_cross_entropy.cpp).
+  bool accumulate = false;
 };
 
 /// Rewrites the strides of a (rows, cols) matrix into the canonical form GemmMatrix documents

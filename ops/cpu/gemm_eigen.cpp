@@ -17,7 +17,7 @@ namespace {
 // Minimum flops per parallel chunk: below this, waking a worker costs more than it saves.
 constexpr int64_t kMinFlopsPerChunk = 1 << 20;
 
-// c[batch][r0:r1] = a[batch][r0:r1]·b[batch] (+ bias). Accumulates in T.
+// c[batch][r0:r1] = (c[batch][r0:r1] +) a[batch][r0:r1]·b[batch] (+ bias). Accumulates in T.
 template <typename T, int OrderA, int OrderB>
 void gemm_rows(const GemmArgs& g, int64_t batch, int64_t r0, int64_t r1) {
   using Eigen::Dynamic;
@@ -34,7 +34,11 @@ void gemm_rows(const GemmArgs& g, int64_t batch, int64_t r0, int64_t r1) {
   Eigen::Map<const MatA, Eigen::Unaligned, OuterStride<>> am(a, rows, g.k, OuterStride<>(lda));
   Eigen::Map<const MatB, Eigen::Unaligned, OuterStride<>> bm(b, g.k, g.n, OuterStride<>(ldb));
   Eigen::Map<MatC> cm(c, rows, g.n);
-  cm.noalias() = am * bm;
+  if (g.accumulate) {
+    cm.noalias() += am * bm;
+  } else {
+    cm.noalias() = am * bm;
+  }
   if (g.bias != nullptr)
     cm.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Dynamic>>(static_cast<const T*>(g.bias), g.n);
 }

@@ -164,8 +164,9 @@ int64_t even_block(int64_t extent, int64_t target) {
 // The depth of g's K blocks, or 0 when g runs whole.
 int64_t k_block_depth(const GemmArgs& g) {
   if (g.batch != 1 || g.batch2 != 1) return 0;
-  // The bias must be added once, so a GEMM with one stays whole.
+  // The bias must be added once, so a GEMM with one stays whole; so does one adding into a bf16 c.
   if (g.k < 24576 || g.m < 1024 || g.n > 1024 || g.bias != nullptr) return 0;
+  if (g.accumulate && g.dtype == DType::bf16 && !g.c_f32) return 0;
   return even_block(g.k, g.dtype == DType::bf16 ? 4096 : 8192);
 }
 
@@ -199,8 +200,8 @@ bool run_k_blocks(const GemmArgs& g, int64_t depth) {
   std::vector<Problem> problems;
   std::vector<std::shared_ptr<const CachedMatmul>> primitives;
   for (int64_t begin = 0; begin < g.k; begin += depth) {
-    // The first block writes c, the others add into it.
-    Problem p{k_block_of(target, begin, std::min(depth, g.k - begin)), begin > 0};
+    // The first block writes c (or adds into it, as g asks), the others add into it.
+    Problem p{k_block_of(target, begin, std::min(depth, g.k - begin)), begin > 0 || g.accumulate};
     primitives.push_back(find_or_build(p));
     if (!primitives.back()->supported()) return false;
     problems.push_back(p);
@@ -217,7 +218,7 @@ bool onednn_gemm(const GemmArgs& g) {
   if (g.dtype != DType::f32 && g.dtype != DType::bf16) return false;
   if (g.c_f32 && (g.dtype != DType::bf16 || g.bias != nullptr)) return false;
   if (const int64_t depth = k_block_depth(g); depth > 0 && run_k_blocks(g, depth)) return true;
-  const std::shared_ptr<const CachedMatmul> p = find_or_build(Problem{g, false});
+  const std::shared_ptr<const CachedMatmul> p = find_or_build(Problem{g, g.accumulate});
   if (!p->supported()) return false;
   execute(*p, g);
   return true;

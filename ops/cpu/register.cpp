@@ -14,6 +14,7 @@ void register_cpu_kernels() {
   register_norm_kernels();
   register_softmax_kernels();
   register_loss_kernels();
+  register_linear_cross_entropy_kernels();
   register_dropout_kernels();
   register_unscale_kernels();
   register_optim_kernels();
