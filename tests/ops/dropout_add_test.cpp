@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "ops/dropout_math.h"
 #include "ops/functional.h"
+#include "ops/profiler.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
 
@@ -215,6 +216,34 @@ TEST_CASE("dropout_add under bf16 autocast: a bf16 dense output, an fp32 residua
   const TensorList leaves = autograd::grad({fused}, {a, r}, {gy});
   REQUIRE(leaves[0].dtype() == DType::f32);
   REQUIRE(leaves[0].sizes() == a.sizes());
+}
+
+TEST_CASE("dropout_add under bf16 autocast runs one kernel each way and no cast", "[ops][dropout_add][amp]") {
+  // The point of the op: a bf16 x beside an fp32 residual is not cast to fp32 first (autocast's
+  // Promote would, but the op asks the hook to leave it), and the fp32 gradient is not cast back
+  // before the mask.
+  Tensor x = randn_input({64, 40}, true, 71, DType::bf16), r = randn_input({64, 40}, true, 72, DType::f32);
+  const Tensor gy = randn_input({64, 40}, false, 73, DType::f32);
+  profiler::reset();
+  profiler::set_enabled(true);
+  {
+    amp::Autocast ac(DType::bf16);
+    Generator g(3);
+    const Tensor y = dropout_add(x, r, 0.2, true, &g);
+    REQUIRE(y.dtype() == DType::f32);
+    (void)autograd::grad({y}, {x, r}, {gy});
+  }
+  profiler::set_enabled(false);
+  int64_t fwd = 0, bwd = 0;
+  for (const profiler::Entry& e : profiler::entries()) {
+    INFO(e.name << " " << profiler::direction_name(e.direction) << " " << e.calls);
+    CHECK(e.name != "copy");
+    CHECK(e.name != "cast");
+    if (e.name == "dropout_add") (e.direction == profiler::Direction::forward ? fwd : bwd) += e.calls;
+  }
+  profiler::reset();
+  CHECK(fwd == 1);
+  CHECK(bwd >= 1);
 }
 
 TEST_CASE("dropout_add is add in eval and at p = 0, and the residual at p = 1", "[ops][dropout_add]") {
