@@ -231,7 +231,7 @@ namespace {
 // Promote dtype: ops' result_type for single ops, plain promotion over the floating inputs for list
 // ops (cat, stack), as before the hook existed. With keep_first_narrow (an op whose kernel widens
 // its first input itself, PrecisionPolicy::apply_widening_in_kernel), an f16/bf16 first input that
-// FP32 would widen is left as it is; returns true then.
+// FP32, or Promote to an fp32 widest dtype, would widen is left as it is; returns true then.
 bool cast_inputs(OpId op, std::span<Tensor> inputs, bool list_op, bool keep_first_narrow = false) {
   bool found = false;
   DeviceType device = DeviceType::cpu;
@@ -250,7 +250,8 @@ bool cast_inputs(OpId op, std::span<Tensor> inputs, bool list_op, bool keep_firs
   if (c == Category::Banned) detail::throw_banned(op);
   if (c == Category::Passthrough) return false;
   if (!list_op) widest = result_type(ptrs, /*floating_only=*/true);
-  const bool keep_first = keep_first_narrow && c == Category::FP32 && inputs[0].defined() &&
+  const bool widens_to_fp32 = c == Category::FP32 || (c == Category::Promote && widest == DType::f32);
+  const bool keep_first = keep_first_narrow && widens_to_fp32 && inputs[0].defined() &&
                           is_low_precision(inputs[0].dtype());
   for (size_t i = keep_first ? 1 : 0; i < inputs.size(); ++i)
     inputs[i] = detail::cast_for(c, nullptr, inputs[i], widest, device);

@@ -276,6 +276,21 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
 /// them. ValueError for p outside [0, 1]. Floating x. Passthrough.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* generator = nullptr);
 
+/// add(dropout(x, p, training, generator), residual) in one pass (a residual block's epilogue):
+/// the same mask, drawn the same way (the generator advances exactly as dropout's), the result in
+/// add's promoted dtype. Differs from the pair only in rounding: x·1/(1 − p) + residual is computed
+/// in fp32 (f64 for f64) and rounded once, where the pair rounds the dropout to x's dtype first —
+/// identical when x's dtype is the result's, closer to the exact value otherwise (a bf16 x with an
+/// fp32 residual). Backward: residual's gradient is the output gradient (cast only if residual's
+/// dtype differs), x's is mask·g·1/(1 − p) rounded once to x's dtype, in one pass that regenerates
+/// the mask. !training or p == 0: add(x, residual); p == 1: add(dropout(x, 1), residual). Fast path:
+/// CPU, same shapes, no f64 beside f32/f16/bf16; anything else (broadcasting, CUDA) runs the pair
+/// itself. ValueError for p outside [0, 1]; DTypeError for non-floating operands; ShapeError for
+/// shapes that do not broadcast; DeviceError for operands on two devices. Promote (an f16/bf16 x
+/// beside an fp32 residual is read as it is, not cast first).
+Tensor dropout_add(const Tensor& x, const Tensor& residual, double p = 0.5, bool training = true,
+                   Generator* generator = nullptr);
+
 /// softmax(q·kᵀ·scale + mask)·v over the last dim, as torch's F.scaled_dot_product_attention.
 /// q: (..., L, E), k: (..., S, E), v: (..., S, Ev), batch dims broadcast; out: (..., L, Ev).
 /// attn_mask: bool (true = attend) or floating (added to the scores), broadcastable to (..., L, S).

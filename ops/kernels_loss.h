@@ -74,4 +74,13 @@ using NllLossKernel = void(const Tensor& loss_rows, const Tensor& weight_rows, c
 /// f16/bf16 (f64 for f64).
 using DropoutKernel = void(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t offset);
 
+/// dropout_add's pass (ops/dropout_add.cpp): out = residual + (keep ? x·scale : 0) with
+/// DropoutKernel's mask and scale, computed in fp32 (f64 when out is f64) and rounded once to
+/// out's dtype; with residual undefined, out = keep ? x·scale : 0 (its backward: the gradient of
+/// x, from the output gradient, in x's dtype). out: contiguous; x and residual: out's shape, any
+/// strides, any dtypes whose compute type is out's (f32, f16, bf16 around an f32/f16/bf16 out;
+/// f64 with f64). Keyed by out's dtype. 0 < p < 1.
+using DropoutAddKernel = void(const Tensor& out, const Tensor& x, const Tensor& residual, double p, uint64_t seed,
+                              uint64_t offset);
+
 }  // namespace precis::kernels

@@ -59,7 +59,8 @@ std::array<Tensor, sizeof...(T)> apply_precision(OpId op, const T&... inputs) {
 
 /// The op's inputs as the installed policy wants them, for an op whose kernel widens its first
 /// input from f16/bf16 to fp32 element by element as it reads it (cross_entropy's logits). Where
-/// the policy asks for that widening (autocast's FP32 category), `first` is returned in its own
+/// the policy asks for that widening (autocast's FP32 category, or Promote beside an fp32 operand:
+/// dropout_add's bf16 x and fp32 residual), `first` is returned in its own
 /// dtype and `*computes_in_fp32` is set: the op must then give exactly what it gives for
 /// first.to(f32) — an fp32 result, a gradient in first's dtype as the cast's backward would round
 /// it. The widening is exact, so the numbers are the cast's (up to the kernel's summation order),

@@ -149,6 +149,10 @@ const std::vector<Entry>& entries() {
                    Generator g(5);
                    return dropout(in({3, 4}, a), 0.5, true, &g);
                  }});
+    e.push_back({OpId::dropout_add, [](D a, D b) {
+                   Generator g(5);
+                   return dropout_add(in({3, 4}, a, 1), in({3, 4}, b, 2), 0.5, true, &g);
+                 }});
     // Its inner matmuls are Lower themselves, so a Passthrough override of the op cannot show in
     // the output dtype; the Banned override does.
     e.push_back({OpId::scaled_dot_product_attention,
