@@ -15,6 +15,7 @@ void register_norm_kernels();       // batch_norm, layer_norm, group_norm (+ bac
 void register_softmax_kernels();    // softmax, log_softmax (+ backward)
 void register_loss_kernels();       // cross_entropy(+_backward), nll_loss
 void register_dropout_kernels();    // dropout
+void register_attention_kernels();  // attention_softmax (+ backward)
 void register_unscale_kernels();    // unscale_grads (amp)
 void register_optim_kernels();      // sgd_step, adam_step
 void register_clip_kernels();       // grad_norms, clip_grad_norm, clip_grad_value

@@ -15,6 +15,7 @@ void register_cpu_kernels() {
   register_softmax_kernels();
   register_loss_kernels();
   register_dropout_kernels();
+  register_attention_kernels();
   register_unscale_kernels();
   register_optim_kernels();
   register_clip_kernels();
