@@ -5,6 +5,8 @@
 // pass over the (..., L, S) scores instead of a cast, a scale, a mask, a softmax, a cast and a
 // dropout pass each reading and writing it. The row buffer lives in L1 (S = 128: 512 bytes).
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 #include <limits>
 #include <vector>
 
@@ -29,31 +31,67 @@ using kernels::AttentionSoftmaxArgs;
 // Elements per parallel chunk: a few passes and an exponential per element, as softmax's.
 constexpr int64_t kGrain = 16384;
 
-// Where row r of an expanded mask starts: the mask's strides over the leading (..., L) dims.
-class MaskRows {
+// Walks the rows of the (..., L, S) scores from row r0 on: the query index i (for causal masks)
+// and where the row's mask starts in an expanded mask (its strides over the leading dims), kept
+// as a multi-index advanced per row, so no row pays a division.
+class RowCursor {
  public:
-  explicit MaskRows(const Tensor& mask) {
+  RowCursor(const Tensor& mask, int64_t L, int64_t r0) : L_(L), i_(r0 % L) {
     if (!mask.defined()) return;
-    for (int64_t d = 0; d + 1 < mask.dim(); ++d) {
-      sizes_.push_back(mask.size(d));
-      strides_.push_back(mask.stride(d));
+    const int64_t nd = mask.dim() - 1;
+    sizes_.resize(nd);
+    strides_.resize(nd);
+    idx_.resize(nd);
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      sizes_[d] = mask.size(d);
+      strides_[d] = mask.stride(d);
+      idx_[d] = r0 % sizes_[d];
+      r0 /= sizes_[d];
+      offset_ += idx_[d] * strides_[d];
     }
     step_ = mask.stride(-1);
   }
-  int64_t offset(int64_t r) const {
-    int64_t off = 0;
+  int64_t query() const { return i_; }        ///< the row's query index i
+  int64_t offset() const { return offset_; }  ///< where its mask row starts
+  int64_t step() const { return step_; }      ///< the mask's stride between keys
+  void next() {
+    if (++i_ == L_) i_ = 0;
     for (int64_t d = static_cast<int64_t>(sizes_.size()) - 1; d >= 0; --d) {
-      off += (r % sizes_[d]) * strides_[d];
-      r /= sizes_[d];
+      offset_ += strides_[d];
+      if (++idx_[d] < sizes_[d]) return;
+      offset_ -= sizes_[d] * strides_[d];
+      idx_[d] = 0;
     }
-    return off;
   }
-  int64_t step() const { return step_; }  ///< the stride between keys
 
  private:
-  std::vector<int64_t> sizes_, strides_;
-  int64_t step_ = 0;
+  int64_t L_, i_;
+  std::vector<int64_t> sizes_, strides_, idx_;
+  int64_t offset_ = 0, step_ = 0;
 };
+
+// x[j] = (keep[j] ? x[j] : masked)·factor over a row (keep contiguous), 32 bytes at a time on
+// GCC/Clang vector extensions: the plain loop over bool stays scalar (a branch per key).
+template <typename A>
+inline void select_kept(const bool* __restrict keep, A* __restrict x, int64_t n, A masked, A factor) {
+  constexpr int W = 32 / sizeof(A);
+  typedef A V __attribute__((vector_size(32)));
+  typedef uint8_t K __attribute__((vector_size(W)));
+  typedef std::conditional_t<sizeof(A) == 4, int32_t, int64_t> I1;
+  typedef I1 I __attribute__((vector_size(32)));
+  const V fill = V{} + masked;
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    V v;
+    K k;
+    std::memcpy(&v, x + j, sizeof v);
+    std::memcpy(&k, keep + j, sizeof k);
+    const I kept = __builtin_convertvector(k, I) != 0;
+    const V r = (kept ? v : fill) * factor;
+    std::memcpy(x + j, &r, sizeof r);
+  }
+  for (; j < n; ++j) x[j] = (keep[j] ? x[j] : masked) * factor;
+}
 
 template <typename T>
 void attention_softmax_kernel(const Tensor& p, const Tensor& y, const Tensor& scores, const Tensor& mask,
@@ -69,46 +107,49 @@ void attention_softmax_kernel(const Tensor& p, const Tensor& y, const Tensor& sc
   const bool drop = args.dropout_p > 0.0;
   const uint32_t threshold = drop ? kernels::dropout_keep_threshold(args.dropout_p) : 0;
   const A drop_scale = static_cast<A>(1.0 / (1.0 - args.dropout_p));
-  const MaskRows mrows(mask);
-  const int64_t ms = mrows.step();
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / n), [&](int64_t r0, int64_t r1) {
-    std::vector<A> t(static_cast<size_t>(n));
-    for (int64_t r = r0; r < r1; ++r) {
+    // Locals, not the captures: stores through the row pointers could alias a captured scale, and
+    // the loops would reload it per element instead of vectorising.
+    std::vector<A> buf(static_cast<size_t>(n));
+    A* __restrict t = buf.data();
+    const A sc = scale;
+    RowCursor cur(mask, L, r0);
+    for (int64_t r = r0; r < r1; ++r, cur.next()) {
       const int64_t first = r * n;
       A* yr = yp + first;
       T* pr = pp + first;
       // t = scores·scale, as mul(scores.to(acc), scale) computes it.
-      load_block<A>(sp + first, 1, t.data(), n);
-      for (int64_t j = 0; j < n; ++j) t[j] *= scale;
+      load_block<A>(sp + first, 1, t, n);
+      for (int64_t j = 0; j < n; ++j) t[j] *= sc;
       bool empty = false;
       switch (args.mask) {
         case AttentionMask::none: break;
         case AttentionMask::additive: {
-          const A* m = static_cast<const A*>(mask.data_ptr()) + mrows.offset(r);
-          bool all_masked = true;
-          for (int64_t j = 0; j < n; ++j) {
-            t[j] += m[j * ms];
-            all_masked &= t[j] == kNegInf;
+          const A* __restrict m = static_cast<const A*>(mask.data_ptr()) + cur.offset();
+          const int64_t ms = cur.step();
+          if (ms == 1) {
+            for (int64_t j = 0; j < n; ++j) t[j] += m[j];
+          } else {
+            for (int64_t j = 0; j < n; ++j) t[j] += m[j * ms];
           }
-          empty = all_masked;
+          empty = std::all_of(t, t + n, [](A v) { return v == -std::numeric_limits<A>::infinity(); });  // stops at the first visible key
           break;
         }
         case AttentionMask::keep: {
-          const bool* k = static_cast<const bool*>(mask.data_ptr()) + mrows.offset(r);
-          bool any = false;
-          for (int64_t j = 0; j < n; ++j) {
-            if (k[j * ms]) any = true;
-            else t[j] = kNegInf;
+          const bool* k = static_cast<const bool*>(mask.data_ptr()) + cur.offset();
+          const int64_t ms = cur.step();
+          int64_t j = 0;
+          while (j < n && !k[j * ms]) ++j;  // stops at the first visible key
+          empty = j == n;
+          if (ms == 1) {
+            select_kept(k, t, n, kNegInf, A(1));
+          } else {
+            for (j = 0; j < n; ++j) t[j] = k[j * ms] ? t[j] : kNegInf;
           }
-          empty = !any;
           break;
         }
-        case AttentionMask::causal: {
-          const int64_t i = r % L;
-          for (int64_t j = i + 1; j < n; ++j) t[j] = kNegInf;
-          break;
-        }
+        case AttentionMask::causal: std::fill(t + std::min(n, cur.query() + 1), t + n, kNegInf); break;
       }
       if (empty) {
         // No visible key: zero weights (scaled_dot_product_attention's rule), no gradient.
@@ -116,7 +157,7 @@ void attention_softmax_kernel(const Tensor& p, const Tensor& y, const Tensor& sc
         if (!y_is_p) std::fill(yr, yr + n, A(0));
         continue;
       }
-      row_softmax<A, A>(t.data(), yr, n);
+      row_softmax<A, A>(t, yr, n);
       if (!drop) {
         if (!y_is_p) store_block<T>(yr, pr, 1, n);
       } else if constexpr (std::is_same_v<T, A>) {
@@ -143,12 +184,14 @@ void attention_softmax_backward_kernel(const Tensor& ds, const Tensor& grad, con
   const bool drop = args.dropout_p > 0.0;
   const uint32_t threshold = drop ? kernels::dropout_keep_threshold(args.dropout_p) : 0;
   const A drop_scale = static_cast<A>(1.0 / (1.0 - args.dropout_p));
-  const MaskRows mrows(mask);
-  const int64_t ms = mrows.step();
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / n), [&](int64_t r0, int64_t r1) {
-    std::vector<A> g(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
+    std::vector<A> gbuf(static_cast<size_t>(n)), dxbuf(static_cast<size_t>(n));
+    A* __restrict g = gbuf.data();
+    A* __restrict dx = dxbuf.data();
+    const A sc = scale;  // a local: see the forward kernel
     std::vector<T> dropped(drop && !std::is_same_v<T, A> ? static_cast<size_t>(n) : 0);
-    for (int64_t r = r0; r < r1; ++r) {
+    RowCursor cur(mask, L, r0);
+    for (int64_t r = r0; r < r1; ++r, cur.next()) {
       const int64_t first = r * n;
       const A* yr = yp + first;
       T* dr = dp + first;
@@ -160,23 +203,29 @@ void attention_softmax_backward_kernel(const Tensor& ds, const Tensor& grad, con
       }
       // g = dropout's backward of grad (rounded to T), widened.
       if (!drop) {
-        load_block<A>(gp + first, 1, g.data(), n);
+        load_block<A>(gp + first, 1, g, n);
       } else if constexpr (std::is_same_v<T, A>) {
-        dropout_row<T>(g.data(), gp + first, 1, n, first, args.seed, args.offset, threshold, drop_scale);
+        dropout_row<T>(g, gp + first, 1, n, first, args.seed, args.offset, threshold, drop_scale);
       } else {
         dropout_row<T>(dropped.data(), gp + first, 1, n, first, args.seed, args.offset, threshold, drop_scale);
-        load_block<A>(dropped.data(), 1, g.data(), n);
+        load_block<A>(dropped.data(), 1, g, n);
       }
-      row_softmax_backward<A>(g.data(), yr, dx.data(), n);
+      row_softmax_backward<A>(g, yr, dx, n);
+      // Zero where a key is masked (where's backward), then times the scale (mul's backward):
+      // (masked ? 0 : dx)·scale in one pass.
       if (args.mask == AttentionMask::keep) {
-        const bool* k = static_cast<const bool*>(mask.data_ptr()) + mrows.offset(r);
-        for (int64_t j = 0; j < n; ++j)
-          if (!k[j * ms]) dx[j] = A(0);
-      } else if (args.mask == AttentionMask::causal) {
-        std::fill(dx.begin() + std::min(n, r % L + 1), dx.end(), A(0));
+        const bool* k = static_cast<const bool*>(mask.data_ptr()) + cur.offset();
+        const int64_t ms = cur.step();
+        if (ms == 1) {
+          select_kept(k, dx, n, A(0), sc);
+        } else {
+          for (int64_t j = 0; j < n; ++j) dx[j] = (k[j * ms] ? dx[j] : A(0)) * sc;
+        }
+      } else {
+        if (args.mask == AttentionMask::causal) std::fill(dx + std::min(n, cur.query() + 1), dx + n, A(0));
+        for (int64_t j = 0; j < n; ++j) dx[j] *= sc;
       }
-      for (int64_t j = 0; j < n; ++j) dx[j] *= scale;
-      store_block<T>(dx.data(), dr, 1, n);
+      store_block<T>(dx, dr, 1, n);
     }
   });
 }

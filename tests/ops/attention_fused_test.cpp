@@ -42,7 +42,7 @@ struct Run {
   int64_t fused_calls = 0, softmax_calls = 0;
 };
 
-enum class MaskCase { none, additive, keep, causal };
+enum class MaskCase { none, additive, keep, causal, keep_per_query, additive_strided };
 
 // (B, H, L, S) attention with E = 8, the mask of `mc` (with an all-masked row where the kind can
 // have one), dropout p from Generator(11), in `low` under autocast (f32 inputs) or, with
@@ -75,6 +75,14 @@ Run attention_run(bool fused, MaskCase mc, double p, DType low, int64_t B, int64
     mask = from_vector<bool>(keep, {L, S});
   } else if (mc == MaskCase::causal) {
     causal = true;
+  } else if (mc == MaskCase::keep_per_query) {
+    // (L, 1): a query sees every key or none (stride 0 between keys); query 2 sees none.
+    std::vector<bool> keep(L);
+    for (int64_t i = 0; i < L; ++i) keep[i] = i != 2;
+    mask = from_vector<bool>(keep, {L, 1});
+  } else if (mc == MaskCase::additive_strided) {
+    // An (H, L, S) additive mask laid out (H, S, L) and transposed: stride L between keys.
+    mask = mul(randn_input({H, S, L}, false, 5, in_dtype), 2.0).transpose(-2, -1);
   }
   const Tensor g = randn_input({B, H, L, E}, false, 4, DType::f32);
   Generator gen(11);
@@ -121,6 +129,8 @@ const char* mask_name(MaskCase m) {
     case MaskCase::additive: return "additive (B,1,1,S)";
     case MaskCase::keep: return "bool (L,S)";
     case MaskCase::causal: return "causal";
+    case MaskCase::keep_per_query: return "bool (L,1)";
+    case MaskCase::additive_strided: return "additive (H,L,S) transposed";
   }
   return "?";
 }
@@ -132,7 +142,8 @@ TEST_CASE("fused attention matches the composed ops bit for bit", "[ops][attenti
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::f16})
-      for (MaskCase mc : {MaskCase::none, MaskCase::additive, MaskCase::keep, MaskCase::causal})
+      for (MaskCase mc : {MaskCase::none, MaskCase::additive, MaskCase::keep, MaskCase::causal,
+                            MaskCase::keep_per_query, MaskCase::additive_strided})
         for (double p : {0.0, 0.1}) {
           // L, S not multiples of 16 (nor of a Philox block's 4); S = 128 too, BERT's length.
           for (auto [L, S] : {std::pair<int64_t, int64_t>{13, 19}, {7, 128}}) {
