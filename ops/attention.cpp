@@ -1,12 +1,16 @@
 // scaled_dot_product_attention, composed of public ops (its backward comes from theirs):
 // batched matmul for the scores (in q's dtype: Lower), masking and softmax in fp32, dropout on the
-// weights, and a batched matmul with v. Causal masking never empties a row (key 0 is visible to
+// weights, and a batched matmul with v. Between the matmuls, attention_softmax (one fused pass
+// each way, same numbers) replaces the chain of ops where it has a kernel and the mask fits. Causal masking never empties a row (key 0 is visible to
 // every query), so only explicit masks are checked for rows with no visible key.
 #include <cmath>
 #include <limits>
 
-#include "ops/precision.h"
+#include "core/grad_mode.h"
+#include "ops/attention_softmax.h"
 #include "ops/functional.h"
+#include "ops/op_table.h"
+#include "ops/precision.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -21,6 +25,22 @@ Tensor all_masked_rows(const Tensor& scores, const Tensor& keep) {
                           ? eq(sum(keep, {-1}, true), 0)
                           : eq(std::get<0>(max(scores.detach(), -1, true)), -std::numeric_limits<double>::infinity());
   return sum(rows).item<int64_t>() > 0 ? rows : Tensor();
+}
+
+// Whether the fused score pass (ops/attention_softmax.h) takes over between the matmuls: where
+// its kernels exist for the scores' device and dtype (the CPU), the mask broadcasts to the scores
+// without growing them and needs no gradient, and dropout is not p = 1 (dropout's own zeros).
+bool use_fused(const Tensor& raw, const Tensor& mask, double dropout_p) {
+  if (!detail::fused_attention_softmax_enabled() || dropout_p >= 1.0) return false;
+  if (find_kernel(OpId::attention_softmax, raw.device().type, raw.dtype()) == nullptr ||
+      find_kernel(OpId::attention_softmax_backward, raw.device().type, raw.dtype()) == nullptr)
+    return false;
+  if (!mask.defined()) return true;
+  if (mask.requires_grad() && is_grad_enabled()) return false;
+  if (mask.dim() > raw.dim()) return false;
+  for (int64_t d = 1; d <= mask.dim(); ++d)
+    if (mask.size(-d) != 1 && mask.size(-d) != raw.size(-d)) return false;
+  return true;
 }
 
 }  // namespace
@@ -63,8 +83,10 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   }
   const double s = scale > 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
 
+  Tensor raw = matmul(q, k.transpose(-2, -1));  // (..., L, S) in q's dtype
+  if (use_fused(raw, attn_mask, dropout_p)) return matmul(attention_softmax(raw, attn_mask, is_causal, s, dropout_p, generator), v);
   const DType score_dtype = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor scores = mul(matmul(q, k.transpose(-2, -1)).to(score_dtype), s);  // (..., L, S)
+  Tensor scores = mul(raw.to(score_dtype), s);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   if (is_causal) {
     // Key j is visible from query i when j <= i (top-left aligned, as PyTorch).

@@ -17,6 +17,7 @@ void register_loss_kernels();       // cross_entropy(+_backward), nll_loss
 void register_linear_cross_entropy_kernels();  // linear_cross_entropy (oneDNN builds)
 void register_dropout_kernels();    // dropout
 void register_dropout_add_kernels();  // dropout_add
+void register_attention_kernels();  // attention_softmax (+ backward)
 void register_unscale_kernels();    // unscale_grads (amp)
 void register_optim_kernels();      // sgd_step, adam_step
 void register_clip_kernels();       // grad_norms, clip_grad_norm, clip_grad_value

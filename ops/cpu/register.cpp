@@ -17,6 +17,7 @@ void register_cpu_kernels() {
   register_linear_cross_entropy_kernels();
   register_dropout_kernels();
   register_dropout_add_kernels();
+  register_attention_kernels();
   register_unscale_kernels();
   register_optim_kernels();
   register_clip_kernels();

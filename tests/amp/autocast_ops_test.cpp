@@ -10,6 +10,7 @@
 #include "amp/autocast.h"
 #include "core/device.h"
 #include "core/rng.h"
+#include "ops/attention_softmax.h"
 #include "ops/functional.h"
 #include "tests/support/tensor_testing.h"
 
@@ -158,6 +159,10 @@ const std::vector<Entry>& entries() {
     e.push_back({OpId::scaled_dot_product_attention,
                  [](D a, D b) { return scaled_dot_product_attention(in({2, 3, 4}, a, 1), in({2, 5, 4}, b, 2), in({2, 5, 4}, b, 3)); },
                  false});
+    e.push_back({OpId::attention_softmax, [](D a, D) {
+                   Generator g(5);
+                   return attention_softmax(in({2, 3, 4}, a), Tensor(), true, 0.5, 0.1, &g);
+                 }});
     e.push_back({OpId::erf, [](D a, D) { return erf(in({3, 4}, a)); }});
     e.push_back({OpId::pad, [](D a, D) { return pad(in({2, 3}, a), {1, 2}); }});
     return e;
@@ -184,6 +189,7 @@ const std::set<OpId> kNoEntry = {
     OpId::group_norm_backward,
     OpId::softmax_backward,
     OpId::log_softmax_backward,
+    OpId::attention_softmax_backward,
     OpId::cross_entropy_backward,
     OpId::cross_entropy_with_grad,
     OpId::unscale_grads,

@@ -279,6 +279,7 @@ const std::map<OpId, OpId> kBackwardOf = {
     {OpId::group_norm_backward, OpId::group_norm},
     {OpId::softmax_backward, OpId::softmax},
     {OpId::log_softmax_backward, OpId::log_softmax},
+    {OpId::attention_softmax_backward, OpId::attention_softmax},
     {OpId::cross_entropy_backward, OpId::cross_entropy},
 };
 
