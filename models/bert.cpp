@@ -109,7 +109,8 @@ BertResidualOutput::BertResidualOutput(int64_t in, const BertConfig& c, std::str
       name_(std::move(name)) {}
 
 Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
-  return LayerNorm(dropout(dense(h)) + residual);
+  // dropout(dense(h)) + residual as one pass each way (dense's bias is in its GEMM already).
+  return LayerNorm(dropout_add(dense(h), residual, dropout->p(), dropout->is_training(), dropout->generator()));
 }
 
 BertAttention::BertAttention(const BertConfig& c)

@@ -98,7 +98,8 @@ class BertResidualOutput : public nn::Module {
   /// dense maps `in` features (hidden_size for BertSelfOutput, intermediate_size for BertOutput)
   /// to hidden_size; `name` is the type_name() shown by str() ("BertSelfOutput", "BertOutput").
   BertResidualOutput(int64_t in, const BertConfig& config, std::string name);
-  /// LayerNorm(dropout(dense(h)) + residual). h: (B, L, in), residual: (B, L, hidden) → (B, L, hidden).
+  /// LayerNorm(dropout(dense(h)) + residual), the dropout and the add as one dropout_add. h: (B, L, in),
+  /// residual: (B, L, hidden) → (B, L, hidden).
   Tensor forward(const Tensor& h, const Tensor& residual);
   std::string type_name() const override { return name_; }
 

@@ -45,6 +45,9 @@ class Dropout : public Module {
   std::string type_name() const override { return "Dropout"; }
   std::string extra_repr() const override;
   double p() const { return p_; }  ///< The drop probability.
+  /// The generator the mask is drawn from (nullptr: the default one), for a caller that fuses the
+  /// dropout into another op (dropout_add) and must draw the same mask.
+  Generator* generator() const { return generator_; }
 
  private:
   double p_;
