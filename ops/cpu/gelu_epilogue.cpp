@@ -102,6 +102,16 @@ void gelu_epilogue_kernel(const Tensor& out, const Tensor& deriv, const Tensor& 
   parallel_for(0, pre.numel(), gelu_math::kGrain, [&](int64_t b, int64_t e) {
     const int64_t n = e - b;
     if constexpr (std::is_same_v<T, C>) {
+      if (d != nullptr && !tanh_form) {
+        // One erf per element for both; the blocks are gelu_backward's (its destination mapped
+        // on memory), and gelu's tail is only products and sums of the erf, the same in any split.
+        for (int64_t k = 0; k < n; k += kBlock) {
+          const int64_t m = std::min(kBlock, n - k);
+          ArrMap<C> dst(d + b + k, m), y(o + b + k, m);
+          gelu_math::gelu_and_derivative_erf<C>(y, dst, ConstArrMap<C>(x + b + k, m));
+        }
+        return;
+      }
       // gelu_backward maps its destination on memory block by block, gelu over the whole chunk;
       // the derivative first, as out may be pre itself.
       if (d != nullptr) {
@@ -117,17 +127,19 @@ void gelu_epilogue_kernel(const Tensor& out, const Tensor& deriv, const Tensor& 
       // Both kernels convert kBlock-element blocks into aligned buffers.
       alignas(64) C xbuf[kBlock];
       alignas(64) C obuf[kBlock];
+      alignas(64) C dbuf[kBlock];
       for (int64_t k = 0; k < n; k += kBlock) {
         const int64_t m = std::min(kBlock, n - k);
         load_block<C>(x + b + k, 1, xbuf, m);
         const ConstArrMap<C> xs(xbuf, m);
-        if (d != nullptr) {
-          ArrMap<C> dst(obuf, m);
-          gelu_math::with_derivative<C>(xs, tanh_form, [&](const auto& g) { dst = g; });
-          std::copy(obuf, obuf + m, d + b + k);
+        ArrMap<C> y(obuf, m), dst(dbuf, m);
+        if (d != nullptr && !tanh_form) {
+          gelu_math::gelu_and_derivative_erf<C>(y, dst, xs);
+        } else {
+          if (d != nullptr) gelu_math::with_derivative<C>(xs, tanh_form, [&](const auto& g) { dst = g; });
+          gelu_math::gelu(y, xs, tanh_form);
         }
-        ArrMap<C> dst(obuf, m);
-        gelu_math::gelu(dst, xs, tanh_form);
+        if (d != nullptr) std::copy(dbuf, dbuf + m, d + b + k);
         store_block<T>(obuf, o + b + k, 1, m);
       }
     }

@@ -82,4 +82,23 @@ void with_derivative(const X& x, bool tanh_form, Assign&& assign) {
   }
 }
 
+/// The erf form's gelu and gelu' with one erf per element: out = gelu(x) and deriv = gelu'(x),
+/// bit for bit what gelu() and with_derivative() give: the erf (a division's result) is kept in a
+/// buffer, and so is x·φ(x), which with_derivative's code rounds before adding Φ(x) but which
+/// GCC fused into an FMA with that sum here when it was one expression (15 % of f32 derivatives
+/// then differed in their last bit). x: at most kBlock elements; out may be x itself, deriv may not.
+template <typename C, typename X, typename O, typename D>
+void gelu_and_derivative_erf(O& out, D& deriv, const X& x) {
+  alignas(64) C erf_buf[kBlock];
+  alignas(64) C ebuf[kBlock];
+  alignas(64) C pbuf[kBlock];
+  ArrMap<C> erf(erf_buf, x.size()), e(ebuf, x.size()), xphi(pbuf, x.size());
+  erf = (x * C(kSqrt1_2)).erf();
+  e = C(-0.5) * x * x;
+  exp_in_place(e);
+  xphi = x * e * C(kInvSqrt2Pi);
+  deriv = C(0.5) * (C(1) + erf).max(C(0)) + xphi;
+  out = C(0.5) * x * (C(1) + erf).max(C(0));
+}
+
 }  // namespace precis::cpu::gelu_math
