@@ -197,6 +197,13 @@ std::vector<OpCase> make_cases() {
                      const Tensor x = leaf({1024, 1024}, gen), gy = randn({1024, 1024}, {}, &gen);
                      return step([=] { return gelu(x); }, {x}, gy);
                    }});
+  // BERT-mini's intermediate layer as one op (ops/linear_gelu.cpp). Peer: F.gelu(F.linear()).
+  cases.push_back({"linear_gelu 2048x256->1024", [] {
+                     Generator gen(10);
+                     const Tensor x = leaf({2048, 256}, gen), w = leaf({1024, 256}, gen, 0.0625),
+                                  b = leaf({1024}, gen, 0.1), gy = randn({2048, 1024}, {}, &gen);
+                     return step([=] { return linear_gelu(x, w, b); }, {x, w, b}, gy);
+                   }});
   return cases;
 }
 
@@ -221,7 +228,8 @@ SuiteReport run_ops(const Options& options) {
       "'padding mask' adds a bool (16, 1, 1, 128) key mask. 'layout:' cases: forward only, f32, "
       "operands whose innermost dim is strided in memory (transposed, NCHW read as NHWC). GFLOP/s is 0 "
       "for the memory-bound ops. 'elementwise:' cases: the op front-end's cost (100 calls on 64 values a "
-      "repetition) and gelu forward+backward. "
+      "repetition) and gelu forward+backward. 'linear_gelu': gelu(linear()) as one op, BERT-mini's "
+      "intermediate layer, x, W and b gradients (6·M·K·N FLOPs). "
       "benchmarks/peers/torch_ops.py times the same cases in PyTorch.";
   const int initial_threads = get_num_threads();
   for (const OpCase& c : make_cases()) {

@@ -95,6 +95,15 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// y = x·weightᵀ + bias. x: (..., in), weight: (out, in), bias: (out) or undefined. Lower.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+/// gelu(linear(x, weight, bias), approximate) as one op (a GEMM epilogue, issue 16): shapes, dtype
+/// and device rules and errors as linear's (named linear_gelu), approximate as gelu's ("none" or
+/// "tanh", else ValueError). Lower. On the CPU the GEMM (bias fused) is followed by one pass that
+/// writes gelu and keeps gelu' (fp32 for f16/bf16), and the backward by one pass that forms the
+/// gradient at the GEMM's output and the bias gradient together; output and gradients are bit
+/// for bit the unfused pair's (for a contiguous incoming gradient). Elsewhere (CUDA) it runs as
+/// gelu(linear()).
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                   const std::string& approximate = "none");
 
 // ---- joining and indexing -------------------------------------------------------------------
 /// Concatenates along an existing dim; other sizes must match. Promote.

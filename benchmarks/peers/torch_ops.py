@@ -148,6 +148,14 @@ def make_cases(torch, F):
         gy = torch.randn(1024, 1024, generator=g)
         return step(lambda: F.gelu(x), [x], gy)
     cases.append(("elementwise: gelu 1024x1024", 0.0, make_gelu, False))
+
+    # BERT-mini's intermediate layer, as precis-bench's 'linear_gelu' case (there one op).
+    def make_linear_gelu():
+        g = torch.Generator().manual_seed(10)
+        x, w, b = leaf(g, 2048, 256), leaf(g, 1024, 256, scale=0.0625), leaf(g, 1024, scale=0.1)
+        gy = torch.randn(2048, 1024, generator=g)
+        return step(lambda: F.gelu(F.linear(x, w, b)), [x, w, b], gy)
+    cases.append(("linear_gelu 2048x256->1024", 6.0 * 2048 * 256 * 1024, make_linear_gelu, False))
     return cases
 
 

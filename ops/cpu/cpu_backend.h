@@ -21,6 +21,7 @@ void register_attention_kernels();  // attention_softmax (+ backward)
 void register_unscale_kernels();    // unscale_grads (amp)
 void register_optim_kernels();      // sgd_step, adam_step
 void register_clip_kernels();       // grad_norms, clip_grad_norm, clip_grad_value
+void register_gelu_epilogue_kernels();  // gelu_epilogue(+_backward) (linear_gelu)
 
 void register_cpu_kernels();
 

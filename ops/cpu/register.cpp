@@ -21,6 +21,7 @@ void register_cpu_kernels() {
   register_unscale_kernels();
   register_optim_kernels();
   register_clip_kernels();
+  register_gelu_epilogue_kernels();
 }
 
 }  // namespace precis::cpu

@@ -13,6 +13,7 @@
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
+#include "ops/cpu/gelu_math.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/vec_exp.h"
 #include "ops/kernels.h"
@@ -30,7 +31,7 @@ template <typename C>
 using ConstArrMap = Eigen::Map<const Arr<C>>;
 
 /// Transcendental ops cost tens of cycles per element: smaller chunks still amortise a task.
-constexpr int64_t kTranscendentalGrain = 8192;
+constexpr int64_t kTranscendentalGrain = gelu_math::kGrain;
 
 // Each functor assigns f(x) to dst (both Eigen arrays of the compute type C); `param` is the
 // kernel's parameter (pow's exponent, gelu's approximation flag). kIntegers: has i32/i64 kernels.
@@ -90,30 +91,12 @@ struct ReluOp : NoParam<true> {
   }
 };
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/√2
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/√(2π)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // √(2/π)
-constexpr double kGeluCoeff = 0.044715;
-
 struct GeluOp {
   static constexpr bool kIntegers = false;
   explicit GeluOp(double approx) : tanh_form(approx != 0.0) {}
   bool tanh_form;
-  template <typename D, typename X> void operator()(D& dst, const X& x) const {
-    using C = typename D::Scalar;
-    if (tanh_form) {
-      dst = C(0.5) * x * (C(1) + (C(kSqrt2OverPi) * (x + C(kGeluCoeff) * x * x * x)).tanh());
-    } else {
-      // Eigen's vectorised erf (a rational approximation for f32): on 1M f32 values here it took
-      // 0.5 ms against 13 ms for std::erf per element (one thread), with the error relative to
-      // |x| 1.5e-7 against 1.0e-7. As in PyTorch, 1 + erf cancels for x < -3 (absolute error
-      // stays ~1e-7 there).
-      // max(0): the approximation can overshoot erf < -1 for x < -5, which would flip the sign.
-      dst = C(0.5) * x * (C(1) + (x * C(kSqrt1_2)).erf()).max(C(0));
-    }
-  }
+  template <typename D, typename X> void operator()(D& dst, const X& x) const { gelu_math::gelu(dst, x, tanh_form); }
 };
-
 
 struct PowOp {
   static constexpr bool kIntegers = false;
@@ -200,42 +183,13 @@ struct ReluBackwardOp {
   }
 };
 
-// e = exp(e) in place: vec_exp.h's vectorised exp for fp32, Eigen's for f64.
-template <typename C>
-void exp_in_place(ArrMap<C>& e) {
-  if constexpr (std::is_same_v<C, float>) {
-    exp_array(e.data(), e.data(), e.size());
-  } else {
-    e = e.exp();
-  }
-}
-
 struct GeluBackwardOp {
   explicit GeluBackwardOp(double approx) : tanh_form(approx != 0.0) {}
   bool tanh_form;
+  // callers pass at most kBlock elements (ops/cpu/gelu_math.h keeps temporaries of that size).
   template <typename D, typename G, typename X> void operator()(D& dst, const G& g, const X& x) const {
     using C = typename D::Scalar;
-    if (tanh_form) {
-      // y = ½x(1 + t), t = tanh(u), u = k(x + c·x³): y' = ½(1 + t) + ½x(1 − t²)·k(1 + 3c·x²).
-      // With e = exp(−2|u|): ½(1 + t) = 1/(1 + e) for u >= 0 and e/(1 + e) for u < 0, and
-      // 1 − t² = 4e/(1 + e)². Neither cancels where t is near ±1 (|x| > 2), where 1 − t·t and
-      // 1 + t lost up to 3.5x the f32 tolerance (measured over [-8, 8]; now 0.06x).
-      alignas(64) C ubuf[kBlock];  // callers pass at most kBlock elements
-      alignas(64) C ebuf[kBlock];
-      ArrMap<C> u(ubuf, x.size()), e(ebuf, x.size());
-      u = C(kSqrt2OverPi) * (x + C(kGeluCoeff) * x * x * x);
-      e = C(-2) * u.abs();
-      exp_in_place(e);
-      dst = g * ((u >= C(0)).select(C(1), e) / (C(1) + e) +
-                 C(2) * x * e / (C(1) + e).square() * C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCoeff) * x * x));
-    } else {
-      // y = x·Φ(x): y' = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π).
-      alignas(64) C ebuf[kBlock];  // callers pass at most kBlock elements
-      ArrMap<C> e(ebuf, x.size());
-      e = C(-0.5) * x * x;
-      exp_in_place(e);
-      dst = g * (C(0.5) * (C(1) + (x * C(kSqrt1_2)).erf()).max(C(0)) + x * e * C(kInvSqrt2Pi));
-    }
+    gelu_math::with_derivative<C>(x, tanh_form, [&](const auto& d) { dst = g * d; });
   }
 };
 

@@ -129,6 +129,7 @@ const std::vector<Entry>& entries() {
     e.push_back({OpId::linear_cross_entropy,
                  [](D a, D b) { return linear_cross_entropy(in({3, 4}, a, 1), in({5, 4}, b, 2), in({5}, b, 3), i64({0, 4, 2}, {3})); },
                  false, true});
+    e.push_back({OpId::linear_gelu, [](D a, D b) { return linear_gelu(in({3, 4}, a, 1), in({5, 4}, b, 2), in({5}, b, 3)); }});
     e.push_back({OpId::nll_loss, [](D a, D) { return nll_loss(log_softmax(in({3, 5}, a), 1), i64({1, 0, 3}, {3})); }});
     // mse_loss and the logits loss are composites ending in an FP32 mean: a Lower override of
     // the op itself is undone by its inner ops, so only the Banned override shows their hook.
@@ -192,6 +193,8 @@ const std::set<OpId> kNoEntry = {
     OpId::attention_softmax_backward,
     OpId::cross_entropy_backward,
     OpId::cross_entropy_with_grad,
+    OpId::gelu_epilogue,           // called only by linear_gelu, on operands autocast has cast
+    OpId::gelu_epilogue_backward,
     OpId::unscale_grads,
     OpId::sgd_step,
     OpId::adam_step,

@@ -270,6 +270,8 @@ const std::set<std::pair<OpId, std::string>> kF64Only = {{OpId::cast, "f64 to f3
 const std::map<OpId, OpId> kBackwardOf = {
     {OpId::relu_backward, OpId::relu},
     {OpId::gelu_backward, OpId::gelu},
+    {OpId::gelu_epilogue, OpId::linear_gelu},  // linear_gelu's forward and backward passes
+    {OpId::gelu_epilogue_backward, OpId::linear_gelu},
     {OpId::conv2d_backward, OpId::conv2d},
     {OpId::max_pool2d_backward, OpId::max_pool2d},
     {OpId::avg_pool2d_backward, OpId::avg_pool2d},

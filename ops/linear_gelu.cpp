@@ -1,0 +1,114 @@
+// linear_gelu: gelu(linear(x, W, b)) with the element-wise work of both directions in one pass
+// each over the GEMM's output (CPU; the epilogue kernels are ops/cpu/gelu_epilogue.cpp). Where a
+// backend has no epilogue kernels (CUDA for now) it is the composite gelu(linear()).
+#include <string>
+
+#include "autograd/record.h"
+#include "ops/functional.h"
+#include "ops/kernels.h"
+#include "ops/kernels_epilogue.h"
+#include "ops/op_table.h"
+#include "ops/precision.h"
+#include "ops/profiler.h"
+#include "tensor/factory.h"
+
+namespace precis {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+bool& detail::linear_gelu_saves_derivative() {
+  static bool saves = true;
+  return saves;
+}
+
+namespace {
+
+void check_linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const char* op = "linear_gelu";
+  auto all = [&] {
+    std::string s = "input is " + x.describe() + ", weight is " + w.describe();
+    if (bias.defined()) s += ", bias is " + bias.describe();
+    return s;
+  };
+  const bool same_device = w.device() == x.device() && (!bias.defined() || bias.device() == x.device());
+  PRECIS_CHECK_DEVICE(same_device, op, ": operands are on different devices: ", all(),
+                      "; move them to one device with .to(device)");
+  const bool floating = x.is_floating_point() && w.is_floating_point() && (!bias.defined() || bias.is_floating_point());
+  PRECIS_CHECK_DTYPE(floating, op, ": expects floating operands, ", all(), "; convert with .to(DType::f32)");
+  const bool same_dtype = w.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype());
+  PRECIS_CHECK_DTYPE(same_dtype, op, ": operands have different dtypes: ", all(), "; convert with .to(DType::",
+                     dtype_name(w.dtype()), ") (or run under autocast)");
+  PRECIS_CHECK_SHAPE(w.dim() == 2, op, ": weight must be 2-D (out_features, in_features), ", all());
+  PRECIS_CHECK_SHAPE(x.dim() >= 1 && x.size(-1) == w.size(1), op, ": incompatible shapes: ", all(),
+                     "; expected input.size(-1) == weight.size(1)");
+  PRECIS_CHECK_SHAPE(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), op, ": bias must be (",
+                     w.size(0), "), ", all());
+}
+
+}  // namespace
+
+Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const std::string& approximate) {
+  PRECIS_CHECK(x_in.defined() && weight_in.defined(), "linear_gelu: input or weight is an undefined tensor");
+  const auto [x, weight, bias] = apply_precision(OpId::linear_gelu, x_in, weight_in, bias_in);
+  check_linear_gelu(x, weight, bias);
+  PRECIS_CHECK(approximate == "none" || approximate == "tanh",
+               "linear_gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
+  const double flag = approximate == "tanh" ? 1.0 : 0.0;
+  const DeviceType dev = x.device().type;
+  if (find_kernel(OpId::gelu_epilogue, dev, x.dtype()) == nullptr ||
+      find_kernel(OpId::gelu_epilogue_backward, dev, x.dtype()) == nullptr)
+    return gelu(linear(x, weight, bias), approximate);
+
+  const int64_t in = weight.size(1), outs = weight.size(0);
+  Shape out_sizes(x.sizes().begin(), x.sizes().end() - 1);
+  const int64_t rows = shape_numel(out_sizes);
+  out_sizes.push_back(outs);
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad(),
+             need_b = bias.defined() && bias.requires_grad();
+  const bool need_grad = autograd::needs_grad({&x, &weight, &bias});
+  const bool keep_derivative = need_grad && detail::linear_gelu_saves_derivative();
+  const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor out, saved;
+  {
+    NoGradGuard no_grad;
+    const Tensor x2 = x.reshape({rows, in}).contiguous();
+    const Tensor w = weight.contiguous();
+    const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+    const TensorOptions opts{.dtype = x.dtype(), .device = x.device()};
+    const Tensor pre = empty({rows, outs}, opts);
+    if (profiler::counting_flops())
+      profiler::add_flops(OpId::linear_gelu,
+                          2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(outs));
+    kernel<kernels::LinearKernel>(OpId::linear, dev, x.dtype())(pre, x2, w, b);
+    // gelu in place over the GEMM's output unless backward needs that output itself.
+    const Tensor out2 = need_grad && !keep_derivative ? empty({rows, outs}, opts) : pre;
+    const Tensor deriv = keep_derivative ? empty({rows, outs}, {.dtype = acc, .device = x.device()}) : Tensor();
+    kernel<kernels::GeluEpilogueKernel>(OpId::gelu_epilogue, dev, x.dtype())(out2, deriv, pre, flag);
+    saved = keep_derivative ? deriv : pre;
+    out = out2.view(out_sizes);
+  }
+  if (need_grad) {
+    autograd::record(
+        OpId::linear_gelu, {x, weight, bias}, {out},
+        [sx = SavedTensor(x), sw = SavedTensor(weight), saved, keep_derivative, flag, need_x, need_w, need_b, rows,
+         in, outs](const TensorList& g) -> TensorList {
+          const Tensor g2 = g[0].reshape({rows, outs}).contiguous();
+          const Tensor g_pre = empty({rows, outs}, {.dtype = g2.dtype(), .device = g2.device()});
+          // The bias gradient comes out of the same pass; for one column the sum kernel takes its
+          // row-reduction order instead, so that case is left to it.
+          Tensor gx, gw, gb;
+          if (need_b && outs > 1) gb = empty({outs}, {.dtype = g2.dtype(), .device = g2.device()});
+          kernel<kernels::GeluEpilogueBackwardKernel>(OpId::gelu_epilogue_backward, g2.device().type, g2.dtype())(
+              g_pre, gb, g2, saved, keep_derivative, flag);
+          if (need_b && outs == 1) gb = sum(g_pre, {0});
+          const Tensor x = sx.unpack("linear_gelu");
+          if (need_x) gx = matmul(g_pre, sw.unpack("linear_gelu")).reshape(x.sizes());
+          if (need_w) gw = matmul(g_pre.t(), x.reshape({rows, in}));
+          return {gx, gw, gb};
+        });
+  }
+  return out;
+}
+
+}  // namespace precis
