@@ -208,7 +208,8 @@ void run_reduction(const ReducePlan& p, const T* x, const Op& op) {
   };
   using total_t = typename Op::total_t;
 
-  if (col_items >= threads || n_chunks == 1) {
+  // Tiles alone balance the threads when there are many, or as many per thread.
+  if (n_chunks == 1 || col_items % threads == 0 || col_items >= 4 * threads) {
     // One item per tile, walking its chunks in order and merging each into the tile's totals.
     const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, p.red_numel * tile));
     parallel_for(0, col_items, grain, [&](int64_t b, int64_t e) {
@@ -240,9 +241,9 @@ void run_reduction(const ReducePlan& p, const T* x, const Op& op) {
     return;
   }
 
-  // Fewer tiles than threads (narrow outputs, a long reduction): items are (chunk, tile) pairs,
-  // their partials stored chunk-major (each item writes one contiguous run), then merged per
-  // output in chunk order, a block of outputs at a time.
+  // Few tiles that do not share out evenly (narrow outputs, a long reduction): items are
+  // (chunk, tile) pairs, their partials stored chunk-major (each item writes one contiguous run),
+  // then merged per output in chunk order, a block of outputs at a time.
   std::vector<acc_t> partials(static_cast<size_t>(p.num_out * n_chunks));
   const int64_t grain =
       std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, std::min(p.red_numel, chunk_pos) * tile));
