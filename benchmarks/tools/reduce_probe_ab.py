@@ -1,3 +1,8 @@
+# reduce_probe_ab: alternates two builds of benchmarks/tools/reduce_probe.cpp (BEFORE and AFTER
+# linked against two libprecis.a) in ABBA / BAAB order for `rounds` rounds, under nice -n 19, and
+# prints JSON: per case the median CPU and wall ms of each side and the after/before ratio of each
+# adjacent pair (median, min, max), so a loaded machine disturbs both sides alike.
+# Usage: python3 reduce_probe_ab.py BEFORE AFTER sums|ce THREADS ROUNDS REPS > out.json
 import subprocess, sys, json, statistics, re
 before, after, what, threads, rounds, reps = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
 pat = re.compile(r'^(.*?)\s+([\d.]+) ms cpu\s+([\d.]+) ms wall')
