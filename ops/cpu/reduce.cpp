@@ -55,20 +55,51 @@ A row_sum(const T* p, int64_t n, int64_t st, F&& f) {
   }
 }
 
-// buf[j] += f(p[j] as A, j) for a contiguous run of n elements (low precision widened in
-// L1-sized blocks).
-template <typename T, typename A, typename F>
-void columns_add(A* buf, const T* p, int64_t n, F&& f) {
+// Rows a column pass adds at once (see columns_add).
+constexpr int64_t kColumnRows = 8;
+
+// buf[j] += f(row_r[j] as A, j) for the K rows row_r = p + r·st, r = 0, 1, ..., K − 1 in that
+// order, over a contiguous run of n columns (low precision widened in L1-sized blocks). The same
+// additions, in the same order, as K single-row passes, but with one pass over buf and K streams
+// of x in flight: one row at a time, the column sum of a wide gradient was bound by the latency
+// of each row's fresh stream.
+template <int64_t K, typename T, typename A, typename F>
+void columns_add_k(A* buf, const T* p, int64_t n, int64_t st, F& f) {
   if constexpr (kLowPrecision<T>) {
-    float tmp[kWidenBlock];
+    float tmp[K][kWidenBlock];
     for (int64_t b = 0; b < n; b += kWidenBlock) {
       const int64_t m = std::min(kWidenBlock, n - b);
-      widen(p + b, tmp, m);
+      for (int64_t r = 0; r < K; ++r) widen(p + r * st + b, tmp[r], m);
       A* d = buf + b;
-      for (int64_t j = 0; j < m; ++j) d[j] += f(tmp[j], b + j);
+      for (int64_t j = 0; j < m; ++j) {
+        A v = d[j];
+        for (int64_t r = 0; r < K; ++r) v += f(tmp[r][j], b + j);
+        d[j] = v;
+      }
     }
   } else {
-    for (int64_t j = 0; j < n; ++j) buf[j] += f(static_cast<A>(p[j]), j);
+    const T* rows[K];
+    for (int64_t r = 0; r < K; ++r) rows[r] = p + r * st;
+    for (int64_t j = 0; j < n; ++j) {
+      A v = buf[j];
+      for (int64_t r = 0; r < K; ++r) v += f(static_cast<A>(rows[r][j]), j);
+      buf[j] = v;
+    }
+  }
+}
+
+// columns_add_k for k (1 <= k <= kColumnRows) rows.
+template <typename T, typename A, typename F>
+void columns_add(A* buf, const T* p, int64_t n, int64_t st, int64_t k, F&& f) {
+  switch (k) {
+    case 8: return columns_add_k<8, T, A>(buf, p, n, st, f);
+    case 7: return columns_add_k<7, T, A>(buf, p, n, st, f);
+    case 6: return columns_add_k<6, T, A>(buf, p, n, st, f);
+    case 5: return columns_add_k<5, T, A>(buf, p, n, st, f);
+    case 4: return columns_add_k<4, T, A>(buf, p, n, st, f);
+    case 3: return columns_add_k<3, T, A>(buf, p, n, st, f);
+    case 2: return columns_add_k<2, T, A>(buf, p, n, st, f);
+    default: return columns_add_k<1, T, A>(buf, p, n, st, f);
   }
 }
 
@@ -89,8 +120,9 @@ struct Summing {
   acc_t row(const T* p, int64_t n, int64_t st, int64_t) const {
     return row_sum<T, acc_t>(p, n, st, [](acc_t v) { return v; });
   }
-  void columns(acc_t* buf, const T* p, int64_t n, int64_t) const {
-    columns_add<T, acc_t>(buf, p, n, [](acc_t v, int64_t) { return v; });
+  int64_t column_rows() const { return kColumnRows; }
+  void columns(acc_t* buf, const T* p, int64_t n, int64_t st, int64_t k, int64_t) const {
+    columns_add<T, acc_t>(buf, p, n, st, k, [](acc_t v, int64_t) { return v; });
   }
 };
 
@@ -125,9 +157,10 @@ struct SquaredDeviationOp {
     const acc_t m = mean[o];
     return row_sum<T, acc_t>(p, n, st, [m](acc_t v) { return (v - m) * (v - m); });
   }
-  void columns(acc_t* buf, const T* p, int64_t n, int64_t o0) const {
+  int64_t column_rows() const { return kColumnRows; }
+  void columns(acc_t* buf, const T* p, int64_t n, int64_t st, int64_t k, int64_t o0) const {
     const acc_t* m = mean + o0;
-    columns_add<T, acc_t>(buf, p, n, [m](acc_t v, int64_t j) { return (v - m[j]) * (v - m[j]); });
+    columns_add<T, acc_t>(buf, p, n, st, k, [m](acc_t v, int64_t j) { return (v - m[j]) * (v - m[j]); });
   }
   void write(int64_t o, total_t t) const { out[o] = convert<T>(static_cast<opmath_t<T>>(t / denom)); }
 };

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/thread_pool.h"
+#include "ops/cpu/reduce_plan.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
@@ -252,9 +253,9 @@ TEST_CASE("mean and var match f64 references", "[ops][reduce]") {
   }
 }
 
-// The column (outer) reduction reads a block of up to kReduceColumnRun (32768) kept columns per
-// reduced position, widening f16/bf16 in sub-blocks of 512: rows wider than one block (with a
-// ragged last block) and more than one outer entry, every float dtype, 1 and 2 threads.
+// The column (outer) reduction reads tiles of up to kReduceColumnTile (32768) kept columns per
+// reduced position, widening f16/bf16 in sub-blocks of 512: rows wider than one tile (with a
+// ragged last tile) and more than one outer entry, every float dtype, 1 and 2 threads.
 TEST_CASE("wide column sums, means and variances match f64 references", "[ops][reduce]") {
   const int saved = get_num_threads();
   struct Wide {
@@ -303,6 +304,70 @@ TEST_CASE("wide column sums, means and variances match f64 references", "[ops][r
       }
       set_num_threads(saved);
       REQUIRE(by_threads[0] == by_threads[1]);
+    }
+  }
+}
+
+// The column (outer) reduction's summation order, emulated: per output, fp32 (f64 for f64) sums
+// over chunks of kReduceChunk / min(cols, 256) reduced positions in order, the chunk sums added
+// in order in f64 (ops/cpu/reduce_plan.h). x is (outer, rows, cols) viewed through `view` and
+// summed over its middle dim; returns the outputs as the sum's dtype would round them, as f64.
+template <typename A>
+std::vector<double> emulated_column_sums(const std::vector<double>& x, int64_t outer, int64_t rows, int64_t cols,
+                                         DType dt) {
+  const int64_t chunk = std::max<int64_t>(1, cpu::kReduceChunk / std::min<int64_t>(cols, cpu::kReduceColumnBlock));
+  std::vector<float> rounded;
+  std::vector<double> out;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < cols; ++j) {
+      double total = 0;
+      for (int64_t c0 = 0; c0 < rows; c0 += chunk) {
+        A acc = 0;
+        for (int64_t r = c0; r < std::min(rows, c0 + chunk); ++r) acc += static_cast<A>(x[(o * rows + r) * cols + j]);
+        total += static_cast<double>(acc);
+      }
+      out.push_back(total);
+      rounded.push_back(static_cast<float>(total));
+    }
+  if (dt == DType::f64) return out;
+  // The kernel stores static_cast<float>(total) converted to the dtype (round to nearest even).
+  return from_vector<float>(rounded).to(dt).to(DType::f64).to_vector<double>();
+}
+
+// Wide outputs are cut into column tiles (a count that depends on the thread count), narrow ones
+// with a long reduction into (chunk, tile) items whose partials are merged afterwards, and each
+// pass adds up to 8 reduced positions at once: none of it may change a single bit of the order
+// above. Ragged tiles, rows not a multiple of 8, a chunk count > 1, outer > 1, a strided (narrowed)
+// row layout, and 1, 2 and 3 threads.
+TEST_CASE("column sums follow the documented summation order exactly, for any thread count", "[ops][reduce]") {
+  const int saved = get_num_threads();
+  struct Case {
+    int64_t outer, rows, cols;
+    int64_t narrow_from;  // > 0: x is columns [narrow_from, narrow_from + cols) of a wider tensor
+  };
+  const std::vector<Case> cases = {{1, 203, 9001, 0}, {1, 301, 1500, 0},  {1, 1001, 100, 0},
+                                   {3, 150, 700, 0},  {2, 77, 17000, 0},  {1, 260, 900, 13},
+                                   {1, 40, 40000, 0}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
+    for (const Case& c : cases) {
+      const int64_t width = c.cols + 2 * c.narrow_from;
+      const Tensor base = randn_input({c.outer, c.rows, width}, false, 31, dt);
+      const Tensor x = c.narrow_from > 0 ? base.narrow(2, c.narrow_from, c.cols) : base;
+      const std::vector<double> xv = x.contiguous().to_vector<double>();
+      const std::vector<double> want = dt == DType::f64
+                                           ? emulated_column_sums<double>(xv, c.outer, c.rows, c.cols, dt)
+                                           : emulated_column_sums<float>(xv, c.outer, c.rows, c.cols, dt);
+      for (int threads : {1, 2, 3}) {
+        set_num_threads(threads);
+        INFO(dtype_name(dt) << " (" << c.outer << ", " << c.rows << ", " << c.cols << ") narrowed from "
+                            << c.narrow_from << " threads " << threads);
+        const std::vector<double> got = sum(x, {1}).to(DType::f64).to_vector<double>();
+        REQUIRE(got.size() == want.size());
+        size_t mismatches = 0;
+        for (size_t i = 0; i < got.size(); ++i) mismatches += got[i] != want[i];
+        CHECK(mismatches == 0);
+      }
+      set_num_threads(saved);
     }
   }
 }
