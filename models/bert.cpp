@@ -127,7 +127,8 @@ BertLayer::BertLayer(const BertConfig& c) : attention(add("attention", BertAtten
 
 Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
   Tensor a = attention->forward(x, mask);
-  return output->forward(gelu(intermediate_dense(a)), a);
+  // gelu(intermediate_dense(a)) with the GELU in the GEMM's epilogue pass.
+  return output->forward(linear_gelu(a, intermediate_dense->weight, intermediate_dense->bias), a);
 }
 
 // ---- whole model --------------------------------------------------------------------------------
@@ -172,7 +173,9 @@ BertForMaskedLM::BertForMaskedLM(const BertConfig& c) : bert(add("bert", BertMod
   bert_init_weights(*transform, c.initializer_range, c.generator);
 }
 
-Tensor BertForMaskedLM::transform(const Tensor& hidden) { return transform_norm(gelu(transform_dense(hidden))); }
+Tensor BertForMaskedLM::transform(const Tensor& hidden) {
+  return transform_norm(linear_gelu(hidden, transform_dense->weight, transform_dense->bias));
+}
 
 Tensor BertForMaskedLM::head(const Tensor& hidden) { return decoder(transform(hidden)); }
 
