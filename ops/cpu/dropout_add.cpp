@@ -61,33 +61,6 @@ void store(DType dt, const C* res, char* o, int64_t len) {
   });
 }
 
-// dst[j] = r[j] + (lane bits[j] keeps j ? x[j]·scale : 0): dropout's select (apply_mask in
-// ops/cpu/dropout_row.h, same products) followed by the add, 32 bytes at a time. The sum is the
-// unfused pair's add(dropout(x), residual) order-free (IEEE addition commutes), so where x's
-// dtype is the compute type the results are the pair's bit for bit.
-template <typename C>
-void mask_add(const C* x, const C* r, const uint32_t* bits, C* dst, int64_t len, C scale, uint32_t threshold) {
-  constexpr int W = 32 / sizeof(C);
-  typedef C V __attribute__((vector_size(32)));
-  typedef uint32_t U __attribute__((vector_size(W * 4)));
-  typedef std::conditional_t<sizeof(C) == 4, int32_t, int64_t> I1;
-  typedef I1 I __attribute__((vector_size(32)));
-  int64_t j = 0;
-  for (; j + W <= len; j += W) {
-    V xv, rv;
-    U b;
-    std::memcpy(&xv, x + j, sizeof xv);
-    std::memcpy(&rv, r + j, sizeof rv);
-    std::memcpy(&b, bits + j, sizeof b);
-    const I keep = __builtin_convertvector((b >> 8) < threshold, I);
-    const V d = keep ? xv * scale : V{};
-    const V s = rv + d;
-    std::memcpy(dst + j, &s, sizeof s);
-  }
-  for (; j < len; ++j)
-    dst[j] = r[j] + (kernels::dropout_keep(bits[j], threshold) ? kernels::dropout_scaled(x[j], scale) : C(0));
-}
-
 // Elements first .. first + n − 1 (row-major; out is contiguous, so also out's offsets) from the
 // rows x and (when has_res) res.
 template <typename C>
@@ -104,7 +77,8 @@ void dropout_add_row(DType out_dtype, char* o, const Row& x, const Row* res, int
     const C* xs = load<C>(x, j0, len, xbuf);
     C* dst = in_place ? reinterpret_cast<C*>(o + j0 * osize) : obuf;
     if (res != nullptr) {
-      mask_add(xs, load<C>(*res, j0, len, rbuf), lanes + (idx & 3), dst, len, scale, threshold);
+      dropout_detail::apply_mask<C, true>(xs, lanes + (idx & 3), dst, len, scale, threshold,
+                                          load<C>(*res, j0, len, rbuf));
     } else {
       dropout_detail::apply_mask(xs, lanes + (idx & 3), dst, len, scale, threshold);
     }

@@ -57,11 +57,14 @@ inline void store_step(const C* res, T* o, int64_t len) {
 }
 
 // dst[j] = src[j]·scale where lane bits[j] keeps element j, else 0 (the scalar rule of
-// ops/dropout_math.h, same products), 32 bytes at a time. Written on GCC/Clang vector extensions:
-// GCC sinks the multiply of the plain loop into the kept branch and then cannot vectorise it
-// (under -ftrapping-math it may not speculate the multiply), while a vector select computes both.
-template <typename C>
-inline void apply_mask(const C* src, const uint32_t* bits, C* dst, int64_t len, C scale, uint32_t threshold) {
+// ops/dropout_math.h, same products), 32 bytes at a time; with kAdd, plus add[j] (dropout_add's
+// residual, ops/cpu/dropout_add.cpp: the sum is order-free, so it is the unfused pair's add).
+// Written on GCC/Clang vector extensions: GCC sinks the multiply of the plain loop into the kept
+// branch and then cannot vectorise it (under -ftrapping-math it may not speculate the multiply),
+// while a vector select computes both.
+template <typename C, bool kAdd = false>
+inline void apply_mask(const C* src, const uint32_t* bits, C* dst, int64_t len, C scale, uint32_t threshold,
+                       const C* add = nullptr) {
   constexpr int W = 32 / sizeof(C);
   typedef C V __attribute__((vector_size(32)));
   typedef uint32_t U __attribute__((vector_size(W * 4)));
@@ -74,10 +77,22 @@ inline void apply_mask(const C* src, const uint32_t* bits, C* dst, int64_t len, 
     std::memcpy(&x, src + j, sizeof x);
     std::memcpy(&b, bits + j, sizeof b);
     const I keep = __builtin_convertvector((b >> 8) < threshold, I);
-    const V r = keep ? x * scale : V{};
+    V r = keep ? x * scale : V{};
+    if constexpr (kAdd) {
+      V a;
+      std::memcpy(&a, add + j, sizeof a);
+      r = a + r;
+    }
     std::memcpy(dst + j, &r, sizeof r);
   }
-  for (; j < len; ++j) dst[j] = kernels::dropout_keep(bits[j], threshold) ? kernels::dropout_scaled(src[j], scale) : C(0);
+  for (; j < len; ++j) {
+    const C d = kernels::dropout_keep(bits[j], threshold) ? kernels::dropout_scaled(src[j], scale) : C(0);
+    if constexpr (kAdd) {
+      dst[j] = add[j] + d;
+    } else {
+      dst[j] = d;
+    }
+  }
 }
 
 }  // namespace dropout_detail

@@ -23,12 +23,9 @@ namespace precis::cpu {
 
 namespace {
 
-template <typename C>
-using Arr = Eigen::Array<C, Eigen::Dynamic, 1>;
-template <typename C>
-using ArrMap = Eigen::Map<Arr<C>>;
-template <typename C>
-using ConstArrMap = Eigen::Map<const Arr<C>>;
+using gelu_math::Arr;  // Eigen's dynamic column array and its maps, shared with gelu's math
+using gelu_math::ArrMap;
+using gelu_math::ConstArrMap;
 
 /// Transcendental ops cost tens of cycles per element: smaller chunks still amortise a task.
 constexpr int64_t kTranscendentalGrain = gelu_math::kGrain;
