@@ -31,9 +31,9 @@ Tensor all_masked_rows(const Tensor& scores, const Tensor& keep) {
 // its kernels exist for the scores' device and dtype (the CPU), the mask broadcasts to the scores
 // without growing them and needs no gradient, and dropout is not p = 1 (dropout's own zeros).
 bool use_fused(const Tensor& raw, const Tensor& mask, double dropout_p) {
-  if (!detail::fused_attention_softmax_enabled() || dropout_p >= 1.0) return false;
-  if (find_kernel(OpId::attention_softmax, raw.device().type, raw.dtype()) == nullptr ||
-      find_kernel(OpId::attention_softmax_backward, raw.device().type, raw.dtype()) == nullptr)
+  if (dropout_p >= 1.0) return false;
+  if (find_fused_kernel(OpId::attention_softmax, raw.device().type, raw.dtype()) == nullptr ||
+      find_fused_kernel(OpId::attention_softmax_backward, raw.device().type, raw.dtype()) == nullptr)
     return false;
   if (!mask.defined()) return true;
   if (mask.requires_grad() && is_grad_enabled()) return false;

@@ -19,8 +19,6 @@ using autograd::TensorList;
 
 namespace {
 
-std::atomic<bool> g_fused{true};
-
 Tensor attention_softmax_backward(const Tensor& grad, const Tensor& y, const Tensor& mask, DType dtype,
                                   const kernels::AttentionSoftmaxArgs& args) {
   PRECIS_CHECK_DTYPE(is_floating(grad.dtype()), "attention_softmax_backward: the gradient must be floating, got ",
@@ -33,11 +31,6 @@ Tensor attention_softmax_backward(const Tensor& grad, const Tensor& y, const Ten
 }
 
 }  // namespace
-
-namespace detail {
-bool set_fused_attention_softmax(bool enabled) { return g_fused.exchange(enabled); }
-bool fused_attention_softmax_enabled() { return g_fused.load(std::memory_order_relaxed); }
-}  // namespace detail
 
 Tensor attention_softmax(const Tensor& scores_in, const Tensor& attn_mask, bool is_causal, double scale,
                          double dropout_p, Generator* generator) {

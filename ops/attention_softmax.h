@@ -19,12 +19,4 @@ namespace precis {
 Tensor attention_softmax(const Tensor& scores, const Tensor& attn_mask, bool is_causal, double scale,
                          double dropout_p = 0.0, Generator* generator = nullptr);
 
-namespace detail {
-/// Whether scaled_dot_product_attention may use attention_softmax (default true). Off, it runs
-/// its composed ops everywhere: what tests compare against and benchmarks time. Process-wide;
-/// returns the previous setting.
-bool set_fused_attention_softmax(bool enabled);
-bool fused_attention_softmax_enabled();
-}  // namespace detail
-
 }  // namespace precis

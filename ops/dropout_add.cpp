@@ -67,7 +67,7 @@ Tensor dropout_add(const Tensor& x_in, const Tensor& residual_in, double p, bool
   const DeviceType dev = x.device().type;
   const bool one_family = (x.dtype() == DType::f64) == (residual.dtype() == DType::f64);
   if (p == 1.0 || x.sizes() != residual.sizes() || !one_family ||
-      find_kernel(OpId::dropout_add, dev, out_dtype) == nullptr)
+      find_fused_kernel(OpId::dropout_add, dev, out_dtype) == nullptr)
     return add(dropout(x, p, training, generator), residual);
 
   // Dropout's draw: one Philox block per 4 elements, reserved from the generator.

@@ -56,8 +56,8 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
                "linear_gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   const double flag = approximate == "tanh" ? 1.0 : 0.0;
   const DeviceType dev = x.device().type;
-  if (find_kernel(OpId::gelu_epilogue, dev, x.dtype()) == nullptr ||
-      find_kernel(OpId::gelu_epilogue_backward, dev, x.dtype()) == nullptr)
+  if (find_fused_kernel(OpId::gelu_epilogue, dev, x.dtype()) == nullptr ||
+      find_fused_kernel(OpId::gelu_epilogue_backward, dev, x.dtype()) == nullptr)
     return gelu(linear(x, weight, bias), approximate);
 
   const int64_t in = weight.size(1), outs = weight.size(0);

@@ -390,7 +390,7 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
   // The backend's own kernel where it has one and the caller left the chunking to us (CPU with
   // oneDNN: vocabulary blocks over all rows, no (M, V) tensor at all; ops/kernels_loss.h). Its
   // gradients come out in fp32, for backward to scale and round once.
-  if (options.chunk_rows == 0 && M > 0 && K > 0 && find_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
+  if (options.chunk_rows == 0 && M > 0 && K > 0 && find_fused_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
     Tensor gx, gw, gb, total_rows, result;
     bool ran = false;
     {
@@ -444,7 +444,7 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
     // With gradients, the backend's cross_entropy_with_grad where it has one (CPU: one exp per
     // logit instead of the pair's two; the same row stats and loss, the logit gradient within a
     // few fp32 ulps); else (CUDA for now) the forward and backward kernels one after the other.
-    const bool fused = need_grad && find_kernel(OpId::cross_entropy_with_grad, dev, input.dtype()) != nullptr;
+    const bool fused = need_grad && find_fused_kernel(OpId::cross_entropy_with_grad, dev, input.dtype()) != nullptr;
     for (int64_t r0 = 0; r0 < M; r0 += chunk) {
       const int64_t n = std::min(chunk, M - r0);
       const Tensor lc = logits.narrow(0, 0, n), t = tgt.narrow(0, r0, n), stats = row_stats.narrow(0, r0, n);

@@ -71,6 +71,16 @@ void* find_kernel(OpId op, DeviceType device, DType dtype) {
   return slot_of(op, device, dtype).fn;
 }
 
+namespace {
+std::atomic<bool> g_fused_kernels{true};
+}  // namespace
+
+void* find_fused_kernel(OpId op, DeviceType device, DType dtype) {
+  return g_fused_kernels.load(std::memory_order_relaxed) ? find_kernel(op, device, dtype) : nullptr;
+}
+
+bool detail::set_fused_kernels(bool enabled) { return g_fused_kernels.exchange(enabled); }
+
 std::vector<DType> registered_dtypes(OpId op, DeviceType device) {
   init_backends();
   std::vector<DType> out;

@@ -60,6 +60,18 @@ const char* category_name(Category c);
 void register_kernel(OpId op, DeviceType device, DType dtype, void* fn, const std::type_info& signature);
 /// The registered kernel or nullptr.
 void* find_kernel(OpId op, DeviceType device, DType dtype);
+/// find_kernel for an optional fused kernel: some ops run one where the backend has it and compose
+/// other ops where it has none (linear_gelu, dropout_add, linear_cross_entropy, attention's score
+/// pass), and ask with this. nullptr while fused kernels are turned off
+/// (detail::set_fused_kernels).
+void* find_fused_kernel(OpId op, DeviceType device, DType dtype);
+namespace detail {
+/// Turns the optional fused kernels off (false) or on (true, the default) for the whole process
+/// and returns the previous setting. Off, every op takes the composed path a backend without them
+/// takes: what tests compare the fused kernels against, and what the CUDA coverage test must
+/// record (its models run on the CPU).
+bool set_fused_kernels(bool enabled);
+}  // namespace detail
 /// dtypes with a kernel for (op, device).
 std::vector<DType> registered_dtypes(OpId op, DeviceType device);
 /// Throws NotImplementedError naming the op, device and dtype, and listing the dtypes that do

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   const std::string mask_kind = argv[2];
   const int threads = atoi(argv[3]), reps = atoi(argv[4]);
   set_num_threads(threads);
-  detail::set_fused_attention_softmax(fused);
+  detail::set_fused_kernels(fused);
   const int64_t B = 16, H = 4, L = 128, E = 64;
   Generator gen(6);
   auto leaf = [&] { Tensor t = randn({B, H, L, E}, {}, &gen).to(DType::bf16); t.requires_grad_(true); return t; };

@@ -131,12 +131,13 @@ TEST_CASE("every kernel the bundled models look up in training and evaluation ha
           "[models][coverage][cuda_api]") {
   g_lookups.clear();
   {
-    // scaled_dot_product_attention takes its fused score pass only where that pass has kernels
-    // (the CPU); on CUDA it runs its composed ops, so those are the lookups to record here.
-    const bool fused = detail::set_fused_attention_softmax(false);
+    // Ops with an optional fused kernel (linear_gelu, dropout_add, attention's score pass, ...)
+    // take it only where the backend has one (the CPU); on CUDA they run their composed ops, so
+    // those are the lookups to record here.
+    const bool fused = detail::set_fused_kernels(false);
     struct Restore {
       bool on;
-      ~Restore() { detail::set_fused_attention_softmax(on); }
+      ~Restore() { detail::set_fused_kernels(on); }
     } restore{fused};
     LookupRecorder recorder;
     for (Mode mode : {Mode::f32, Mode::bf16_autocast, Mode::f16_autocast_scaled, Mode::bf16_weights}) {

@@ -28,10 +28,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Runs fn with the fused pass on or off, restoring the setting.
 template <typename F>
 auto with_fused(bool on, F&& fn) {
-  const bool prev = detail::set_fused_attention_softmax(on);
+  const bool prev = detail::set_fused_kernels(on);
   struct Restore {
     bool prev;
-    ~Restore() { detail::set_fused_attention_softmax(prev); }
+    ~Restore() { detail::set_fused_kernels(prev); }
   } restore{prev};
   return fn();
 }
