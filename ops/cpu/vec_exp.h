@@ -17,7 +17,9 @@
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* helpers
 // (a known false positive, as in core/half.cpp); silenced for the intrinsics only.
 #pragma GCC diagnostic push
+#ifndef __clang__  // clang has no such warning, and warns about the unknown name
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #else
