@@ -47,7 +47,7 @@ using CrossEntropyWithGradKernel = void(const Tensor& loss_rows, const Tensor& w
 
 /// linear_cross_entropy's fast path, where a backend has one (CPU with oneDNN: f32 and bf16;
 /// ops/cpu/linear_cross_entropy.cpp): the loss of the logits x·wᵀ + b without forming them whole.
-/// x: (M, K) contiguous, M, K >= 1; w: (V, K) contiguous; b: (V) contiguous or undefined; all of
+/// x: (M, K) contiguous, M, K >= 1; w: (V, K) contiguous, V >= 1; b: (V) contiguous or undefined; all of
 /// x's dtype. target, loss_rows and weight_rows as CrossEntropyKernel, with no class weights
 /// (weight_rows is 1 or 0). grad_x (M, K), grad_w (V, K), grad_b (V): fp32, contiguous, or
 /// undefined when not wanted; they receive the gradients of Σ_i row_grad·loss_rows_i, summed in

@@ -379,7 +379,7 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
              need_b = bias.defined() && autograd::needs_grad({&bias});
   const bool need_grad = need_x || need_w || need_b;
   const int64_t chunk = std::max<int64_t>(
-      1, std::min<int64_t>(M, options.chunk_rows > 0 ? options.chunk_rows : kLinearCrossEntropyChunk / V));
+      1, std::min<int64_t>(M, options.chunk_rows > 0 ? options.chunk_rows : kLinearCrossEntropyChunk / std::max<int64_t>(V, 1)));
 
   // The gradients for an output gradient of 1, formed in forward: each row's loss gradient is 1
   // over the mean's divisor (1 for sum), as cross_entropy's backward gives its kernel, so the logit
@@ -390,7 +390,7 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
   // The backend's own kernel where it has one and the caller left the chunking to us (CPU with
   // oneDNN: vocabulary blocks over all rows, no (M, V) tensor at all; ops/kernels_loss.h). Its
   // gradients come out in fp32, for backward to scale and round once.
-  if (options.chunk_rows == 0 && M > 0 && K > 0 && find_fused_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
+  if (options.chunk_rows == 0 && M > 0 && K > 0 && V > 0 && find_fused_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
     Tensor gx, gw, gb, total_rows, result;
     bool ran = false;
     {

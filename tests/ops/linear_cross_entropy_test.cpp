@@ -256,6 +256,21 @@ TEST_CASE("linear_cross_entropy's CPU kernel: output gradient, only W's gradient
   PRECIS_REQUIRE_CLOSE(loss, cross_entropy(linear(o.x, o.w, o.b), o.target), DType::bf16);
 }
 
+// No classes (every target ignored): the mean's 0/0 and zero gradients — not a division by zero
+// in the chunk size, and not the bf16 kernel, whose blocks would be empty.
+TEST_CASE("linear_cross_entropy with no classes gives NaN and zero gradients", "[ops][loss]") {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    INFO(dtype_name(dtype));
+    const Tensor x = randn_input({6, 4}, true, 111, dtype), w = randn_input({0, 4}, true, 112, dtype);
+    const Tensor target = full({6}, kIgnore, {.dtype = DType::i64});
+    const Tensor loss = linear_cross_entropy(x, w, Tensor(), target);
+    CHECK(std::isnan(loss.to(DType::f64).item<double>()));
+    const TensorList g = autograd::grad({loss}, {x, w});
+    CHECK(max(abs(g[0])).to(DType::f64).item<double>() == 0.0);
+    CHECK(g[1].numel() == 0);
+  }
+}
+
 TEST_CASE("linear_cross_entropy's CPU kernel under bf16 autocast: as close to f64 as the unfused pair",
           "[ops][loss][amp]") {
   if (!has_backend_kernel(DType::bf16)) return;
