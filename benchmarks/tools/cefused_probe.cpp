@@ -9,7 +9,6 @@
 //   g++ -O2 -std=c++20 -fopenmp -DPRECIS_HAS_ONEDNN=1 -IS -IB/precis-include cefused_probe.cpp \
 //       B/libprecis.a -ldnnl -lOpenCL -ldl -lgomp -lpthread -lmpi_cxx -lmpi -lz -lprotobuf -lisal
 // Run:   ./cefused_probe lce|ce bf16|f32 [threads] [rounds] [reps]
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -26,22 +25,10 @@
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include <omp.h>
+#include "benchmarks/tools/probe_time.h"
 using namespace precis;
 
-static double cpu_ms() {
-  rusage r;
-  getrusage(RUSAGE_SELF, &r);
-  return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1e3 + (r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-3;
-}
-static double best_of(int reps, const std::function<void()>& f) {
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t = cpu_ms();
-    f();
-    best = std::min(best, cpu_ms() - t);
-  }
-  return best;
-}
+using probe::cpu_ms;
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "lce";
@@ -106,7 +93,7 @@ int main(int argc, char** argv) {
     double pair = 1e30, fused = 1e30;
     for (bool f : {false, true, true, false}) {
       use_fused(f);
-      const double ms = best_of(reps, [&] { step(f); });
+      const double ms = probe::best_cpu_ms(reps, [&] { step(f); });
       (f ? fused : pair) = std::min(f ? fused : pair, ms);
     }
     std::printf("round %d: pair %.2f fused %.2f ratio %.3f\n", r, pair, fused, fused / pair);

@@ -11,7 +11,6 @@
 //   g++ -O2 -std=c++20 -fopenmp -DPRECIS_HAS_ONEDNN=1 -IS -IB/precis-include linear_gelu_probe.cpp \
 //       B/libprecis.a -ldnnl -lOpenCL -ldl -lgomp -lpthread -lmpi_cxx -lmpi -lz -lprotobuf -lisal
 // Run:   ./linear_gelu_probe step|epi bf16|f32 [threads] [rounds] [reps]
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -28,22 +27,10 @@
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include <omp.h>
+#include "benchmarks/tools/probe_time.h"
 using namespace precis;
 
-static double cpu_ms() {
-  rusage r;
-  getrusage(RUSAGE_SELF, &r);
-  return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1e3 + (r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-3;
-}
-static double best_of(int reps, const std::function<void()>& f) {
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t = cpu_ms();
-    f();
-    best = std::min(best, cpu_ms() - t);
-  }
-  return best;
-}
+using probe::cpu_ms;
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "step";
@@ -92,7 +79,7 @@ int main(int argc, char** argv) {
               what.c_str(), std::string(dtype_name(dt)).c_str(), threads, reps);
   for (int r = 0; r < rounds; ++r) {
     double best[3] = {1e30, 1e30, 1e30};
-    for (int v : {0, 1, 2, 2, 1, 0}) best[v] = std::min(best[v], best_of(reps, [&] { step(v); }));
+    for (int v : {0, 1, 2, 2, 1, 0}) best[v] = std::min(best[v], probe::best_cpu_ms(reps, [&] { step(v); }));
     std::printf("round %d: pair %.2f deriv %.2f pre %.2f  deriv/pair %.3f pre/pair %.3f\n", r, best[0], best[1],
                 best[2], best[1] / best[0], best[2] / best[0]);
   }

@@ -10,7 +10,6 @@
 //       B/libprecis.a -ldnnl -lOpenCL -ldl -lgomp -lpthread -lmpi_cxx -lmpi -lz -lprotobuf -lisal \
 //       -o nongemm_probe          (the libraries build/benchmarks/precis-bench links; see build.ninja)
 // Run:   ./nongemm_probe sums|lin|ce|emb|gelu|all [threads]
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,14 +23,11 @@
 #include "ops/functional.h"
 #include "tensor/factory.h"
 #include <omp.h>
+#include "benchmarks/tools/probe_time.h"
 using namespace precis;
 
 // Process CPU time in ms.
-static double cpu_ms() {
-  rusage r;
-  getrusage(RUSAGE_SELF, &r);
-  return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1e3 + (r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-3;
-}
+using probe::cpu_ms;
 // Runs f once to warm up, then reps times; prints the best CPU time and the best wall time.
 static void timeit(const char* name, int reps, const std::function<void()>& f) {
   f();

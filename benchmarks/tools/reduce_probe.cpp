@@ -10,7 +10,6 @@
 //   g++ -O2 -std=c++20 -fopenmp -DPRECIS_HAS_ONEDNN=1 -IS -IB/precis-include reduce_probe.cpp \
 //       B/libprecis.a -ldnnl -lOpenCL -ldl -lgomp -lpthread -lmpi_cxx -lmpi -lz -lprotobuf -lisal
 // Run:   ./reduce_probe sums|ce|all [threads] [reps]
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,13 +26,10 @@
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include <omp.h>
+#include "benchmarks/tools/probe_time.h"
 using namespace precis;
 
-static double cpu_ms() {
-  rusage r;
-  getrusage(RUSAGE_SELF, &r);
-  return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1e3 + (r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-3;
-}
+using probe::cpu_ms;
 static long minor_faults() {
   rusage r;
   getrusage(RUSAGE_SELF, &r);
