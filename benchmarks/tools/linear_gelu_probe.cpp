@@ -30,7 +30,6 @@
 #include "benchmarks/tools/probe_time.h"
 using namespace precis;
 
-using probe::cpu_ms;
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "step";
