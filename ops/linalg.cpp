@@ -7,6 +7,7 @@
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
+#include "ops/linear_check.h"
 #include "ops/op_table.h"
 #include "ops/profiler.h"
 #include "tensor/factory.h"
@@ -207,29 +208,29 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bo
   return {ga, gb};
 }
 
-void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  PRECIS_CHECK(x.defined() && w.defined(), "linear: input or weight is an undefined tensor");
+}  // namespace
+
+void check_linear_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  PRECIS_CHECK(x.defined() && w.defined(), op, ": input or weight is an undefined tensor");
   auto describe_all = [&] {
     std::string s = "input is " + x.describe() + ", weight is " + w.describe();
     if (bias.defined()) s += ", bias is " + bias.describe();
     return s;
   };
   const bool same_device = w.device() == x.device() && (!bias.defined() || bias.device() == x.device());
-  PRECIS_CHECK_DEVICE(same_device, "linear: operands are on different devices: ", describe_all(),
+  PRECIS_CHECK_DEVICE(same_device, op, ": operands are on different devices: ", describe_all(),
                       "; move them to one device with .to(device)");
   const bool floating = x.is_floating_point() && w.is_floating_point() && (!bias.defined() || bias.is_floating_point());
-  PRECIS_CHECK_DTYPE(floating, "linear: expects floating operands, ", describe_all(), "; convert with .to(DType::f32)");
+  PRECIS_CHECK_DTYPE(floating, op, ": expects floating operands, ", describe_all(), "; convert with .to(DType::f32)");
   const bool same_dtype = w.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype());
-  PRECIS_CHECK_DTYPE(same_dtype, "linear: operands have different dtypes: ", describe_all(), "; convert with .to(DType::",
+  PRECIS_CHECK_DTYPE(same_dtype, op, ": operands have different dtypes: ", describe_all(), "; convert with .to(DType::",
                      dtype_name(w.dtype()), ") (or run under autocast)");
-  PRECIS_CHECK_SHAPE(w.dim() == 2, "linear: weight must be 2-D (out_features, in_features), ", describe_all());
-  PRECIS_CHECK_SHAPE(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: incompatible shapes: ", describe_all(),
+  PRECIS_CHECK_SHAPE(w.dim() == 2, op, ": weight must be 2-D (out_features, in_features), ", describe_all());
+  PRECIS_CHECK_SHAPE(x.dim() >= 1 && x.size(-1) == w.size(1), op, ": incompatible shapes: ", describe_all(),
                      "; expected input.size(-1) == weight.size(1)");
-  PRECIS_CHECK_SHAPE(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), "linear: bias must be (",
+  PRECIS_CHECK_SHAPE(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), op, ": bias must be (",
                      w.size(0), "), ", describe_all());
 }
-
-}  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const auto [a, b] = apply_precision(OpId::matmul, a_in, b_in);
@@ -247,7 +248,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   const auto [x, weight, bias] = apply_precision(OpId::linear, x_in, weight_in, bias_in);
-  check_linear(x, weight, bias);
+  check_linear_operands("linear", x, weight, bias);
   const int64_t in = weight.size(1), outs = weight.size(0);
   const Shape lead = dims_of(x, 0, x.dim() - 1);
   const int64_t rows = shape_numel(lead);

@@ -7,6 +7,7 @@
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/kernels_epilogue.h"
+#include "ops/linear_check.h"
 #include "ops/op_table.h"
 #include "ops/precision.h"
 #include "ops/profiler.h"
@@ -22,36 +23,10 @@ bool& detail::linear_gelu_saves_derivative() {
   return saves;
 }
 
-namespace {
-
-void check_linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  const char* op = "linear_gelu";
-  auto all = [&] {
-    std::string s = "input is " + x.describe() + ", weight is " + w.describe();
-    if (bias.defined()) s += ", bias is " + bias.describe();
-    return s;
-  };
-  const bool same_device = w.device() == x.device() && (!bias.defined() || bias.device() == x.device());
-  PRECIS_CHECK_DEVICE(same_device, op, ": operands are on different devices: ", all(),
-                      "; move them to one device with .to(device)");
-  const bool floating = x.is_floating_point() && w.is_floating_point() && (!bias.defined() || bias.is_floating_point());
-  PRECIS_CHECK_DTYPE(floating, op, ": expects floating operands, ", all(), "; convert with .to(DType::f32)");
-  const bool same_dtype = w.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype());
-  PRECIS_CHECK_DTYPE(same_dtype, op, ": operands have different dtypes: ", all(), "; convert with .to(DType::",
-                     dtype_name(w.dtype()), ") (or run under autocast)");
-  PRECIS_CHECK_SHAPE(w.dim() == 2, op, ": weight must be 2-D (out_features, in_features), ", all());
-  PRECIS_CHECK_SHAPE(x.dim() >= 1 && x.size(-1) == w.size(1), op, ": incompatible shapes: ", all(),
-                     "; expected input.size(-1) == weight.size(1)");
-  PRECIS_CHECK_SHAPE(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), op, ": bias must be (",
-                     w.size(0), "), ", all());
-}
-
-}  // namespace
-
 Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const std::string& approximate) {
   PRECIS_CHECK(x_in.defined() && weight_in.defined(), "linear_gelu: input or weight is an undefined tensor");
   const auto [x, weight, bias] = apply_precision(OpId::linear_gelu, x_in, weight_in, bias_in);
-  check_linear_gelu(x, weight, bias);
+  check_linear_operands("linear_gelu", x, weight, bias);
   PRECIS_CHECK(approximate == "none" || approximate == "tanh",
                "linear_gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   const double flag = approximate == "tanh" ? 1.0 : 0.0;
