@@ -50,7 +50,10 @@ struct Pool2dParams {
 /// NaN propagates (a NaN in a window is the result). Contiguous.
 using MaxPool2dKernel = void(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dParams& p);
 /// grad_x: (N, C, H, W) (overwritten) = grad_out: (N, C, Ho, Wo) added at indices. Contiguous.
-using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices);
+/// p: the forward's window. A kernel that scatters along the indices does not need it; one that
+/// gathers (each input element reads the outputs whose windows cover it, as on CUDA) does.
+using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                     const Pool2dParams& p);
 /// out: (N, C, Ho, Wo) = the mean of each window of x: (N, C, H, W) (divisor per Pool2dParams, as
 /// PyTorch); accumulates in fp32 (f64 for f64). Contiguous.
 using AvgPool2dKernel = void(const Tensor& out, const Tensor& x, const Pool2dParams& p);

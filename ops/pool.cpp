@@ -110,11 +110,11 @@ std::tuple<Tensor, Tensor> max_pool2d_impl(const Tensor& input_in, const std::ve
   }
   if (grad) {
     autograd::record(OpId::max_pool2d, {input}, {values},
-                     [si = SavedTensor(indices), x_sizes = input.sizes(), dev, cl](const TensorList& g) -> TensorList {
+                     [si = SavedTensor(indices), x_sizes = input.sizes(), dev, cl, p](const TensorList& g) -> TensorList {
                        const Tensor go = as_4d(g[0]).contiguous();
                        const Tensor idx = as_4d(si.unpack("max_pool2d")).contiguous();
                        Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
-                       kernel<kernels::MaxPool2dBackwardKernel>(OpId::max_pool2d_backward, dev, go.dtype())(gx, go, idx);
+                       kernel<kernels::MaxPool2dBackwardKernel>(OpId::max_pool2d_backward, dev, go.dtype())(gx, go, idx, p);
                        return {in_layout(gx.view(x_sizes), cl)};
                      });
   }

@@ -26,6 +26,28 @@ struct PoolGeometry {
   int64_t divisor_override = 0;
 };
 
+/// One plane's geometry: input (h, w), output (ho, wo) and the window of `p`, a Pool2dParams
+/// (ops/kernels_conv.h; a template parameter so that nvcc's view of this header needs no Tensor).
+/// Every backend and the tests build their PoolGeometry here, so that none can drop the window: the
+/// CUDA max-pool backward once gathered from default 1×1 windows and got every gradient wrong.
+template <typename Params>
+PoolGeometry pool_geometry(int64_t h, int64_t w, int64_t ho, int64_t wo, const Params& p) {
+  PoolGeometry g;
+  g.h = h;
+  g.w = w;
+  g.ho = ho;
+  g.wo = wo;
+  for (int d = 0; d < 2; ++d) {
+    g.kernel[d] = p.kernel[d];
+    g.stride[d] = p.stride[d];
+    g.padding[d] = p.padding[d];
+    g.dilation[d] = p.dilation[d];
+  }
+  g.count_include_pad = p.count_include_pad;
+  g.divisor_override = p.divisor_override;
+  return g;
+}
+
 /// a / b rounded toward −∞ for b > 0.
 PRECIS_HD_INLINE int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 PRECIS_HD_INLINE int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }

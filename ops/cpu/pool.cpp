@@ -35,20 +35,7 @@ Planes planes_of(const Tensor& x, const Tensor& out) {
 
 // The window math's view of one plane (ops/pool_math.h, shared with the CUDA kernels).
 kernels::PoolGeometry geometry(const Planes& pl, const Pool2dParams& p) {
-  kernels::PoolGeometry g;
-  g.h = pl.h;
-  g.w = pl.w;
-  g.ho = pl.ho;
-  g.wo = pl.wo;
-  for (int d = 0; d < 2; ++d) {
-    g.kernel[d] = p.kernel[d];
-    g.stride[d] = p.stride[d];
-    g.padding[d] = p.padding[d];
-    g.dilation[d] = p.dilation[d];
-  }
-  g.count_include_pad = p.count_include_pad;
-  g.divisor_override = p.divisor_override;
-  return g;
+  return kernels::pool_geometry(pl.h, pl.w, pl.ho, pl.wo, p);
 }
 
 // Accumulates a backward pass into one (H, W) plane of grad_x: directly for f32/f64, through an
@@ -106,9 +93,11 @@ void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x
   });
 }
 
-// grad_x: (N, C, H, W) = Σ grad_out at indices; grad_out, indices: (N, C, Ho, Wo).
+// grad_x: (N, C, H, W) = Σ grad_out at indices; grad_out, indices: (N, C, Ho, Wo). A scatter
+// along the indices: the window is not needed.
 template <typename T>
-void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) {
+void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                const Pool2dParams& /*window*/) {
   const Planes pl = planes_of(grad_x, grad_out);
   T* gxd = grad_x.data_ptr<T>();
   const T* god = grad_out.data_ptr<T>();

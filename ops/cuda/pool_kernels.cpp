@@ -15,8 +15,10 @@ using kernels::Pool2dParams;
 using kernels::PoolGeometry;
 
 // x: the (N, C, H, W) input side, y: the (N, C, Ho, Wo) output side; both contiguous, x's dtype,
-// on one CUDA device (indices: i64 of y's shape, when defined).
-PoolGeometry geometry(const char* op, const Tensor& x, const Tensor& y, const Tensor* indices, const Pool2dParams* p) {
+// on one CUDA device (indices: i64 of y's shape, when defined). p: the window (the adaptive pools,
+// whose windows follow from the sizes, pass none).
+PoolGeometry geometry(const char* op, const Tensor& x, const Tensor& y, const Tensor* indices,
+                      const Pool2dParams& p = {}) {
   const bool same_device = x.device() == y.device() && x.device().is_cuda() &&
                            (indices == nullptr || !indices->defined() || indices->device() == x.device());
   PRECIS_CHECK_DEVICE(same_device, op, ": every operand must be on one CUDA device; got ", x.describe(), ", ",
@@ -29,22 +31,7 @@ PoolGeometry geometry(const char* op, const Tensor& x, const Tensor& y, const Te
   if (indices != nullptr && indices->defined())
     PRECIS_INTERNAL_ASSERT(indices->dtype() == DType::i64 && indices->is_contiguous() && indices->sizes() == y.sizes(),
                            op, ": indices ", indices->describe(), " do not match ", y.describe());
-  PoolGeometry g;
-  g.h = x.size(2);
-  g.w = x.size(3);
-  g.ho = y.size(2);
-  g.wo = y.size(3);
-  if (p != nullptr) {
-    for (int d = 0; d < 2; ++d) {
-      g.kernel[d] = p->kernel[d];
-      g.stride[d] = p->stride[d];
-      g.padding[d] = p->padding[d];
-      g.dilation[d] = p->dilation[d];
-    }
-    g.count_include_pad = p->count_include_pad;
-    g.divisor_override = p->divisor_override;
-  }
-  return g;
+  return kernels::pool_geometry(x.size(2), x.size(3), y.size(2), y.size(3), p);
 }
 
 void launch(PoolOp op, const Tensor& out, int64_t* out_indices, const Tensor& in, const int64_t* in_indices,
@@ -56,33 +43,34 @@ void launch(PoolOp op, const Tensor& out, int64_t* out_indices, const Tensor& in
 }
 
 void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dParams& p) {
-  const PoolGeometry g = geometry("max_pool2d", x, out, &indices, &p);
+  const PoolGeometry g = geometry("max_pool2d", x, out, &indices, p);
   launch(PoolOp::max, out, indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr, x, nullptr, g);
 }
 
-void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) {
+void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                const Pool2dParams& p) {
   PRECIS_INTERNAL_ASSERT(indices.defined(), "max_pool2d_backward: needs the forward's indices");
-  // The window is not needed: the indices name each output's input element.
-  const PoolGeometry g = geometry("max_pool2d_backward", grad_x, grad_out, &indices, nullptr);
+  // Each input element gathers from the outputs whose windows cover it: that needs the window.
+  const PoolGeometry g = geometry("max_pool2d_backward", grad_x, grad_out, &indices, p);
   launch(PoolOp::max_backward, grad_x, nullptr, grad_out, static_cast<const int64_t*>(indices.data_ptr()), g);
 }
 
 void avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dParams& p) {
-  launch(PoolOp::avg, out, nullptr, x, nullptr, geometry("avg_pool2d", x, out, nullptr, &p));
+  launch(PoolOp::avg, out, nullptr, x, nullptr, geometry("avg_pool2d", x, out, nullptr, p));
 }
 
 void avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Pool2dParams& p) {
   launch(PoolOp::avg_backward, grad_x, nullptr, grad_out, nullptr,
-         geometry("avg_pool2d_backward", grad_x, grad_out, nullptr, &p));
+         geometry("avg_pool2d_backward", grad_x, grad_out, nullptr, p));
 }
 
 void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x) {
-  launch(PoolOp::adaptive_avg, out, nullptr, x, nullptr, geometry("adaptive_avg_pool2d", x, out, nullptr, nullptr));
+  launch(PoolOp::adaptive_avg, out, nullptr, x, nullptr, geometry("adaptive_avg_pool2d", x, out, nullptr));
 }
 
 void adaptive_avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out) {
   launch(PoolOp::adaptive_avg_backward, grad_x, nullptr, grad_out, nullptr,
-         geometry("adaptive_avg_pool2d_backward", grad_x, grad_out, nullptr, nullptr));
+         geometry("adaptive_avg_pool2d_backward", grad_x, grad_out, nullptr));
 }
 
 }  // namespace

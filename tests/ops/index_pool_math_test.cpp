@@ -53,20 +53,7 @@ bool same_bits(const T& a, const T& b) {
 }
 
 PoolGeometry geometry_of(const Tensor& x, const Tensor& out, const kernels::Pool2dParams& p) {
-  PoolGeometry g;
-  g.h = x.size(2);
-  g.w = x.size(3);
-  g.ho = out.size(2);
-  g.wo = out.size(3);
-  for (int d = 0; d < 2; ++d) {
-    g.kernel[d] = p.kernel[d];
-    g.stride[d] = p.stride[d];
-    g.padding[d] = p.padding[d];
-    g.dilation[d] = p.dilation[d];
-  }
-  g.count_include_pad = p.count_include_pad;
-  g.divisor_override = p.divisor_override;
-  return g;
+  return kernels::pool_geometry(x.size(2), x.size(3), out.size(2), out.size(3), p);
 }
 
 struct PoolCase {
@@ -198,7 +185,7 @@ TEST_CASE("the pooling window functions match the CPU pooling kernels bit for bi
 
           const Tensor gout = stepped(out.sizes(), -1, 1, 7, 4, dt);
           Tensor gx = empty(x.sizes(), {.dtype = dt});
-          kernel<kernels::MaxPool2dBackwardKernel>(OpId::max_pool2d_backward, DeviceType::cpu, dt)(gx, gout, idx);
+          kernel<kernels::MaxPool2dBackwardKernel>(OpId::max_pool2d_backward, DeviceType::cpu, dt)(gx, gout, idx, p);
           const T* gd = gout.data_ptr<T>();
           const Tensor sim_gx = simulate<T>(x.sizes(), dt, [&](int64_t plane, int64_t ih, int64_t iw) {
             const int64_t o = plane * g.ho * g.wo;
