@@ -72,21 +72,25 @@ struct ConvRun {
   Tensor out, gx, gw, gb;
 };
 
+// A new leaf on `device` with t's values. Not t.to(device) alone: that returns t itself when it is
+// already there (as in PyTorch), and requires_grad_ would then change the caller's tensor, whose
+// next use (|x| for the error scale) would record a graph and make it a non-leaf.
+Tensor new_leaf(const Tensor& t, Device device) {
+  Tensor leaf = t.to(device).detach();
+  leaf.requires_grad_(true);
+  return leaf;
+}
+
 // conv2d with leaves on `device` (the input channels-last when asked); gradients from `g`.
 ConvRun run_conv(const ConvCase& c, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g0,
                  Device device, bool channels_last) {
   // A channels-last input is a leaf of shape (N, H, W, C) seen through a permutation, so the
   // convolution gets NHWC strides and the leaf's gradient is the input gradient in NHWC order.
-  Tensor leaf = channels_last ? x0.permute({0, 2, 3, 1}).contiguous().to(device) : x0.to(device);
-  leaf.requires_grad_(true);
+  Tensor leaf = new_leaf(channels_last ? x0.permute({0, 2, 3, 1}).contiguous() : x0, device);
   const Tensor x = channels_last ? leaf.permute({0, 3, 1, 2}) : leaf;
-  Tensor w = w0.to(device);
-  w.requires_grad_(true);
+  Tensor w = new_leaf(w0, device);
   Tensor b;
-  if (c.bias) {
-    b = b0.to(device);
-    b.requires_grad_(true);
-  }
+  if (c.bias) b = new_leaf(b0, device);
   const Tensor out = conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
   if (channels_last && device.is_cuda())
     REQUIRE(kernels::conv_is_dense(out.sizes(), out.strides(), kernels::ConvLayout::nhwc));
@@ -202,13 +206,8 @@ struct LinearRun {
 };
 
 LinearRun run_linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g0, Device device) {
-  Tensor x = x0.to(device), w = w0.to(device), b;
-  x.requires_grad_(true);
-  w.requires_grad_(true);
-  if (b0.defined()) {
-    b = b0.to(device);
-    b.requires_grad_(true);
-  }
+  Tensor x = new_leaf(x0, device), w = new_leaf(w0, device), b;
+  if (b0.defined()) b = new_leaf(b0, device);
   const Tensor out = linear(x, w, b);
   out.backward(g0.to(device));
   return {out, x.grad(), w.grad(), b.defined() ? b.grad() : Tensor()};

@@ -2,6 +2,7 @@
 // checked against the CPU kernels on the same inputs, and a GradScaler training run on cuda:0
 // checked against the same run on the CPU. Tests tagged [cuda] return early (with a warning)
 // without a GPU; the [cuda_api] test checks the registrations on any machine.
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -29,6 +30,14 @@ constexpr DType kAll[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType
 const Device kGpu = Device::cuda(0);
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+// An f64 tensor's values as bit patterns (equal for equal NaNs, unlike the doubles).
+std::vector<uint64_t> bits(const Tensor& t) {
+  REQUIRE(t.dtype() == DType::f64);
+  std::vector<uint64_t> out;
+  for (double v : values(t)) out.push_back(std::bit_cast<uint64_t>(v));
+  return out;
+}
 
 // Bitwise-equal values (NaN equal to NaN).
 void require_same(const Tensor& actual, const Tensor& expected) {
@@ -322,9 +331,10 @@ TEST_CASE("CUDA unscale_grads matches the CPU kernel: counts exactly, norms clos
       INFO("gradient " << i << " " << grads[i].describe());
       require_same(gpu.grads[i], write ? cpu.grads[i] : grads[i]);  // same fp32 product and rounding
     }
-    // Bit for bit reproducible.
+    // Bit for bit reproducible. Compared as bits: the norms of the gradients holding a NaN are NaN,
+    // and NaN == NaN is false.
     const UnscaleOut again = run_unscale(grads, kGpu, inv, write, 0.0);
-    REQUIRE(values(again.sq_norms) == values(gpu.sq_norms));
+    REQUIRE(bits(again.sq_norms) == bits(gpu.sq_norms));
   }
   // Finite gradients leave found_inf as it was (0 stays 0, 1 stays 1); f32 sq_norms work too.
   std::vector<Tensor> clean;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "amp/grad_scaler.h"
 #include "optim/adam.h"
@@ -83,7 +84,9 @@ namespace {
 
 /// Parameters with gradients of every floating dtype (one non-contiguous, one longer than a
 /// 65536-element chunk, one without a gradient), on `device`; the same values for every device.
-std::vector<Tensor> clip_params(Device device, double nan_at = -1) {
+/// bad_value (NaN, inf) replaces one element of the f16 gradient. (It was a double with −1 for
+/// "none" and the check `nan_at >= 0`, false for NaN: the non-finite test never had a NaN.)
+std::vector<Tensor> clip_params(Device device, std::optional<double> bad_value = std::nullopt) {
   const std::vector<std::pair<Shape, DType>> specs = {
       {{70000}, DType::f32}, {{9, 4}, DType::f16}, {{3}, DType::f64}, {{50, 7}, DType::bf16}, {{6}, DType::f32}};
   std::vector<Tensor> params;
@@ -92,7 +95,7 @@ std::vector<Tensor> clip_params(Device device, double nan_at = -1) {
     Tensor p = zeros(shape, {.dtype = dtype, .device = device}).requires_grad_();
     if (i != 4) {
       Tensor g = testing::randn_input(shape, false, 60 + i).to(dtype);
-      if (i == 1 && nan_at >= 0) g.view({-1}).slice(0, 5, 6).fill_(nan_at);
+      if (i == 1 && bad_value) g.view({-1}).slice(0, 5, 6).fill_(*bad_value);
       g = g.to(device);
       if (i == 3) g = g.t().contiguous().t();  // non-contiguous
       p.set_grad(g);
