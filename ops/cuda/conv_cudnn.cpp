@@ -497,12 +497,48 @@ void conv2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_w, const Te
   }
 }
 
+// cuDNN offers no deterministic algorithm for some channels-last problems (f64 backward data on
+// sm_90, cuDNN 9.19). Those run on NCHW copies, one transpose each way, rather than fail: the
+// layout is a speed hint, not a reason to refuse a convolution cuDNN can do in NCHW.
+Tensor nchw(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
+Tensor nchw_like(const Tensor& t) {
+  return t.defined() ? empty(t.sizes(), {.dtype = t.dtype(), .device = t.device()}) : t;
+}
+void copy_back(Tensor dst, const Tensor& src) {  // a handle: copy_ writes the storage dst shares
+  if (dst.defined()) dst.copy_(src);
+}
+
+void conv2d_any_layout(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  try {
+    conv2d_kernel(out, x, w, bias, p);
+  } catch (const NotImplementedError&) {
+    if (common_layout("conv2d", {&out, &x, &w}) != ConvLayout::nhwc) throw;
+    const Tensor o = nchw_like(out);
+    conv2d_kernel(o, nchw(x), nchw(w), bias, p);
+    copy_back(out, o);
+  }
+}
+
+void conv2d_backward_any_layout(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias,
+                                const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  try {
+    conv2d_backward_kernel(grad_x, grad_w, grad_bias, grad_out, x, w, p);
+  } catch (const NotImplementedError&) {
+    if (common_layout("conv2d_backward", {&grad_out, &grad_x, &grad_w, &x, &w}) != ConvLayout::nhwc) throw;
+    const Tensor gx = nchw_like(grad_x), gw = nchw_like(grad_w);
+    conv2d_backward_kernel(gx, gw, grad_bias, nchw(grad_out), nchw(x), nchw(w), p);
+    copy_back(grad_x, gx);
+    copy_back(grad_w, gw);
+  }
+}
+
 }  // namespace
 
 void register_conv_kernels() {
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-    register_kernel<kernels::Conv2dKernel>(OpId::conv2d, DeviceType::cuda, dt, &conv2d_kernel);
-    register_kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, DeviceType::cuda, dt, &conv2d_backward_kernel);
+    register_kernel<kernels::Conv2dKernel>(OpId::conv2d, DeviceType::cuda, dt, &conv2d_any_layout);
+    register_kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, DeviceType::cuda, dt,
+                                                   &conv2d_backward_any_layout);
   }
 }
 
