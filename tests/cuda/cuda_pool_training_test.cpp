@@ -7,8 +7,10 @@
 // f64 makes the comparison sharp: the devices differ only in the order of their f64 sums (cuDNN's
 // convolution and the reductions), ~1e-16 relative per op, and a few hundred SGD steps on a
 // smooth loss amplify that by far less than 1e8 — while a wrong gradient moves the loss by 1e-3 or
-// more within a few steps. f32 is checked too, at a tolerance that leaves room for its rounding
-// (and for the rare max-pool window whose two largest values swap order under it).
+// more within a few steps (the first H200 run: equal to 1e-8 over all 300 steps). f32 is checked
+// too, at a tolerance that leaves room for its rounding (and for the rare max-pool window whose two
+// largest values swap order under it).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -72,20 +74,27 @@ std::vector<double> train_losses(Device device, DType dtype, int steps) {
   return losses;
 }
 
-void require_same_trajectory(const std::vector<double>& cpu, const std::vector<double>& gpu, double rel) {
+// The first `close_steps` losses within `rel` of the CPU's, then every loss finite and the mean of
+// the last 20 within `tail_rel`; and the CPU run learned (so two stalled runs cannot agree).
+void require_same_trajectory(const std::vector<double>& cpu, const std::vector<double>& gpu, size_t close_steps,
+                             double rel, double tail_rel) {
   REQUIRE(gpu.size() == cpu.size());
+  double worst = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
     INFO("step " << i + 1 << ": cpu " << cpu[i] << ", cuda " << gpu[i] << ", |diff| " << std::abs(gpu[i] - cpu[i]));
     REQUIRE(std::isfinite(gpu[i]));
-    REQUIRE(std::abs(gpu[i] - cpu[i]) <= rel * std::abs(cpu[i]));
+    worst = std::max(worst, std::abs(gpu[i] - cpu[i]) / std::abs(cpu[i]));
+    if (i < close_steps) REQUIRE(std::abs(gpu[i] - cpu[i]) <= rel * std::abs(cpu[i]));
   }
-  // It learned (so the comparison is not of two stalled runs): the last 20 steps' mean loss is
-  // well below the first 20's.
-  double first = 0, last = 0;
+  double first = 0, last = 0, last_gpu = 0;
   for (size_t i = 0; i < 20; ++i) {
     first += cpu[i];
     last += cpu[cpu.size() - 1 - i];
+    last_gpu += gpu[gpu.size() - 1 - i];
   }
+  WARN("largest relative loss difference over " << cpu.size() << " steps: " << worst << "; last 20 steps' mean: cpu "
+                                                 << last / 20 << ", cuda " << last_gpu / 20);
+  CHECK(std::abs(last_gpu - last) <= tail_rel * last);
   CHECK(last < 0.5 * first);
 }
 
@@ -95,12 +104,15 @@ TEST_CASE("a conv-BN-ReLU-MaxPool network trains on CUDA as on the CPU, step by 
   PRECIS_REQUIRE_CUDA();
   const int steps = 300;
   require_same_trajectory(train_losses(Device::cpu(), DType::f64, steps), train_losses(Device::cuda(0), DType::f64, steps),
-                          1e-8);
+                          steps, 1e-8, 1e-8);
 }
 
+// f32 rounding, ~1e-7 per op, grows along the trajectory (the H200 run: 2.3e-3 relative by step 44
+// of 200), so f32 holds the first 20 steps to 1e-3 — a wrong gradient is off by more within a few
+// steps — and the end of the run to 2 %.
 TEST_CASE("a conv-BN-ReLU-MaxPool network trains on CUDA as on the CPU, step by step (f32)", "[cuda][train]") {
   PRECIS_REQUIRE_CUDA();
   const int steps = 200;
   require_same_trajectory(train_losses(Device::cpu(), DType::f32, steps), train_losses(Device::cuda(0), DType::f32, steps),
-                          2e-3);
+                          20, 1e-3, 2e-2);
 }
