@@ -21,18 +21,25 @@ using namespace precis::train_testing;
 
 namespace {
 
-// The loss column of a --metrics CSV, one value per optimizer step.
-std::vector<double> csv_losses(const std::string& path) {
+// Column `col` (0-based) of a --metrics CSV as text, one value per optimizer step.
+std::vector<std::string> csv_column(const std::string& path, int col) {
   std::ifstream in(path);
   std::string line;
-  std::getline(in, line);  // header: epoch,step,epoch_step,lr,loss,...
-  std::vector<double> losses;
+  std::getline(in, line);  // header: epoch,step,epoch_step,lr,loss,accuracy,loss_scale,applied,...
+  std::vector<std::string> values;
   while (std::getline(in, line)) {
     std::stringstream ss(line);
     std::string field;
-    for (int i = 0; i <= 4; ++i) std::getline(ss, field, ',');
-    losses.push_back(std::stod(field));
+    for (int i = 0; i <= col; ++i) std::getline(ss, field, ',');
+    values.push_back(field);
   }
+  return values;
+}
+
+// The loss column of a --metrics CSV.
+std::vector<double> csv_losses(const std::string& path) {
+  std::vector<double> losses;
+  for (const std::string& v : csv_column(path, 4)) losses.push_back(std::stod(v));
   return losses;
 }
 
@@ -91,11 +98,17 @@ TEST_CASE("precis-train: --precision names a dtype per device, amp is bf16 on th
 
 // ResNet-20 (width 4) on the tiny 8×8 images in f16 + loss scaler, once on the CPU and once on
 // cuda:0 from the same seed: the same batches, initial weights and augmentation, so the per-step
-// losses differ only by kernel rounding (f16 autocast on both; cuDNN and oneDNN sum in other
-// orders). Tolerance: 3% of the CPU loss + 0.02 per step over the first 10 steps, which a wrong
-// kernel (a missing scale, a transposed weight) exceeds by far. Then a run on cuda:0 stopped after
-// step 5 and resumed from its checkpoint (loaded onto the device) ends bit for bit where the
-// uninterrupted cuda:0 run ends: the device's kernels are deterministic.
+// losses differ only by kernel rounding (f16 autocast on both; cuDNN and oneDNN round to f16 at
+// other points of their sums). What the first H200 run showed: the loss scaler kept 65536 and
+// applied every step on both devices; step 1 agreed to 2e-5, step 3 to 1e-3, and from step 4 the
+// losses were 3–5 % apart — while the same run in f32 agreed to 1e-5 over all 12 steps. So the
+// devices compute the same gradients (resnet_device_grad_test.cpp checks them, f16 and f32, within
+// rounding) and this 4-channel network with BN over 16 images amplifies one f16 rounding per op
+// into percent within a few steps. Checked here: the same scale and skipped steps on both devices
+// at every step, the first three losses within 1 %, the f32 losses of all 12 steps within 1e-3
+// (the next test case), and learning. Then a run on cuda:0 stopped after step 5 and resumed from
+// its checkpoint (loaded onto the device) ends bit for bit where the uninterrupted cuda:0 run ends:
+// the device's kernels are deterministic.
 TEST_CASE("precis-train on cuda:0: f16 losses follow the CPU run, evaluation runs, a checkpoint resumes on the device",
           "[train][cuda]") {
   PRECIS_REQUIRE_CUDA();
@@ -120,10 +133,12 @@ TEST_CASE("precis-train on cuda:0: f16 losses follow the CPU run, evaluation run
   INFO("cpu.csv:\n" << csv_text(dir / "cpu.csv") << "cuda.csv:\n" << csv_text(dir / "cuda.csv"));
   WARN("f16 ResNet-20 (width 4): largest relative loss difference CUDA vs CPU over 10 steps "
        << worst_relative(a, b, 10));
-  for (size_t i = 0; i < 10; ++i) {
+  for (size_t i = 0; i < 3; ++i) {
     INFO("step " << i + 1 << ": cpu " << a[i] << ", cuda " << b[i]);
-    CHECK(std::abs(a[i] - b[i]) <= 0.03 * std::abs(a[i]) + 0.02);
+    CHECK(std::abs(a[i] - b[i]) <= 0.01 * std::abs(a[i]));
   }
+  CHECK(csv_column(dir / "cpu.csv", 6) == csv_column(dir / "cuda.csv", 6));  // loss_scale
+  CHECK(csv_column(dir / "cpu.csv", 7) == csv_column(dir / "cuda.csv", 7));  // applied
   CHECK(b.back() < b.front());  // it learns
 
   o.metrics.clear();
@@ -162,6 +177,6 @@ TEST_CASE("precis-train on cuda:0: f32 losses follow the CPU run closely", "[tra
        << worst_relative(a, b, 12));
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("step " << i + 1 << ": cpu " << a[i] << ", cuda " << b[i]);
-    CHECK(std::abs(a[i] - b[i]) <= 1e-3 * std::abs(a[i]));
+    CHECK(std::abs(a[i] - b[i]) <= 1e-3 * std::abs(a[i]));  // measured on the H200: 1.1e-5 at worst
   }
 }
