@@ -86,13 +86,13 @@ class CudaDeviceMemory final : public DeviceMemory {
     PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy of ", nbytes, " bytes from cuda:", index_, " to the host");
   }
   std::string memory_info() override {
-    DeviceGuard guard(index_);
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    try {
+      const DeviceMemoryInfo m = device_memory_info(index_);
+      return gib_str(m.free) + " free of " + gib_str(m.total);
+    } catch (const DeviceError&) {
       (void)cudaGetLastError();
-      return {};
+      return {};  // only for a message: unknown is fine
     }
-    return gib_str(free_b) + " free of " + gib_str(total_b);
   }
 
  private:
@@ -190,6 +190,14 @@ DeviceCachingAllocator& caching_allocator(int index) {
   if (allocators[index] == nullptr)  // never freed: see header
     allocators[index] = new DeviceCachingAllocator(std::make_unique<CudaDeviceMemory>(index));
   return *allocators[index];
+}
+
+DeviceMemoryInfo device_memory_info(int index) {
+  check_device_index(index, "device_memory_info");
+  DeviceGuard guard(index);
+  DeviceMemoryInfo m;
+  PRECIS_CUDA_CHECK(cudaMemGetInfo(&m.free, &m.total), "querying the free memory of cuda:", index);
+  return m;
 }
 
 DirectDeviceAllocator& direct_allocator(int index) {

@@ -38,6 +38,15 @@ DirectDeviceAllocator& direct_allocator(int index);
 /// blocks before destroying it.
 std::unique_ptr<DirectDeviceAllocator> make_direct_allocator(int index);
 
+/// Free and total memory of a device, in bytes.
+struct DeviceMemoryInfo {
+  size_t free = 0;
+  size_t total = 0;
+};
+/// cudaMemGetInfo of visible device `index` (for tests that check memory really went back to the
+/// device, and for messages). Throws DeviceError when the call fails.
+DeviceMemoryInfo device_memory_info(int index);
+
 /// The caching allocator of pinned host memory (precis::pinned_allocator()). Throws DeviceError
 /// when no CUDA device is visible.
 DeviceCachingAllocator& pinned_allocator();
