@@ -4,9 +4,10 @@ shared-memory kernel cannot silently drop out of the racecheck run.
 
     racecheck_list_check.py REPO_ROOT
 
-Fails (exit 1, naming each problem) when a line is not `precis_<folder>_tests<TAB>name`, when no
-TEST_CASE in tests/<folder>/ has exactly that name with the [cuda] tag, or when a CUDA source of
-core/, ops/ or dist/ that declares __shared__ memory is not named in the file's header comment.
+Fails (exit 1, naming each problem) when a line is not `precis_<folder>_tests<TAB>spec`, when the
+spec has a character Catch2 v2 reads as test-spec syntax (`,` must be written `\,`), when no
+TEST_CASE in tests/<folder>/ has exactly the spec's name with the [cuda] tag, or when a CUDA source
+of core/, ops/ or dist/ that declares __shared__ memory is not named in the file's header comment.
 """
 import re
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 
 TEST_CASE = re.compile(r'TEST_CASE\(\s*"((?:[^"\\]|\\.)*)"\s*,\s*"([^"]*)"')
 LINE = re.compile(r"^precis_(\w+)_tests\t(.+)$")
+# Outside a backslash escape these make a Catch2 v2 test spec something other than one exact name.
+SPEC_SYNTAX = re.compile(r'(?<!\\)[,\[\]*~"]')
 
 
 def main() -> int:
@@ -26,9 +29,14 @@ def main() -> int:
             continue
         m = LINE.match(line)
         if not m:
-            problems.append(f"{listing.name}:{n}: not 'precis_<folder>_tests<TAB>test case name': {line!r}")
+            problems.append(f"{listing.name}:{n}: not 'precis_<folder>_tests<TAB>test spec': {line!r}")
             continue
-        folder, name = m.groups()
+        folder, spec = m.groups()
+        if SPEC_SYNTAX.search(spec) or spec.startswith(("exclude:", " ")):
+            problems.append(f"{listing.name}:{n}: {spec!r} is not one exact name as a Catch2 test spec: "
+                            "escape ',', '[', ']', '*', '~' and '\"' with a backslash")
+            continue
+        name = re.sub(r"\\(.)", r"\1", spec)
         tags = [t for f in sorted((root / "tests" / folder).glob("*.cpp"))
                 for got, t in TEST_CASE.findall(f.read_text(encoding="utf-8")) if got == name]
         if not any("[cuda]" in t for t in tags):
