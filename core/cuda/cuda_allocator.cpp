@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda_allocator_mode.h"
 
 namespace precis::cuda {
 
@@ -75,7 +76,7 @@ class CudaDeviceMemory final : public DeviceMemory {
   void destroy_event(EventHandle e) noexcept override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
   void synchronize_device() override {
     DeviceGuard guard(index_);
-    PRECIS_CUDA_CHECK(cudaDeviceSynchronize(), "synchronising cuda:", index_, " before releasing cached memory");
+    PRECIS_CUDA_CHECK(cudaDeviceSynchronize(), "synchronising cuda:", index_, " before releasing memory");
   }
   void copy_to_host(void* dst, const void* src, size_t nbytes) override {
     DeviceGuard guard(index_);
@@ -85,13 +86,13 @@ class CudaDeviceMemory final : public DeviceMemory {
     PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy of ", nbytes, " bytes from cuda:", index_, " to the host");
   }
   std::string memory_info() override {
-    DeviceGuard guard(index_);
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    try {
+      const DeviceMemoryInfo m = device_memory_info(index_);
+      return gib_str(m.free) + " free of " + gib_str(m.total);
+    } catch (const DeviceError&) {
       (void)cudaGetLastError();
-      return {};
+      return {};  // only for a message: unknown is fine
     }
-    return gib_str(free_b) + " free of " + gib_str(total_b);
   }
 
  private:
@@ -191,6 +192,29 @@ DeviceCachingAllocator& caching_allocator(int index) {
   return *allocators[index];
 }
 
+DeviceMemoryInfo device_memory_info(int index) {
+  check_device_index(index, "device_memory_info");
+  DeviceGuard guard(index);
+  DeviceMemoryInfo m;
+  PRECIS_CUDA_CHECK(cudaMemGetInfo(&m.free, &m.total), "querying the free memory of cuda:", index);
+  return m;
+}
+
+DirectDeviceAllocator& direct_allocator(int index) {
+  check_device_index(index, "direct_allocator");
+  static std::mutex mutex;
+  static DirectDeviceAllocator* allocators[kMaxDevices] = {};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (allocators[index] == nullptr)  // never freed: see caching_allocator
+    allocators[index] = new DirectDeviceAllocator(std::make_unique<CudaDeviceMemory>(index));
+  return *allocators[index];
+}
+
+std::unique_ptr<DirectDeviceAllocator> make_direct_allocator(int index) {
+  check_device_index(index, "make_direct_allocator");
+  return std::make_unique<DirectDeviceAllocator>(std::make_unique<CudaDeviceMemory>(index));
+}
+
 DeviceCachingAllocator& pinned_allocator() {
   if (device_count() == 0)
     throw DeviceError(precis::detail::str_cat(
@@ -202,14 +226,27 @@ DeviceCachingAllocator& pinned_allocator() {
 }
 
 void record_stream(const void* data, int index, cudaStream_t stream) {
-  DeviceCachingAllocator& a = index < 0 ? pinned_allocator() : caching_allocator(index);
-  a.record_stream(data, stream);
+  // Ask the allocator that handed the block out: the one register_allocators chose for the device.
+  if (index < 0)
+    pinned_allocator().record_stream(data, stream);
+  else if (cuda_allocator_mode() == CudaAllocatorMode::direct)
+    direct_allocator(index).record_stream(data, stream);
+  else
+    caching_allocator(index).record_stream(data, stream);
 }
 
 void register_allocators() {
+  // Throws ValueError for an invalid PRECIS_CUDA_ALLOCATOR before anything is registered.
+  const bool direct = cuda_allocator_mode() == CudaAllocatorMode::direct;
   const int n = device_count();
   for (int i = 0; i < kMaxDevices; ++i) {
-    Allocator* a = i < n ? static_cast<Allocator*>(&caching_allocator(i)) : new UnavailableAllocator(i);
+    Allocator* a = nullptr;
+    if (i >= n)
+      a = new UnavailableAllocator(i);
+    else if (direct)
+      a = &direct_allocator(i);
+    else
+      a = &caching_allocator(i);
     register_allocator(DeviceType::cuda, i, a);
   }
 }
