@@ -241,13 +241,13 @@ std::string report(int steps) {
     s << "; device clock " << fixed(device_sum, 1) << " ms, wall clock " << fixed(sum - device_sum, 1) << " ms";
   s << "); the rest ran outside the kernels and backward nodes (op front-ends: checks, output allocation, "
        "autograd recording; the caller's own code)";
-  if (device_sum > 0)
-    s << ". Device rows are the time the device spent on the work the calls queued (events on its stream); the "
-         "wall time includes the wait for the device when the profile stopped, so the rest of it is where the "
-         "device waited for the host";
-  if (lost > 0) s << ". " << lost << " device timings could not be read (device error): those calls lack their time";
   if (steps > 0) s << "; " << steps << " steps";
   s << ".\n";
+  if (device_sum > 0)
+    s << "Device rows: the time the device spent on the work the calls queued (events on its stream). The wall "
+         "time includes the wait for the device when the profile stopped, so what the device rows leave of it is "
+         "where the device waited for the host.\n";
+  if (lost > 0) s << lost << " device timings could not be read (a device error): those calls lack their time.\n";
   return s.str();
 }
 
