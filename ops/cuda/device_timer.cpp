@@ -40,6 +40,7 @@ class CudaTimer final : public profiler::DeviceTimer {
     const cudaError_t err = cudaEventRecord(e->event, stream);
     if (err != cudaSuccess) {
       release(reinterpret_cast<Mark>(e));
+      clear_error();  // the scope falls back to the wall clock; the op must not inherit the error
       PRECIS_CUDA_CHECK(err, "recording the profiler's timing event on cuda:", index);
     }
     return reinterpret_cast<Mark>(e);
@@ -82,8 +83,9 @@ class CudaTimer final : public profiler::DeviceTimer {
     e->device = index;
     {
       DeviceGuard guard(index);
-      PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&e->event, cudaEventDefault),
-                        "creating a timing event on cuda:", index, " for the profiler");
+      const cudaError_t err = cudaEventCreateWithFlags(&e->event, cudaEventDefault);
+      if (err != cudaSuccess) clear_error();  // as in record()
+      PRECIS_CUDA_CHECK(err, "creating a timing event on cuda:", index, " for the profiler");
     }
     all_.push_back(std::move(e));
     // release() must not allocate: room for every event of the device in its free list.
