@@ -133,6 +133,20 @@ void print_at_exit() {
   std::fflush(stderr);
 }
 
+// Resolves the pending device pairs at exit while the device runtime is still up. Registered
+// after the first device mark was recorded, so after the runtime's first call registered its own
+// teardown: exit handlers run in reverse order, so this one runs first (and print_at_exit, which
+// registered earlier, later, finding nothing pending).
+void resolve_at_exit() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  resolve_all_locked();
+}
+
+void resolve_at_exit_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(resolve_at_exit); });
+}
+
 // Defined after every global above, so they are initialised before it runs and destroyed after
 // the exit handler it registers.
 [[maybe_unused]] const bool g_from_env = [] {
@@ -267,6 +281,7 @@ void Scope::open(DeviceType device, int index) noexcept {
         index_ = index >= 0 ? index : timer->current_index();
         start_mark_ = timer->record(index_);
         timer_ = timer;
+        resolve_at_exit_once();
       } catch (...) {
         // The device cannot record a mark (not visible, a sticky error): the wall clock, as on the
         // CPU. The op itself reports the error when it runs.

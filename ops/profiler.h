@@ -21,8 +21,8 @@
 // whatever waits for the device (a device-to-host copy, a synchronisation) would absorb the time
 // of everything queued before it. The marks are resolved lazily, in the order they were recorded:
 // those the device has passed once a thousand pairs are pending, and all of them (waiting for the
-// device once) when entries() or report() is read or the profiler is turned off, never with a
-// host wait per op. Device entries then add up to the time the device was busy with profiled work;
+// device once) when entries() or report() is read, the profiler is turned off or the process
+// exits (before the device runtime's teardown), never with a host wait per op. Device entries then add up to the time the device was busy with profiled work;
 // what is missing from the time it took for a whole step is where it waited for the host.
 //
 // The shares in report() are of the wall time, and turning the profiler off first waits for the
