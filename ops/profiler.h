@@ -8,10 +8,11 @@
 //
 // Time is inclusive and counted once: a scope opened inside another on the same thread
 // (a kernel that calls another through the table, the kernels a backward node runs) adds its time
-// to the outermost scope. So a forward entry is the time of that op's kernel calls, and a backward
-// entry the time of the backward nodes recorded by that op (the kernels they run included); the
-// entries never overlap. Time outside every scope (op front-ends: checks, output allocation,
-// autograd recording) is in no entry.
+// to the outermost scope, on the outermost scope's clock. So a forward entry is the time of that
+// op's kernel calls, and a backward entry the time of the backward nodes recorded by that op (the
+// kernels they run included); on one clock and one thread (one stream) the entries never overlap.
+// Time outside every scope (op front-ends: checks, output allocation, autograd recording) is in
+// no entry.
 //
 // Two clocks. A scope on the CPU takes the wall clock. A scope that runs work on a device whose
 // backend registered a DeviceTimer (ops/device_timer.h; CUDA does) takes the device's clock: a
@@ -22,14 +23,16 @@
 // of everything queued before it. The marks are resolved lazily, in the order they were recorded:
 // those the device has passed once a thousand pairs are pending, and all of them (waiting for the
 // device once) when entries() or report() is read, the profiler is turned off or the process
-// exits (before the device runtime's teardown), never with a host wait per op. Device entries then add up to the time the device was busy with profiled work;
-// what is missing from the time it took for a whole step is where it waited for the host.
+// exits (before the device runtime's teardown); never with a host wait per op. The device entries
+// then add up to the time the device was busy with the profiled work; what they leave of a step's
+// device time is where the device waited for the host.
 //
-// The shares in report() are of the wall time, and turning the profiler off first waits for the
-// device work it timed, so the wall time covers the queued work. A GPU step that ends with a wait
-// for its stream (precis-bench does) therefore shows its device time as the share of the step,
-// the rest being the device idle, waiting for the host; one denominator serves both clocks (a
-// separate device span would need a mark at every set_enabled and reset on devices not yet used).
+// Why the shares in report() are of the wall time, for both clocks: turning the profiler off first
+// waits for the device work it timed, so the wall time covers the queued work, and a GPU step that
+// ends with a wait for its stream (precis-bench's do) lasts as long on the wall clock as on the
+// device's. The device rows' share of it is then the share of the step the device was busy, the
+// rest the time it idled waiting for the host. A separate device span would need marks at every
+// set_enabled and reset on devices the profile has not used yet, and would say the same.
 //
 // FLOPs are nominal: 2·M·N·K per matrix product (matmul, linear, conv2d forward and each of
 // conv2d's input and weight gradients), counted by those ops' front-ends; the other ops count none.
