@@ -29,7 +29,7 @@
 //
 // Why the shares in report() are of the wall time, for both clocks: turning the profiler off first
 // waits for the device work it timed, so the wall time covers the queued work, and a GPU step that
-// ends with a wait for its stream (precis-bench's do) lasts as long on the wall clock as on the
+// ends with a wait for its stream (precis-bench's do) lasts about as long on the wall clock as on the
 // device's. The device rows' share of it is then the share of the step the device was busy, the
 // rest the time it idled waiting for the host. A separate device span would need marks at every
 // set_enabled and reset on devices the profile has not used yet, and would say the same.

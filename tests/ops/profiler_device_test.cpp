@@ -141,7 +141,8 @@ TEST_CASE("profiler device clock: once many pairs are pending, those the device 
   CHECK(f.timer.waits == 0);
   REQUIRE(f.timer.resolved_stops.size() == static_cast<size_t>(n));
   bool ordered = true;
-  for (size_t i = 0; i < f.timer.resolved_stops.size(); ++i) ordered = ordered && f.timer.resolved_stops[i] == 2 * i + 1;
+  for (size_t i = 0; i < f.timer.resolved_stops.size(); ++i)
+    ordered = ordered && f.timer.resolved_stops[i] == 2 * i + 1;
   CHECK(ordered);
   // Turning the profiler off waits for the last one, so the totals are complete.
   profiler::set_enabled(false);
