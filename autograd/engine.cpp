@@ -81,6 +81,13 @@ class CallbackScope {
   std::vector<std::function<void()>>* prev_;
 };
 
+// The device of a node's first defined incoming gradient (the CPU when none is defined).
+Device gradients_device(const TensorList& grads) {
+  for (const Tensor& g : grads)
+    if (g.defined()) return g.device();
+  return Device::cpu();
+}
+
 struct Capture {
   Node* node;
   uint32_t output_nr;
@@ -172,9 +179,14 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
       }
       if (!(is_acc && captures != nullptr)) {
         // The profiler's backward hook: a node's time (the kernels it runs included) goes to the
-        // op that recorded it, or to its name when no op did.
+        // op that recorded it, or to its name when no op did, on the clock of the device its
+        // incoming gradients are on (where its kernels run).
         std::optional<profiler::Scope> profile;
-        if (profiler::enabled()) node->has_op() ? profile.emplace(node->op()) : profile.emplace(node->name());
+        if (profiler::enabled()) {
+          const Device d = gradients_device(grads);
+          node->has_op() ? profile.emplace(node->op(), d.type, static_cast<int>(d.index))
+                         : profile.emplace(node->name(), d.type, static_cast<int>(d.index));
+        }
         input_grads = node->apply(std::move(grads));
         profile.reset();
         if (!retain_graph) node->release_saved();

@@ -41,7 +41,7 @@ void usage(std::ostream& os) {
         "  --cases     only the cases whose name contains SUBSTRING (models, ops: the name with its\n"
         "              dtype, e.g. 'resnet18_cifar b64 bf16')\n"
         "  --profile   models, ops: print each case's per-op profile of its timed repetitions (time per\n"
-        "              op and direction; also PRECIS_PROFILE=1)\n"
+        "              op and direction, device time on a GPU; also PRECIS_PROFILE=1)\n"
         "  --no-peak   do not measure the GEMM peak (no share-of-peak columns)\n"
         "  --device    models only: cuda runs ResNet-50 (b256, 224x224) and BERT-mini (b64x128) training\n"
         "              steps on the GPU in f32 and f16 AMP; fails when no usable GPU is there\n\nsuites:\n";

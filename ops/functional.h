@@ -208,8 +208,10 @@ enum class Reduction { none, mean, sum };
 /// smoothing ε the target distribution is (1 − ε)·onehot + ε/C. reduction none gives target's
 /// shape (0 at ignored positions); mean divides by Σ w[target] over the non-ignored positions
 /// (their count without weights; NaN when all are ignored), as PyTorch. Result in input's dtype,
-/// computed in fp32 (f64 for f64). Errors: IndexError for a target outside [0, C) that is not
-/// ignore_index (naming the value and C), DTypeError for a non-i64 target. FP32.
+/// computed in fp32 (f64 for f64). Errors: IndexError for a CPU target outside [0, C) that is not
+/// ignore_index (naming the value and C), DTypeError for a non-i64 target. A CUDA target is not
+/// read back to be checked (that would wait for the device at every call): outside [0, C) and not
+/// ignore_index, its row's loss and gradient are NaN, and so is a mean or sum. FP32.
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
                      int64_t ignore_index = -100, Reduction reduction = Reduction::mean,
                      double label_smoothing = 0.0);

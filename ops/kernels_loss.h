@@ -11,7 +11,10 @@ namespace precis::kernels {
 // ---- class-index losses ------------------------------------------------------------------------
 // Rows: x is (M, C) contiguous (the class dim last; K-dim inputs are permuted to this layout by
 // the caller); target is (M) i64 contiguous holding classes in [0, C) or ignore_index (checked by
-// the caller); weight is (C) contiguous in the accumulation type, or undefined for all ones.
+// the caller on the CPU; cross_entropy's device kernels get unchecked targets, since checking
+// them would read them back and wait for the device, and give a row whose target is outside
+// [0, C) a NaN loss, weight and gradient); weight is (C) contiguous in the accumulation type, or
+// undefined for all ones.
 // Per-row outputs are (M) contiguous in the accumulation type: f32 for f32/f16/bf16, f64 for f64.
 // Keyed by x's dtype.
 

@@ -63,8 +63,10 @@ Tensor from_rows(const Tensor& rows, const Shape& input_shape) {
   return rows.reshape(permuted).permute(perm).contiguous();
 }
 
+// `device_checks_targets`: the op's device kernels handle a target outside [0, C) themselves
+// (ops/kernels_loss.h), so on a device the targets are not read back here (see below).
 ClassRows class_rows(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
-                     int64_t ignore_index, bool contiguous) {
+                     int64_t ignore_index, bool contiguous, bool device_checks_targets) {
   PRECIS_CHECK(input.defined() && target.defined(), op, ": input and target must be defined");
   PRECIS_CHECK_DTYPE(input.is_floating_point(), op, ": input must be floating (",
                      std::string(op) == "cross_entropy" ? "logits" : "log-probabilities", "), got ",
@@ -94,10 +96,14 @@ ClassRows class_rows(const char* op, const Tensor& input, const Tensor& target, 
   }
   r.out_shape = target.sizes();
   r.target = target.detach().reshape({-1}).contiguous();
-  for (int64_t v : r.target.to_vector<int64_t>())
-    PRECIS_CHECK_INDEX(v == ignore_index || (v >= 0 && v < r.classes), op, ": target ", v,
-                       " is out of range for ", r.classes, " classes (valid: 0 to ", r.classes - 1,
-                       ", or ignore_index ", ignore_index, "); ", class_operands(input, target, weight));
+  // Reading device targets back would copy them to the host and wait for everything queued before
+  // them: in a training loop, the whole forward pass, once per step. The CPU's are checked here.
+  if (target.device().is_cpu() || !device_checks_targets) {
+    for (int64_t v : r.target.to_vector<int64_t>())
+      PRECIS_CHECK_INDEX(v == ignore_index || (v >= 0 && v < r.classes), op, ": target ", v,
+                         " is out of range for ", r.classes, " classes (valid: 0 to ", r.classes - 1,
+                         ", or ignore_index ", ignore_index, "); ", class_operands(input, target, weight));
+  }
   r.x = to_rows(input.detach(), contiguous);
   return r;
 }
@@ -190,7 +196,8 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target, const Tensor&
   check_reduction("cross_entropy", reduction);
   PRECIS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
                "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
-  ClassRows r = class_rows("cross_entropy", input, target, weight, ignore_index, /*contiguous=*/true);
+  ClassRows r = class_rows("cross_entropy", input, target, weight, ignore_index, /*contiguous=*/true,
+                           /*device_checks_targets=*/true);
   const int64_t rows = r.x.size(0);
   const DType acc = acc_type(input.dtype());
   const TensorOptions acc_opts{.dtype = acc, .device = input.device()};
@@ -225,7 +232,10 @@ Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weig
                 Reduction reduction) {
   const auto [input, weight] = apply_precision(OpId::nll_loss, input_in, weight_in);
   check_reduction("nll_loss", reduction);
-  ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false);
+  // nll_loss's backward reads the targets back anyway (scatter_add's range check), so its forward
+  // keeps the host check and its error.
+  ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false,
+                           /*device_checks_targets=*/false);
   const int64_t rows = r.x.size(0);
   const DType acc = acc_type(input.dtype());
   const TensorOptions acc_opts{.dtype = acc, .device = input.device()};

@@ -92,10 +92,30 @@ struct KernelSlot {
 const KernelSlot& kernel_slot(OpId op, DeviceType device, DType dtype);
 }  // namespace detail
 
-/// What kernel<Fn>() returns: the kernel with its op, called like the function itself. Every
-/// op-table kernel call passes here, so this is the profiler's hook (ops/profiler.h): when it
-/// records, the call is timed under the op's row; when it is off, the call costs one relaxed load
-/// more than a plain function pointer's.
+namespace detail {
+/// The device index of a kernel operand that has one (a defined Tensor), else -1.
+template <typename A>
+int operand_device_index(const A& a) {
+  if constexpr (requires { a.defined(); a.device().index; })
+    return a.defined() ? a.device().index : -1;
+  else
+    return -1;
+}
+/// The device a kernel call runs on, for the profiler's device clock: its first operand with a
+/// device; -1 (the current device) when none has one (e.g. a list of parameters).
+template <typename... Args>
+int call_device_index(const Args&... args) {
+  int index = -1;
+  ((index = index >= 0 ? index : operand_device_index(args)), ...);
+  return index;
+}
+}  // namespace detail
+
+/// What kernel<Fn>() returns: the kernel with its op and the device type it was looked up for,
+/// called like the function itself. Every op-table kernel call passes here, so this is the
+/// profiler's hook (ops/profiler.h): when it records, the call is timed under the op's row, on the
+/// device's clock for a device kernel; when it is off, the call costs one relaxed load more than a
+/// plain function pointer's.
 template <typename Fn>
 class KernelRef;
 
@@ -104,23 +124,26 @@ template <typename R, typename... Args>
 class KernelRef<R(Args...)> {
  public:
   using Function = R(Args...);  ///< the kernel family's signature (ops/kernels.h)
-  /// `fn`, the kernel registered for `op`.
-  KernelRef(Function* fn, OpId op) noexcept : fn_(fn), op_(op) {}
+  /// `fn`, the kernel registered for `op` on `device`.
+  KernelRef(Function* fn, OpId op, DeviceType device = DeviceType::cpu) noexcept : fn_(fn), op_(op), device_(device) {}
   /// Runs the kernel (timed when the profiler records).
   R operator()(Args... args) const {
     if (!profiler::enabled()) [[likely]]
       return fn_(std::forward<Args>(args)...);
-    profiler::Scope scope(op_);
+    profiler::Scope scope(op_, device_, device_ == DeviceType::cpu ? -1 : detail::call_device_index(args...));
     return fn_(std::forward<Args>(args)...);
   }
   /// The plain function pointer: calls through it bypass the profiler.
   Function* get() const noexcept { return fn_; }
   /// The op-table row the kernel belongs to.
   OpId op() const noexcept { return op_; }
+  /// The device type the kernel was registered for.
+  DeviceType device() const noexcept { return device_; }
 
  private:
   Function* fn_;
   OpId op_;
+  DeviceType device_;
 };
 
 /// The kernel for (op, device, dtype), callable as Fn; throws NotImplementedError when missing
@@ -133,7 +156,7 @@ KernelRef<Fn> kernel(OpId op, DeviceType device, DType dtype) {
   // portable fallback for a toolchain that emits duplicates.
   if (slot.signature != &typeid(Fn) && *slot.signature != typeid(Fn))
     throw_kernel_signature_mismatch(op, device, dtype, *slot.signature, typeid(Fn));
-  return KernelRef<Fn>(reinterpret_cast<Fn*>(slot.fn), op);
+  return KernelRef<Fn>(reinterpret_cast<Fn*>(slot.fn), op, device);
 }
 
 /// Registers `fn` for (op, device, dtype) under the signature Fn; kernel<Fn>() finds it.

@@ -8,10 +8,31 @@
 //
 // Time is inclusive and counted once: a scope opened inside another on the same thread
 // (a kernel that calls another through the table, the kernels a backward node runs) adds its time
-// to the outermost scope. So a forward entry is the time of that op's kernel calls, and a backward
-// entry the time of the backward nodes recorded by that op (the kernels they run included); the
-// entries never overlap, and their sum is at most the wall time since the profile started. Time
-// outside every scope (op front-ends: checks, output allocation, autograd recording) is in no entry.
+// to the outermost scope, on the outermost scope's clock. So a forward entry is the time of that
+// op's kernel calls, and a backward entry the time of the backward nodes recorded by that op (the
+// kernels they run included); on one clock and one thread (one stream) the entries never overlap.
+// Time outside every scope (op front-ends: checks, output allocation, autograd recording) is in
+// no entry.
+//
+// Two clocks. A scope on the CPU takes the wall clock. A scope that runs work on a device whose
+// backend registered a DeviceTimer (ops/device_timer.h; CUDA does) takes the device's clock: a
+// mark (a CUDA event) is recorded on the device's current stream when the outermost scope opens
+// and another when it closes, and the entry gets the time the device took between them, i.e. the
+// time it spent on the work the scope queued. A host clock there would time the launches, and
+// whatever waits for the device (a device-to-host copy, a synchronisation) would absorb the time
+// of everything queued before it. The marks are resolved lazily, in the order they were recorded:
+// those the device has passed once a thousand pairs are pending, and all of them (waiting for the
+// device once) when entries() or report() is read, the profiler is turned off or the process
+// exits (before the device runtime's teardown); never with a host wait per op. The device entries
+// then add up to the time the device was busy with the profiled work; what they leave of a step's
+// device time is where the device waited for the host.
+//
+// Why the shares in report() are of the wall time, for both clocks: turning the profiler off first
+// waits for the device work it timed, so the wall time covers the queued work, and a GPU step that
+// ends with a wait for its stream (precis-bench's do) lasts about as long on the wall clock as on the
+// device's. The device rows' share of it is then the share of the step the device was busy, the
+// rest the time it idled waiting for the host. A separate device span would need marks at every
+// set_enabled and reset on devices the profile has not used yet, and would say the same.
 //
 // FLOPs are nominal: 2·M·N·K per matrix product (matmul, linear, conv2d forward and each of
 // conv2d's input and weight gradients), counted by those ops' front-ends; the other ops count none.
@@ -19,6 +40,9 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/device.h"
+#include "ops/device_timer.h"
 
 namespace precis {
 enum class OpId : uint16_t;
@@ -34,6 +58,14 @@ enum class Direction : uint8_t {
 };
 /// "forward" or "backward".
 const char* direction_name(Direction d);
+
+/// Which clock an entry's time was read from (see the file comment).
+enum class Clock : uint8_t {
+  wall,    ///< the host's steady clock around the calls (CPU work, or a device with no timer)
+  device,  ///< the device's own clock between marks recorded in its queue (CUDA events)
+};
+/// "wall" or "device".
+const char* clock_name(Clock c);
 
 namespace detail {
 extern std::atomic<bool> g_timing;    // the profiler records
@@ -60,41 +92,54 @@ struct Entry {
   /// autograd::Function) the node's name.
   std::string name;
   Direction direction = Direction::forward;  ///< where the time was spent
+  Clock clock = Clock::wall;  ///< what total_ms was read from; an op timed on both clocks has two entries
   int64_t calls = 0;     ///< kernel calls (forward) or backward nodes run (backward)
-  double total_ms = 0;   ///< wall time inside those calls, counted once (see the file comment)
+  double total_ms = 0;   ///< time inside those calls on `clock`, counted once (see the file comment)
   double flops = 0;      ///< nominal FLOPs of the calls (0 for the ops that count none)
 };
 
-/// The entries recorded since the last reset, longest total time first.
+/// The entries recorded since the last reset, longest total time first. Resolves the pending
+/// device marks first (waiting for the device to pass them).
 std::vector<Entry> entries();
+
+/// Device timings that could not be read since the last reset (the device reported an error for
+/// the marks, e.g. after a fault or while the process exits): those calls are counted, their time
+/// is missing.
+int64_t lost_device_timings();
 
 /// Wall-clock milliseconds the profiler has been on since the last reset (or since it was turned on).
 double wall_ms();
 
-/// The profile as a markdown table, longest first: op, direction, calls, total ms, share of the
-/// wall time, GFLOP and GFLOP/s, then a line with the sum and the wall time. `steps` > 0 adds a
-/// column of milliseconds per step (total / steps).
+/// The profile as a markdown table, longest first: op, direction, clock, calls, total ms, share of
+/// the wall time, GFLOP and GFLOP/s, then a line with the sum (per clock when both appear) and the
+/// wall time. `steps` > 0 adds a column of milliseconds per step (total / steps).
 std::string report(int steps = 0);
 
 /// Times one call under an op-table row, or under a name (a backward node with no row). Open it
 /// only when enabled(); op-table kernel calls and the engine's backward nodes open one themselves.
+/// `device` and `index` say where the call runs its work: a device type with a registered
+/// DeviceTimer takes the device clock, on device `index` (-1: the thread's current device of that
+/// type); the CPU, or a device that cannot record a mark, the wall clock.
 class Scope {
  public:
   /// Starts timing a call of `op`.
-  explicit Scope(OpId op) noexcept;
+  explicit Scope(OpId op, DeviceType device = DeviceType::cpu, int index = -1) noexcept;
   /// Starts timing a call recorded under `name`.
-  explicit Scope(std::string name);
+  explicit Scope(std::string name, DeviceType device = DeviceType::cpu, int index = -1);
   /// Stops timing and records the call (when it is the thread's outermost scope).
   ~Scope();
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
  private:
-  void open() noexcept;
+  void open(DeviceType device, int index) noexcept;
   OpId op_;
   std::string name_;  // empty: op_ names the entry
   bool outermost_ = false;
   int64_t start_ns_ = 0;
+  DeviceTimer* timer_ = nullptr;  // the device clock when it records the scope; nullptr: the wall clock
+  DeviceTimer::Mark start_mark_ = 0;
+  int index_ = -1;  // the device the marks are recorded on
 };
 
 /// Marks this thread's scopes as backward while alive (the autograd engine opens one per pass).

@@ -82,9 +82,13 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
       DeviceCopyFn* fn = device_copy();
       PRECIS_CHECK_DEVICE(fn != nullptr, "copy_: cannot copy from ", src.describe(), " to ", describe(),
                           ": precis was built without CUDA");
-      // Not an op-table kernel, so the profile's to_device row is opened here.
+      // Not an op-table kernel, so the profile's to_device row is opened here, on the clock of the
+      // device side of the copy (its stream holds the copy).
       std::optional<profiler::Scope> profile;
-      if (profiler::enabled()) profile.emplace(OpId::to_device);
+      if (profiler::enabled()) {
+        const Device d = device().is_cpu() ? src.device() : device();
+        profile.emplace(OpId::to_device, d.type, static_cast<int>(d.index));
+      }
       if (is_contiguous()) {
         fn(*this, s, non_blocking);
       } else {

@@ -26,5 +26,6 @@ void register_device_copy();          // set_device_copy: H2D, D2H, D2D
 void register_index_kernels();        // cat, index_select, gather, index_add, scatter_add
 void register_pool_kernels();         // max/avg/adaptive_avg pooling and their backward passes
 void register_dropout_kernels();      // dropout (the CPU's Philox mask)
+void register_device_timer();         // the profiler's device clock (CUDA events; ops/device_timer.h)
 
 }  // namespace precis::cuda

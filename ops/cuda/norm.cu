@@ -648,6 +648,11 @@ __global__ void weight_total_kernel(double* out, const A* w, int64_t C) {
   if (threadIdx.x == 0) out[0] = s;
 }
 
+// A cross-entropy target the op layer did not range-check (it reads no targets back from the
+// device, ops/loss.cpp): outside [0, C) and not ignore_index, its row's loss, weight and gradient
+// are NaN, so the loss shows it, and no class weight or logit is read out of bounds.
+__device__ __forceinline__ bool target_out_of_range(int64_t t, int64_t C) { return t < 0 || t >= C; }
+
 template <typename T>
 __global__ void cross_entropy_kernel(opmath_t<T>* loss, opmath_t<T>* wrow, opmath_t<T>* stats, const T* __restrict__ x,
                                      const int64_t* target, const opmath_t<T>* w, const double* w_total, int64_t M,
@@ -676,6 +681,9 @@ __global__ void cross_entropy_kernel(opmath_t<T>* loss, opmath_t<T>* wrow, opmat
       if (t == ignore_index) {
         loss[r] = 0;
         wrow[r] = 0;
+      } else if (target_out_of_range(t, C)) {
+        loss[r] = A(NAN);
+        wrow[r] = A(NAN);
       } else {
         const A wt = param_or(w, t, A(1));
         loss[r] = cross_entropy_row_loss(m, log_sum, load_op(xr[t]), wt, eps, C, static_cast<A>(w_total[0]), gap);
@@ -698,6 +706,10 @@ __global__ void cross_entropy_backward_kernel(T* grad_x, const T* __restrict__ x
     const int64_t t = target[r];
     if (t == ignore_index) {
       row_map<T>(out, xr, nullptr, C, vec, [](int64_t, A, A) { return A(0); });
+      continue;
+    }
+    if (target_out_of_range(t, C)) {
+      row_map<T>(out, xr, nullptr, C, vec, [](int64_t, A, A) { return A(NAN); });
       continue;
     }
     const A m = stats[2 * r];

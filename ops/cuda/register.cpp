@@ -1,6 +1,7 @@
-// The CUDA backend's init: its kernels (ops/cuda), called once by init_backends(). Safe without a
-// GPU: kernels are registered regardless (they need a device only when called). The allocators are
-// core's: allocator_for registers them on the first request for a CUDA device.
+// The CUDA backend's init: its kernels (ops/cuda) and the profiler's device clock, called once by
+// init_backends(). Safe without a GPU: kernels and the clock are registered regardless (they need
+// a device only when called). The allocators are core's: allocator_for registers them on the
+// first request for a CUDA device.
 #include "ops/backends.h"
 #include "ops/cuda/cuda_backend.h"
 
@@ -22,6 +23,7 @@ void register_cuda_backend() {
   register_conv_kernels();
 #endif
   register_linear_kernels();
+  register_device_timer();
 }
 
 }  // namespace precis::cuda
