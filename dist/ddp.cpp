@@ -276,10 +276,17 @@ void DistributedDataParallel::launch_ready() {
     Bucket& b = buckets_[next_launch_];
     if (next_launch_ + 1 == buckets_.size() && tail_offset_ >= 0) {
       Tensor flag = options_.scaler->loss_nonfinite();
-      const double v = flag.defined() ? flag.item<double>() : 0.0;
-      if (b.flat.device().is_cuda()) b.flat.narrow(0, tail_offset_, 1).fill_(v);
-      else if (b.flat.dtype() == DType::f64) b.flat.data_ptr<double>()[tail_offset_] = v;
-      else b.flat.data_ptr<float>()[tail_offset_] = static_cast<float>(v);
+      if (b.flat.device().is_cuda()) {
+        // A device copy on the compute stream: item() here would stall backward until the GPU
+        // caught up, serialising the overlap the buckets exist for.
+        Tensor slot = b.flat.narrow(0, tail_offset_, 1);
+        if (flag.defined()) slot.copy_(flag);
+        else slot.zero_();
+      } else {
+        const double v = flag.defined() ? flag.item<double>() : 0.0;
+        if (b.flat.dtype() == DType::f64) b.flat.data_ptr<double>()[tail_offset_] = v;
+        else b.flat.data_ptr<float>()[tail_offset_] = static_cast<float>(v);
+      }
     }
     b.work = group_->all_reduce(b.flat, ReduceOp::sum);
     ++next_launch_;

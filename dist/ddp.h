@@ -65,7 +65,8 @@ class DistributedDataParallel {
   /// otherwise ValueError on every rank naming the first difference (never a hang: each rank first
   /// gathers a count and hash of the others). Then copies rank 0's parameters and buffers to every
   /// rank, builds the buckets and registers one post-accumulate hook per parameter that requires
-  /// grad. Parameters must be contiguous CPU tensors (DeviceError / ValueError otherwise).
+  /// grad. Parameters and buffers must be contiguous and on one device, the CPU or (with NCCL) one
+  /// GPU (DeviceError / ValueError otherwise).
   DistributedDataParallel(std::shared_ptr<ProcessGroup> group, NamedTensors named_parameters,
                           NamedTensors named_buffers = {}, DistributedDataParallelOptions options = {});
   /// Removes the hooks. A reduction still in flight is waited for.

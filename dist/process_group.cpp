@@ -6,6 +6,7 @@
 #include <exception>
 #include <mutex>
 
+#include "core/device.h"
 #include "core/grad_mode.h"
 #include "dist/collective_checks.h"
 #include "dist/cuda/nccl_backend.h"
@@ -98,6 +99,18 @@ class LocalProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> barrier() override { return std::make_shared<DoneWork>(); }
 };
 
+// Backend::nccl's preconditions, checked before any group exists so that a failure leaves none.
+void require_nccl() {
+  if (!nccl_available())
+    throw DistributedError(
+        "dist::init_process_group(Backend::nccl): precis was built without NCCL, so CUDA tensors have no "
+        "transport: install NCCL next to the CUDA toolkit (libnccl-dev, or the toolkit's own) and rebuild with "
+        "PRECIS_CUDA=ON PRECIS_NCCL=ON; Backend::automatic reduces CPU tensors without it");
+  PRECIS_CHECK_DEVICE(cuda_is_available(), "dist::init_process_group(Backend::nccl): no CUDA device is visible (",
+                      cuda_device_count(), " devices), and NCCL reduces only CUDA tensors: run on a machine with a "
+                      "GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use Backend::automatic for CPU tensors");
+}
+
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
     if (std::getenv(v) != nullptr) return true;
@@ -128,6 +141,10 @@ bool mpi_available() {
 
 std::shared_ptr<ProcessGroup> init_process_group(Backend backend) {
   std::lock_guard lock(g_mutex);
+  if (backend == Backend::nccl) {
+    require_nccl();
+    backend = Backend::automatic;  // NCCL wraps whichever CPU group automatic picks (below)
+  }
   if (backend == Backend::automatic) backend = launched_by_mpi() ? Backend::mpi : Backend::local;
   if (g_group) {
     PRECIS_CHECK_T(StateError, backend == g_backend, "dist::init_process_group: the group already exists with the ",

@@ -3,7 +3,7 @@
 // ProcessGroup). One process per rank; ranks come from the launcher (`mpirun`, `srun --mpi=pmix`).
 //
 //   auto pg = dist::init_process_group();          // MPI under mpirun, else a world of one
-//   Tensor g = ...;                                // contiguous, on the CPU
+//   Tensor g = ...;                                // contiguous, on the CPU (or a GPU: NCCL)
 //   auto work = pg->all_reduce(g, dist::ReduceOp::avg);
 //   ...                                            // overlap other work
 //   work->wait();                                  // g holds the mean over the ranks
@@ -72,7 +72,10 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> barrier() = 0;
 };
 
-enum class Backend { automatic, mpi, local };
+/// automatic, mpi and local choose the transport of CPU tensors and barriers; in a build with NCCL
+/// CUDA tensors go to NCCL under each of them. nccl (torch's init_process_group("nccl")) is
+/// automatic that insists on NCCL for CUDA tensors, failing at once where they could not go there.
+enum class Backend { automatic, mpi, local, nccl };
 
 /// The process group of this job, created on the first call (later calls return the same one;
 /// `backend` must then agree). automatic: MPI when the process was started by an MPI launcher
@@ -80,12 +83,16 @@ enum class Backend { automatic, mpi, local };
 /// MPI initialises it once (MPI_THREAD_FUNNELED: collectives are issued from the thread that
 /// created the group) and finalises it at exit, and installs abort_on_uncaught(). DistributedError
 /// when MPI is asked for (or launched) but precis was built without it.
+/// nccl: as automatic, so without a launcher a world of one whose NCCL communicator is made in
+/// this process (ncclGetUniqueId, no MPI) on the first CUDA collective; backend() then reads
+/// "local+nccl" ("mpi+nccl" under a launcher). DistributedError when precis was built without
+/// NCCL, DeviceError when no CUDA device is visible; neither creates a group.
 std::shared_ptr<ProcessGroup> init_process_group(Backend backend = Backend::automatic);
 /// Whether init_process_group() has created the group.
 bool is_initialized();
 /// Whether precis was built with the MPI backend.
 bool mpi_available();
-/// Whether precis was built with the NCCL backend (CUDA tensors; never run on a GPU so far).
+/// Whether precis was built with the NCCL backend (CUDA tensors).
 bool nccl_available();
 
 /// Ends the whole job now: with MPI, MPI_Abort on every rank (so no rank hangs waiting in a

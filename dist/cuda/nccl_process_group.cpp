@@ -40,15 +40,21 @@ namespace precis::dist::detail {
 
 namespace {
 
-void check_nccl(ncclResult_t rc, ncclComm_t comm, const std::string& what) {
+// What to try when a collective fails, and when making a communicator does (there no other rank
+// is involved in a world of one: the library, the driver or the bootstrap socket is at fault).
+constexpr const char* kCollectiveHint =
+    "A rank may have left the job, or two ranks share one GPU; see the other ranks' output";
+constexpr const char* kInitHint =
+    "Run with NCCL_DEBUG=INFO to see why. Common causes: a libnccl built for a newer CUDA than the driver "
+    "supports (compare nvidia-smi's CUDA version), no network interface for NCCL's bootstrap socket (set "
+    "NCCL_SOCKET_IFNAME=lo on one machine), or two ranks on one GPU (set_device(local_rank) first)";
+
+void check_nccl(ncclResult_t rc, ncclComm_t comm, const std::string& what, const char* hint = kCollectiveHint) {
   if (rc == ncclSuccess || rc == ncclInProgress) return;
   std::string text = ncclGetErrorString(rc);
-  if (comm != nullptr) {
-    const char* last = ncclGetLastError(comm);
-    if (last != nullptr && *last != '\0') text += " (" + std::string(last) + ")";
-  }
-  throw DistributedError("dist (nccl): " + what + " failed: " + text +
-                         ". A rank may have left the job, or two ranks share one GPU; see the other ranks' output");
+  const char* last = ncclGetLastError(comm);  // a null comm gives the calling thread's last error
+  if (last != nullptr && *last != '\0') text += " (" + std::string(last) + ")";
+  throw DistributedError("dist (nccl): " + what + " failed: " + text + ". " + hint);
 }
 
 ncclDataType_t nccl_type(DType d) {
@@ -200,21 +206,27 @@ class NcclRoutingGroup : public ProcessGroup {
     auto it = comms_.find(dev);
     if (it != comms_.end()) return it->second;
     cuda::check_device_index(dev, "dist (nccl)");
-    // The unique id travels from rank 0 as 16 i64 words over the CPU group (MPI; identity alone).
-    static_assert(sizeof(ncclUniqueId) % sizeof(int64_t) == 0, "ncclUniqueId is a whole number of words");
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
-    if (rank() == 0) check_nccl(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId");
-    Tensor words = zeros({static_cast<int64_t>(sizeof id / sizeof(int64_t))}, {.dtype = DType::i64});
-    std::memcpy(words.data_ptr(), &id, sizeof id);
-    cpu_->broadcast(words, 0)->wait();
-    std::memcpy(&id, words.data_ptr(), sizeof id);
+    if (rank() == 0) check_nccl(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId", kInitHint);
+    // A world of one is its own rank 0: the id never leaves this process, so no MPI is needed.
+    if (size() > 1) broadcast_unique_id(id);
     DeviceComm dc;
     cuda::DeviceGuard guard(dev);
     check_nccl(ncclCommInitRank(&dc.comm, size(), id, rank()), nullptr,
                "ncclCommInitRank on cuda:" + std::to_string(dev) + " (rank " + std::to_string(rank()) + " of " +
-                   std::to_string(size()) + ")");
+                   std::to_string(size()) + ")",
+               kInitHint);
     return comms_.emplace(dev, dc).first->second;
+  }
+
+  // Rank 0's unique id to every rank, as 16 i64 words over the CPU group (MPI).
+  void broadcast_unique_id(ncclUniqueId& id) {
+    static_assert(sizeof(ncclUniqueId) % sizeof(int64_t) == 0, "ncclUniqueId is a whole number of words");
+    Tensor words = zeros({static_cast<int64_t>(sizeof id / sizeof(int64_t))}, {.dtype = DType::i64});
+    std::memcpy(words.data_ptr(), &id, sizeof id);
+    cpu_->broadcast(words, 0)->wait();
+    std::memcpy(&id, words.data_ptr(), sizeof id);
   }
 
   /// Queues `call(comm, stream)` on the device's communication stream behind the current
