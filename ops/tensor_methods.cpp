@@ -35,7 +35,12 @@ void copy_same_device(const Tensor& dst, const Tensor& src) {
 }  // namespace
 
 void set_device_copy(DeviceCopyFn* fn) { g_device_copy = fn; }
-DeviceCopyFn* device_copy() { return g_device_copy; }
+// The backends register the copy from init_backends(), which every kernel lookup runs; a copy to a
+// device can be a process's first op (it looks nothing up), so it runs it too.
+DeviceCopyFn* device_copy() {
+  init_backends();
+  return g_device_copy;
+}
 
 Tensor& Tensor::fill_(Scalar value) {
   check_inplace_allowed("fill_", *this);

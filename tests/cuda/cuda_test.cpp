@@ -358,3 +358,28 @@ TEST_CASE("copies between two CUDA devices", "[cuda]") {
   REQUIRE(on1.device() == Device::cuda(1));
   REQUIRE(values(on1.to(kGpu)) == values(host));
 }
+
+// Run alone in a fresh process by ctest ("cuda/a copy to a GPU can be a process's first op"):
+// nothing before it has looked up a kernel, which is what registers the backends. The copy once
+// said "built without CUDA" there; now it copies, or names the missing device.
+TEST_CASE("a copy to a CUDA device works as the first op of a process", "[.first_op]") {
+  const Tensor t = empty({3});  // no kernel lookup
+#ifdef PRECIS_HAS_CUDA
+  if (cuda_is_available()) {
+    CHECK(t.to(Device::cuda(0)).device() == Device::cuda(0));
+  } else {
+    std::string msg;
+    try {
+      (void)t.to(Device::cuda(0));
+    } catch (const DeviceError& e) {
+      msg = e.what();
+    }
+    INFO(msg);
+    CHECK(!msg.empty());
+    CHECK(msg.find("built without CUDA") == std::string::npos);
+    CHECK(msg.find("cuda:0") != std::string::npos);
+  }
+#else
+  PRECIS_REQUIRE_THROWS_WITH_ALL(t.to(Device::cuda(0)), DeviceError, "built without CUDA");
+#endif
+}
