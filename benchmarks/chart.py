@@ -2,8 +2,9 @@
 which the build and the tests never use).
 
 draw() makes one figure:
-  - per case (case, dtype, threads): precis beside the peer, horizontal bars of the --by figure
-    (median or min ms) on a log axis, labelled with precis/peer;
+  - per case (case, dtype, threads; one per peer variant where the peer ran several, as in
+    report.py's table): precis beside the peer, horizontal bars of the --by figure (median or
+    min ms) on a log axis, labelled with precis/peer;
   - for the models suite (records with peak_rss_mb): the AMP speed-up per model, f32 step time over
     bf16 (and f16 when measured), precis beside the peer. That is the figure mixed-precision users
     quote (e.g. "ResNet-50 1.62x" for PyTorch AMP on a GPU); here it is measured on whatever
@@ -15,6 +16,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from report import label, pair_key, peer_index  # noqa: E402
 
 PRECIS_COLOR, PEER_COLOR = "#1f77b4", "#ff7f0e"
 
@@ -40,8 +43,9 @@ def _speedups(records, by):
 
 def draw(precis, peer, by, path, title=None):
     peer_name = sorted({r["impl"] for r in peer})[0] if peer else "peer"
-    index = {(r["case"], r["dtype"], r["threads"]): r for r in peer}
-    rows = [(r, index.get((r["case"], r["dtype"], r["threads"]))) for r in precis]
+    # The rows of report.py's table: one per peer variant where the peer ran several.
+    index = peer_index(peer)
+    rows = [(r, p) for r in precis for p in index.get(pair_key(r)) or [None]]
     models = any("peak_rss_mb" in r for r in precis)
     suite = precis[0]["suite"] if precis else "?"
 
@@ -54,7 +58,7 @@ def draw(precis, peer, by, path, title=None):
     height = max(3.0, 0.42 * len(rows) + 1.6)
     fig, axes = plt.subplots(1, ncols, figsize=(7.5 * ncols, height), squeeze=False)
     ax = axes[0][0]
-    labels = [f"{r['case']} {r['dtype']} {r['threads']}t" for r, _ in rows]
+    labels = [f"{label(p) if p else r['case']} {r['dtype']} {r['threads']}t" for r, p in rows]
     y = list(range(len(rows)))
     h = 0.38
     mine_v = [_value(r, by) for r, _ in rows]

@@ -6,8 +6,12 @@
 
 Both files hold JSON arrays of records {"suite", "case", "impl", "dtype", "threads", "median_ms",
 "min_ms", "gflops", ...} (precis-bench --json, benchmarks/peers/*.py --json). Rows pair records by
-(case, dtype, threads), in the precis file's order. Columns: both medians and minima, and the
-ratios precis/peer of each (below 1 = precis faster). The verdict uses the ratio chosen by --by
+(case, dtype, threads), in the precis file's order; GPU records (a "device" other than cpu) by
+(case, dtype), the host's thread count being no part of their time. A peer record with a "variant"
+(torch_models.py --device cuda: f32 with and without TF32, NCHW or channels_last, ...) gets a row
+of its own, named "case [variant]", beside the same precis record as the other variants of its
+dtype; variants with no precis dtype (bf16 on the GPU) are listed as "no precis record".
+Columns: both medians and minima, and the ratios precis/peer of each (below 1 = precis faster). The verdict uses the ratio chosen by --by
 (median by default; on a loaded 2-vCPU machine `--by min` is the steadier figure, MACHINE.md):
   - "resnet18 conv total": ok when precis <= peer (the issue's target for the conv sum);
   - every other case: "SLOWER" when precis/peer > 1.25, else ok (a single conv shape over 1.25x
@@ -21,8 +25,8 @@ GEMM peak at start), the table adds the case's GFLOP (precis's "flops": counted 
 same work for both sides), the peak, and each side's share of it at the --by time
 (flops / time / peak). Over several runs the largest measured peak is used (the conservative share).
 Several runs per side (comma-separated files, e.g. precis and peer runs alternated on a loaded
-machine) are combined as best-of-N: per (case, dtype, threads) the lowest median and the lowest
-minimum over the runs. --merged writes the combined records of both sides as one JSON array.
+machine) are combined as best-of-N: per (case, dtype, threads, variant) the lowest median and the
+lowest minimum over the runs. --merged writes the combined records of both sides as one JSON array.
 A file may hold both sides (a --merged file): the precis side reads its "precis" records, the peer
 side the others.
 
@@ -42,15 +46,15 @@ CONV_TOTAL = "resnet18 conv total"
 
 
 def load(paths, suite):
-    """Records of the comma-separated files; repeated (case, dtype, threads, impl) keep the best
-    median and the best minimum over the files (best-of-N)."""
+    """Records of the comma-separated files; repeated (case, dtype, threads, impl, variant) keep the
+    best median and the best minimum over the files (best-of-N)."""
     best, order = {}, []
     for path in paths.split(","):
         with open(path) as f:
             for r in json.load(f):
                 if suite is not None and r.get("suite") != suite:
                     continue
-                key = (r["case"], r["dtype"], r["threads"], r["impl"])
+                key = (r["case"], r["dtype"], r["threads"], r["impl"], r.get("variant"))
                 if key not in best:
                     best[key] = dict(r, runs=1)
                     order.append(key)
@@ -69,7 +73,7 @@ def load(paths, suite):
                     b["base_rss_mb"] = max(b.get("base_rss_mb", 0), r.get("base_rss_mb", 0))
     # The conv total of the best runs is the sum of the best conv cases (not the best total).
     for key in order:
-        case, dtype, threads, impl = key
+        case = key[0]
         if case != CONV_TOTAL or best[key]["runs"] == 1:
             continue
         convs = [best[k] for k in order if k[0].startswith("conv2d ") and k[1:] == key[1:]]
@@ -78,6 +82,27 @@ def load(paths, suite):
         best[key].update(median_ms=round(median, 4), min_ms=round(sum(r["min_ms"] for r in convs), 4),
                          gflops=round(flops / (median * 1e6), 2) if median else 0.0, flops=round(flops))
     return [best[k] for k in order]
+
+
+def pair_key(r):
+    """What pairs a precis record with the peer's: (case, dtype, threads); GPU records (a "device"
+    other than cpu) leave the threads out, as the host's thread count does not make their time."""
+    gpu = r.get("device", "cpu") != "cpu"
+    return (r["case"], r["dtype"], None if gpu else r["threads"])
+
+
+def peer_index(peer):
+    """{pair_key: [peer records]}: one record per key, or one per variant when the peer ran several
+    (torch_models.py --device cuda: f32 with and without TF32, NCHW and channels_last, ...)."""
+    index = {}
+    for r in peer:
+        index.setdefault(pair_key(r), []).append(r)
+    return index
+
+
+def label(r):
+    """The case as a row names it: with the peer's variant in brackets when it has one."""
+    return f"{r['case']} [{r['variant']}]" if r.get("variant") else r["case"]
 
 
 def fmt(v, digits=3):
@@ -105,7 +130,7 @@ def share(flops, ms, peak):
 def report(precis, peer, by):
     peer_impls = sorted({r["impl"] for r in peer})
     peer_name = peer_impls[0] if len(peer_impls) == 1 else "peer"
-    index = {(r["case"], r["dtype"], r["threads"]): r for r in peer}
+    index = peer_index(peer)
     # Whole-model records (the models suite) carry memory, and their target is the peer itself.
     models = any("peak_rss_mb" in r for r in precis)
     mem_head = f" precis peak RSS MB | {peer_name} peak RSS MB (net of base) |" if models else ""
@@ -117,10 +142,10 @@ def report(precis, peer, by):
              ("---:|---:|---:|---:|" if peaks else "") + "---|"]
     failures, seen = [], set()
     mine = [r for r in precis if r["impl"] == "precis"]
-    for r in mine:
-        key = (r["case"], r["dtype"], r["threads"])
-        seen.add(key)
-        p = index.get(key)
+    # One row per precis record and peer record of its key: several when the peer ran variants.
+    rows = [(r, p) for r in mine for p in index.get(pair_key(r)) or [None]]
+    for r, p in rows:
+        seen.add(pair_key(r))
         rm = ratio(r["median_ms"], p and p["median_ms"])
         rn = ratio(r["min_ms"], p and p["min_ms"])
         judged = rm if by == "median" else rn
@@ -149,14 +174,18 @@ def report(precis, peer, by):
             verdict = f">{LIMIT}x (the conv target is the total)"
         else:
             verdict = f"SLOWER (>{LIMIT}x)"
+        name = label(p) if p else r["case"]
         if verdict.startswith(("SLOWER", "OVER")):
-            failures.append(f"{r['case']} ({r['threads']} threads): {judged:.2f}x")
-        name = f"**{r['case']}**" if r["case"] == CONV_TOTAL else r["case"]
+            threads = f" ({r['threads']} threads)" if pair_key(r)[2] is not None else ""
+            failures.append(f"{name}{threads}: {judged:.2f}x")
+        name = f"**{name}**" if r["case"] == CONV_TOTAL else name
         lines.append(f"| {name} | {r['dtype']} | {r['threads']} | {fmt(r['median_ms'])} | {fmt(p and p['median_ms'])} | "
                      f"{fmt(rm, 2)} | {fmt(r['min_ms'])} | {fmt(p and p['min_ms'])} | {fmt(rn, 2)} |{mem} {verdict} |")
-    for key, p in index.items():
-        if key not in seen:
-            lines.append(f"| {p['case']} | {p['dtype']} | {p['threads']} | — | {fmt(p['median_ms'])} | — | — | "
+    for key, ps in index.items():
+        if key in seen:
+            continue
+        for p in ps:
+            lines.append(f"| {label(p)} | {p['dtype']} | {p['threads']} | — | {fmt(p['median_ms'])} | — | — | "
                          f"{fmt(p['min_ms'])} | — |{' — | — |' if models else ''}{' — | — | — | — |' if peaks else ''}"
                          f" no precis record |")
     summary = ("All cases within target." if not failures else

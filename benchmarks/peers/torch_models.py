@@ -7,6 +7,8 @@ under bf16 autocast, written as the same JSON records with "impl": "torch".
 
     benchmarks/peers/torch_models.py [--threads 2] [--repeat 200] [--min-time 0.5] [--json FILE]
                                      [--cases SUBSTRING]
+    benchmarks/peers/torch_models.py --device cuda [--variants NAME,...] [--max-seconds S]
+                                     [--repeat N] [--min-time S] [--json FILE] [--cases SUBSTRING]
 
 The models are plain torch modules written here to mirror precis's (models/resnet.h,
 models/bert.h): same layers, shapes, activations (exact GELU), post-LN, tied MLM decoder.
@@ -23,11 +25,41 @@ GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshol
 (the script re-executes itself with it unless it is set or --no-malloc-tuning is given).
 
 --device cuda[:N] runs the GPU cases of `precis-bench models --device cuda` instead: ResNet-50
-(ImageNet layout, 1000 classes, batch 256 of 3x224x224) and BERT-mini (batch 64x128 tokens), in
-f32 and f16 AMP (torch.autocast f16 + torch.amp.GradScaler), each step ending with
-torch.cuda.synchronize(). Records add "device", "images_per_s" or "tokens_per_s" at the median,
-and "peak_device_mb" (torch.cuda.max_memory_allocated over the case, in MiB). Without a usable GPU
-it exits with an error before any case (never a silent skip).
+(ImageNet layout, 1000 classes, batch 256 of 3x224x224) and BERT-mini (batch 64x128 tokens), each
+step ending with torch.cuda.synchronize(), in the PyTorch variants a GPU user runs, each its own
+child process and record ("variant"):
+
+    f32-notf32-nchw     f32, torch.backends.cuda.matmul.allow_tf32 = cudnn.allow_tf32 = False
+    f32-nchw            f32, PyTorch's defaults untouched (cuDNN TF32 on, matmul TF32 off)
+    f32-tf32-cl         f32, TF32 on for matmul and cuDNN, channels_last model and input
+    f16-amp-nchw        torch.autocast f16 + torch.amp.GradScaler
+    f16-amp-cl          the same, channels_last
+    bf16-amp-cl         torch.autocast bf16 (no scaler), channels_last
+    compile-f16-amp-cl  torch.compile(model), f16 AMP, channels_last (opt-in: ~75 s of compiling)
+
+--variants NAME,... picks some (default: all but compile-f16-amp-cl; "all": every one); --cases S
+keeps the (case, variant) whose "case variant" or "case dtype" contains S.
+torch.backends.cudnn.benchmark = True in every variant (what users pick); the TF32 flags are set
+through the legacy allow_tf32 API only (mixing it with fp32_precision is an error in PyTorch 2.9+).
+BERT-mini has no convolutions and no image layout, so it runs four variants: f32-notf32 (for
+f32-notf32-nchw and f32-nchw: PyTorch's default leaves matmul TF32 off), f32-tf32 (TF32 matmul,
+for f32-tf32-cl), f16-amp (f16-amp-nchw, f16-amp-cl), bf16-amp (bf16-amp-cl); and
+compile-f16-amp for compile-f16-amp-cl.
+
+Records keep precis-bench's case names (report.py pairs them by case and dtype) and add
+"variant", "dtype" (f32, f16 or bf16: the autocast dtype), "device", "images_per_s" or
+"tokens_per_s" at the median, "peak_device_mb" (torch.cuda.max_memory_allocated over the whole
+case, as precis-bench counts its allocator's peak: with the model build and the 2 warm-up steps,
+so cuDNN's benchmark workspaces and compiling too), "peak_device_mb_steps" (the same over the timed
+steps only), "warmup_s" (model build and warm-up steps: cudnn.benchmark's search, compiling),
+"tf32_matmul" and "tf32_cudnn" (the flags as read back in the child), "channels_last" and
+"compiled". One line per record goes to stdout with --json (to stderr without it, where stdout is
+the JSON): case, variant, median and min ms, images/s or tokens/s, peak MiB. With --json the file
+is rewritten after every case, so a run stopped from outside keeps the cases it finished.
+--max-seconds S bounds the whole run: no case starts after S seconds, and a running one is
+stopped at S. A case that fails or is not run is named on stderr and the exit status is 1 (the
+other cases still run and are written). Without a usable GPU it exits with an error before any
+case (never a silent skip).
 
 Compare with: python3 benchmarks/report.py PRECIS.json TORCH.json --suite models
 """
@@ -36,6 +68,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from peer_common import peer_arg_parser, reexec_with_malloc_tuning, time_step, write_records
 # (name, flops per step: 3 x forward, MACHINE.md)
@@ -52,8 +85,44 @@ CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("resnet18_cifar_nchw b64", 
          ("bert_mini b16x128 masked15", 3.0 * (46.2e9 - (2048 - 307) * _HEAD_PER_TOKEN))]
 # --device cuda: (name, flops per step, what is counted, how many per step); ResNet-50 forward is
 # 4.1 G multiply-adds (8.2 GFLOP) per 224x224 image, as benchmarks/suite_models.cpp counts.
-GPU_CASES = [("resnet50 b256 224", 3.0 * 8.2e9 * 256, "images", 256),
-             ("bert_mini b64x128", 3.0 * 46.2e9 * 4, "tokens", 64 * 128)]
+RESNET50_BATCH, BERT_GPU_BATCH = 256, 64
+GPU_CASES = [("resnet50 b256 224", 3.0 * 8.2e9 * RESNET50_BATCH, "images", RESNET50_BATCH),
+             ("bert_mini b64x128", 3.0 * 46.2e9 * 4, "tokens", BERT_GPU_BATCH * 128)]
+# The --device cuda variants: name -> (dtype, tf32, channels_last, compiled). dtype: f32, or the
+# autocast dtype (f16 with a GradScaler, bf16 without); tf32: the value given to both
+# torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32, None = PyTorch's
+# defaults untouched. ResNet-50 runs the first seven as they are; BERT-mini runs the last five.
+GPU_VARIANTS = {
+    "f32-notf32-nchw": ("f32", False, False, False),
+    "f32-nchw": ("f32", None, False, False),
+    "f32-tf32-cl": ("f32", True, True, False),
+    "f16-amp-nchw": ("f16", None, False, False),
+    "f16-amp-cl": ("f16", None, True, False),
+    "bf16-amp-cl": ("bf16", None, True, False),
+    "compile-f16-amp-cl": ("f16", None, True, True),
+    "f32-notf32": ("f32", False, False, False),
+    "f32-tf32": ("f32", True, False, False),
+    "f16-amp": ("f16", None, False, False),
+    "bf16-amp": ("bf16", None, False, False),
+    "compile-f16-amp": ("f16", None, False, True),
+}
+VARIANT_NAMES = list(GPU_VARIANTS)[:7]  # what --variants takes
+DEFAULT_VARIANTS = [v for v in VARIANT_NAMES if not v.startswith("compile")]
+# BERT-mini's variant for each --variants name: no convolutions (cuDNN's TF32 flag changes
+# nothing) and no image layout; PyTorch's default leaves matmul TF32 off, so f32-nchw is f32-notf32.
+BERT_VARIANT = {"f32-notf32-nchw": "f32-notf32", "f32-nchw": "f32-notf32", "f32-tf32-cl": "f32-tf32",
+                "f16-amp-nchw": "f16-amp", "f16-amp-cl": "f16-amp", "bf16-amp-cl": "bf16-amp",
+                "compile-f16-amp-cl": "compile-f16-amp"}
+
+
+def case_variants(name, selected):
+    """The variants case `name` runs for the --variants names `selected`, in order, once each."""
+    out = []
+    for v in selected:
+        v = v if name.startswith("resnet50") else BERT_VARIANT[v]
+        if v not in out:
+            out.append(v)
+    return out
 
 
 def status_mb(field):
@@ -258,29 +327,35 @@ def make_step(torch, name, dtype):
     return step
 
 
-def make_gpu_step(torch, name, dtype, device):
-    """One training step on `device`: f32, or f16 AMP (autocast + GradScaler); waits for the GPU."""
+def make_gpu_step(torch, name, variant, device):
+    """One training step of case `name` on `device` in `variant` (GPU_VARIANTS: f32, f16 autocast +
+    GradScaler, or bf16 autocast; channels_last; torch.compile); waits for the GPU."""
     F = torch.nn.functional
+    dtype, _, channels_last, compiled = GPU_VARIANTS[variant]
     _, BertMiniMLM, ResNet50 = build_models(torch)
     torch.manual_seed(1)
     if name.startswith("resnet50"):
         model = ResNet50().to(device)
-        x = torch.randn(256, 3, 224, 224, device=device)
-        y = torch.randint(0, 1000, (256,), device=device)
-        loss_fn = lambda: F.cross_entropy(model(x), y)
+        x = torch.randn(RESNET50_BATCH, 3, 224, 224, device=device)
+        y = torch.randint(0, 1000, (RESNET50_BATCH,), device=device)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
+        inputs, loss_of = (x,), lambda out: F.cross_entropy(out, y)
     else:
         model = BertMiniMLM().to(device)
-        ids = torch.randint(0, 30522, (64, 128), device=device)
-        loss_fn = lambda: F.cross_entropy(model(ids).reshape(-1, 30522), ids.reshape(-1))
+        ids = torch.randint(0, 30522, (BERT_GPU_BATCH, 128), device=device)
+        inputs, loss_of = (ids,), lambda out: F.cross_entropy(out.reshape(-1, 30522), ids.reshape(-1))
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    amp = dtype == "f16"
-    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    forward = torch.compile(model) if compiled else model
+    amp = {"f16": torch.float16, "bf16": torch.bfloat16}.get(dtype)
+    scaler = torch.amp.GradScaler("cuda", enabled=dtype == "f16")
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
-            loss = loss_fn()
+        with torch.autocast("cuda", dtype=amp or torch.float16, enabled=amp is not None):
+            loss = loss_of(forward(*inputs))
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
@@ -288,19 +363,46 @@ def make_gpu_step(torch, name, dtype, device):
     return step
 
 
+def read_flag(get):
+    """A backend flag as the child sees it; None where PyTorch refuses to say (mixed TF32 APIs)."""
+    try:
+        return bool(get())
+    except RuntimeError:
+        return None
+
+
 def gpu_child(args):
+    import warnings
+    # PyTorch 2.9+ warns that allow_tf32 will be deprecated; the variants use it on purpose.
+    warnings.filterwarnings("ignore", message=".*new API settings to control TF32.*")
     import torch
     device = torch.device(args.device)
+    variant = args.child_variant
+    dtype, tf32, channels_last, compiled = GPU_VARIANTS[variant]
+    torch.backends.cudnn.benchmark = True
+    if tf32 is not None:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
     torch.cuda.reset_peak_memory_stats(device)
-    step = make_gpu_step(torch, args.child, args.child_dtype, device)
-    median, best, reps = time_step(step, args.repeat, args.min_time)
+    t0 = time.perf_counter()
+    step = make_gpu_step(torch, args.child, variant, device)
+    for _ in range(2):  # warm-up as time_step's: cudnn.benchmark's search, compiling, the allocator
+        step()
+    warmup_s = time.perf_counter() - t0
+    case_peak = torch.cuda.max_memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    median, best, reps = time_step(step, args.repeat, args.min_time, warmup=0)
+    steps_peak = torch.cuda.max_memory_allocated(device)
     name, flops, items, per_step = next(c for c in GPU_CASES if c[0] == args.child)
-    print(json.dumps({"suite": "models", "case": name, "impl": "torch", "dtype": args.child_dtype,
+    print(json.dumps({"suite": "models", "case": name, "impl": "torch", "dtype": dtype, "variant": variant,
                       "threads": torch.get_num_threads(), "median_ms": round(median, 4), "min_ms": round(best, 4),
                       "gflops": round(flops / (median * 1e6), 2), "reps": reps, "device": str(device),
                       items + "_per_s": round(per_step / (median * 1e-3), 1),
-                      "peak_device_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1),
-                      "torch": torch.__version__}))
+                      "peak_device_mb": round(max(case_peak, steps_peak) / 2**20, 1),
+                      "peak_device_mb_steps": round(steps_peak / 2**20, 1), "warmup_s": round(warmup_s, 2),
+                      "tf32_matmul": read_flag(lambda: torch.backends.cuda.matmul.allow_tf32),
+                      "tf32_cudnn": read_flag(lambda: torch.backends.cudnn.allow_tf32),
+                      "channels_last": channels_last, "compiled": compiled, "torch": torch.__version__}))
 
 
 def require_gpu(device):
@@ -315,24 +417,48 @@ def require_gpu(device):
         sys.exit(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"--device {device}: no usable GPU")
 
 
-def run_gpu(args):
+def run_gpu(args, variants):
+    """Each (case, variant) in a child process, within --max-seconds; the records so far are
+    written after each case, and a case that fails or is not run makes the exit status 1."""
+    start = time.monotonic()
     require_gpu(args.device)
-    records = []
+    records, missed = [], []
+    log = sys.stdout if args.json else sys.stderr  # without --json, stdout is the JSON array
     for name, _, items, _ in GPU_CASES:
-        for dtype in ("f32", "f16"):
-            if args.cases not in f"{name} {dtype}":
+        for variant in case_variants(name, variants):
+            dtype = GPU_VARIANTS[variant][0]
+            if args.cases not in f"{name} {variant}" and args.cases not in f"{name} {dtype}":
                 continue
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--child-dtype", dtype,
+            left = None if args.max_seconds is None else args.max_seconds - (time.monotonic() - start)
+            if left is not None and left <= 0:
+                missed.append(f"{name} {variant}: not started, --max-seconds {args.max_seconds:g} spent")
+                print(f"{name:20s} {variant:18s} not run: --max-seconds {args.max_seconds:g} spent", file=log, flush=True)
+                continue
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--child-variant", variant,
                    "--device", args.device, "--repeat", str(args.repeat), "--min-time", str(args.min_time)]
-            out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
+            try:
+                run = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=left)
+            except subprocess.TimeoutExpired:
+                missed.append(f"{name} {variant}: stopped at --max-seconds {args.max_seconds:g}")
+                print(f"{name:20s} {variant:18s} stopped: --max-seconds {args.max_seconds:g} reached", file=log, flush=True)
+                continue
+            lines = run.stdout.strip().splitlines()
+            if run.returncode != 0 or not lines:
+                missed.append(f"{name} {variant}: the child failed (exit {run.returncode}; its stderr is above)")
+                print(f"{name:20s} {variant:18s} FAILED (exit {run.returncode})", file=log, flush=True)
+                continue
+            r = json.loads(lines[-1])
+            print(f"{name:20s} {variant:18s} {r['device']}  median {r['median_ms']:8.2f} ms  min {r['min_ms']:8.2f} ms  "
+                  f"{r[items + '_per_s']:9.0f} {items}/s  peak {r['peak_device_mb']:8.1f} MiB "
+                  f"(steps {r['peak_device_mb_steps']:.1f})  warm-up {r['warmup_s']:.1f} s  torch {r['torch']}",
+                  file=log, flush=True)
+            r.pop("torch", None)
             records.append(r)
-            print(f"{name:20s} {dtype:4s} {r['device']}  median {r['median_ms']:9.2f} ms  min {r['min_ms']:9.2f} ms  "
-                  f"{r[items + '_per_s']:10.0f} {items}/s  peak {r['peak_device_mb']:8.1f} MiB  torch {r['torch']}",
-                  file=sys.stderr)
-    for r in records:
-        r.pop("torch", None)
+            if args.json:
+                write_records(records, args.json)
     write_records(records, args.json)
+    if missed:
+        sys.exit(f"torch_models.py: {len(missed)} case(s) not measured: " + "; ".join(missed))
 
 
 def child(args):
@@ -355,16 +481,32 @@ def main():
     p.add_argument("--child-dtype", help=argparse.SUPPRESS)
     p.add_argument("--child-threads", type=int, help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: the GPU cases (see above)")
+    p.add_argument("--variants", help="--device cuda: comma-separated variants (see above), or 'all' "
+                                      f"(default: {','.join(DEFAULT_VARIANTS)})")
+    p.add_argument("--max-seconds", type=float, help="--device cuda: no case starts or runs past S seconds")
+    p.add_argument("--child-variant", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.device != "cpu" and args.device != "cuda" and not args.device.startswith("cuda:"):
         p.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
+    if args.device == "cpu" and (args.variants is not None or args.max_seconds is not None):
+        p.error("--variants and --max-seconds are for --device cuda")
+    variants = DEFAULT_VARIANTS
+    if args.variants == "all":
+        variants = VARIANT_NAMES
+    elif args.variants is not None:
+        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        unknown = [v for v in variants if v not in VARIANT_NAMES]
+        if unknown or not variants:
+            p.error(f"--variants: unknown {', '.join(unknown) or '(none given)'}; "
+                    f"known: {', '.join(VARIANT_NAMES)}, or all")
+        variants = [v for v in VARIANT_NAMES if v in variants]  # the documented order
 
     reexec_with_malloc_tuning(args.no_malloc_tuning)
     if args.device != "cpu":
         if args.child:
             gpu_child(args)
         else:
-            run_gpu(args)
+            run_gpu(args, variants)
         return
     if args.child:
         child(args)
