@@ -7,10 +7,8 @@
 #include <vector>
 
 #include "core/allocator.h"
-#ifdef PRECIS_HAS_CUDA
-#include "core/cuda/cuda_context.h"
-#endif
 #include "core/error.h"
+#include "tests/support/tensor_testing.h"
 
 using namespace precis;
 
@@ -133,7 +131,9 @@ TEST_CASE("cpu allocator: concurrent allocate/deallocate", "[core][allocator]") 
   a.empty_cache();
 }
 
-TEST_CASE("allocator_for: cpu always, cuda only when registered", "[core][allocator]") {
+// [cuda]: with a GPU present (and CUDA built) cuda:0's allocator is the device's caching allocator.
+TEST_CASE("allocator_for: cpu always, cuda only when registered", "[core][allocator][cuda]") {
+  [[maybe_unused]] const bool gpu = PRECIS_CUDA_PART("an allocation from cuda:0's allocator");
   REQUIRE(&allocator_for(Device::cpu()) == &cpu_allocator());
   // A registered allocator is found.
   register_allocator(DeviceType::cuda, 7, &cpu_allocator());
@@ -152,7 +152,13 @@ TEST_CASE("allocator_for: cpu always, cuda only when registered", "[core][alloca
   // allocate() explains why.
   Allocator& a = allocator_for(Device::cuda(0));
   REQUIRE(a.device() == Device::cuda(0));
-  if (cuda::device_count() == 0) REQUIRE_THROWS_AS(a.allocate(16), DeviceError);
+  if (!gpu) {
+    REQUIRE_THROWS_AS(a.allocate(16), DeviceError);
+  } else {
+    void* p = a.allocate(16);
+    REQUIRE(p != nullptr);
+    a.deallocate(p, 16);
+  }
 #endif
   REQUIRE_THROWS_AS(allocator_for(Device::cuda(1000)), DeviceError);
   REQUIRE_THROWS_AS(register_allocator(DeviceType::cuda, -1, nullptr), ValueError);

@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include "models/train/trainer.h"
 #include "tensor/safetensors.h"
 #include "tests/models/train_support.h"
+#include "tests/support/tensor_testing.h"
 
 using namespace precis;
 using namespace precis::train_testing;
@@ -208,9 +210,16 @@ struct Run {
   int code = -1;
   std::string output;  // stdout and stderr
 };
+// The command built beside this executable, or $PRECIS_TRAIN_EXE where the executables were moved
+// (the GPU check's bundle, tests/gpu/steps.sh).
+std::string train_exe() {
+  const char* moved = std::getenv("PRECIS_TRAIN_EXE");
+  return moved != nullptr && *moved != '\0' ? moved : PRECIS_TRAIN_EXE;
+}
+
 Run run_cli(const std::string& args) {
   Run r;
-  FILE* p = ::popen((std::string(PRECIS_TRAIN_EXE) + " " + args + " 2>&1").c_str(), "r");
+  FILE* p = ::popen((train_exe() + " " + args + " 2>&1").c_str(), "r");
   REQUIRE(p != nullptr);
   std::array<char, 4096> buf;
   size_t n;
@@ -281,8 +290,11 @@ TEST_CASE("precis-train: usage errors are explained and exit with 2", "[train]")
                                    Catch::Matchers::Contains("dataset-fashion-mnist"));
 }
 
+// [cuda]: with a GPU present the unusable device is the one past it, and precis-train asks the
+// driver for it.
 TEST_CASE("precis-train --device: an unusable GPU exits with 1 naming it, --precision amp is bf16 on the CPU",
-          "[train]") {
+          "[train][cuda]") {
+  (void)PRECIS_CUDA_PART("the device past a present GPU");
   // One past the last visible device: unusable on any machine. The data path does not exist, so
   // an error about it would show the run started before checking the device.
   const std::string dev = "cuda:" + std::to_string(cuda_device_count());

@@ -12,13 +12,16 @@
 #include "core/device.h"
 #include "ops/op_table.h"
 #include "tests/support/op_cases.h"
+#include "tests/support/tensor_testing.h"
 
 namespace precis::testing {
 namespace {
 
 constexpr int kMinBadInputCases = 2;
 
-TEST_CASE("every op in the table has its kernels and gradient checks", "[ops][coverage]") {
+// [cuda]: with a GPU present to_device's row must have its gradient-check case too.
+TEST_CASE("every op in the table has its kernels and gradient checks", "[ops][coverage][cuda]") {
+  const bool gpu = PRECIS_CUDA_PART("to_device's row, whose gradient-check case needs a device");
   std::set<OpId> with_cases;
   for (const GradCase& c : grad_cases()) with_cases.insert(c.op);
   std::map<OpId, int> bad_inputs;
@@ -33,7 +36,7 @@ TEST_CASE("every op in the table has its kernels and gradient checks", "[ops][co
           missing += std::string(info.name) + ": no CPU kernel for " + std::string(dtype_name(dt)) + "\n";
     }
     // to_device needs a second device: its case is registered only where CUDA is available.
-    const bool needs_gpu = op == OpId::to_device && !cuda_is_available();
+    const bool needs_gpu = op == OpId::to_device && !gpu;
     if (info.differentiable && with_cases.count(op) == 0 && !needs_gpu)
       missing += std::string(info.name) + ": differentiable but no gradient-check case registered\n";
     if (bad_inputs[op] < kMinBadInputCases)

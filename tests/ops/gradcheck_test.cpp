@@ -7,6 +7,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
 #include "tests/support/op_cases.h"
+#include "tests/support/tensor_testing.h"
 
 namespace precis::testing {
 namespace {
@@ -28,8 +29,14 @@ bool graph_contains(const TensorList& outputs, OpId op) {
   return false;
 }
 
-TEST_CASE("every registered op case passes gradcheck in f64", "[grad][ops]") {
+// [cuda]: with a GPU present the registry holds to_device's case (cpu to cuda and back,
+// view_grad_test.cpp), which runs on the device.
+TEST_CASE("every registered op case passes gradcheck in f64", "[grad][ops][cuda]") {
   REQUIRE_FALSE(grad_cases().empty());
+  const bool gpu = PRECIS_CUDA_PART("to_device's gradient check, cpu to cuda and back");
+  bool to_device_case = false;
+  for (const GradCase& c : grad_cases()) to_device_case |= c.op == OpId::to_device;
+  CHECK(to_device_case == gpu);  // registered exactly where a device is present
   for (const GradCase& c : grad_cases()) {
     DYNAMIC_SECTION(op_name(c.op) << ": " << c.label) {
       TensorList inputs = c.inputs();

@@ -292,7 +292,9 @@ const std::set<OpId> kOwnTest = {OpId::unscale_grads,  OpId::sgd_step,        Op
                                    OpId::grad_norms,     OpId::clip_grad_norm,  OpId::clip_grad_value,
                                    OpId::cross_entropy_with_grad};
 
-TEST_CASE("every op matches the f64 reference in f16 and bf16, outputs and gradients", "[ops][lowp]") {
+// [cuda]: with a GPU present grad_cases() holds to_device's case (cpu to cuda and back).
+TEST_CASE("every op matches the f64 reference in f16 and bf16, outputs and gradients", "[ops][lowp][cuda]") {
+  (void)PRECIS_CUDA_PART("to_device's case in f16 and bf16, cpu to cuda and back");
   std::vector<const GradCase*> all;
   for (const GradCase& c : grad_cases())
     if (kF64Only.count({c.op, c.label}) == 0) all.push_back(&c);
@@ -338,7 +340,8 @@ TEST_CASE("unscale_grads on f16 and bf16 gradients matches f64", "[ops][lowp]") 
   }
 }
 
-TEST_CASE("every op in the table is exercised by the low-precision test", "[ops][lowp][coverage]") {
+TEST_CASE("every op in the table is exercised by the low-precision test", "[ops][lowp][coverage][cuda]") {
+  const bool gpu = PRECIS_CUDA_PART("to_device's row, whose case needs a device");
   std::set<OpId> with_grads, covered;
   for (const GradCase& c : grad_cases()) {
     if (kF64Only.count({c.op, c.label}) != 0) continue;
@@ -357,7 +360,7 @@ TEST_CASE("every op in the table is exercised by the low-precision test", "[ops]
   for (int i = 0; i < kNumOps; ++i) {
     const OpId op = static_cast<OpId>(i);
     // to_device needs a second device: its case exists only where CUDA is available.
-    if (op == OpId::to_device && !cuda_is_available()) continue;
+    if (op == OpId::to_device && !gpu) continue;
     if (covered.count(op) == 0) missing += std::string(op_name(op)) + ": no low-precision case\n";
   }
   INFO("rows of ops/op_list.def the low-precision test does not run:\n" << missing);

@@ -97,3 +97,21 @@ inline bool gpu_required() {
       return;                                                                                       \
     }                                                                                               \
   } while (0)
+
+/// For a [cuda] test that runs on the CPU always and on the GPU too when one is present: whether
+/// its GPU part (`what`, a few words) can run here. Without a usable device the skip is never
+/// silent: a warning naming the part, or with PRECIS_REQUIRE_GPU=1 (tests/gpu/run.sh) a failure
+/// (FAIL_CHECK, so the CPU part still runs and reports). Evaluate it once and keep the result:
+///   const bool gpu = PRECIS_CUDA_PART("to_device's case, cpu to cuda and back");
+#define PRECIS_CUDA_PART(what)                                                                      \
+  ([&]() -> bool {                                                                                  \
+    if (::precis::cuda_is_available()) return true;                                                 \
+    if (::precis::testing::gpu_required()) {                                                        \
+      FAIL_CHECK("PRECIS_REQUIRE_GPU=1: no usable CUDA device (cuda_device_count() = "              \
+                 << ::precis::cuda_device_count() << "); the GPU part (" << (what)                  \
+                 << ") of a [cuda] test may not skip on the GPU machine");                          \
+    } else {                                                                                        \
+      WARN("no CUDA device; skipped the GPU part: " << (what));                                     \
+    }                                                                                               \
+    return false;                                                                                   \
+  }())
