@@ -38,7 +38,7 @@ std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
 // ---- no GPU needed ----------------------------------------------------------------------------
 
-TEST_CASE("cuda_is_available agrees with cuda_device_count", "[cuda_api]") {
+TEST_CASE("cuda_is_available agrees with cuda_device_count", "[cuda_api][cuda]") {
   const int n = cuda_device_count();
   REQUIRE(n >= 0);
   REQUIRE(cuda_is_available() == (n > 0));
@@ -47,7 +47,7 @@ TEST_CASE("cuda_is_available agrees with cuda_device_count", "[cuda_api]") {
 #endif
 }
 
-TEST_CASE("a tensor on a missing CUDA device throws DeviceError naming the device", "[cuda_api]") {
+TEST_CASE("a tensor on a missing CUDA device throws DeviceError naming the device", "[cuda_api][cuda]") {
   const int n = cuda_device_count();
   if (n == 0) {
     // Fires on the CI machines: no GPU (or a CPU-only build).
@@ -362,7 +362,7 @@ TEST_CASE("copies between two CUDA devices", "[cuda]") {
 // Run alone in a fresh process by ctest ("cuda/a copy to a GPU can be a process's first op"):
 // nothing before it has looked up a kernel, which is what registers the backends. The copy once
 // said "built without CUDA" there; now it copies, or names the missing device.
-TEST_CASE("a copy to a CUDA device works as the first op of a process", "[.first_op]") {
+TEST_CASE("a copy to a CUDA device works as the first op of a process", "[.first_op][cuda]") {
   const Tensor t = empty({3});  // no kernel lookup
 #ifdef PRECIS_HAS_CUDA
   if (cuda_is_available()) {

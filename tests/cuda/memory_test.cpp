@@ -99,7 +99,7 @@ TEST_CASE("DataLoader pin_memory without a usable CUDA device warns once and yie
   CHECK(n == 6);
 }
 TEST_CASE("cuda::synchronize waits for every device when none is named, and a device not visible is a DeviceError",
-          "[cuda_api]") {
+          "[cuda_api][cuda]") {
   cuda::synchronize();  // returns at once without a device; waits for all of them with one
   if (cuda_is_available()) {
     cuda::synchronize(0);

@@ -59,7 +59,7 @@ Tensor slow_product() {
 }  // namespace
 
 TEST_CASE("nccl world of one: Backend::nccl refuses a build without NCCL or a machine without a GPU, naming the fix",
-          "[dist]") {
+          "[dist][cuda]") {
   const bool existed = dist::is_initialized();
   if (dist::nccl_available() && cuda_is_available()) {
     CHECK(dist::init_process_group(dist::Backend::nccl)->backend() == "local+nccl");

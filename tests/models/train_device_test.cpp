@@ -61,7 +61,7 @@ double worst_relative(const std::vector<double>& a, const std::vector<double>& b
 
 }  // namespace
 
-TEST_CASE("precis-train: a device it cannot use is a DeviceError naming it, before the data is read", "[train]") {
+TEST_CASE("precis-train: a device it cannot use is a DeviceError naming it, before the data is read", "[train][cuda]") {
   TempDir dir("device");
   // No data at this path: an IOError about it would mean the run started before checking the device.
   train::TrainOptions o = tiny_resnet(dir / "no-such-data", "");
