@@ -14,54 +14,18 @@
 #include "ops/functional.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
+#include "tests/cuda/compare_with_cpu.h"
 #include "tests/support/tensor_testing.h"
 
 using namespace precis;
 using precis::testing::Compared;
-using precis::testing::uniform_input;
+using precis::testing::compare_with_cpu;
+using precis::testing::leaf;
+using precis::testing::require_close;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
-
-Tensor leaf(const Shape& shape, double lo, double hi, uint64_t seed, DType dtype, bool grad = true) {
-  Tensor t = uniform_input(shape, lo, hi, false, seed).to(dtype);
-  if (grad) t.requires_grad_();
-  return t;
-}
-
-void require_close(const Tensor& gpu, const Tensor& cpu, DType dt, OpId op, Compared what) {
-  const std::string report = precis::testing::allclose_report(gpu.to(Device::cpu()).to(DType::f64), cpu.to(DType::f64),
-                                                              precis::testing::tolerance(dt, op, what));
-  INFO(report);
-  REQUIRE(report.empty());
-}
-
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-
-// f on the CPU inputs and on CUDA copies: outputs, then (when the output needs grad) every input
-// gradient after one seeded backward.
-void compare_with_cpu(OpId op, DType dt, const std::vector<Tensor>& cpu_in, const Fn& f) {
-  std::vector<Tensor> gpu_in;
-  for (const Tensor& t : cpu_in) {
-    Tensor g = t.detach().to(kGpu);
-    if (t.requires_grad()) g.requires_grad_();
-    gpu_in.push_back(g);
-  }
-  const Tensor y_cpu = f(cpu_in), y_gpu = f(gpu_in);
-  REQUIRE(y_gpu.device() == kGpu);
-  require_close(y_gpu, y_cpu, dt, op, Compared::output);
-  if (!y_cpu.requires_grad()) return;
-  const Tensor g = uniform_input(y_cpu.sizes(), -1, 1, false, 999).to(y_cpu.dtype());
-  y_cpu.backward(g);
-  y_gpu.backward(g.to(kGpu));
-  for (size_t i = 0; i < cpu_in.size(); ++i) {
-    if (!cpu_in[i].requires_grad()) continue;
-    INFO("gradient of input " << i);
-    REQUIRE(gpu_in[i].grad().defined());
-    require_close(gpu_in[i].grad(), cpu_in[i].grad(), dt, op, Compared::gradient);
-  }
-}
 
 }  // namespace
 

@@ -15,10 +15,14 @@
 #include "ops/kernels_norm.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
+#include "tests/cuda/compare_with_cpu.h"
 #include "tests/support/tensor_testing.h"
 
 using namespace precis;
 using precis::testing::Compared;
+using precis::testing::compare_with_cpu;
+using precis::testing::leaf;
+using precis::testing::require_close;
 using precis::testing::uniform_input;
 
 namespace {
@@ -27,50 +31,6 @@ constexpr DType kFloating[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 const Device kGpu = Device::cuda(0);
 
 DType acc_of(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
-
-// A leaf of `dtype` in [lo, hi), requiring grad when asked.
-Tensor leaf(const Shape& shape, double lo, double hi, uint64_t seed, DType dtype, bool grad = true) {
-  Tensor t = uniform_input(shape, lo, hi, false, seed).to(dtype);
-  if (grad) t.requires_grad_();
-  return t;
-}
-
-// The same values on cuda:0, a leaf with the same requires_grad.
-Tensor on_gpu(const Tensor& t) {
-  if (!t.defined()) return t;
-  Tensor g = t.detach().to(kGpu);
-  if (t.requires_grad()) g.requires_grad_();
-  return g;
-}
-
-void require_close(const Tensor& gpu, const Tensor& cpu, DType dt, OpId op, Compared what) {
-  const std::string report = precis::testing::allclose_report(gpu.to(Device::cpu()).to(DType::f64), cpu.to(DType::f64),
-                                                              precis::testing::tolerance(dt, op, what));
-  INFO(report);
-  REQUIRE(report.empty());
-}
-
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-
-// Runs f on the CPU inputs and on their CUDA copies; compares the outputs, then backpropagates one
-// seeded gradient through both and compares every input's gradient (inputs requiring grad).
-void compare_with_cpu(OpId op, DType dt, const std::vector<Tensor>& cpu_in, const Fn& f) {
-  std::vector<Tensor> gpu_in;
-  for (const Tensor& t : cpu_in) gpu_in.push_back(on_gpu(t));
-  const Tensor y_cpu = f(cpu_in), y_gpu = f(gpu_in);
-  REQUIRE(y_gpu.device() == kGpu);
-  require_close(y_gpu, y_cpu, dt, op, Compared::output);
-  if (!y_cpu.requires_grad()) return;
-  const Tensor g = uniform_input(y_cpu.sizes(), -1, 1, false, 999).to(y_cpu.dtype());
-  y_cpu.backward(g);
-  y_gpu.backward(g.to(kGpu));
-  for (size_t i = 0; i < cpu_in.size(); ++i) {
-    if (!cpu_in[i].defined() || !cpu_in[i].requires_grad()) continue;
-    INFO("gradient of input " << i);
-    REQUIRE(gpu_in[i].grad().defined());
-    require_close(gpu_in[i].grad(), cpu_in[i].grad(), dt, op, Compared::gradient);
-  }
-}
 
 std::vector<double> values(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).to_vector<double>(); }
 
