@@ -12,8 +12,10 @@
 #include "ops/profiler.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+#include "tests/support/profiler_testing.h"
 
 using namespace precis;
+using precis::testing::find_entry;
 using profiler::Direction;
 
 namespace {
@@ -36,12 +38,6 @@ struct TinyStep {
 // input needs no gradient, so the conv computes only its weight gradient (10800); the linear both
 // its input's and its weight's (2·4000).
 constexpr double kTinyStepFlops = 10800 + 4000 + 10800 + 2 * 4000;
-
-const profiler::Entry* find(const std::vector<profiler::Entry>& all, const std::string& name, Direction d) {
-  for (const profiler::Entry& e : all)
-    if (e.name == name && e.direction == d) return &e;
-  return nullptr;
-}
 
 }  // namespace
 
@@ -69,19 +65,19 @@ TEST_CASE("profiler: a tiny model's step names its ops forward and backward, wit
   INFO(text);
   for (const char* op : {"conv2d", "relu", "linear", "cross_entropy"}) {
     INFO(op);
-    const profiler::Entry* f = find(all, op, Direction::forward);
-    const profiler::Entry* b = find(all, op, Direction::backward);
+    const profiler::Entry* f = find_entry(all, op, Direction::forward);
+    const profiler::Entry* b = find_entry(all, op, Direction::backward);
     REQUIRE(f != nullptr);
     REQUIRE(b != nullptr);
     CHECK(f->calls == 1);
     CHECK(b->calls == 1);
   }
-  CHECK(find(all, "conv2d", Direction::forward)->flops == 10800);
-  CHECK(find(all, "conv2d", Direction::backward)->flops == 10800);
-  CHECK(find(all, "linear", Direction::backward)->flops == 8000);
+  CHECK(find_entry(all, "conv2d", Direction::forward)->flops == 10800);
+  CHECK(find_entry(all, "conv2d", Direction::backward)->flops == 10800);
+  CHECK(find_entry(all, "linear", Direction::backward)->flops == 8000);
   // The optimizer's fused step runs outside backward; the leaves' gradients are accumulated in it.
-  CHECK(find(all, "sgd_step", Direction::forward) != nullptr);
-  CHECK(find(all, "AccumulateGrad", Direction::backward) != nullptr);
+  CHECK(find_entry(all, "sgd_step", Direction::forward) != nullptr);
+  CHECK(find_entry(all, "AccumulateGrad", Direction::backward) != nullptr);
   double sum = 0, flops = 0;
   for (const profiler::Entry& e : all) {
     CHECK(e.total_ms >= 0);

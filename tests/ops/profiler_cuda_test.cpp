@@ -17,19 +17,15 @@
 #include "ops/profiler.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+#include "tests/support/profiler_testing.h"
 #include "tests/support/tensor_testing.h"
 
 using namespace precis;
+using precis::testing::find_entry;
 using profiler::Clock;
 using profiler::Direction;
 
 namespace {
-
-const profiler::Entry* find(const std::vector<profiler::Entry>& all, const std::string& name, Direction d) {
-  for (const profiler::Entry& e : all)
-    if (e.name == name && e.direction == d) return &e;
-  return nullptr;
-}
 
 }  // namespace
 
@@ -89,12 +85,12 @@ TEST_CASE("profiler on CUDA: per-op device times add up to >= 90% of the trainin
   // Every kernel and backward node of a CUDA step runs on the device, so none takes the wall clock.
   CHECK(wall_ms == 0);
   for (const Direction d : {Direction::forward, Direction::backward}) {
-    const profiler::Entry* conv = find(all, "conv2d", d);
+    const profiler::Entry* conv = find_entry(all, "conv2d", d);
     REQUIRE(conv != nullptr);
     CHECK(conv->clock == Clock::device);
     CHECK(conv->calls == 2 * steps);
   }
   // The batch is on the device: nothing is copied to or from the host (cross_entropy reads no
   // targets back, ops/loss.cpp), so nothing waits for the queue mid-step.
-  CHECK(find(all, "to_device", Direction::forward) == nullptr);
+  CHECK(find_entry(all, "to_device", Direction::forward) == nullptr);
 }

@@ -13,18 +13,13 @@
 #include "ops/functional.h"
 #include "ops/profiler.h"
 #include "tensor/factory.h"
+#include "tests/support/profiler_testing.h"
 
 using namespace precis;
+using precis::testing::find_entry;
 using profiler::Direction;
 
 namespace {
-
-// The entry (name, direction), or nullptr.
-const profiler::Entry* find(const std::vector<profiler::Entry>& all, const std::string& name, Direction d) {
-  for (const profiler::Entry& e : all)
-    if (e.name == name && e.direction == d) return &e;
-  return nullptr;
-}
 
 Tensor leaf(const Shape& sizes) { return randn(sizes).requires_grad_(true); }
 
@@ -102,21 +97,21 @@ TEST_CASE("profiler: forward and backward entries per op, summing to at most the
   });
   for (const char* op : {"linear", "relu", "sum"}) {
     INFO(op);
-    const profiler::Entry* f = find(all, op, Direction::forward);
-    const profiler::Entry* g = find(all, op, Direction::backward);
+    const profiler::Entry* f = find_entry(all, op, Direction::forward);
+    const profiler::Entry* g = find_entry(all, op, Direction::backward);
     REQUIRE(f != nullptr);
     REQUIRE(g != nullptr);
     CHECK(f->calls == 1);
     CHECK(g->calls == 1);
   }
   // The leaves' gradients are accumulated by AccumulateGrad nodes (one per leaf), in backward.
-  const profiler::Entry* acc = find(all, "AccumulateGrad", Direction::backward);
+  const profiler::Entry* acc = find_entry(all, "AccumulateGrad", Direction::backward);
   REQUIRE(acc != nullptr);
   CHECK(acc->calls == 3);
   // The matmuls of linear's backward run inside its node: counted there, not as matmul entries.
-  CHECK(find(all, "matmul", Direction::backward) == nullptr);
-  CHECK(find(all, "linear", Direction::forward)->flops == 2.0 * 16 * 32 * 8);
-  CHECK(find(all, "linear", Direction::backward)->flops == 2 * 2.0 * 16 * 32 * 8);
+  CHECK(find_entry(all, "matmul", Direction::backward) == nullptr);
+  CHECK(find_entry(all, "linear", Direction::forward)->flops == 2.0 * 16 * 32 * 8);
+  CHECK(find_entry(all, "linear", Direction::backward)->flops == 2 * 2.0 * 16 * 32 * 8);
   double sum_ms = 0;
   for (const profiler::Entry& e : all) {
     CHECK(e.total_ms >= 0);
@@ -146,7 +141,7 @@ TEST_CASE("profiler: off records nothing, reset drops entries, the wall clock st
   (void)exp(randn({4}));
   CHECK(profiler::entries().empty());
   const auto all = profile([] { (void)exp(randn({4})); });
-  CHECK(find(all, "exp", Direction::forward) != nullptr);
+  CHECK(find_entry(all, "exp", Direction::forward) != nullptr);
   const double wall = profiler::wall_ms();
   CHECK(wall >= 0);
   (void)exp(randn({1000}));
@@ -164,6 +159,6 @@ TEST_CASE("PRECIS_PROFILE=1 turns the profiler on at start-up", "[.profile_env]"
   const Tensor x = leaf({4, 6});
   sum(tanh(x)).backward();
   const auto all = profiler::entries();
-  CHECK(find(all, "tanh", Direction::forward) != nullptr);
-  CHECK(find(all, "tanh", Direction::backward) != nullptr);
+  CHECK(find_entry(all, "tanh", Direction::forward) != nullptr);
+  CHECK(find_entry(all, "tanh", Direction::backward) != nullptr);
 }
