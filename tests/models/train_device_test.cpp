@@ -59,6 +59,28 @@ double worst_relative(const std::vector<double>& a, const std::vector<double>& b
   return worst;
 }
 
+// The tiny ResNet trained with `o` on the CPU and then on cuda:0 (checkpoints of the cuda:0 run in
+// gpu_checkpoints, none when empty), each writing a metrics CSV in `dir`.
+struct BothDevices {
+  train::TrainSummary cpu, gpu;
+  std::vector<double> cpu_losses, gpu_losses;
+  std::string csvs;  // both CSVs, for the message of a failed comparison
+};
+BothDevices train_on_both(train::TrainOptions o, const TempDir& dir, const std::string& gpu_checkpoints) {
+  std::ostringstream log;
+  BothDevices r;
+  o.metrics = dir / "cpu.csv";
+  r.cpu = train::train(o, log);
+  o.device = Device::cuda(0);
+  o.metrics = dir / "cuda.csv";
+  o.checkpoint_dir = gpu_checkpoints;
+  r.gpu = train::train(o, log);
+  r.cpu_losses = csv_losses(dir / "cpu.csv");
+  r.gpu_losses = csv_losses(dir / "cuda.csv");
+  r.csvs = "cpu.csv:\n" + csv_text(dir / "cpu.csv") + "cuda.csv:\n" + csv_text(dir / "cuda.csv");
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("precis-train: a device it cannot use is a DeviceError naming it, before the data is read", "[train][cuda]") {
@@ -118,19 +140,15 @@ TEST_CASE("precis-train on cuda:0: f16 losses follow the CPU run, evaluation run
   o.precision = DType::f16;
   o.epochs = 2;  // 12 steps
   std::ostringstream log;
-
-  o.metrics = dir / "cpu.csv";
-  const train::TrainSummary cpu = train::train(o, log);
-  o.device = Device::cuda(0);
-  o.metrics = dir / "cuda.csv";
-  o.checkpoint_dir = dir / "full";
-  const train::TrainSummary gpu = train::train(o, log);
-  REQUIRE(gpu.steps == cpu.steps);
+  const BothDevices run = train_on_both(o, dir, dir / "full");
+  const train::TrainSummary& gpu = run.gpu;
+  REQUIRE(gpu.steps == run.cpu.steps);
   REQUIRE(std::isfinite(gpu.test_accuracy));  // evaluated on the device
-  const std::vector<double> a = csv_losses(dir / "cpu.csv"), b = csv_losses(dir / "cuda.csv");
+  const std::vector<double>& a = run.cpu_losses;
+  const std::vector<double>& b = run.gpu_losses;
   REQUIRE(a.size() >= 10);
   REQUIRE(b.size() == a.size());
-  INFO("cpu.csv:\n" << csv_text(dir / "cpu.csv") << "cuda.csv:\n" << csv_text(dir / "cuda.csv"));
+  INFO(run.csvs);
   WARN("f16 ResNet-20 (width 4): largest relative loss difference CUDA vs CPU over 10 steps "
        << worst_relative(a, b, 10));
   for (size_t i = 0; i < 3; ++i) {
@@ -141,7 +159,7 @@ TEST_CASE("precis-train on cuda:0: f16 losses follow the CPU run, evaluation run
   CHECK(csv_column(dir / "cpu.csv", 7) == csv_column(dir / "cuda.csv", 7));  // applied
   CHECK(b.back() < b.front());  // it learns
 
-  o.metrics.clear();
+  o.device = Device::cuda(0);
   o.checkpoint_dir = dir / "resumed";
   o.stop_after_steps = 5;
   const train::TrainSummary first = train::train(o, log);
@@ -163,16 +181,12 @@ TEST_CASE("precis-train on cuda:0: f32 losses follow the CPU run closely", "[tra
   train::TrainOptions o = tiny_resnet(data, "");
   o.precision = DType::f32;
   o.epochs = 2;  // 12 steps
-  std::ostringstream log;
-  o.metrics = dir / "cpu.csv";
-  train::train(o, log);
-  o.device = Device::cuda(0);
-  o.metrics = dir / "cuda.csv";
-  train::train(o, log);
-  const std::vector<double> a = csv_losses(dir / "cpu.csv"), b = csv_losses(dir / "cuda.csv");
+  const BothDevices run = train_on_both(o, dir, "");
+  const std::vector<double>& a = run.cpu_losses;
+  const std::vector<double>& b = run.gpu_losses;
   REQUIRE(a.size() == 12);
   REQUIRE(b.size() == a.size());
-  INFO("cpu.csv:\n" << csv_text(dir / "cpu.csv") << "cuda.csv:\n" << csv_text(dir / "cuda.csv"));
+  INFO(run.csvs);
   WARN("f32 ResNet-20 (width 4): largest relative loss difference CUDA vs CPU over 12 steps "
        << worst_relative(a, b, 12));
   for (size_t i = 0; i < a.size(); ++i) {
