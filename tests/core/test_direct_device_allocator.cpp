@@ -153,7 +153,7 @@ TEST_CASE("direct allocator: out of memory is an OutOfMemoryError naming the req
   f.alloc.deallocate(a, 40 * MiB);
 }
 
-TEST_CASE("direct allocator: a failed device wait keeps the block, a failed free forgets it; both warn",
+TEST_CASE("direct allocator: a failed device wait keeps the block and a failed free forgets it, both with a warning",
           "[core][allocator]") {
   Fixture f;
   std::vector<std::string> warnings;

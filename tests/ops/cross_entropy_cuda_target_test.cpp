@@ -15,7 +15,7 @@
 
 using namespace precis;
 
-TEST_CASE("cross_entropy on CUDA: a target outside [0, C) gives its row a NaN loss and gradient",
+TEST_CASE("cross_entropy on CUDA: a target outside 0 to C - 1 gives its row a NaN loss and gradient",
           "[cuda][ops]") {
   PRECIS_REQUIRE_CUDA();
   const Device dev = Device::cuda(0);
