@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 fake=$(mktemp -d /tmp/precis-gpu-dry.XXXX)
-trap 'rm -rf "$fake"' EXIT
+trap '[[ -n "${KEEP_FAKE:-}" ]] || rm -rf "$fake"' EXIT
 mkdir -p "$fake/bin" "$fake/tools" "$fake/carry/fashion-mnist" "$fake/carry/text"
 fail() { echo "dry_run: FAIL: $*"; exit 1; }
 
@@ -68,7 +68,13 @@ cat >"$fake/bin/precis-bench" <<'EOF'
 # A fake precis-bench: one JSON record (or, with the timeout fault, a hang).
 [[ "$1" == --help ]] && exit 0
 [[ " ${FAKE_FAULTS:-} " == *" timeout "* ]] && sleep 60
-while (( $# )); do [[ "$1" == --json ]] && json=$2; shift; done
+json=""
+while (( $# )); do
+  [[ "$1" == --json ]] && json=$2
+  [[ "$1" == --profile ]] && echo "ops: 95.0 ms of 100.0 ms wall (95.0%; device clock 95.0 ms, wall clock 0.0 ms)"
+  shift
+done
+[[ -n "$json" ]] || exit 0
 echo '[{"case": "resnet50 b256 224", "dtype": "f16", "impl": "precis", "median_ms": 50.0, "images_per_s": 5120, "peak_device_mb": 9000}]' >"$json"
 EOF
 cat >"$fake/tools/nvidia-smi" <<'EOF'

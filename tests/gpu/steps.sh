@@ -259,9 +259,22 @@ PY
   step "profile: ResNet-50 f32 on the device clock"
   # Per-op device times (CUDA events, ops/profiler.h) must add up to at least 90 % of the steps.
   t0=$SECONDS
-  logged profile 90 "$BIN/precis-bench" models --device cuda --no-peak --profile --repeat 5 --min-time 0 \
-    --cases "resnet50 b256 224 f32"; rc=$?
-  row "profile resnet50 f32 (device clock)" "$(result_of $rc)" "$(grep -m1 -iE 'ops:|sum' "$logdir/profile.log" | cut -c1-110); $((SECONDS - t0)) s"
+  if logged profile 90 "$BIN/precis-bench" models --device cuda --no-peak --profile --repeat 5 --min-time 0 \
+       --cases "resnet50 b256 224 f32"; then
+    # The report's sum line: "ops: S ms of W ms wall (P%; device clock D ms, wall clock C ms)".
+    out=$(python3 - "$logdir/profile.log" 2>&1 <<'PY'
+import re, sys
+m = re.search(r"^ops: ([0-9.]+) ms of ([0-9.]+) ms wall \(([0-9.]+)%([^)]*)\)", open(sys.argv[1]).read(), re.M)
+if not m:
+    print("FAIL|no 'ops: ... ms wall (...%' line in the profile")
+else:
+    share = float(m.group(3))
+    print(("ok" if share >= 90 else "FAIL") + f"|per-op times {share:.1f}% of the steps (>= 90%){m.group(4)}")
+PY
+); verdict_row "profile resnet50 f32 (device clock)" $? "$out"
+  else
+    rc=$?; row "profile resnet50 f32 (device clock)" "$(result_of $rc)" "precis-bench exit $rc"
+  fi
 
   step "benchmark: precis-bench models --device cuda; the PyTorch peer"
   t0=$SECONDS
