@@ -75,6 +75,8 @@ struct FakeDevice {
   }
 };
 
+// Not on a temporary list: the pointer would outlive it.
+const profiler::Entry* find(std::vector<profiler::Entry>&& all, const std::string& name, Clock clock) = delete;
 const profiler::Entry* find(const std::vector<profiler::Entry>& all, const std::string& name, Clock clock) {
   for (const profiler::Entry& e : all)
     if (e.name == name && e.clock == clock && e.direction == Direction::forward) return &e;
@@ -147,7 +149,8 @@ TEST_CASE("profiler device clock: once many pairs are pending, those the device 
   // Turning the profiler off waits for the last one, so the totals are complete.
   profiler::set_enabled(false);
   CHECK(f.timer.waits == 1);
-  const profiler::Entry* add = find(profiler::entries(), "add", Clock::device);
+  const std::vector<profiler::Entry> all = profiler::entries();
+  const profiler::Entry* add = find(all, "add", Clock::device);
   REQUIRE(add != nullptr);
   CHECK(add->calls == n + 1);
   CHECK(add->total_ms == Approx(0.25 * (n + 1)));
@@ -228,7 +231,8 @@ TEST_CASE("profiler device clock: front-end FLOPs join the device entry of the o
   FakeDevice f;
   profiler::add_flops(OpId::matmul, 4e9);  // reported by the front-end, outside any scope
   device_call(f.timer, OpId::matmul, 2.0);
-  const profiler::Entry* e = find(profiler::entries(), "matmul", Clock::device);
+  const std::vector<profiler::Entry> all = profiler::entries();
+  const profiler::Entry* e = find(all, "matmul", Clock::device);
   REQUIRE(e != nullptr);
   CHECK(e->flops == 4e9);
   CHECK(e->total_ms == Approx(2.0));

@@ -7,6 +7,9 @@
 
 namespace precis::testing {
 
+/// Not on a temporary list (find_entry(profiler::entries(), ...)): the pointer would outlive it.
+const profiler::Entry* find_entry(std::vector<profiler::Entry>&& all, const std::string& name,
+                                  profiler::Direction d) = delete;
 /// The entry (name, direction), or nullptr.
 inline const profiler::Entry* find_entry(const std::vector<profiler::Entry>& all, const std::string& name,
                                          profiler::Direction d) {
