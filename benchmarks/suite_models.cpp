@@ -52,6 +52,7 @@
 #include "core/error.h"
 #include "benchmarks/bench.h"
 #include "core/rng.h"
+#include "core/synchronize.h"
 #include "core/thread_pool.h"
 #include "models/bert.h"
 #include "models/resnet.h"
@@ -59,10 +60,6 @@
 #include "ops/functional.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
-
-#ifdef PRECIS_HAS_CUDA
-#include "core/cuda/cuda_context.h"
-#endif
 
 namespace precis::bench {
 namespace {
@@ -192,11 +189,7 @@ struct GpuCase {
 
 // Waits until the device has run everything queued so far (a step's time is the device's).
 void device_wait(Device device) {
-#ifdef PRECIS_HAS_CUDA
-  if (device.is_cuda()) cuda::synchronize_stream(device.index);
-#else
-  (void)device;
-#endif
+  if (device.is_cuda()) cuda::synchronize(device.index);
 }
 
 std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Device device, bool amp,
@@ -243,15 +236,15 @@ const GpuCase kGpuCases[] = {
 SuiteReport run_models_gpu(const Options& options, Device device) {
   // Fail before any case, and clearly, when the device cannot hold a tensor.
   if (cuda_device_count() <= device.index) {
-    std::string why = "precis was built without CUDA";
-#ifdef PRECIS_HAS_CUDA
-    why = "no such device is visible (cuda_device_count() = " + std::to_string(cuda_device_count()) + ")";
-    try {
-      (void)zeros({1}, {.device = device});
-    } catch (const std::exception& e) {
-      why += ": " + std::string(e.what());
+    std::string why = cuda_unavailable_reason();
+    if (why.empty()) {
+      why = "no such device is visible (cuda_device_count() = " + std::to_string(cuda_device_count()) + ")";
+      try {
+        (void)zeros({1}, {.device = device});
+      } catch (const std::exception& e) {
+        why += ": " + std::string(e.what());
+      }
     }
-#endif
     throw DeviceError("precis-bench models --device " + device.str() + ": " + why +
                       "; the GPU cases need a machine with a usable GPU");
   }

@@ -25,12 +25,8 @@
 
 #include "core/caching_allocator.h"
 #include "core/checked_math.h"
+#include "core/cuda_backend.h"
 #include "core/error.h"
-
-#ifdef PRECIS_HAS_CUDA
-#include "core/cuda/cuda_allocator.h"
-#include "core/cuda/cuda_context.h"
-#endif
 
 // Under AddressSanitizer the allocator tells ASan which bytes are live: a cached block, and the
 // rounding slack past the bytes asked for, are poisoned, so a kernel that reads past a tensor's
@@ -198,33 +194,29 @@ Allocator& allocator_for(Device device) {
                       kMaxDeviceIndex, ")");
   if (Allocator* a = g_table[type][device.index].load(std::memory_order_acquire)) return *a;
   if (device.is_cpu()) return cpu_allocator();
-#ifdef PRECIS_HAS_CUDA
+  const detail::CudaCoreHooks* cuda = detail::cuda_core_hooks();
+  if (cuda == nullptr)
+    throw DeviceError(detail::str_cat(device.str(), " is not available: ", cuda_backend_unavailable_reason(),
+                                      "; use Device::cpu()"));
   // Registered here, on first use, so that allocating needs nothing from the layers above (the
   // CUDA backend's kernels are registered separately, by ops).
   static std::once_flag cuda_once;
-  std::call_once(cuda_once, [] { cuda::register_allocators(); });
+  std::call_once(cuda_once, [cuda] { cuda->register_allocators(); });
   if (Allocator* a = g_table[type][device.index].load(std::memory_order_acquire)) return *a;
-#endif
-  throw DeviceError(detail::str_cat("no CUDA allocator for ", device.str(),
-                                    ": precis was built without CUDA or the device is absent"));
+  throw DeviceError(detail::str_cat("no CUDA allocator for ", device.str(), ": the device is absent"));
 }
 
 Allocator& pinned_allocator() {
-#ifdef PRECIS_HAS_CUDA
-  return cuda::pinned_allocator();
-#else
-  throw DeviceError("pin_memory: pinned host memory needs CUDA, and precis was built without it "
-                    "(PRECIS_CUDA=OFF); use ordinary CPU tensors, or rebuild with PRECIS_CUDA=ON on a machine with "
-                    "the CUDA toolkit");
-#endif
+  const detail::CudaCoreHooks* cuda = detail::cuda_core_hooks();
+  if (cuda == nullptr)
+    throw DeviceError(detail::str_cat("pin_memory: pinned host memory needs CUDA, and ",
+                                      cuda_backend_unavailable_reason(), "; use ordinary CPU tensors"));
+  return cuda->pinned_allocator();
 }
 
 bool pinned_memory_available() {
-#ifdef PRECIS_HAS_CUDA
-  return cuda::device_count() > 0;
-#else
-  return false;
-#endif
+  const detail::CudaCoreHooks* cuda = detail::cuda_core_hooks();
+  return cuda != nullptr && cuda->device_count() > 0;
 }
 
 void Allocator::copy_to_host(void* dst, const void* src, size_t nbytes) const {

@@ -1,10 +1,8 @@
 #include "core/device.h"
 #include "core/synchronize.h"
 
+#include "core/cuda_backend.h"
 #include "core/error.h"
-#ifdef PRECIS_HAS_CUDA
-#include "core/cuda/cuda_context.h"
-#endif
 
 namespace precis {
 
@@ -30,26 +28,30 @@ Device Device::parse(const std::string& s) {
 bool cuda_is_available() { return cuda_device_count() > 0; }
 
 int cuda_device_count() {
-#ifdef PRECIS_HAS_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
+  const detail::CudaCoreHooks* cuda = detail::cuda_core_hooks();
+  return cuda == nullptr ? 0 : cuda->device_count();
+}
+
+std::string cuda_unavailable_reason() {
+  const detail::CudaCoreHooks* cuda = detail::cuda_core_hooks();
+  if (cuda == nullptr) return cuda_backend_unavailable_reason();
+  return cuda->device_count() > 0 ? std::string() : std::string(cuda->unavailable_reason());
 }
 
 namespace cuda {
 
 void synchronize(int index) {
-#ifdef PRECIS_HAS_CUDA
-  if (index >= 0) {
-    synchronize_device(index);
+  const detail::CudaCoreHooks* cuda = detail::cuda_core_hooks();
+  if (cuda == nullptr) {
+    PRECIS_CHECK_DEVICE(index < 0, "cuda::synchronize: cuda:", index, " is not available: ",
+                        cuda_backend_unavailable_reason(), "; use Device::cpu()");
     return;
   }
-  for (int i = 0; i < device_count(); ++i) synchronize_device(i);
-#else
-  PRECIS_CHECK_DEVICE(index < 0, "cuda::synchronize: cuda:", index,
-                      " is not available: this build of precis has no CUDA support; use Device::cpu()");
-#endif
+  if (index >= 0) {
+    cuda->synchronize_device(index);
+    return;
+  }
+  for (int i = 0; i < cuda->device_count(); ++i) cuda->synchronize_device(i);
 }
 
 }  // namespace cuda

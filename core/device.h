@@ -34,6 +34,11 @@ const char* device_type_name(DeviceType t);
 /// missing driver or GPU reads as false.
 bool cuda_is_available();
 /// Number of visible CUDA devices; 0 in a CPU-only build or when the driver/GPU is missing.
+/// The first call loads the CUDA backend library (core/cuda_backend.h).
 int cuda_device_count();
+/// Why cuda_is_available() is false, in a phrase for an error message ("this precis was built
+/// without CUDA ...", "the CUDA backend ... could not be loaded (...)", "no NVIDIA driver ...");
+/// empty when a device is visible.
+std::string cuda_unavailable_reason();
 
 }  // namespace precis

@@ -6,10 +6,10 @@
 #include <exception>
 #include <mutex>
 
+#include "core/cuda_backend.h"
 #include "core/device.h"
 #include "core/grad_mode.h"
 #include "dist/collective_checks.h"
-#include "dist/cuda/nccl_backend.h"
 #include "dist/mpi/mpi_backend.h"
 
 namespace precis::dist {
@@ -103,9 +103,12 @@ class LocalProcessGroup : public ProcessGroup {
 void require_nccl() {
   if (!nccl_available())
     throw DistributedError(
-        "dist::init_process_group(Backend::nccl): precis was built without NCCL, so CUDA tensors have no "
-        "transport: install NCCL next to the CUDA toolkit (libnccl-dev, or the toolkit's own) and rebuild with "
-        "PRECIS_CUDA=ON PRECIS_NCCL=ON; Backend::automatic reduces CPU tensors without it");
+        "dist::init_process_group(Backend::nccl): CUDA tensors have no transport: " +
+        (cuda_backend_available()
+             ? std::string("the CUDA backend was built without NCCL; install NCCL next to the CUDA toolkit "
+                           "(libnccl-dev, or the toolkit's own) and rebuild with PRECIS_CUDA=ON PRECIS_NCCL=ON")
+             : cuda_backend_unavailable_reason()) +
+        "; Backend::automatic reduces CPU tensors without it");
   PRECIS_CHECK_DEVICE(cuda_is_available(), "dist::init_process_group(Backend::nccl): no CUDA device is visible (",
                       cuda_device_count(), " devices), and NCCL reduces only CUDA tensors: run on a machine with a "
                       "GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use Backend::automatic for CPU tensors");
@@ -123,13 +126,16 @@ Backend g_backend = Backend::automatic;
 
 }  // namespace
 
-bool nccl_available() {
-#ifdef PRECIS_HAS_NCCL
-  return true;
-#else
-  return false;
-#endif
+namespace {
+// The CUDA backend's NCCL entry (dist/cuda/nccl_backend.h): replaces *group by a group with its
+// ranks that sends CUDA tensors to NCCL. nullptr when the backend cannot be loaded or has no NCCL.
+using NcclWrapFn = void(std::shared_ptr<ProcessGroup>* group);
+NcclWrapFn* nccl_wrap() {
+  return reinterpret_cast<NcclWrapFn*>(precis::detail::cuda_backend_symbol("precis_nccl_routing_group"));
 }
+}  // namespace
+
+bool nccl_available() { return nccl_wrap() != nullptr; }
 
 bool mpi_available() {
 #ifdef PRECIS_HAS_MPI
@@ -163,9 +169,9 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend) {
   } else {
     g_group = std::make_shared<LocalProcessGroup>();
   }
-#ifdef PRECIS_HAS_NCCL
-  g_group = detail::make_nccl_routing_group(g_group);  // CUDA tensors to NCCL, the rest to the group above
-#endif
+  // CUDA tensors to NCCL, the rest to the group above. Only where a GPU is visible: a CPU job does
+  // not hold NCCL's state, and a CUDA tensor cannot exist without a device anyway.
+  if (NcclWrapFn* wrap = nccl_wrap(); wrap != nullptr && cuda_is_available()) wrap(&g_group);
   g_backend = backend;
   return g_group;
 }

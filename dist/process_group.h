@@ -85,14 +85,15 @@ enum class Backend { automatic, mpi, local, nccl };
 /// when MPI is asked for (or launched) but precis was built without it.
 /// nccl: as automatic, so without a launcher a world of one whose NCCL communicator is made in
 /// this process (ncclGetUniqueId, no MPI) on the first CUDA collective; backend() then reads
-/// "local+nccl" ("mpi+nccl" under a launcher). DistributedError when precis was built without
-/// NCCL, DeviceError when no CUDA device is visible; neither creates a group.
+/// "local+nccl" ("mpi+nccl" under a launcher). DistributedError when the CUDA backend cannot be
+/// loaded or was built without NCCL, DeviceError when no CUDA device is visible; neither creates a
+/// group. automatic and mpi route CUDA tensors to NCCL too, where a GPU is visible and NCCL is there.
 std::shared_ptr<ProcessGroup> init_process_group(Backend backend = Backend::automatic);
 /// Whether init_process_group() has created the group.
 bool is_initialized();
 /// Whether precis was built with the MPI backend.
 bool mpi_available();
-/// Whether precis was built with the NCCL backend (CUDA tensors).
+/// Whether the CUDA backend (core/cuda_backend.h; loaded by this call) has NCCL for CUDA tensors.
 bool nccl_available();
 
 /// Ends the whole job now: with MPI, MPI_Abort on every rank (so no rank hangs waiting in a

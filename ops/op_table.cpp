@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/cuda_backend.h"
 #include "core/error.h"
 #include "ops/backends.h"
 #include "ops/kernel_observer.h"
@@ -58,8 +59,20 @@ void register_kernel(OpId op, DeviceType device, DType dtype, void* fn, const st
   slot_of(op, device, dtype) = detail::KernelSlot{fn, fn == nullptr ? nullptr : &signature};
 }
 
-const detail::KernelSlot& detail::kernel_slot(OpId op, DeviceType device, DType dtype) {
+namespace {
+
+// CUDA kernels are registered when the backend library loads, on the first CUDA lookup: a CPU-only
+// program never opens the CUDA libraries.
+void init_backends_for(DeviceType device) {
   init_backends();
+  if (device == DeviceType::cuda) [[unlikely]]
+    init_cuda_kernels();
+}
+
+}  // namespace
+
+const detail::KernelSlot& detail::kernel_slot(OpId op, DeviceType device, DType dtype) {
+  init_backends_for(device);
   if (KernelLookupObserver observe = g_lookup_observer.load(std::memory_order_relaxed)) observe(op, device, dtype);
   return slot_of(op, device, dtype);
 }
@@ -67,7 +80,7 @@ const detail::KernelSlot& detail::kernel_slot(OpId op, DeviceType device, DType 
 void set_kernel_lookup_observer(KernelLookupObserver observer) { g_lookup_observer.store(observer); }
 
 void* find_kernel(OpId op, DeviceType device, DType dtype) {
-  init_backends();
+  init_backends_for(device);
   return slot_of(op, device, dtype).fn;
 }
 
@@ -82,7 +95,7 @@ void* find_fused_kernel(OpId op, DeviceType device, DType dtype) {
 bool detail::set_fused_kernels(bool enabled) { return g_fused_kernels.exchange(enabled); }
 
 std::vector<DType> registered_dtypes(OpId op, DeviceType device) {
-  init_backends();
+  init_backends_for(device);
   std::vector<DType> out;
   for (int d = 0; d < kNumDTypes; ++d)
     if (g_kernels[static_cast<int>(op)][static_cast<int>(device)][d].fn != nullptr) out.push_back(static_cast<DType>(d));
@@ -95,8 +108,8 @@ void throw_missing_kernel(OpId op, DeviceType device, DType dtype) {
   throw NotImplementedError(detail::str_cat(op_name(op), ": no ", device_type_name(device), " kernel for dtype ",
                                             dtype_name(dtype), "; ", device_type_name(device), " kernels exist for: ",
                                             have.empty() ? "none" : have,
-                                            device == DeviceType::cuda && have.empty()
-                                                ? " (was precis built with CUDA?)"
+                                            device == DeviceType::cuda && !cuda_backend_available()
+                                                ? " (" + cuda_backend_unavailable_reason() + ")"
                                                 : ""));
 }
 
@@ -113,10 +126,21 @@ void init_backends() {
   static std::once_flag once;
   std::call_once(once, [] {
     cpu::register_cpu_kernels();
-#ifdef PRECIS_HAS_CUDA
-    cuda::register_cuda_backend();
-#endif
   });
+}
+
+bool init_cuda_kernels() {
+  // The flag spares every CUDA lookup the once_flag's synchronisation after the first.
+  static std::atomic<bool> done{false};
+  if (done.load(std::memory_order_acquire)) return true;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto fn = reinterpret_cast<void (*)()>(detail::cuda_backend_symbol("precis_cuda_register_kernels"));
+    if (fn == nullptr) return;
+    fn();
+    done.store(true, std::memory_order_release);
+  });
+  return done.load(std::memory_order_acquire);
 }
 
 }  // namespace precis

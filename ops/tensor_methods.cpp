@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "autograd/record.h"
+#include "core/cuda_backend.h"
 #include "ops/backends.h"
 #include "ops/broadcast.h"
 #include "ops/functional.h"
@@ -35,10 +36,10 @@ void copy_same_device(const Tensor& dst, const Tensor& src) {
 }  // namespace
 
 void set_device_copy(DeviceCopyFn* fn) { g_device_copy = fn; }
-// The backends register the copy from init_backends(), which every kernel lookup runs; a copy to a
-// device can be a process's first op (it looks nothing up), so it runs it too.
+// The CUDA backend registers the copy when its kernels are registered, on the first CUDA kernel
+// lookup; a copy to a device can be a process's first op (it looks nothing up), so it does that too.
 DeviceCopyFn* device_copy() {
-  init_backends();
+  init_cuda_kernels();
   return g_device_copy;
 }
 
@@ -85,8 +86,8 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
       // scatter into this tensor's strides on its own device if needed.
       Tensor s = src.expand(sizes()).to(dtype()).contiguous();
       DeviceCopyFn* fn = device_copy();
-      PRECIS_CHECK_DEVICE(fn != nullptr, "copy_: cannot copy from ", src.describe(), " to ", describe(),
-                          ": precis was built without CUDA");
+      PRECIS_CHECK_DEVICE(fn != nullptr, "copy_: cannot copy from ", src.describe(), " to ", describe(), ": ",
+                          cuda_backend_unavailable_reason());
       // Not an op-table kernel, so the profile's to_device row is opened here, on the clock of the
       // device side of the copy (its stream holds the copy).
       std::optional<profiler::Scope> profile;

@@ -10,6 +10,13 @@
 #   FRESH_TRAIN_ARGS="..."                        TRAIN_ARGS for the shortened `make train`
 #   FRESH_CCACHE=DIR|none                         compiler cache the root's build shares (default:
 #                                                 this machine's ccache folder when ccache is here)
+#   FRESH_CUDA_BUILD=DIR                          a build tree made here with CUDA (default: build/);
+#                                                 required when this machine has nvcc
+#
+# Then the other newcomer: a user who builds against an install made *with* CUDA on a machine that
+# has none. The CUDA build tree of this machine is installed into the root (which has no CUDA), and
+# tests/install/consumer is built against it there: it must link no CUDA library (ldd) and run,
+# and asking it for a CUDA device must give one DeviceError (libprecis_cuda.so cannot be loaded).
 #
 # Why: a green CI on a developer machine once hid a missing package for a whole wave, because that
 # machine already had it. Here nothing is installed but Debian's minbase, so every package `make
@@ -192,17 +199,49 @@ assert isinstance(acc, (int, float)) and math.isfinite(acc), "test_accuracy miss
 # One epoch on 4096 images is far from 92%, but far above chance (10 classes).
 assert acc > 0.5, f"test_accuracy {acc} is near chance: the model did not train"
 EOF
+
+# ---- an install made with CUDA, on a machine without CUDA -----------------------------------------
+cuda_build=${FRESH_CUDA_BUILD:-$repo/build}
+nvcc_here=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+cuda_line="not run: this machine has no nvcc, so no install made with CUDA"
+if compgen -G "$cuda_build/libprecis_cuda.so*" >/dev/null; then
+  say "cmake --install $cuda_build (built with CUDA) into the root's /opt/precis-cuda"
+  cmake --install "$cuda_build" --prefix "$root/opt/precis-cuda" >"$root.install.log" 2>&1 ||
+    { tail -20 "$root.install.log" >&2; die "cmake --install $cuda_build failed"; }
+  rm -f "$root.install.log"
+  compgen -G "$root/opt/precis-cuda/lib*/libprecis_cuda.so*" >/dev/null || die "the install has no libprecis_cuda.so"
+  say "a consumer of that install, inside the root (no CUDA there)"
+  consumer_out=$(in_root 'set -e
+    cmake -S tests/install/consumer -B /tmp/consumer-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH=/opt/precis-cuda -DPRECIS_CONSUMER_MODE=package >/tmp/consumer-cuda.log 2>&1 ||
+      { cat /tmp/consumer-cuda.log; exit 1; }
+    cmake --build /tmp/consumer-cuda --target consumer >>/tmp/consumer-cuda.log 2>&1 || { cat /tmp/consumer-cuda.log; exit 1; }
+    if ldd /tmp/consumer-cuda/consumer | grep -E "libcuda|libcublas|libcudnn|libnccl|libprecis_cuda"; then
+      echo "LINKS-CUDA"; exit 1
+    fi
+    /tmp/consumer-cuda/consumer
+    /tmp/consumer-cuda/consumer --cuda') || die "the consumer of the CUDA install failed in the root: $consumer_out"
+  echo "$consumer_out" | sed 's/^/  | /'
+  grep -q 'dtype_name(DType::bf16) = bf16' <<<"$consumer_out" || die "the consumer of the CUDA install did not run"
+  grep -q 'cuda: DeviceError: cuda:0 is not available: the CUDA backend .* could not be loaded' <<<"$consumer_out" ||
+    die "asking the consumer for a CUDA device did not give the backend's load error: $consumer_out"
+  cuda_line="linked no CUDA library, ran, and said: $(grep '^cuda:' <<<"$consumer_out")"
+elif [[ -n $nvcc_here ]]; then
+  die "this machine has nvcc ($nvcc_here) but $cuda_build holds no libprecis_cuda.so: build it first (make build) or set FRESH_CUDA_BUILD"
+fi
+
 packages_after=$(chroot "$root" dpkg-query -W -f='${Package}\n' | sort)
 asked=$(grep -h '^install-deps: installing:' "$root.make-test.log" "$root.make-train.log" | sed 's/^install-deps: installing: //' | tr '\n' ' ')
 rm -f "$root.make-test.log" "$root.make-train.log"
 
 echo
 echo "fresh-machine summary (Debian $suite minbase root; CPU only: CUDA is not in Debian, so the"
-echo "CUDA build is not covered here)"
+echo "CUDA build itself is not covered here)"
 echo "  root built by debootstrap:  ${t_root} s"
 echo "  packages install-deps asked for: ${asked:-none}"
 echo "  packages in the root: $(wc -l <<<"$packages_before") before, $(wc -l <<<"$packages_after") after"
 echo "  make test (deps, build, all tests): ${t_test} s (compiler cache: ${ccache_dir:-none})"
 echo "  make train TRAIN_ARGS=\"$train_args\": ${t_train} s"
 echo "  JSON: $json"
+echo "  a program built against this machine's CUDA install, in the root: $cuda_line"
 echo "fresh-machine: PASSED in $(( SECONDS - t0 )) s"

@@ -24,7 +24,14 @@ const DeviceInfo& device_info() {
     const cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();  // the failed query must not poison later calls
-      d.reason = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+      // The two common cases in words a user acts on; the runtime's name stays for searching.
+      if (err == cudaErrorInsufficientDriver)
+        d.reason = "no NVIDIA driver, or one older than this CUDA " + std::to_string(CUDART_VERSION / 1000) +
+                   " build needs (cudaErrorInsufficientDriver)";
+      else if (err == cudaErrorNoDevice)
+        d.reason = "the driver sees no GPU (cudaErrorNoDevice; check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+      else
+        d.reason = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
       return d;
     }
     d.count = n < kMaxDevices ? n : kMaxDevices;

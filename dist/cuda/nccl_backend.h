@@ -1,6 +1,7 @@
 #pragma once
-// The NCCL backend's entry point for dist/process_group.cpp. Free of <nccl.h> and CUDA headers:
-// only dist/cuda/*.cpp (compiled with CUDA on; the NCCL code only when NCCL was found) sees them.
+// The NCCL backend's entry point. Free of <nccl.h> and CUDA headers: only dist/cuda/*.cpp (in the
+// CUDA backend library; the NCCL code only when NCCL was found) sees them. dist/process_group.cpp
+// looks the C symbol up in the loaded backend (core/cuda_backend.h).
 #include <memory>
 
 #include "dist/process_group.h"
@@ -13,3 +14,6 @@ namespace precis::dist::detail {
 std::shared_ptr<ProcessGroup> make_nccl_routing_group(std::shared_ptr<ProcessGroup> cpu);
 
 }  // namespace precis::dist::detail
+
+/// *group = make_nccl_routing_group(*group), for dist/process_group.cpp.
+extern "C" void precis_nccl_routing_group(std::shared_ptr<precis::dist::ProcessGroup>* group);

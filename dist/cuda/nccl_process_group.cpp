@@ -259,4 +259,8 @@ std::shared_ptr<ProcessGroup> make_nccl_routing_group(std::shared_ptr<ProcessGro
 }
 
 }  // namespace precis::dist::detail
+
+extern "C" void precis_nccl_routing_group(std::shared_ptr<precis::dist::ProcessGroup>* group) {
+  *group = precis::dist::detail::make_nccl_routing_group(std::move(*group));
+}
 #endif  // PRECIS_HAS_NCCL

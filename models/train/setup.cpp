@@ -33,25 +33,20 @@ DType resolve_precision(const std::string& name, Device device) {
 
 void require_usable_device(Device device) {
   if (device.is_cpu()) return;
-#ifndef PRECIS_HAS_CUDA
-  throw DeviceError("precis-train --device " + device.str() + ": this precis was built without CUDA (configure with "
-                    "-DPRECIS_CUDA=ON where nvcc is installed), so it cannot train on " + device.str() +
-                    "; use --device cpu");
-#else
   const int count = cuda_device_count();
-  // Allocating one element asks the driver: its DeviceError says why a device cannot be had.
-  std::string why;
+  if (count == 0)
+    throw DeviceError("--device " + device.str() + ": no GPU is usable here: " + cuda_unavailable_reason() +
+                      ". Use --device cpu");
+  if (device.index >= count)
+    throw DeviceError(detail::str_cat("--device ", device.str(), ": this machine has ", count, " GPU",
+                                      count == 1 ? "" : "s", " (cuda:0", count == 1 ? "" : " to cuda:",
+                                      count == 1 ? "" : std::to_string(count - 1), "). Use one of them, or --device cpu"));
+  // Allocating one element asks the driver: its DeviceError says why a visible device cannot be had.
   try {
     (void)zeros({1}, {.device = device});
-    return;
   } catch (const DeviceError& e) {
-    why = e.what();
+    throw DeviceError("--device " + device.str() + ": the GPU cannot be used: " + e.what() + ". Use --device cpu");
   }
-  throw DeviceError(detail::str_cat("precis-train --device ", device.str(), ": no usable CUDA device ", device.str(),
-                                    " on this machine (", count, " visible); ", why,
-                                    ". Use --device cpu, or a machine with a GPU and a driver that matches this CUDA "
-                                    "build"));
-#endif
 }
 
 const char* schedule_name(Schedule s) {

@@ -13,6 +13,8 @@ namespace precis::cuda {
 /// dims that are contiguous in every operand) into an OffsetCalc of at most kMaxKernelDims dims.
 ElementwiseLaunch make_elementwise_launch(const char* op, std::initializer_list<const Tensor*> operands);
 
+/// Registers the kernels below and the device copy (precis_cuda_register_kernels, ops/cuda/register.cpp).
+void register_cuda_backend();
 void register_elementwise_kernels();  // copy, fill, add ... ge, where, masked_fill
 void register_unary_kernels();        // neg ... erf, relu_backward, gelu_backward
 void register_reduce_kernels();       // sum, mean, var, max along a dim

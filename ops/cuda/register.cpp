@@ -1,8 +1,7 @@
-// The CUDA backend's init: its kernels (ops/cuda) and the profiler's device clock, called once by
-// init_backends(). Safe without a GPU: kernels and the clock are registered regardless (they need
+// The CUDA backend's init: its kernels (ops/cuda) and the profiler's device clock, registered once
+// by init_cuda_kernels() (ops/op_table.cpp) when libprecis loads this library. Safe without a GPU: kernels and the clock are registered regardless (they need
 // a device only when called). The allocators are core's: allocator_for registers them on the
 // first request for a CUDA device.
-#include "ops/backends.h"
 #include "ops/cuda/cuda_backend.h"
 
 namespace precis::cuda {
@@ -27,3 +26,6 @@ void register_cuda_backend() {
 }
 
 }  // namespace precis::cuda
+
+// The entry point init_cuda_kernels() (ops/op_table.cpp) looks up when libprecis loads this library.
+extern "C" void precis_cuda_register_kernels() { precis::cuda::register_cuda_backend(); }

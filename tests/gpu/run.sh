@@ -136,7 +136,13 @@ stage_bundle() {  # STAGE EXE...
   local stage=$1 exe lib name missing=0; shift
   mkdir -p "$stage/bin" "$stage/lib"
   for exe in "$@"; do
-    cp "$exe" "$stage/bin/" && strip --strip-unneeded "$stage/bin/$(basename "$exe")" || return 1
+    # A library given here (the CUDA backend, which nothing links: libprecis.so opens it) goes to
+    # lib/ under its file name, the soname the loader asks for; its own libraries follow it.
+    if [[ "$exe" == *.so* ]]; then
+      cp -L "$exe" "$stage/lib/$(basename "$exe")" || return 1
+    else
+      cp "$exe" "$stage/bin/" && strip --strip-unneeded "$stage/bin/$(basename "$exe")" || return 1
+    fi
     while read -r name lib; do
       if [[ "$lib" == "not found" ]]; then echo "ldd: $exe: $name not found here"; missing=1; continue; fi
       [[ "$name" =~ $SYSTEM_LIBS ]] && continue
@@ -156,10 +162,11 @@ prepare() {  # DIR
     { echo "$BUILD_DIR is not a CUDA build (no PRECIS_HAS_CUDA): configure it with -DPRECIS_CUDA=ON"; return 1; }
   mapfile -t tests < <(cuda_test_targets)
   echo "-- build: ${tests[*]} ${TOOLS[*]}"
-  cmake --build "$BUILD_DIR" -j "$JOBS" --target "${tests[@]}" "${TOOLS[@]}" || return 1
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target "${tests[@]}" "${TOOLS[@]}" precis_cuda || return 1
   local exes=()
   for t in "${tests[@]}"; do exes+=("$BUILD_DIR/tests/$t"); done
   exes+=("$BUILD_DIR/models/tools/precis-train" "$BUILD_DIR/benchmarks/precis-bench")
+  exes+=("$BUILD_DIR/libprecis_cuda.so.$(sed -n 's/^CMAKE_PROJECT_VERSION_MAJOR:STATIC=//p' "$BUILD_DIR/CMakeCache.txt")")
   tmp=$(mktemp -d)
   echo "-- bundle: ${#exes[@]} executables and the libraries they load"
   stage_bundle "$tmp/bundle" "${exes[@]}" || { rm -rf "$tmp"; return 1; }

@@ -87,13 +87,20 @@ unpack_bundle() {
   export LD_LIBRARY_PATH="$dir/bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
-# Every executable of BIN loads (ldd finds each library) and starts (--help).
+# Every executable of BIN loads (ldd finds each library) and starts (--help); so does the CUDA
+# backend that libprecis.so opens at run time (beside it in the bundle's lib/; core/cuda_backend.h):
+# the [cuda] tests then fail under PRECIS_REQUIRE_GPU=1 if it cannot be loaded after all.
 probe_bundle() {
-  local exe bad=0
+  local exe bad=0 backend
   for exe in "$BIN"/*; do
     if ldd "$exe" | grep -q "not found"; then echo "$exe:"; ldd "$exe" | grep "not found"; bad=1; continue; fi
     "$exe" --help >/dev/null 2>&1 || { echo "$exe does not start"; bad=1; }
   done
+  if [[ -d "$BIN/../lib" ]]; then
+    backend=$(ls "$BIN"/../lib/libprecis_cuda.so.* 2>/dev/null | head -1)
+    if [[ -z "$backend" ]]; then echo "the bundle has no libprecis_cuda.so (the CUDA backend)"; bad=1
+    elif ldd "$backend" | grep -q "not found"; then echo "$backend:"; ldd "$backend" | grep "not found"; bad=1; fi
+  fi
   return $bad
 }
 

@@ -1,16 +1,29 @@
 // Uses precis as a user would: through the umbrella header once there is one, else a core header.
-#if __has_include(<precis/precis.h>)
+//
+//   consumer          prints a dtype's name (the library links and runs)
+//   consumer --cuda   asks for a tensor on cuda:0 and prints what happened: "cuda: ok" on a machine
+//                     with a GPU, else "cuda: DeviceError: <why>". Exit 0 for either; 1 for any other
+//                     exception or an empty message: a missing GPU must be one clear error.
 #include <precis/precis.h>
-#define PRECIS_CONSUMER_HEADER "<precis/precis.h>"
-#else
-#include "core/dtype.h"
-#define PRECIS_CONSUMER_HEADER "\"core/dtype.h\""
-#endif
 
 #include <iostream>
+#include <string>
 
-int main() {
-  std::cout << "consumer: included " << PRECIS_CONSUMER_HEADER << "\n";
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--cuda") {
+    try {
+      const precis::Tensor t = precis::zeros({2}, {.device = precis::Device::cuda(0)});
+      std::cout << "cuda: ok (" << t.device().str() << ")\n";
+      return 0;
+    } catch (const precis::DeviceError& e) {
+      std::cout << "cuda: DeviceError: " << e.what() << "\n";
+      return std::string(e.what()).empty() ? 1 : 0;
+    } catch (const std::exception& e) {
+      std::cout << "cuda: unexpected " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::cout << "consumer: included <precis/precis.h>\n";
   std::cout << "dtype_name(DType::bf16) = " << precis::dtype_name(precis::DType::bf16) << "\n";
-  return precis::dtype_name(precis::DType::bf16) == "bf16" ? 0 : 1;
+  return precis::dtype_name(precis::DType::bf16) == std::string("bf16") ? 0 : 1;
 }

@@ -1,0 +1,51 @@
+#pragma once
+// The CUDA backend as a library loaded at run time. The CUDA, cuBLAS(Lt), cuDNN and NCCL code
+// (every */cuda/ folder) is built into libprecis_cuda.so, which libprecis opens on the first
+// request for a CUDA device, as PyTorch and oneDNN open their GPU runtimes. A program linked
+// against libprecis therefore links no CUDA library and runs on a machine that has none; asking it
+// for a CUDA device then throws one DeviceError that says why the backend is missing.
+//
+// Where the backend is looked for, first match wins:
+//   1. $PRECIS_CUDA_BACKEND, a path to the library (for tests and unusual installs);
+//   2. the folder of libprecis.so itself (the build tree and an install keep them side by side);
+//   3. the dynamic loader's search path (LD_LIBRARY_PATH, ldconfig).
+// The backend links the shared libprecis.so: a program linked with the static libprecis.a would
+// get a second copy of precis beside its own, so there the backend is refused with that reason.
+//
+// Each layer asks for the backend's entry points it needs by name (cuda_backend_symbol), so the
+// loader in core/ knows nothing of the layers above it.
+#include <string>
+
+namespace precis {
+
+class Allocator;
+
+/// Whether the CUDA backend library is loaded; the first call tries to load it. Never throws.
+/// Loaded does not mean a GPU is usable: cuda_device_count() says that.
+bool cuda_backend_available();
+
+/// Why the CUDA backend could not be loaded (empty when it is loaded). The first line of every
+/// "no CUDA" error.
+std::string cuda_backend_unavailable_reason();
+
+namespace detail {
+
+/// The backend's exported C symbol `name`, loading the backend first; nullptr when the backend
+/// cannot be loaded or does not export it.
+void* cuda_backend_symbol(const char* name);
+
+/// What core/ itself calls in the backend (device count, allocators, synchronisation). The backend
+/// exports `precis_cuda_core_hooks`, a function returning a pointer to one of these.
+struct CudaCoreHooks {
+  int (*device_count)();                ///< visible devices; 0 without a driver or GPU
+  const char* (*unavailable_reason)();  ///< why no device is visible ("" when one is)
+  void (*register_allocators)();        ///< allocator_for's first CUDA request
+  Allocator& (*pinned_allocator)();     ///< pinned host memory
+  void (*synchronize_device)(int index);
+};
+
+/// The loaded backend's hooks, or nullptr when it cannot be loaded.
+const CudaCoreHooks* cuda_core_hooks();
+
+}  // namespace detail
+}  // namespace precis
