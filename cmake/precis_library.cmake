@@ -133,7 +133,7 @@ set_target_properties(precis PROPERTIES OUTPUT_NAME precis EXPORT_NAME precis LI
 set_target_properties(precis_static PROPERTIES OUTPUT_NAME precis EXPORT_NAME precis_static LINKER_LANGUAGE CXX)
 # A symbol the library defines is the one it calls (no interposition through the PLT), so calls
 # inside libprecis.so cost what they cost in the static library.
-target_link_options(precis PRIVATE -Wl,-Bsymbolic-functions -Wl,--no-undefined)
+target_link_options(precis PRIVATE -Wl,-Bsymbolic-functions)
 foreach(_lib precis precis_static)
   # Installed include directories (include/ and include/precis/) are set by precis_install.cmake.
   target_include_directories(${_lib} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
@@ -181,7 +181,10 @@ if(PRECIS_WITH_CUDA)
   set_target_properties(precis_cuda PROPERTIES OUTPUT_NAME precis_cuda VERSION ${PROJECT_VERSION}
                         SOVERSION ${PROJECT_VERSION_MAJOR} CUDA_SEPARABLE_COMPILATION OFF)
   target_compile_options(precis_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fPIC>)
-  target_link_options(precis_cuda PRIVATE -Wl,--no-undefined)
+  # (Not under the sanitizers, whose runtime the executable brings; they turn the layer checks off.)
+  if(PRECIS_LAYER_CHECKS)
+    target_link_options(precis_cuda PRIVATE -Wl,--no-undefined)
+  endif()
   target_link_libraries(precis_cuda PUBLIC precis PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
   set(_precis_cuda_needs "the CUDA ${CUDAToolkit_VERSION_MAJOR} runtime" cuBLAS cuBLASLt)
   if(PRECIS_WITH_CUDNN)
@@ -201,8 +204,9 @@ if(PRECIS_WITH_CUDA)
                "PRECIS_CUDA_BACKEND_NEEDS=\"${_precis_cuda_needs}\"")
 endif()
 
-# The layer checks: shared libraries that must link with no undefined symbol.
+# The layer checks: shared libraries that must link with no undefined symbol; libprecis.so too.
 if(PRECIS_LAYER_CHECKS)
+  target_link_options(precis PRIVATE -Wl,--no-undefined)
   foreach(layer ${PRECIS_LAYERS})
     set(_objects "")
     foreach(used ${PRECIS_LAYER_${layer}_USES} ${layer})
