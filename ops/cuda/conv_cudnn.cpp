@@ -7,7 +7,7 @@
 // deprecated in cuDNN 9 in favour of the graph API, still shipped and supported there, and far
 // smaller to drive; a move to the graph API would stay inside this file): one call per pass, the
 // algorithm picked by cuDNN's heuristics (the *_v7 queries) once per problem and cached, with the
-// operands' alignment, the device and the determinism switch in the key; with
+// operands' alignment, the device, the determinism switch and the f32 precision in the key; with
 // PRECIS_CUDNN_BENCHMARK=1 the heuristic's candidates are timed once per problem
 // (cudnnFind*AlgorithmEx) and the fastest that passes the same filters runs. Handles are one per
 // (host thread, device) (core/cuda/handle_pool.h), bound to the thread's current stream.
@@ -16,9 +16,10 @@
 // default, as PyTorch's cudnn.allow_tf32): with TF32 allowed, algorithms of every math type but
 // CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (which may round f32 operands to f16) run with their own
 // math type, so cuDNN may use TF32 Tensor Cores; under "ieee" only CUDNN_FMA_MATH runs, and f32
-// results keep fp32 precision as the CPU's do. The setting is part of the plan key. NCHW (contiguous) and NHWC (channels-last) operands are described by
-// their strides; NHWC is the layout Tensor Core kernels want, so conv2d passes channels-last
-// tensors on CUDA through unchanged (ops/conv.cpp).
+// results keep fp32 precision as the CPU's do. The setting is part of the plan key. NCHW
+// (contiguous) and NHWC (channels-last) operands are described by their strides; NHWC is the
+// layout Tensor Core kernels want, so conv2d passes channels-last tensors on CUDA through
+// unchanged (ops/conv.cpp).
 //
 // Workspace comes from the caching allocator as a scratch tensor, freed once the call is queued
 // (the device's stream orders its reuse, see docs/design/cuda-backend.md). Results are
