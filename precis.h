@@ -15,6 +15,7 @@
 #include "core/warning.h"
 #include "data/data.h"
 #include "dist/dist.h"
+#include "ops/float32_precision.h"
 #include "ops/functional.h"
 #include "ops/memory_format.h"
 #include "ops/profiler.h"

@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <limits>
 #include <sstream>
+#include <string_view>
 
 #include "amp/autocast.h"
 #include "autograd/grad_mode.h"
@@ -28,15 +29,15 @@ Audit::~Audit() {
   detail::refresh_precision_policy();
 }
 
-void Audit::observe(const char* op, const std::vector<const Tensor*>& inputs, std::optional<DType> ran_in) {
+void Audit::observe(OpId op, const std::vector<const Tensor*>& inputs, std::optional<DType> ran_in) {
   // The reductions below are ops themselves: stop recording while they run.
   t_audit = nullptr;
   struct Restore {
     Audit* self;
     ~Restore() { t_audit = self; }
   } restore{this};
-  AuditRecord& r = records_[op];
-  r.op = op;
+  AuditRecord& r = records_[op_name(op)];
+  r.op = op_name(op);
   ++r.calls;
   bool dtype_seen = false;
   NoGradGuard no_grad;
@@ -45,6 +46,11 @@ void Audit::observe(const char* op, const std::vector<const Tensor*>& inputs, st
     if (!dtype_seen) {
       const DType d = ran_in.value_or(t->dtype());
       if (std::find(r.dtypes.begin(), r.dtypes.end(), d) == r.dtypes.end()) r.dtypes.push_back(d);
+      if (d == DType::f32) {
+        const Float32Precision p = float32_precision(op, t->device().type);
+        if (std::find(r.f32_precisions.begin(), r.f32_precisions.end(), p) == r.f32_precisions.end())
+          r.f32_precisions.push_back(p);
+      }
       dtype_seen = true;
     }
     double m = max(abs(t->detach())).item<double>();
@@ -72,7 +78,14 @@ std::string Audit::report() const {
   os << std::left << std::setw(32) << "op" << std::setw(8) << "calls" << std::setw(16) << "dtypes" << "max |input|\n";
   for (const auto& [name, r] : records_) {
     std::string dts;
-    for (DType d : r.dtypes) dts += (dts.empty() ? "" : ",") + std::string(dtype_name(d));
+    auto add = [&dts](std::string_view name) { dts += (dts.empty() ? "" : ",") + std::string(name); };
+    for (DType d : r.dtypes) {
+      if (d != DType::f32) {
+        add(dtype_name(d));
+        continue;
+      }
+      for (Float32Precision p : r.f32_precisions) add(p == Float32Precision::tf32 ? "tf32" : "f32");
+    }
     os << std::setw(32) << name << std::setw(8) << r.calls << std::setw(16) << dts << r.max_abs;
     if (r.max_abs >= kFp16Max / 2) os << "   <-- within 2x of the fp16 maximum (65504): keep this op in fp32 or use bf16";
     os << '\n';

@@ -7,7 +7,9 @@
 //   std::cout << audit.report();
 //
 // For every op called while the audit is alive (with or without autocast), it records the dtype
-// the op ran in (after autocast) and the largest magnitude among its floating inputs. An op's
+// the op ran in (after autocast), for f32 calls whether its GEMM or convolution computed in IEEE
+// fp32 or TF32 (ops/float32_precision.h: TF32 only on CUDA, as the settings say), and the largest
+// magnitude among its floating inputs. An op's
 // output is the next op's input, so a model's intermediate values are all seen; the values that
 // reach an op are what must fit its dtype. Recording reads every input once (a reduction per
 // input), so audit a few steps, not a whole run.
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/float32_precision.h"
+#include "ops/op_table.h"
 #include "tensor/tensor.h"
 
 namespace precis::amp {
@@ -28,6 +32,10 @@ struct AuditRecord {
   int64_t calls = 0;  ///< calls recorded
   /// dtypes the op ran in (its first floating input's, after autocast).
   std::vector<DType> dtypes;
+  /// For its f32 calls: the internal precisions they computed in (float32_precision(OpId,
+  /// DeviceType), the function the CUDA kernels ask): tf32 for a CUDA GEMM or convolution whose
+  /// family is set to TF32, ieee for every other call. Empty when no call ran in f32.
+  std::vector<Float32Precision> f32_precisions;
   /// Largest |x| among the op's floating inputs (NaN/inf count as inf).
   double max_abs = 0.0;
 };
@@ -49,12 +57,13 @@ class Audit {
   std::vector<AuditRecord> records() const;
   /// Ops whose inputs reached at least kFp16Max / margin (default: within 2x of the fp16 maximum).
   std::vector<AuditRecord> near_fp16_limit(double margin = 2.0) const;
-  /// A table of every op (name, calls, dtypes, max |x|), flagging those near the fp16 limit.
+  /// A table of every op (name, calls, dtypes, max |x|), flagging those near the fp16 limit. An
+  /// f32 call that computed in TF32 is listed as "tf32" among the dtypes, an IEEE one as "f32".
   std::string report() const;
 
   /// Called by the autocast hook of every op (not by users). ran_in: the dtype the op computes in
   /// when it is not its first floating input's (a kernel that widens f16/bf16 logits itself).
-  void observe(const char* op, const std::vector<const Tensor*>& inputs, std::optional<DType> ran_in = std::nullopt);
+  void observe(OpId op, const std::vector<const Tensor*>& inputs, std::optional<DType> ran_in = std::nullopt);
 
  private:
   std::map<std::string, AuditRecord> records_;

@@ -169,7 +169,7 @@ void throw_banned_custom(CustomOp op) {
 
 bool audit_active() { return active_audit() != nullptr; }
 
-void audit_observe(const char* op, std::initializer_list<const Tensor*> inputs) {
+void audit_observe(OpId op, std::initializer_list<const Tensor*> inputs) {
   if (Audit* a = active_audit()) a->observe(op, std::vector<const Tensor*>(inputs));
 }
 
@@ -276,7 +276,7 @@ class AmpPolicy final : public PrecisionPolicy {
       std::vector<const Tensor*> ptrs;
       for (const Tensor& t : inputs) ptrs.push_back(&t);
       // A first input left narrow is computed on in fp32: that is the dtype the op ran in.
-      a->observe(op_name(op), ptrs, kept ? std::optional<DType>(DType::f32) : std::nullopt);
+      a->observe(op, ptrs, kept ? std::optional<DType>(DType::f32) : std::nullopt);
     }
     return kept;
   }

@@ -91,7 +91,7 @@ void throw_banned(OpId op);
 void throw_banned_custom(CustomOp op);
 /// True when an amp::Audit records on this thread.
 bool audit_active();
-void audit_observe(const char* op, std::initializer_list<const Tensor*> inputs);
+void audit_observe(OpId op, std::initializer_list<const Tensor*> inputs);
 Category custom_category(CustomOp op);
 const std::string& custom_name(CustomOp op);
 }  // namespace detail
@@ -103,7 +103,7 @@ template <typename... T>
 std::array<Tensor, sizeof...(T)> autocast(OpId op, const T&... inputs) {
   if (!any_autocast_enabled()) {
     if (detail::audit_active()) [[unlikely]]
-      detail::audit_observe(op_name(op), {&inputs...});
+      detail::audit_observe(op, {&inputs...});
     return {inputs...};
   }
   std::array<Tensor, sizeof...(T)> out = {inputs...};
@@ -118,7 +118,7 @@ std::array<Tensor, sizeof...(T)> autocast(OpId op, const T&... inputs) {
     }
   }
   if (detail::audit_active()) [[unlikely]]
-    std::apply([&](const auto&... t) { detail::audit_observe(op_name(op), {&t...}); }, out);
+    std::apply([&](const auto&... t) { detail::audit_observe(op, {&t...}); }, out);
   return out;
 }
 

@@ -50,6 +50,10 @@ struct Record {
   double items_per_s = 0;
   std::string items;  // "images" or "tokens"
   double peak_device_mb = 0;
+  // The GPU models cases' variant, named as benchmarks/peers/torch_models.py names PyTorch's
+  // ("f32-notf32-nchw", "f32-tf32-nchw", "bf16-amp", ...) so report.py pairs like with like; empty
+  // (omitted from the JSON) elsewhere.
+  std::string variant;
 };
 
 struct Timing {

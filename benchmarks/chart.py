@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from report import label, pair_key, peer_index  # noqa: E402
+from report import label, pair_key, peer_index, peers_of  # noqa: E402
 
 PRECIS_COLOR, PEER_COLOR = "#1f77b4", "#ff7f0e"
 
@@ -27,10 +27,12 @@ def _value(r, by):
 
 
 def _speedups(records, by):
-    """{model case: {dtype: f32 time / dtype time}} for the low-precision dtypes measured."""
+    """{model case: {dtype: f32 time / dtype time}} for the low-precision dtypes measured; where a
+    dtype ran in several variants (TF32 or not, layouts), its fastest."""
     by_case = {}
     for r in records:
-        by_case.setdefault(r["case"], {})[r["dtype"]] = _value(r, by)
+        t = by_case.setdefault(r["case"], {})
+        t[r["dtype"]] = min(t.get(r["dtype"], float("inf")), _value(r, by))
     out = {}
     for case, t in by_case.items():
         if "f32" not in t:
@@ -43,9 +45,9 @@ def _speedups(records, by):
 
 def draw(precis, peer, by, path, title=None):
     peer_name = sorted({r["impl"] for r in peer})[0] if peer else "peer"
-    # The rows of report.py's table: one per peer variant where the peer ran several.
+    # The rows of report.py's table: one per peer variant of the record's math where the peer ran several.
     index = peer_index(peer)
-    rows = [(r, p) for r in precis for p in index.get(pair_key(r)) or [None]]
+    rows = [(r, p) for r in precis for p in peers_of(r, index.get(pair_key(r), [])) or [None]]
     models = any("peak_rss_mb" in r for r in precis)
     suite = precis[0]["suite"] if precis else "?"
 
@@ -58,7 +60,7 @@ def draw(precis, peer, by, path, title=None):
     height = max(3.0, 0.42 * len(rows) + 1.6)
     fig, axes = plt.subplots(1, ncols, figsize=(7.5 * ncols, height), squeeze=False)
     ax = axes[0][0]
-    labels = [f"{label(p) if p else r['case']} {r['dtype']} {r['threads']}t" for r, p in rows]
+    labels = [f"{label(p, r) if p else label(r)} {r['dtype']} {r['threads']}t" for r, p in rows]
     y = list(range(len(rows)))
     h = 0.38
     mine_v = [_value(r, by) for r, _ in rows]

@@ -155,6 +155,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
     if (!r.device.empty())
       out << ", \"device\": \"" << r.device << "\", \"" << r.items << "_per_s\": " << fixed(r.items_per_s, 1)
           << ", \"peak_device_mb\": " << fixed(r.peak_device_mb, 1);
+    if (!r.variant.empty()) out << ", \"variant\": \"" << json_escape(r.variant) << "\"";
     out << "}"
         << (i + 1 < records.size() ? "," : "") << "\n";
   }

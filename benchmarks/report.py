@@ -9,8 +9,12 @@ Both files hold JSON arrays of records {"suite", "case", "impl", "dtype", "threa
 (case, dtype, threads), in the precis file's order; GPU records (a "device" other than cpu) by
 (case, dtype), the host's thread count being no part of their time. A peer record with a "variant"
 (torch_models.py --device cuda: f32 with and without TF32, NCHW or channels_last, ...) gets a row
-of its own, named "case [variant]", beside the same precis record as the other variants of its
-dtype; variants with no precis dtype (bf16 on the GPU) are listed as "no precis record".
+of its own, named "case [variant]", beside the precis record of the same math: when the precis
+record has a variant too (precis-bench models --device cuda), the one whose variant is the same
+with the layout ("-nchw", "-cl") and "compile-" left out (precis f32-tf32-nchw beside PyTorch's
+f32-tf32-cl; f16-amp-nchw beside f16-amp-nchw, f16-amp-cl and compile-f16-amp-cl), so each precis
+variant is ranked against the best PyTorch recipe of its math; without one, beside every variant
+of its dtype. Peer records no precis record pairs with are listed as "no precis record".
 Columns: both medians and minima, and the ratios precis/peer of each (below 1 = precis faster). The verdict uses the ratio chosen by --by
 (median by default; on a loaded 2-vCPU machine `--by min` is the steadier figure, MACHINE.md):
   - "resnet18 conv total": ok when precis <= peer (the issue's target for the conv sum);
@@ -91,6 +95,24 @@ def pair_key(r):
     return (r["case"], r["dtype"], None if gpu else r["threads"])
 
 
+def math_of(variant):
+    """A variant's math without its layout and compilation: "f32-tf32-cl" -> "f32-tf32",
+    "compile-f16-amp-cl" -> "f16-amp", "f32-nchw" -> "f32" (PyTorch's defaults)."""
+    v = variant[len("compile-"):] if variant.startswith("compile-") else variant
+    for suffix in ("-nchw", "-cl"):
+        if v.endswith(suffix):
+            v = v[: -len(suffix)]
+    return v
+
+
+def peers_of(r, candidates):
+    """The peer records of r's key that r is compared with: those of the same math when both
+    sides name variants, else all of them."""
+    if not r.get("variant"):
+        return candidates
+    return [p for p in candidates if not p.get("variant") or math_of(p["variant"]) == math_of(r["variant"])]
+
+
 def peer_index(peer):
     """{pair_key: [peer records]}: one record per key, or one per variant when the peer ran several
     (torch_models.py --device cuda: f32 with and without TF32, NCHW and channels_last, ...)."""
@@ -100,9 +122,10 @@ def peer_index(peer):
     return index
 
 
-def label(r):
-    """The case as a row names it: with the peer's variant in brackets when it has one."""
-    return f"{r['case']} [{r['variant']}]" if r.get("variant") else r["case"]
+def label(r, mine=None):
+    """The case as a row names it: with the variants in brackets, precis's first when it has one."""
+    variants = [v for v in ((mine or {}).get("variant"), r.get("variant")) if v]
+    return f"{r['case']} [{' vs '.join(variants)}]" if variants else r["case"]
 
 
 def fmt(v, digits=3):
@@ -142,10 +165,12 @@ def report(precis, peer, by):
              ("---:|---:|---:|---:|" if peaks else "") + "---|"]
     failures, seen = [], set()
     mine = [r for r in precis if r["impl"] == "precis"]
-    # One row per precis record and peer record of its key: several when the peer ran variants.
-    rows = [(r, p) for r in mine for p in index.get(pair_key(r)) or [None]]
+    # One row per precis record and peer record it is compared with: several when the peer ran
+    # variants of its math.
+    rows = [(r, p) for r in mine for p in peers_of(r, index.get(pair_key(r), [])) or [None]]
     for r, p in rows:
-        seen.add(pair_key(r))
+        if p is not None:
+            seen.add(id(p))
         rm = ratio(r["median_ms"], p and p["median_ms"])
         rn = ratio(r["min_ms"], p and p["min_ms"])
         judged = rm if by == "median" else rn
@@ -174,17 +199,17 @@ def report(precis, peer, by):
             verdict = f">{LIMIT}x (the conv target is the total)"
         else:
             verdict = f"SLOWER (>{LIMIT}x)"
-        name = label(p) if p else r["case"]
+        name = label(p, r) if p else label(r)
         if verdict.startswith(("SLOWER", "OVER")):
             threads = f" ({r['threads']} threads)" if pair_key(r)[2] is not None else ""
             failures.append(f"{name}{threads}: {judged:.2f}x")
         name = f"**{name}**" if r["case"] == CONV_TOTAL else name
         lines.append(f"| {name} | {r['dtype']} | {r['threads']} | {fmt(r['median_ms'])} | {fmt(p and p['median_ms'])} | "
                      f"{fmt(rm, 2)} | {fmt(r['min_ms'])} | {fmt(p and p['min_ms'])} | {fmt(rn, 2)} |{mem} {verdict} |")
-    for key, ps in index.items():
-        if key in seen:
-            continue
+    for ps in index.values():
         for p in ps:
+            if id(p) in seen:
+                continue
             lines.append(f"| {label(p)} | {p['dtype']} | {p['threads']} | — | {fmt(p['median_ms'])} | — | — | "
                          f"{fmt(p['min_ms'])} | — |{' — | — |' if models else ''}{' — | — | — | — |' if peaks else ''}"
                          f" no precis record |")

@@ -26,10 +26,18 @@
 // linear and conv2d of the forward and the backward), not entered by hand.
 //
 // --device cuda[:N] (benchmarks/peers/torch_models.py --device cuda runs the same cases): the GPU
-// cases, one training step with SGD momentum, in f32 and in f16 AMP (f16 autocast + the dynamic
-// loss scaler, as PyTorch's torch.autocast + GradScaler):
-//   resnet50 b256 224   ResNet-50 (ImageNet layout, 1000 classes), batch 256 of 3×224×224
+// cases, one training step with SGD momentum:
+//   resnet50 b256 224   ResNet-50 (ImageNet layout, 1000 classes), batch 256 of 3×224×224, NCHW
 //   bert_mini b64x128   BERT-mini as above, batch 64 of 128 tokens (8192 tokens), dropout on
+// each in the variants below, named as the PyTorch peer names its own (the "-nchw" suffix only for
+// ResNet-50, which has a layout), so that report.py sets each beside PyTorch's of the same math:
+//   f32-notf32   f32, "highest" everywhere: IEEE f32 GEMMs and convolutions (ops/float32_precision.h)
+//   f32          f32 with the defaults, PyTorch's: convolutions TF32, GEMMs IEEE (ResNet-50 only:
+//                without convolutions it is f32-notf32)
+//   f32-tf32     f32, "high" everywhere: TF32 GEMMs and convolutions
+//   f16-amp      f16 autocast + the dynamic loss scaler (torch.autocast + GradScaler)
+//   bf16-amp     bf16 autocast, no scaler (bf16 has fp32's range)
+// --cases S keeps the (case, variant) whose "case variant" or "case dtype" contains S.
 // Each step ends with a wait for the device's stream, so the time is the device's. Per case: the
 // median step time, images or tokens per second at that time, and the peak of the device
 // allocator's allocated bytes over the case (model, optimizer state, scaler, activations; reset
@@ -42,6 +50,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +65,7 @@
 #include "core/thread_pool.h"
 #include "models/bert.h"
 #include "models/resnet.h"
+#include "ops/float32_precision.h"
 #include "ops/memory_format.h"
 #include "ops/functional.h"
 #include "optim/sgd.h"
@@ -183,8 +193,27 @@ struct GpuCase {
   const char* name;
   const char* items;   // what items_per_s counts
   double items_per_step;
-  // Builds the model and data on `device` and returns one training step (f32, or f16 AMP).
-  std::function<std::function<void()>(Device device, bool amp)> make;
+  bool convolutions;   // runs cuDNN (and has an image layout)
+  // Builds the model and data on `device` and returns one training step: f32 (no autocast) or
+  // autocast to `dtype` (f16 with the loss scaler, bf16 without).
+  std::function<std::function<void()>(Device device, DType dtype)> make;
+};
+
+// One GPU variant: the autocast dtype (f32: none) and, for f32, the precision of GEMMs and
+// convolutions (nullopt: the defaults).
+struct GpuVariant {
+  const char* name;  // torch_models.py's name without the layout suffix
+  DType dtype;
+  std::optional<Float32Precision> f32_precision;
+  bool needs_convolutions;  // differs from another variant only where the model has convolutions
+};
+
+const GpuVariant kGpuVariants[] = {
+    {"f32-notf32", DType::f32, Float32Precision::ieee, false},
+    {"f32", DType::f32, std::nullopt, true},
+    {"f32-tf32", DType::f32, Float32Precision::tf32, false},
+    {"f16-amp", DType::f16, std::nullopt, false},
+    {"bf16-amp", DType::bf16, std::nullopt, false},
 };
 
 // Waits until the device has run everything queued so far (a step's time is the device's).
@@ -192,17 +221,19 @@ void device_wait(Device device) {
   if (device.is_cuda()) cuda::synchronize(device.index);
 }
 
-std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Device device, bool amp,
+std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Device device, DType dtype,
                                         std::function<Tensor(nn::Module&)> loss_fn) {
   model->to(device);  // before the optimizer: its state is made on the device
   model->train();
   auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 1e-3, .momentum = 0.9});
-  auto scaler = std::make_shared<amp::GradScaler>(amp::GradScalerOptions{.enabled = amp, .device = device});
-  return [model, opt, scaler, device, amp, loss_fn] {
+  const bool amp = dtype != DType::f32;
+  auto scaler =
+      std::make_shared<amp::GradScaler>(amp::GradScalerOptions{.enabled = dtype == DType::f16, .device = device});
+  return [model, opt, scaler, device, dtype, amp, loss_fn] {
     opt->zero_grad();
     Tensor loss;
     {
-      amp::Autocast ac(DType::f16, device.type, amp);
+      amp::Autocast ac(amp ? dtype : DType::f16, device.type, amp);
       loss = loss_fn(*model);
     }
     scaler->scale(loss).backward();
@@ -213,20 +244,20 @@ std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Devic
 }
 
 const GpuCase kGpuCases[] = {
-    {"resnet50 b256 224", "images", 256,
-     [](Device device, bool amp) {
+    {"resnet50 b256 224", "images", 256, true,
+     [](Device device, DType dtype) {
        manual_seed(1);
        std::shared_ptr<models::ResNet> model = models::resnet50({.num_classes = 1000});
        Tensor x = randn({256, 3, 224, 224}).to(device);
        Tensor y = randint(0, 1000, {256}).to(device);
-       return gpu_training_step(model, device, amp, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
+       return gpu_training_step(model, device, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
      }},
-    {"bert_mini b64x128", "tokens", 64 * 128,
-     [](Device device, bool amp) {
+    {"bert_mini b64x128", "tokens", 64 * 128, false,
+     [](Device device, DType dtype) {
        manual_seed(1);
        auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
        Tensor ids = randint(0, 30522, {64, 128}).to(device);
-       return gpu_training_step(model, device, amp, [ids](nn::Module& m) {
+       return gpu_training_step(model, device, dtype, [ids](nn::Module& m) {
          auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
          return models::BertForMaskedLM::loss(bert.forward(ids, Tensor()), ids);
        });
@@ -251,22 +282,30 @@ SuiteReport run_models_gpu(const Options& options, Device device) {
   SuiteReport report;
   report.note =
       "GPU training steps on " + device.str() +
-      " (forward, backward, SGD momentum step; f16 = autocast f16 + dynamic loss scaler): resnet50 batch 256 of "
-      "3×224×224, 1000 classes; bert_mini batch 64×128 tokens, vocabulary 30522, MLM loss on every token. Each "
-      "step waits for the device. images/s or tokens/s at the median; peak_device_mb (JSON) is the device "
+      " (forward, backward, SGD momentum step), variants named as torch_models.py's: f32-notf32 = IEEE f32 GEMMs "
+      "and convolutions, f32 = the defaults (PyTorch's: TF32 convolutions, IEEE GEMMs), f32-tf32 = TF32 GEMMs and "
+      "convolutions, f16-amp = autocast f16 + dynamic loss scaler, bf16-amp = autocast bf16; resnet50 (NCHW) batch "
+      "256 of 3×224×224, 1000 classes; bert_mini batch 64×128 tokens, vocabulary 30522, MLM loss on every token. "
+      "Each step waits for the device. images/s or tokens/s at the median; peak_device_mb (JSON) is the device "
       "allocator's peak allocated bytes over the case.";
   Allocator& alloc = allocator_for(device);
   for (const GpuCase& c : kGpuCases)
-    for (const bool amp : {false, true}) {
-      const std::string dtype = amp ? "f16" : "f32";
-      if (!case_selected(options, std::string(c.name) + " " + dtype)) continue;
+    for (const GpuVariant& v : kGpuVariants) {
+      if (v.needs_convolutions && !c.convolutions) continue;
+      const std::string dtype(dtype_name(v.dtype));
+      const std::string variant = std::string(v.name) + (c.convolutions ? "-nchw" : "");
+      if (!case_selected(options, std::string(c.name) + " " + variant) &&
+          !case_selected(options, std::string(c.name) + " " + dtype))
+        continue;
       alloc.empty_cache();
       alloc.reset_peak_stats();
       StepTiming st;
       {
-        std::function<void()> step = c.make(device, amp);
-        st = time_step(step, options, std::string(c.name) + " " + dtype + ", " + device.str());
-      }  // the model, optimizer and data are released here
+        std::optional<Float32PrecisionGuard> precision;
+        if (v.f32_precision) precision.emplace(*v.f32_precision);
+        std::function<void()> step = c.make(device, v.dtype);
+        st = time_step(step, options, std::string(c.name) + " " + variant + ", " + device.str());
+      }  // the model, optimizer and data are released here, and the precision settings restored
       const Timing& t = st.timing;
       Record rec;
       rec.suite = "models";
@@ -283,8 +322,9 @@ SuiteReport run_models_gpu(const Options& options, Device device) {
       rec.items = c.items;
       rec.items_per_s = t.median_ms > 0 ? c.items_per_step / (t.median_ms * 1e-3) : 0.0;
       rec.peak_device_mb = static_cast<double>(alloc.stats().peak_allocated) / (1024.0 * 1024.0);
-      std::fprintf(stderr, "%-20s %-4s %s  median %9.2f ms  min %9.2f ms  %10.0f %s/s  peak %8.1f MiB\n", c.name,
-                   dtype.c_str(), rec.device.c_str(), t.median_ms, t.min_ms, rec.items_per_s, c.items,
+      rec.variant = variant;
+      std::fprintf(stderr, "%-20s %-15s %s  median %9.2f ms  min %9.2f ms  %10.0f %s/s  peak %8.1f MiB\n", c.name,
+                   variant.c_str(), rec.device.c_str(), t.median_ms, t.min_ms, rec.items_per_s, c.items,
                    rec.peak_device_mb);
       report.records.push_back(rec);
     }
@@ -334,7 +374,8 @@ SuiteReport run_models(const Options& options) {
 const bool kRegistered = register_suite(
     {"models",
      "training step of resnet18 (CIFAR, b64) and BERT-mini (b16x128), f32 and bf16, with peak RSS; with --device "
-     "cuda: ResNet-50 (b256, 224x224) and BERT-mini (b64x128), f32 and f16 AMP, with peak device memory",
+     "cuda: ResNet-50 (b256, 224x224) and BERT-mini (b64x128), f32 (IEEE, default, TF32), f16 and bf16 AMP, with "
+     "peak device memory",
      &run_models});
 
 }  // namespace

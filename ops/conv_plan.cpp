@@ -127,14 +127,15 @@ int64_t common_alignment(std::initializer_list<const void*> addresses) {
   return alignment;
 }
 
-PlanKey conv_plan_key(ConvPass pass, const ConvProblem& pr, int device_index, int64_t alignment, bool deterministic) {
+PlanKey conv_plan_key(ConvPass pass, const ConvProblem& pr, int device_index, int64_t alignment, bool deterministic,
+                      bool tf32) {
   return {static_cast<int64_t>(pass),
           static_cast<int64_t>(pr.dtype),
           static_cast<int64_t>(pr.layout),
           pr.n, pr.c, pr.h, pr.w, pr.o, pr.kh, pr.kw, pr.ho, pr.wo,
           pr.p.stride[0], pr.p.stride[1], pr.p.padding[0], pr.p.padding[1],
           pr.p.dilation[0], pr.p.dilation[1], pr.p.groups,
-          device_index, alignment, deterministic ? 1 : 0};
+          device_index, alignment, deterministic ? 1 : 0, tf32 ? 1 : 0};
 }
 
 size_t PlanKeyHash::operator()(const PlanKey& key) const noexcept {

@@ -95,12 +95,14 @@ int64_t common_alignment(std::initializer_list<const void*> addresses);
 
 /// A cache key: the problem flattened into integers, with everything else the chosen algorithm
 /// depends on (the pass, the device, the operands' alignment, whether only deterministic algorithms
-/// may be chosen). Two keys are equal only when every field is.
+/// may be chosen, whether f32 may compute in TF32). Two keys are equal only when every field is.
 using PlanKey = std::vector<int64_t>;
 
-/// The key of `problem` for `pass` on device `device_index`.
+/// The key of `problem` for `pass` on device `device_index`. tf32: the call may use TF32 Tensor
+/// Core algorithms (uses_tf32, ops/float32_precision.h), so a plan chosen under one precision
+/// setting is never run under the other.
 PlanKey conv_plan_key(ConvPass pass, const ConvProblem& problem, int device_index, int64_t alignment,
-                      bool deterministic);
+                      bool deterministic, bool tf32);
 
 /// FNV-1a over the key's integers.
 struct PlanKeyHash {

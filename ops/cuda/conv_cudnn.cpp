@@ -7,15 +7,19 @@
 // deprecated in cuDNN 9 in favour of the graph API, still shipped and supported there, and far
 // smaller to drive; a move to the graph API would stay inside this file): one call per pass, the
 // algorithm picked by cuDNN's heuristics (the *_v7 queries) once per problem and cached, with the
-// operands' alignment, the device and the determinism switch in the key; with
+// operands' alignment, the device, the determinism switch and the f32 precision in the key; with
 // PRECIS_CUDNN_BENCHMARK=1 the heuristic's candidates are timed once per problem
 // (cudnnFind*AlgorithmEx) and the fastest that passes the same filters runs. Handles are one per
 // (host thread, device) (core/cuda/handle_pool.h), bound to the thread's current stream.
 // Compute type fp32 for f32, f16 and bf16 (fp32 accumulation; f16/bf16 operands use Tensor Cores),
-// f64 for f64. f32 runs with CUDNN_FMA_MATH: no TF32, so f32 results keep fp32 precision as the
-// CPU's and matmul's do. NCHW (contiguous) and NHWC (channels-last) operands are described by
-// their strides; NHWC is the layout Tensor Core kernels want, so conv2d passes channels-last
-// tensors on CUDA through unchanged (ops/conv.cpp).
+// f64 for f64. f32 follows the conv family's precision setting (ops/float32_precision.h; TF32 by
+// default, as PyTorch's cudnn.allow_tf32): with TF32 allowed, algorithms of every math type but
+// CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (which may round f32 operands to f16) run with their own
+// math type, so cuDNN may use TF32 Tensor Cores; under "ieee" only CUDNN_FMA_MATH runs, and f32
+// results keep fp32 precision as the CPU's do. The setting is part of the plan key. NCHW
+// (contiguous) and NHWC (channels-last) operands are described by their strides; NHWC is the
+// layout Tensor Core kernels want, so conv2d passes channels-last tensors on CUDA through
+// unchanged (ops/conv.cpp).
 //
 // Workspace comes from the caching allocator as a scratch tensor, freed once the call is queued
 // (the device's stream orders its reuse, see docs/design/cuda-backend.md). Results are
@@ -40,6 +44,7 @@
 #include "core/cuda/handle_pool.h"
 #include "ops/conv_plan.h"
 #include "ops/cuda/cuda_backend.h"
+#include "ops/float32_precision.h"
 #include "ops/kernels.h"
 #include "ops/kernels_conv.h"
 #include "ops/op_table.h"
@@ -125,25 +130,38 @@ cudnnDataType_t cudnn_type(DType t) {
 
 bool low_precision(DType t) { return t == DType::f16 || t == DType::bf16; }
 
-/// Math types an algorithm may use for this dtype: f32 and f64 only FMA kernels (no TF32, no
-/// down-conversion), f16/bf16 anything (their Tensor Core kernels accumulate in fp32).
-bool math_allowed(DType t, cudnnMathType_t m) {
+/// Math types an algorithm may use for this dtype: f16/bf16 anything (their Tensor Core kernels
+/// accumulate in fp32); f32 with TF32 allowed anything but ALLOW_CONVERSION (no rounding to f16);
+/// otherwise (f64, f32 under "ieee") only FMA kernels.
+bool math_allowed(DType t, bool tf32, cudnnMathType_t m) {
   if (low_precision(t)) return true;
+  if (tf32) return m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
   return m == CUDNN_DEFAULT_MATH || m == CUDNN_FMA_MATH;
 }
 
-/// The math type to run a listed algorithm with: its own for f16/bf16; FMA for f32/f64, since
-/// CUDNN_DEFAULT_MATH permits TF32 Tensor Core math on Ampere and newer.
-cudnnMathType_t run_math(DType t, cudnnMathType_t listed) { return low_precision(t) ? listed : CUDNN_FMA_MATH; }
+/// The math type to run a listed algorithm with: its own for f16/bf16 and TF32-allowed f32; FMA
+/// otherwise, since CUDNN_DEFAULT_MATH permits TF32 Tensor Core math on Ampere and newer.
+cudnnMathType_t run_math(DType t, bool tf32, cudnnMathType_t listed) {
+  return low_precision(t) || tf32 ? listed : CUDNN_FMA_MATH;
+}
 
-/// The descriptors of one problem, built from its plan.
+/// The descriptor's math type while cuDNN lists or times algorithms: Tensor Core math for
+/// f16/bf16, DEFAULT (TF32 permitted, no down-conversion; what PyTorch sets) for TF32-allowed f32,
+/// FMA otherwise.
+cudnnMathType_t query_math(DType t, bool tf32) {
+  return low_precision(t) ? CUDNN_TENSOR_OP_MATH : tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+/// The descriptors of one problem, built from its plan, and whether this call may use TF32 (read
+/// once per call, so its plan key and its math types agree).
 struct ConvDescs {
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
   DType dtype;
+  bool tf32;
 
-  explicit ConvDescs(const ConvProblem& pr) : dtype(pr.dtype) {
+  ConvDescs(const ConvProblem& pr, bool allow_tf32) : dtype(pr.dtype), tf32(allow_tf32) {
     const ConvDescriptorDims d = kernels::conv_descriptor_dims(pr);
     const cudnnDataType_t t = cudnn_type(pr.dtype);
     const std::string what = kernels::describe(pr);
@@ -161,7 +179,7 @@ struct ConvDescs {
                                                        d.dilation[0], d.dilation[1], CUDNN_CROSS_CORRELATION, compute),
                        "describing ", what);
     PRECIS_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.d, d.groups), "setting the groups of ", what);
-    set_math(low_precision(pr.dtype) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+    set_math(query_math(pr.dtype, tf32));
   }
   void set_math(cudnnMathType_t m) {
     PRECIS_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.d, m), "setting the math type of a convolution");
@@ -267,9 +285,9 @@ std::vector<Candidate> candidates(cudnnHandle_t h, ConvDescs& descs, const kerne
   std::vector<Candidate> found;
   for (int i = 0; i < returned; ++i) {
     const auto& r = perf[i];
-    if (r.status != CUDNN_STATUS_SUCCESS || !math_allowed(pr.dtype, r.mathType)) continue;
+    if (r.status != CUDNN_STATUS_SUCCESS || !math_allowed(pr.dtype, descs.tf32, r.mathType)) continue;
     if (deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-    Candidate c{static_cast<int>(r.algo), run_math(pr.dtype, r.mathType), 0};
+    Candidate c{static_cast<int>(r.algo), run_math(pr.dtype, descs.tf32, r.mathType), 0};
     descs.set_math(c.math);
     if (Pass::workspace(h, descs, c.algo, &c.workspace) != CUDNN_STATUS_SUCCESS) continue;
     found.push_back(c);
@@ -303,16 +321,17 @@ std::vector<Candidate> benchmarked(cudnnHandle_t h, ConvDescs& descs, const kern
   }
   typename Pass::Perf perf[Pass::kCount];
   int returned = 0;
-  descs.set_math(low_precision(pr.dtype) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+  descs.set_math(query_math(pr.dtype, descs.tf32));
   PRECIS_CUDNN_CHECK(Pass::find(h, descs, pointers, &returned, perf,
                                 workspace.defined() ? workspace.data_ptr() : nullptr, ws_bytes),
                      "timing the ", Pass::name(), " algorithms of ", kernels::describe(pr));
   std::vector<Candidate> timed;
   for (int i = 0; i < returned; ++i) {  // fastest first
     const auto& r = perf[i];
-    if (r.status != CUDNN_STATUS_SUCCESS || !math_allowed(pr.dtype, r.mathType) || r.memory > ws_bytes) continue;
+    if (r.status != CUDNN_STATUS_SUCCESS || !math_allowed(pr.dtype, descs.tf32, r.mathType) || r.memory > ws_bytes)
+      continue;
     if (deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-    timed.push_back(Candidate{static_cast<int>(r.algo), run_math(pr.dtype, r.mathType), r.memory});
+    timed.push_back(Candidate{static_cast<int>(r.algo), run_math(pr.dtype, descs.tf32, r.mathType), r.memory});
   }
   return benchmark_cache().insert(key, timed.empty() ? heuristic : timed);
 }
@@ -327,7 +346,7 @@ void run_pass(cudnnHandle_t h, ConvDescs& descs, const ConvProblem& pr, int devi
       std::is_same_v<Pass, ForwardPass> ? ConvPass::forward
       : std::is_same_v<Pass, BackwardDataPass> ? ConvPass::backward_data
                                                 : ConvPass::backward_filter,
-      pr, device_index, kernels::common_alignment(pointers), deterministic);
+      pr, device_index, kernels::common_alignment(pointers), deterministic, descs.tf32);
   std::vector<Candidate> list = candidates<Pass>(h, descs, key, pr, deterministic);
   if (benchmark_enabled())
     list = benchmarked<Pass>(h, descs, key, pr, deterministic, list, std::vector<const void*>(pointers), device);
@@ -427,7 +446,7 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Te
     return;
   }
   cudnnHandle_t h = cudnn_handle(index);
-  ConvDescs descs(pr);
+  ConvDescs descs(pr, uses_tf32(OpId::conv2d, DeviceType::cuda, pr.dtype));
   const DType t = out.dtype();
   run_pass<ForwardPass>(h, descs, pr, index, {x.data_ptr(), w.data_ptr(), out.data_ptr()}, out.device(),
                         [&](const Candidate& c, void* ws) {
@@ -476,7 +495,7 @@ void conv2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_w, const Te
     return;
   }
   cudnnHandle_t h = cudnn_handle(index);
-  ConvDescs descs(pr);
+  ConvDescs descs(pr, uses_tf32(OpId::conv2d_backward, DeviceType::cuda, pr.dtype));
   if (grad_x.defined()) {
     run_pass<BackwardDataPass>(h, descs, pr, index, {w.data_ptr(), grad_out.data_ptr(), grad_x.data_ptr()},
                                grad_out.device(), [&](const Candidate& c, void* ws_ptr) {

@@ -3,13 +3,16 @@
 // linear's functional code (ops/linalg.cpp): two matmuls (cuBLAS, ops/cuda/matmul.cpp) and a sum
 // over the rows for the bias (the deterministic reduction of ops/cuda/reduce.cu).
 //
-// f32, f16 and bf16 compute in CUBLAS_COMPUTE_32F (fp32 accumulation, no TF32); split-K partial
-// sums, when an algorithm uses them, are kept in the compute type (the reduction scheme is
-// restricted to COMPUTE_TYPE: INPLACE and OUTPUT_TYPE would round partial sums to f16/bf16). f64
-// computes in CUBLAS_COMPUTE_64F. The algorithm is chosen by cuBLASLt's heuristic once per problem
-// (sizes, dtype, bias, alignment, device) and cached, so a given problem always runs the same
-// algorithm: bit-identical results from run to run. When the heuristic offers nothing with the bias
-// epilogue, the product runs without it and the bias is added by the add kernel.
+// f32, f16 and bf16 compute in CUBLAS_COMPUTE_32F (fp32 accumulation, no TF32), f32 in
+// CUBLAS_COMPUTE_32F_FAST_TF32 instead where the precision setting says TF32
+// (ops/float32_precision.h); split-K partial sums, when an algorithm uses them, are kept in the
+// compute type (the reduction scheme is restricted to COMPUTE_TYPE: INPLACE and OUTPUT_TYPE would
+// round partial sums to f16/bf16). f64 computes in CUBLAS_COMPUTE_64F. The algorithm is chosen by
+// cuBLASLt's heuristic once per problem (sizes, dtype, compute type, bias, alignment, device) and
+// cached, so a given problem always runs the same algorithm: bit-identical results from run to run;
+// the compute type is in the key, as a cuBLASLt algorithm belongs to one compute type (and a TF32
+// plan must not serve a call made under "highest"). When the heuristic offers nothing with the
+// bias epilogue, the product runs without it and the bias is added by the add kernel.
 //
 // Row-major out (M × O) read as column-major is outᵀ (O × M) = w · xᵀ: cuBLASLt's A is w, stored
 // as a column-major (in × O) matrix and transposed (op T), B is x, a column-major (in × M) matrix
@@ -24,6 +27,7 @@
 #include "core/cuda/handle_pool.h"
 #include "ops/conv_plan.h"
 #include "ops/cuda/cuda_backend.h"
+#include "ops/float32_precision.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
@@ -113,9 +117,8 @@ kernels::PlanCache<LinearPlan>& plan_cache() {
 struct LinearDescs {
   MatmulDesc desc;
   Layout a, b, d;
-  LinearDescs(DType dtype, int64_t rows, int64_t in, int64_t outs, const void* bias)
-      : desc(dtype == DType::f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F,
-             dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F),
+  LinearDescs(DType dtype, cublasComputeType_t compute, int64_t rows, int64_t in, int64_t outs, const void* bias)
+      : desc(compute, dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F),
         a(lt_type(dtype), in, outs, in),
         b(lt_type(dtype), in, rows, in),
         d(lt_type(dtype), outs, rows, outs) {
@@ -181,20 +184,24 @@ void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Te
   cublasLtHandle_t h = lt_handle(index);
   const void* bias_ptr = bias.defined() ? bias.data_ptr() : nullptr;
   const int64_t alignment = kernels::common_alignment({x.data_ptr(), w.data_ptr(), out.data_ptr(), bias_ptr});
-  const kernels::PlanKey key{static_cast<int64_t>(t), rows, in, outs, bias.defined() ? 1 : 0, index, alignment};
+  const cublasComputeType_t compute = t == DType::f64                                 ? CUBLAS_COMPUTE_64F
+                                      : uses_tf32(OpId::linear, DeviceType::cuda, t) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                     : CUBLAS_COMPUTE_32F;
+  const kernels::PlanKey key{static_cast<int64_t>(t), static_cast<int64_t>(compute), rows, in, outs,
+                             bias.defined() ? 1 : 0, index, alignment};
   std::optional<LinearPlan> plan = plan_cache().find(key);
   if (!plan) {
     if (bias_ptr != nullptr) {
-      const LinearDescs fused(t, rows, in, outs, bias_ptr);
+      const LinearDescs fused(t, compute, rows, in, outs, bias_ptr);
       plan = heuristic(h, fused, alignment);
       if (plan) plan->fused_bias = true;
     }
-    if (!plan) plan = heuristic(h, LinearDescs(t, rows, in, outs, nullptr), alignment);
+    if (!plan) plan = heuristic(h, LinearDescs(t, compute, rows, in, outs, nullptr), alignment);
     PRECIS_CHECK_T(NotImplementedError, plan.has_value(), "linear: cuBLASLt offers no algorithm for ", all(),
                    " on ", dev.str(), "; run it on the CPU");
     plan = plan_cache().insert(key, *plan);
   }
-  const LinearDescs descs(t, rows, in, outs, plan->fused_bias ? bias_ptr : nullptr);
+  const LinearDescs descs(t, compute, rows, in, outs, plan->fused_bias ? bias_ptr : nullptr);
   Tensor workspace;
   if (plan->workspace > 0)
     workspace = empty({static_cast<int64_t>(plan->workspace)}, {.dtype = DType::boolean, .device = dev});

@@ -1,6 +1,8 @@
 // Batched matmul on CUDA devices through cuBLAS. f32, f16 and bf16 use cublasGemmStridedBatchedEx
 // with CUBLAS_COMPUTE_32F (fp32 accumulation; f16/bf16 inputs and outputs, never fp16
-// accumulation); f64 uses cublasDgemmStridedBatched.
+// accumulation), f32 with CUBLAS_COMPUTE_32F_FAST_TF32 instead where the precision setting says
+// TF32 (ops/float32_precision.h; the handle's math mode stays CUBLAS_DEFAULT_MATH, so the compute
+// type alone decides); f64 uses cublasDgemmStridedBatched.
 //
 // cuBLAS is column-major and precis row-major. A row-major (r × c) matrix read as column-major is
 // its transpose, so out = a·b is computed as outᵀ = bᵀ·aᵀ: cuBLAS gets b as its first operand and
@@ -13,6 +15,7 @@
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/handle_pool.h"
 #include "ops/cuda/cuda_backend.h"
+#include "ops/float32_precision.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
@@ -130,13 +133,15 @@ void matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
                         "matmul ", a.describe(), " x ", b.describe());
     return;
   }
-  const float alpha = 1.0f, beta = 0.0f;  // CUBLAS_COMPUTE_32F takes fp32 scalars
+  const float alpha = 1.0f, beta = 0.0f;  // both compute types take fp32 scalars
   const cudaDataType_t t = cuda_type(out.dtype());
+  const cublasComputeType_t compute = uses_tf32(OpId::matmul, DeviceType::cuda, out.dtype())
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
   PRECIS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, gb.op, ga.op, im, in, ik, &alpha, gb.data, t,
                                                  static_cast<int>(gb.ld), gb.batch_stride, ga.data, t,
                                                  static_cast<int>(ga.ld), ga.batch_stride, &beta, out.data_ptr(), t,
-                                                 im, stride_out, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
-                                                 CUBLAS_GEMM_DEFAULT),
+                                                 im, stride_out, static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT),
                       "matmul ", a.describe(), " x ", b.describe());
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/device.h"
 #include "ops/conv_plan.h"
+#include "ops/float32_precision.h"
 #include "ops/functional.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
@@ -122,6 +123,10 @@ TEST_CASE("the CUDA backend registers conv2d (with cuDNN) and linear for every f
 
 TEST_CASE("cuDNN conv2d forward and gradients match the CPU op, NCHW and channels-last", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
+  // The f32 kernels' IEEE path against the CPU: TF32 (the conv default, as PyTorch's) rounds
+  // inputs to 10 mantissa bits, beyond these tolerances; tests/cuda/float32_precision_cuda_test.cpp
+  // checks it.
+  const Float32PrecisionGuard ieee(Float32Precision::ieee);
   uint64_t seed = 100;
   for (const ConvCase& c : kConvCases) {
     for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
@@ -217,6 +222,7 @@ LinearRun run_linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, const
 
 TEST_CASE("cuBLASLt linear (bias epilogue) and its gradients match the CPU op", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
+  const Float32PrecisionGuard ieee(Float32Precision::ieee);  // the IEEE path (TF32: float32_precision_cuda_test)
   struct Case {
     Shape x, w;
     bool bias;

@@ -17,6 +17,7 @@
 #include "core/device.h"
 #include "core/rng.h"
 #include "models/nn/nn.h"
+#include "ops/float32_precision.h"
 #include "ops/functional.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
@@ -112,6 +113,7 @@ TEST_CASE("a conv-BN-ReLU-MaxPool network trains on CUDA as on the CPU, step by 
 // steps — and the end of the run to 2 %.
 TEST_CASE("a conv-BN-ReLU-MaxPool network trains on CUDA as on the CPU, step by step (f32)", "[cuda][train]") {
   PRECIS_REQUIRE_CUDA();
+  const Float32PrecisionGuard ieee(Float32Precision::ieee);  // f32 rounding, not TF32's (the conv default)
   const int steps = 200;
   require_same_trajectory(train_losses(Device::cpu(), DType::f32, steps), train_losses(Device::cuda(0), DType::f32, steps),
                           20, 1e-3, 2e-2);

@@ -263,11 +263,12 @@ PY
     fi
   done
 
-  step "profile: ResNet-50 f32 on the device clock"
+  step "profile: ResNet-50 f32 (IEEE) on the device clock"
   # Per-op device times (CUDA events, ops/profiler.h) must add up to at least 90 % of the steps.
+  # One variant: "resnet50 b256 224 f32" would select the three f32 ones (IEEE, defaults, TF32).
   t0=$SECONDS
   if logged profile 90 "$BIN/precis-bench" models --device cuda --no-peak --profile --repeat 5 --min-time 0 \
-       --cases "resnet50 b256 224 f32"; then
+       --cases "resnet50 b256 224 f32-notf32-nchw"; then
     # The report's sum line: "ops: S ms of W ms wall (P%; device clock D ms, wall clock C ms)".
     out=$(python3 - "$logdir/profile.log" 2>&1 <<'PY'
 import re, sys
@@ -284,6 +285,8 @@ PY
   fi
 
   step "benchmark: precis-bench models --device cuda; the PyTorch peer"
+  # Every case and variant: f32 IEEE, f32 defaults (TF32 convolutions), f32 TF32, f16 and bf16 AMP,
+  # named as the peer's variants so that benchmarks/report.py pairs them (9 cases; the 4 of before took 8 s).
   t0=$SECONDS
   logged bench-precis 150 "$BIN/precis-bench" models --device cuda --no-peak --repeat 20 --min-time 1 \
     --json "$logdir/bench-precis.json"; rc=$?

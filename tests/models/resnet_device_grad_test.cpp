@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "models/resnet.h"
 #include "ops/functional.h"
+#include "ops/float32_precision.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"
 
@@ -51,6 +52,7 @@ double norm(const Tensor& t) { return std::sqrt(sum(t * t).item<double>()); }
 
 TEST_CASE("ResNet-20 gradients on cuda:0 match the CPU's within the precision's rounding", "[models][cuda]") {
   PRECIS_REQUIRE_CUDA();
+  const Float32PrecisionGuard ieee(Float32Precision::ieee);  // f32 rounding, not TF32's (the conv default)
   // Relative L2 error per parameter, against the larger of its gradient's norm and 1e-3 of the
   // largest one (a BN bias whose gradient nearly cancels has no relative precision to keep). f32:
   // the devices sum in other orders (~1e-6 after ~20 layers). f16: activations and their

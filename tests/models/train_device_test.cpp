@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "models/train/trainer.h"
+#include "ops/float32_precision.h"
 #include "tests/models/train_support.h"
 #include "tests/support/tensor_testing.h"
 
@@ -176,6 +177,7 @@ TEST_CASE("precis-train on cuda:0: f16 losses follow the CPU run, evaluation run
 // check that separates rounding from a wrong gradient: a wrong kernel moves the loss by percent.
 TEST_CASE("precis-train on cuda:0: f32 losses follow the CPU run closely", "[train][cuda]") {
   PRECIS_REQUIRE_CUDA();
+  const Float32PrecisionGuard ieee(Float32Precision::ieee);  // f32 rounding, not TF32's (the conv default)
   TempDir dir("device-cuda-f32");
   const std::string data = image_data(dir);
   train::TrainOptions o = tiny_resnet(data, "");

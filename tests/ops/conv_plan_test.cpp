@@ -125,20 +125,21 @@ TEST_CASE("conv plans reject inconsistent shapes and sizes beyond cuDNN's int32"
 TEST_CASE("conv plan keys differ in every field that changes the algorithm choice", "[ops][conv_plan]") {
   const ConvProblem base = kernels::make_conv_problem({4, 16, 8, 8}, {32, 16, 3, 3}, params(1, 1, 1, 1, 1, 1, 1),
                                                       DType::f16, ConvLayout::nchw);
-  const kernels::PlanKey k0 = kernels::conv_plan_key(ConvPass::forward, base, 0, 256, true);
-  CHECK(k0 == kernels::conv_plan_key(ConvPass::forward, base, 0, 256, true));
-  CHECK(kernels::PlanKeyHash{}(k0) == kernels::PlanKeyHash{}(kernels::conv_plan_key(ConvPass::forward, base, 0, 256, true)));
+  const kernels::PlanKey k0 = kernels::conv_plan_key(ConvPass::forward, base, 0, 256, true, false);
+  CHECK(k0 == kernels::conv_plan_key(ConvPass::forward, base, 0, 256, true, false));
+  CHECK(kernels::PlanKeyHash{}(k0) == kernels::PlanKeyHash{}(kernels::conv_plan_key(ConvPass::forward, base, 0, 256, true, false)));
 
   std::vector<kernels::PlanKey> variants;
-  variants.push_back(kernels::conv_plan_key(ConvPass::backward_data, base, 0, 256, true));
-  variants.push_back(kernels::conv_plan_key(ConvPass::backward_filter, base, 0, 256, true));
-  variants.push_back(kernels::conv_plan_key(ConvPass::forward, base, 1, 256, true));
-  variants.push_back(kernels::conv_plan_key(ConvPass::forward, base, 0, 2, true));
-  variants.push_back(kernels::conv_plan_key(ConvPass::forward, base, 0, 256, false));
+  variants.push_back(kernels::conv_plan_key(ConvPass::backward_data, base, 0, 256, true, false));
+  variants.push_back(kernels::conv_plan_key(ConvPass::backward_filter, base, 0, 256, true, false));
+  variants.push_back(kernels::conv_plan_key(ConvPass::forward, base, 1, 256, true, false));
+  variants.push_back(kernels::conv_plan_key(ConvPass::forward, base, 0, 2, true, false));
+  variants.push_back(kernels::conv_plan_key(ConvPass::forward, base, 0, 256, false, false));
+  variants.push_back(kernels::conv_plan_key(ConvPass::forward, base, 0, 256, true, true));
   auto with = [&](auto edit) {
     ConvProblem p = base;
     edit(p);
-    variants.push_back(kernels::conv_plan_key(ConvPass::forward, p, 0, 256, true));
+    variants.push_back(kernels::conv_plan_key(ConvPass::forward, p, 0, 256, true, false));
   };
   with([](ConvProblem& p) { p.dtype = DType::bf16; });
   with([](ConvProblem& p) { p.layout = ConvLayout::nhwc; });

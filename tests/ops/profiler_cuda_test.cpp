@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "core/synchronize.h"
 #include "ops/device_timer.h"
+#include "ops/float32_precision.h"
 #include "ops/functional.h"
 #include "ops/profiler.h"
 #include "optim/sgd.h"
@@ -34,6 +35,7 @@ TEST_CASE("profiler on CUDA: per-op device times add up to >= 90% of the trainin
   PRECIS_REQUIRE_CUDA();
   const Device dev = Device::cuda(0);
   manual_seed(7);
+  const Float32PrecisionGuard ieee(Float32Precision::ieee);  // FMA math, as measured below; TF32 is ~2x faster
   // Convolutions over a (64, 16, 128, 128) batch in f32 (~270 GFLOP a step, FMA math: ~10 ms on an
   // H200): every kernel takes longer than the host needs to launch the next, so the host runs
   // ahead and the device sets the pace, as in a real training step. (On a tiny model the device
