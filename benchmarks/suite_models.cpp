@@ -28,9 +28,10 @@
 // --device cuda[:N] (benchmarks/peers/torch_models.py --device cuda runs the same cases): the GPU
 // cases, one training step with SGD momentum:
 //   resnet50 b256 224   ResNet-50 (ImageNet layout, 1000 classes), batch 256 of 3×224×224, NCHW
+//                       ("-nchw") and channels-last ("-cl": the input, so every activation, NHWC)
 //   bert_mini b64x128   BERT-mini as above, batch 64 of 128 tokens (8192 tokens), dropout on
-// each in the variants below, named as the PyTorch peer names its own (the "-nchw" suffix only for
-// ResNet-50, which has a layout), so that report.py sets each beside PyTorch's of the same math:
+// each in the variants below, named as the PyTorch peer names its own (the layout suffix only for
+// ResNet-50), so that report.py sets each beside PyTorch's of the same math:
 //   f32-notf32   f32, "highest" everywhere: IEEE f32 GEMMs and convolutions (ops/float32_precision.h)
 //   f32          f32 with the defaults, PyTorch's: convolutions TF32, GEMMs IEEE (ResNet-50 only:
 //                without convolutions it is f32-notf32)
@@ -194,6 +195,7 @@ struct GpuCase {
   const char* items;   // what items_per_s counts
   double items_per_step;
   bool convolutions;   // runs cuDNN (and has an image layout)
+  bool channels_last;  // the input (so every activation) channels-last: the "-cl" variants
   // Builds the model and data on `device` and returns one training step: f32 (no autocast) or
   // autocast to `dtype` (f16 with the loss scaler, bf16 without).
   std::function<std::function<void()>(Device device, DType dtype)> make;
@@ -243,16 +245,21 @@ std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Devic
   };
 }
 
+std::function<void()> resnet50_gpu_step(Device device, DType dtype, MemoryFormat format) {
+  manual_seed(1);
+  std::shared_ptr<models::ResNet> model = models::resnet50({.num_classes = 1000});
+  Tensor x = contiguous(randn({256, 3, 224, 224}).to(device), format);
+  Tensor y = randint(0, 1000, {256}).to(device);
+  return gpu_training_step(model, device, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
+}
+
 const GpuCase kGpuCases[] = {
-    {"resnet50 b256 224", "images", 256, true,
-     [](Device device, DType dtype) {
-       manual_seed(1);
-       std::shared_ptr<models::ResNet> model = models::resnet50({.num_classes = 1000});
-       Tensor x = randn({256, 3, 224, 224}).to(device);
-       Tensor y = randint(0, 1000, {256}).to(device);
-       return gpu_training_step(model, device, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
-     }},
-    {"bert_mini b64x128", "tokens", 64 * 128, false,
+    {"resnet50 b256 224", "images", 256, true, false,
+     [](Device device, DType dtype) { return resnet50_gpu_step(device, dtype, MemoryFormat::Contiguous); }},
+    // What PyTorch users run on a GPU (torch_models.py's "-cl" variants): NHWC end to end.
+    {"resnet50 b256 224", "images", 256, true, true,
+     [](Device device, DType dtype) { return resnet50_gpu_step(device, dtype, MemoryFormat::ChannelsLast); }},
+    {"bert_mini b64x128", "tokens", 64 * 128, false, false,
      [](Device device, DType dtype) {
        manual_seed(1);
        auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
@@ -284,8 +291,8 @@ SuiteReport run_models_gpu(const Options& options, Device device) {
       "GPU training steps on " + device.str() +
       " (forward, backward, SGD momentum step), variants named as torch_models.py's: f32-notf32 = IEEE f32 GEMMs "
       "and convolutions, f32 = the defaults (PyTorch's: TF32 convolutions, IEEE GEMMs), f32-tf32 = TF32 GEMMs and "
-      "convolutions, f16-amp = autocast f16 + dynamic loss scaler, bf16-amp = autocast bf16; resnet50 (NCHW) batch "
-      "256 of 3×224×224, 1000 classes; bert_mini batch 64×128 tokens, vocabulary 30522, MLM loss on every token. "
+      "convolutions, f16-amp = autocast f16 + dynamic loss scaler, bf16-amp = autocast bf16; resnet50 -nchw (NCHW) and -cl "
+      "(channels-last input, so NHWC activations end to end) batch 256 of 3×224×224, 1000 classes; bert_mini batch 64×128 tokens, vocabulary 30522, MLM loss on every token. "
       "Each step waits for the device. images/s or tokens/s at the median; peak_device_mb (JSON) is the device "
       "allocator's peak allocated bytes over the case.";
   Allocator& alloc = allocator_for(device);
@@ -293,7 +300,7 @@ SuiteReport run_models_gpu(const Options& options, Device device) {
     for (const GpuVariant& v : kGpuVariants) {
       if (v.needs_convolutions && !c.convolutions) continue;
       const std::string dtype(dtype_name(v.dtype));
-      const std::string variant = std::string(v.name) + (c.convolutions ? "-nchw" : "");
+      const std::string variant = std::string(v.name) + (c.channels_last ? "-cl" : c.convolutions ? "-nchw" : "");
       if (!case_selected(options, std::string(c.name) + " " + variant) &&
           !case_selected(options, std::string(c.name) + " " + dtype))
         continue;

@@ -13,8 +13,8 @@
 namespace precis::kernels {
 
 /// Batch norm forward. x, out: (N, C, S) (S = product of the spatial dims, 1 if none), both
-/// contiguous or, on the CPU, both channels-last rows (strides (S·C, 1, C); a channels-last 4-D
-/// input; backward's grad and dx then too).
+/// contiguous or both channels-last rows (strides (S·C, 1, C); a channels-last 4-D input;
+/// backward's grad and dx then too).
 /// weight, bias: (C) in the acc dtype, or undefined (no scale / no shift).
 /// running_mean, running_var: (C) in the acc dtype, or undefined.
 /// training: normalises with the batch statistics (biased variance); writes save_mean = batch

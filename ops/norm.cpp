@@ -69,10 +69,10 @@ Tensor from_channels_last_rows(const Tensor& t, const Shape& sizes) {
   return t.permute({0, 2, 1}).view({sizes[0], sizes[2], sizes[3], sizes[1]}).permute({0, 3, 1, 2});
 }
 
-// Whether batch_norm keeps a 4-D channels-last input in that layout (CPU kernels; on other devices
-// the input is made contiguous).
+// Whether batch_norm keeps a 4-D channels-last input in that layout (the CPU and CUDA kernels both
+// take channels-last rows), so a channels-last network needs no transposes around its norms.
 bool batch_norm_channels_last(const Tensor& input) {
-  return input.device().type == DeviceType::cpu && suggest_memory_format(input) == MemoryFormat::ChannelsLast;
+  return suggest_memory_format(input) == MemoryFormat::ChannelsLast;
 }
 
 // The gradient in the kernel's shape: contiguous, or with channels_last the layout of

@@ -313,17 +313,75 @@ __global__ void bn_shifted_sums_kernel(double* partials, const T* __restrict__ x
   }
 }
 
+// The same two sums for channels-last rows (element (row e, channel c) at x[e·C + c], e < N·S),
+// so that partials[2·(c·chunks + k)] hold what bn_shifted_sums_kernel / bn_grad_sums_kernel store
+// and the finishing kernels are shared. One block per (tile of 32 channels, chunk): the 32 lanes
+// of a warp read 32 neighbouring channels of one row (coalesced), the 8 warps take every 8th row
+// of the chunk; each thread adds 32 rows in A before adding that into a double (the precision of
+// the NCHW kernels' 32-element thread sums), and the 8 warps' doubles are added in warp order.
+// kGrad: Σ g and Σ g·(x − mean_c); else the shifted Σ (x − k) and Σ (x − k)² (k = x[c], row 0).
+constexpr int kClLanes = 32, kClWarps = 8;
+inline int64_t bn_cl_tiles(int64_t C) { return (C + kClLanes - 1) / kClLanes; }
+template <typename T, bool kGrad>
+__global__ void bn_cl_sums_kernel(double* partials, const T* __restrict__ x, const T* __restrict__ g,
+                                  const opmath_t<T>* mean, int64_t M, int64_t C, NormChunks ch) {
+  using A = opmath_t<T>;
+  __shared__ double sh1[kClWarps][kClLanes], sh2[kClWarps][kClLanes];
+  const int lane = threadIdx.x % kClLanes, warp = threadIdx.x / kClLanes;
+  const int64_t tiles = (C + kClLanes - 1) / kClLanes;
+  for (int64_t blk = blockIdx.x; blk < tiles * ch.chunks; blk += gridDim.x) {
+    const int64_t c = blk / ch.chunks * kClLanes + lane, k = blk % ch.chunks;
+    const int64_t e0 = k * ch.chunk, e1 = e0 + ch.chunk < M ? e0 + ch.chunk : M;
+    double d1 = 0, d2 = 0;
+    if (c < C) {
+      const A ref = kGrad ? mean[c] : load_op(x[c]);
+      for (int64_t base = e0 + warp; base < e1; base += kClWarps * 32) {
+        A s1 = 0, s2 = 0;
+        const int64_t end = base + kClWarps * 32 < e1 ? base + kClWarps * 32 : e1;
+        for (int64_t e = base; e < end; e += kClWarps) {
+          const A xv = load_op(x[e * C + c]) - ref;
+          if constexpr (kGrad) {
+            const A gv = load_op(g[e * C + c]);
+            s1 += gv;
+            s2 += gv * xv;
+          } else {
+            s1 += xv;
+            s2 += xv * xv;
+          }
+        }
+        d1 += static_cast<double>(s1);
+        d2 += static_cast<double>(s2);
+      }
+    }
+    sh1[warp][lane] = d1;
+    sh2[warp][lane] = d2;
+    __syncthreads();
+    if (warp == 0 && c < C) {
+      double t1 = 0, t2 = 0;
+      for (int w = 0; w < kClWarps; ++w) {
+        t1 += sh1[w][lane];
+        t2 += sh2[w][lane];
+      }
+      partials[2 * (c * ch.chunks + k)] = t1;
+      partials[2 * (c * ch.chunks + k) + 1] = t2;
+    }
+    __syncthreads();
+  }
+}
+
 // Per channel: the partials in chunk order → mean, rstd, running statistics.
 template <typename T>
 __global__ void bn_stats_finish_kernel(opmath_t<T>* save_mean, opmath_t<T>* save_rstd, opmath_t<T>* rm,
                                        opmath_t<T>* rv, const double* partials, const T* __restrict__ x, int64_t N,
-                                       int64_t C, int64_t S, int64_t chunks, double momentum, double eps) {
+                                       int64_t C, int64_t S, int64_t chunks, double momentum, double eps,
+                                       bool channels_last) {
   using A = opmath_t<T>;
   const int64_t M = N * S;
   PRECIS_GRID_STRIDE_LOOP(c, C) {
     double s1 = 0, s2 = 0;
     sum_pair_partials(partials, c, chunks, &s1, &s2);
-    const double shift = M > 0 ? static_cast<double>(load_op(x[c * S])) : 0.0;
+    // The channel's first element, the shift the sums were taken around.
+    const double shift = M > 0 ? static_cast<double>(load_op(x[channels_last ? c : c * S])) : 0.0;
     const ShiftedMoments mo = moments_from_shifted_sums(shift, s1, s2, M);
     save_mean[c] = static_cast<A>(mo.mean);
     save_rstd[c] = norm_rstd<A>(mo.var, eps);
@@ -341,28 +399,34 @@ __global__ void bn_eval_stats_kernel(A* save_mean, A* save_rstd, const A* rm, co
   }
 }
 
-// out = (x − mean_c)·(w_c·rstd_c) + b_c over (N, C, S); four elements per step when vec.
+// The channel of element i (memory order) of an (N, C, S) tensor, contiguous or channels-last rows.
+__device__ __forceinline__ int64_t bn_channel(int64_t i, int64_t C, int64_t S, bool channels_last) {
+  return channels_last ? i % C : (i / S) % C;
+}
+
+// out = (x − mean_c)·(w_c·rstd_c) + b_c over (N, C, S); four elements per step when vec (S % 4 == 0
+// in NCHW, C % 4 == 0 channels-last).
 template <typename T>
 __global__ void bn_normalise_kernel(T* out, const T* __restrict__ x, const opmath_t<T>* w, const opmath_t<T>* b,
                                     const opmath_t<T>* mean, const opmath_t<T>* rstd, int64_t total, int64_t C,
-                                    int64_t S, bool vec) {
+                                    int64_t S, bool vec, bool channels_last) {
   using A = opmath_t<T>;
   if (vec) {
-    const int64_t S4 = S / 4;
     const Vec4<T>* xv = reinterpret_cast<const Vec4<T>*>(x);
     Vec4<T>* ov = reinterpret_cast<Vec4<T>*>(out);
     PRECIS_GRID_STRIDE_LOOP(u, total / 4) {
-      const int64_t c = (u / S4) % C;
-      const A scale = param_or(w, c, A(1)) * rstd[c], shift = param_or(b, c, A(0)), mu = mean[c];
       const Vec4<T> q = xv[u];
       Vec4<T> r;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) r.v[k] = store_op<T>(norm_affine(load_op(q.v[k]), mu, scale, shift));
+      for (int k = 0; k < 4; ++k) {
+        const int64_t c = bn_channel(4 * u + k, C, S, channels_last);
+        r.v[k] = store_op<T>(norm_affine(load_op(q.v[k]), mean[c], param_or(w, c, A(1)) * rstd[c], param_or(b, c, A(0))));
+      }
       ov[u] = r;
     }
   } else {
     PRECIS_GRID_STRIDE_LOOP(i, total) {
-      const int64_t c = (i / S) % C;
+      const int64_t c = bn_channel(i, C, S, channels_last);
       out[i] = store_op<T>(norm_affine(load_op(x[i]), mean[c], param_or(w, c, A(1)) * rstd[c], param_or(b, c, A(0))));
     }
   }
@@ -427,10 +491,11 @@ __global__ void bn_grad_finish_kernel(A* dw, A* db, double* coefs, const double*
 // dx = a_c·g + b_c·(x − mean_c) + c_c over (N, C, S) (eval: a_c·g); coefs (C, 3).
 template <typename T>
 __global__ void bn_dx_kernel(T* dx, const T* __restrict__ g, const T* __restrict__ x, const double* coefs,
-                             const opmath_t<T>* mean, int64_t total, int64_t C, int64_t S, bool training) {
+                             const opmath_t<T>* mean, int64_t total, int64_t C, int64_t S, bool training,
+                             bool channels_last) {
   using A = opmath_t<T>;
   PRECIS_GRID_STRIDE_LOOP(i, total) {
-    const int64_t c = (i / S) % C;
+    const int64_t c = bn_channel(i, C, S, channels_last);
     const A ca = static_cast<A>(coefs[3 * c]);
     if (training) {
       const A cb = static_cast<A>(coefs[3 * c + 1]), c0 = static_cast<A>(coefs[3 * c + 2]);
@@ -756,7 +821,8 @@ void check_launch(const char* what, DType dtype) {
 
 void launch_batch_norm(DType dtype, void* out, void* save_mean, void* save_rstd, const void* x, const void* weight,
                        const void* bias, void* running_mean, void* running_var, int64_t N, int64_t C, int64_t S,
-                       bool training, double momentum, double eps, double* scratch, cudaStream_t stream) {
+                       bool training, double momentum, double eps, double* scratch, cudaStream_t stream,
+                       bool channels_last) {
   if (C == 0) return;
   visit_floating(dtype, [&]<typename T>() {
     using A = opmath_t<T>;
@@ -766,24 +832,27 @@ void launch_batch_norm(DType dtype, void* out, void* save_mean, void* save_rstd,
     const int64_t M = N * S;
     if (training) {
       const NormChunks ch = norm_chunks(M);
-      const bool vec = S % 4 == 0 && aligned4(x, sizeof(T));
-      if (M > 0)
-        bn_shifted_sums_kernel<T><<<grid_rows(C * ch.chunks), kThreads, 0, stream>>>(scratch, px, N, C, S, ch, vec);
-      else
+      if (M == 0)
         PRECIS_CUDA_CHECK(cudaMemsetAsync(scratch, 0, sizeof(double) * 2 * C * ch.chunks, stream), "batch_norm");
+      else if (channels_last)
+        bn_cl_sums_kernel<T, false><<<grid_rows(bn_cl_tiles(C) * ch.chunks), kClLanes * kClWarps, 0, stream>>>(
+            scratch, px, nullptr, nullptr, M, C, ch);
+      else
+        bn_shifted_sums_kernel<T><<<grid_rows(C * ch.chunks), kThreads, 0, stream>>>(
+            scratch, px, N, C, S, ch, S % 4 == 0 && aligned4(x, sizeof(T)));
       bn_stats_finish_kernel<T><<<grid_for(C), kThreads, 0, stream>>>(
           sm, sr, static_cast<A*>(running_mean), static_cast<A*>(running_var), scratch, px, N, C, S, ch.chunks,
-          momentum, eps);
+          momentum, eps, channels_last);
     } else {
       bn_eval_stats_kernel<A><<<grid_for(C), kThreads, 0, stream>>>(
           sm, sr, static_cast<const A*>(running_mean), static_cast<const A*>(running_var), C, eps);
     }
     if (M > 0) {
-      const bool vec = S % 4 == 0 && aligned4(x, sizeof(T)) && aligned4(out, sizeof(T));
+      const bool vec = (channels_last ? C : S) % 4 == 0 && aligned4(x, sizeof(T)) && aligned4(out, sizeof(T));
       const int64_t total = N * C * S;
       bn_normalise_kernel<T><<<grid_for(vec ? total / 4 : total), kThreads, 0, stream>>>(
           static_cast<T*>(out), px, static_cast<const A*>(weight), static_cast<const A*>(bias), sm, sr, total, C, S,
-          vec);
+          vec, channels_last);
     }
   });
   check_launch("batch_norm", dtype);
@@ -791,7 +860,8 @@ void launch_batch_norm(DType dtype, void* out, void* save_mean, void* save_rstd,
 
 void launch_batch_norm_backward(DType dtype, void* dx, void* dweight, void* dbias, const void* grad, const void* x,
                                 const void* weight, const void* save_mean, const void* save_rstd, int64_t N,
-                                int64_t C, int64_t S, bool training, double* scratch, cudaStream_t stream) {
+                                int64_t C, int64_t S, bool training, double* scratch, cudaStream_t stream,
+                                bool channels_last) {
   if (C == 0) return;
   visit_floating(dtype, [&]<typename T>() {
     using A = opmath_t<T>;
@@ -803,7 +873,10 @@ void launch_batch_norm_backward(DType dtype, void* dx, void* dweight, void* dbia
     const T* px = static_cast<const T*>(x);
     const T* pg = static_cast<const T*>(grad);
     const A* mean = static_cast<const A*>(save_mean);
-    if (need_sums) {
+    if (need_sums && channels_last) {
+      bn_cl_sums_kernel<T, true><<<grid_rows(bn_cl_tiles(C) * ch.chunks), kClLanes * kClWarps, 0, stream>>>(
+          partials, px, pg, mean, M, C, ch);
+    } else if (need_sums) {
       const bool vec = S % 4 == 0 && aligned4(x, sizeof(T)) && aligned4(grad, sizeof(T));
       bn_grad_sums_kernel<T><<<grid_rows(C * ch.chunks), kThreads, 0, stream>>>(partials, pg, px, mean, N, C, S, ch,
                                                                                vec);
@@ -814,7 +887,7 @@ void launch_batch_norm_backward(DType dtype, void* dx, void* dweight, void* dbia
     if (dx != nullptr && M > 0) {
       const int64_t total = N * C * S;
       bn_dx_kernel<T><<<grid_for(total), kThreads, 0, stream>>>(static_cast<T*>(dx), pg, px, coefs, mean, total, C,
-                                                                S, training);
+                                                                S, training, channels_last);
     }
   });
   check_launch("batch_norm_backward", dtype);

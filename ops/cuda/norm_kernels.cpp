@@ -1,7 +1,8 @@
 // Tensor unpacking and registration of the CUDA normalisation, softmax and class-index loss
 // kernels (batch_norm, layer_norm, group_norm, softmax, log_softmax with their backward kernels,
 // cross_entropy with its backward, nll_loss). The functional code (ops/norm.cpp, softmax.cpp,
-// loss.cpp) has checked shapes and made the operands contiguous; here every operand is checked to
+// loss.cpp) has checked shapes and made the operands contiguous (batch_norm keeps a channels-last
+// input as channels-last rows); here every operand is checked to
 // be on one CUDA device with the dtypes the kernel signatures promise, and scratch is allocated.
 // Device code: ops/cuda/norm.cu.
 #include <string>
@@ -20,14 +21,23 @@ namespace {
 
 DType acc_of(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
+// Whether t, an (N, C, S) tensor, is channels-last rows: element (n, c, s) at (n·S + s)·C + c (what
+// ops/norm.cpp makes of a channels-last 4-D input).
+bool channels_last_rows(const Tensor& t) {
+  return t.dim() == 3 && !t.is_contiguous() && t.strides()[0] == t.size(1) * t.size(2) && t.strides()[1] == 1 &&
+         t.strides()[2] == t.size(1);
+}
+
 // Every defined operand on x's CUDA device; the T operands of x's dtype, the acc ones of its acc
-// dtype, all contiguous.
+// dtype, all contiguous — except that with channels_last x and the T operands are channels-last
+// rows instead.
 void check_operands(const char* op, const Tensor& x, std::initializer_list<const Tensor*> same_dtype,
-                    std::initializer_list<const Tensor*> acc_dtype) {
+                    std::initializer_list<const Tensor*> acc_dtype, bool channels_last = false) {
   const DType acc = acc_of(x.dtype());
-  bool ok = x.device().is_cuda() && is_floating(x.dtype());
+  const auto laid_out = [&](const Tensor& t) { return channels_last ? channels_last_rows(t) : t.is_contiguous(); };
+  bool ok = x.device().is_cuda() && is_floating(x.dtype()) && laid_out(x);
   for (const Tensor* t : same_dtype)
-    if (t->defined()) ok = ok && t->device() == x.device() && t->dtype() == x.dtype() && t->is_contiguous();
+    if (t->defined()) ok = ok && t->device() == x.device() && t->dtype() == x.dtype() && laid_out(*t);
   for (const Tensor* t : acc_dtype)
     if (t->defined()) ok = ok && t->device() == x.device() && t->dtype() == acc && t->is_contiguous();
   if (ok) return;
@@ -35,7 +45,8 @@ void check_operands(const char* op, const Tensor& x, std::initializer_list<const
   for (const Tensor* t : same_dtype) all += ", " + (t->defined() ? t->describe() : std::string("(undefined)"));
   for (const Tensor* t : acc_dtype) all += ", " + (t->defined() ? t->describe() : std::string("(undefined)"));
   throw DeviceError(precis::detail::str_cat(
-      op, ": the CUDA kernel needs every operand contiguous on x's CUDA device, the data of x's floating dtype and "
+      op, ": the CUDA kernel needs every operand contiguous (batch_norm: or x, out, grad, dx all channels-last rows) "
+          "on x's CUDA device, the data of x's floating dtype and "
           "statistics, parameters and per-row values in ",
       dtype_name(acc), "; got ", all));
 }
@@ -50,25 +61,27 @@ Tensor scratch_doubles(int64_t n, Device device) {
 void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_rstd, const Tensor& x,
                        const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                        const Tensor& running_var, bool training, double momentum, double eps) {
-  check_operands("batch_norm", x, {&out}, {&save_mean, &save_rstd, &weight, &bias, &running_mean, &running_var});
+  const bool cl = channels_last_rows(x);
+  check_operands("batch_norm", x, {&out}, {&save_mean, &save_rstd, &weight, &bias, &running_mean, &running_var}, cl);
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   DeviceGuard guard(x.device().index);
   const Tensor scratch = scratch_doubles(training ? batch_norm_scratch_doubles(C, N, S) : 1, x.device());
   launch_batch_norm(x.dtype(), out.data_ptr(), save_mean.data_ptr(), save_rstd.data_ptr(), x.data_ptr(), ptr(weight),
                     ptr(bias), ptr(running_mean), ptr(running_var), N, C, S, training, momentum, eps,
-                    static_cast<double*>(scratch.data_ptr()), device_stream(x.device().index));
+                    static_cast<double*>(scratch.data_ptr()), device_stream(x.device().index), cl);
 }
 
 void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
                                 const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                                 const Tensor& save_rstd, bool training) {
-  check_operands("batch_norm_backward", x, {&dx, &grad}, {&dweight, &dbias, &weight, &save_mean, &save_rstd});
+  const bool cl = channels_last_rows(x);
+  check_operands("batch_norm_backward", x, {&dx, &grad}, {&dweight, &dbias, &weight, &save_mean, &save_rstd}, cl);
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   DeviceGuard guard(x.device().index);
   const Tensor scratch = scratch_doubles(batch_norm_scratch_doubles(C, N, S), x.device());
   launch_batch_norm_backward(x.dtype(), ptr(dx), ptr(dweight), ptr(dbias), grad.data_ptr(), x.data_ptr(), ptr(weight),
                              save_mean.data_ptr(), save_rstd.data_ptr(), N, C, S, training,
-                             static_cast<double*>(scratch.data_ptr()), device_stream(x.device().index));
+                             static_cast<double*>(scratch.data_ptr()), device_stream(x.device().index), cl);
 }
 
 void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,

@@ -58,15 +58,18 @@ inline int64_t layer_norm_backward_scratch_doubles(int64_t M, int64_t D) {
 }
 inline int64_t group_norm_backward_scratch_doubles(int64_t N, int64_t C, int64_t G) { return 2 * N * C + 2 * N * G; }
 
-/// Batch norm forward (ops/kernels_norm.h: BatchNormKernel). x, out: (N, C, S); weight, bias,
+/// Batch norm forward (ops/kernels_norm.h: BatchNormKernel). x, out: (N, C, S), contiguous or,
+/// with channels_last, both channels-last rows (element (n, c, s) at (n·S + s)·C + c); weight, bias,
 /// running_mean, running_var: (C) acc or null; save_mean, save_rstd: (C) acc.
 void launch_batch_norm(DType dtype, void* out, void* save_mean, void* save_rstd, const void* x, const void* weight,
                        const void* bias, void* running_mean, void* running_var, int64_t N, int64_t C, int64_t S,
-                       bool training, double momentum, double eps, double* scratch, cudaStream_t stream);
-/// Batch norm backward; dx, dweight, dbias null when not wanted.
+                       bool training, double momentum, double eps, double* scratch, cudaStream_t stream,
+                       bool channels_last);
+/// Batch norm backward; dx, dweight, dbias null when not wanted; grad and dx in x's layout.
 void launch_batch_norm_backward(DType dtype, void* dx, void* dweight, void* dbias, const void* grad, const void* x,
                                 const void* weight, const void* save_mean, const void* save_rstd, int64_t N,
-                                int64_t C, int64_t S, bool training, double* scratch, cudaStream_t stream);
+                                int64_t C, int64_t S, bool training, double* scratch, cudaStream_t stream,
+                                bool channels_last);
 
 /// Layer norm forward over M rows of D; group norm forward over N·G rows of C/G·S, the channel of
 /// element j of row t being (t % G)·C/G + j / S. weight, bias: acc or null.

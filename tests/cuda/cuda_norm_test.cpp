@@ -13,6 +13,7 @@
 #include "ops/functional.h"
 #include "ops/kernels_loss.h"
 #include "ops/kernels_norm.h"
+#include "ops/memory_format.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include "tests/cuda/compare_with_cpu.h"
@@ -124,6 +125,35 @@ TEST_CASE("CUDA batch_norm matches the CPU: training statistics, running update,
         compare_with_cpu(OpId::batch_norm, dt, {x, w, b}, [&](const std::vector<Tensor>& in) {
           const bool gpu = in[0].device().is_cuda();
           return batch_norm(in[0], gpu ? rm_gpu : rm_cpu, gpu ? rv_gpu : rv_cpu, in[1], in[2], training, 0.1, 1e-5);
+        });
+        require_close(rm_gpu, rm_cpu, dt, OpId::batch_norm, Compared::output);
+        require_close(rv_gpu, rv_cpu, dt, OpId::batch_norm, Compared::output);
+      }
+}
+
+TEST_CASE("CUDA batch_norm keeps a channels-last input channels-last and matches the CPU", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  uint64_t seed = 40;
+  // C % 4 == 0 (vectorised normalise) and not, C past one 32-channel tile (a partial second and
+  // third), and N·S = 16384 rows (two chunks per channel).
+  for (DType dt : kFloating)
+    for (const Shape& shape : {Shape{4, 8, 6, 6}, Shape{3, 5, 3, 3}, Shape{2, 70, 5, 7}, Shape{16, 40, 32, 32}})
+      for (bool training : {true, false}) {
+        INFO(dtype_name(dt) << " shape " << shape_str(shape) << " training " << training);
+        const int64_t C = shape[1];
+        const Tensor x = leaf(shape, 50, 60, ++seed, dt);
+        const Tensor w = leaf({C}, 0.5, 1.5, ++seed, acc_of(dt));
+        const Tensor b = leaf({C}, -1, 1, ++seed, acc_of(dt));
+        const Tensor rm_cpu = leaf({C}, 40, 60, ++seed, acc_of(dt), false);
+        const Tensor rv_cpu = leaf({C}, 1, 9, ++seed, acc_of(dt), false);
+        const Tensor rm_gpu = rm_cpu.to(kGpu), rv_gpu = rv_cpu.to(kGpu);
+        compare_with_cpu(OpId::batch_norm, dt, {x, w, b}, [&](const std::vector<Tensor>& in) {
+          const bool gpu = in[0].device().is_cuda();
+          const Tensor xcl = contiguous(in[0], MemoryFormat::ChannelsLast);
+          const Tensor y =
+              batch_norm(xcl, gpu ? rm_gpu : rm_cpu, gpu ? rv_gpu : rv_cpu, in[1], in[2], training, 0.1, 1e-5);
+          CHECK(suggest_memory_format(y) == MemoryFormat::ChannelsLast);  // no transpose back
+          return y;
         });
         require_close(rm_gpu, rm_cpu, dt, OpId::batch_norm, Compared::output);
         require_close(rv_gpu, rv_cpu, dt, OpId::batch_norm, Compared::output);
