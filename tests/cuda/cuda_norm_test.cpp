@@ -160,6 +160,18 @@ TEST_CASE("CUDA batch_norm keeps a channels-last input channels-last and matches
       }
 }
 
+// The smallest case that runs bn_cl_sums_kernel with two channel tiles (one partial) and two chunks
+// per channel, forward and backward: the racecheck line (tests/gpu/racecheck_tests.txt).
+TEST_CASE("CUDA channels-last batch_norm with two channel tiles and two chunks matches the CPU", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  const Tensor x = leaf({2, 40, 64, 65}, -2, 3, 71, DType::f32);
+  const Tensor w = leaf({40}, 0.5, 1.5, 72, DType::f32);
+  compare_with_cpu(OpId::batch_norm, DType::f32, {x, w}, [](const std::vector<Tensor>& in) {
+    return batch_norm(contiguous(in[0], MemoryFormat::ChannelsLast), Tensor(), Tensor(), in[1], Tensor(), true, 0.1,
+                      1e-5);
+  });
+}
+
 TEST_CASE("CUDA group_norm matches the CPU forward and backward", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   uint64_t seed = 50;
