@@ -81,8 +81,9 @@ const bool kUnary = register_error_cases({
 const bool kUnaryBackward = register_error_cases({
     PRECIS_BAD_INPUT(relu_backward, StateError, "backward a second time", backward_twice(relu_fn),
                      "relu_backward", "second time"),
-    PRECIS_BAD_INPUT(relu_backward, StateError, "the saved input modified in place", backward_after_inplace(relu_fn),
-                     "relu", "modified by an in-place operation"),
+    // relu keeps its output (ops/unary_ops.def), so changing that output breaks its backward.
+    PRECIS_BAD_INPUT(relu_backward, StateError, "the saved output modified in place",
+                     backward_after_output_inplace(relu_fn), "relu", "modified by an in-place operation"),
     PRECIS_BAD_INPUT(gelu_backward, StateError, "backward a second time", backward_twice(gelu_tanh),
                      "gelu_backward", "second time"),
     PRECIS_BAD_INPUT(gelu_backward, StateError, "the saved input modified in place", backward_after_inplace(gelu_none),
