@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
+#include <utility>
 
 #include "ops/profiler.h"
 
@@ -33,9 +34,23 @@ bool register_suite(Suite suite) {
 
 const std::vector<Suite>& suites() { return registry(); }
 
-bool case_selected(const Options& options, const std::string& name) {
-  return options.cases.empty() || name.find(options.cases) != std::string::npos;
+namespace {
+CasesSeen& cases_seen() {
+  static CasesSeen seen;
+  return seen;
 }
+}  // namespace
+
+bool case_selected(const Options& options, const std::string& name) {
+  const bool selected = options.cases.empty() || name.find(options.cases) != std::string::npos;
+  CasesSeen& seen = cases_seen();
+  // A case is asked about once per thread count: list each name once.
+  if (std::find(seen.names.begin(), seen.names.end(), name) == seen.names.end()) seen.names.push_back(name);
+  seen.any_selected = seen.any_selected || selected;
+  return selected;
+}
+
+CasesSeen take_cases_seen() { return std::exchange(cases_seen(), CasesSeen{}); }
 
 std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& impls, const Options& options) {
   using Clock = std::chrono::steady_clock;

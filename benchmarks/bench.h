@@ -27,8 +27,16 @@ struct Options {
   std::string device = "cpu";      // --device cpu|cuda|cuda:N (the models suite; others run on the CPU only)
 };
 
-/// Whether --cases selects the case named `name` (every case when --cases was not given).
+/// Whether --cases selects the case named `name` (every case when --cases was not given). Records
+/// the name, so that a --cases matching nothing can be told apart from a suite without cases.
 bool case_selected(const Options& options, const std::string& name);
+/// The case names case_selected saw since the last call (and whether any was selected), for
+/// main.cpp's check after each suite; clears them.
+struct CasesSeen {
+  std::vector<std::string> names;
+  bool any_selected = false;
+};
+CasesSeen take_cases_seen();
 
 /// One measured (case, impl, dtype, threads) combination.
 struct Record {

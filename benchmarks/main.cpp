@@ -258,7 +258,18 @@ int main(int argc, char** argv) {
       std::cout.flush();
     }
     for (const Suite* s : selected) {
+      (void)precis::bench::take_cases_seen();
       SuiteReport report = s->run(options);
+      // A --cases that matches none of a suite's cases (a typo, a dtype left out) would print an
+      // empty table and look like a result.
+      if (const precis::bench::CasesSeen seen = precis::bench::take_cases_seen();
+          !options.cases.empty() && !seen.names.empty() && !seen.any_selected) {
+        std::cerr << "precis-bench: --cases '" << options.cases << "' matches none of the " << s->name
+                  << " suite's cases, so nothing was measured; --cases picks the cases whose name contains it. The "
+                  << s->name << " suite's cases:\n";
+        for (const std::string& name : seen.names) std::cerr << "  " << name << "\n";
+        return 2;
+      }
       // The peak is the CPU's GEMM peak: a GPU case gets no share of it.
       for (Record& r : report.records)
         if (r.device.empty() || r.device == "cpu") r.peak_gflops = peaks.of(r.dtype, r.threads);

@@ -1,6 +1,7 @@
 #pragma once
 // Where a tensor lives: the CPU, or CUDA device N.
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 
 namespace precis {
@@ -29,6 +30,11 @@ struct Device {
 };
 
 const char* device_type_name(DeviceType t);
+
+/// d.str(): "cpu" or "cuda:N" (PyTorch's str(torch.device)).
+std::string to_string(Device d);
+/// Writes d.str(): `std::cout << x.device()` prints "cpu" or "cuda:0".
+std::ostream& operator<<(std::ostream& os, Device d);
 
 /// True when precis was built with CUDA and at least one CUDA device is visible. Never throws: a
 /// missing driver or GPU reads as false.

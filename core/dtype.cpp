@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <ostream>
+
 #include "core/error.h"
 
 namespace precis {
@@ -16,6 +18,10 @@ std::string_view dtype_name(DType t) {
   }
   return "?";
 }
+
+std::string to_string(DType t) { return std::string(dtype_name(t)); }
+
+std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
 DType dtype_from_name(std::string_view name) {
   for (int i = 0; i < kNumDTypes; ++i)

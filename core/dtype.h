@@ -3,6 +3,7 @@
 // arithmetic is done in fp32 (docs/design/precision.md).
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,10 @@ constexpr bool is_integral(DType t) { return t == DType::i64 || t == DType::i32;
 std::string_view dtype_name(DType t);
 /// Inverse of dtype_name; throws ValueError on an unknown name.
 DType dtype_from_name(std::string_view name);
+/// dtype_name as a string: to_string(DType::bf16) == "bf16" (PyTorch's str(torch.bfloat16)).
+std::string to_string(DType t);
+/// Writes dtype_name(t): `std::cout << x.dtype()` prints "bf16".
+std::ostream& operator<<(std::ostream& os, DType t);
 
 /// PyTorch's promotion for binary ops between two tensors: bool < integers < floating;
 /// among floats the wider wins, and f16 with bf16 gives f32.

@@ -1,6 +1,8 @@
 // Memory formats (ops/memory_format.h): layout queries and the differentiable re-layout copy.
 #include "ops/memory_format.h"
 
+#include <ostream>
+
 #include "core/error.h"
 #include "ops/conv_plan.h"
 
@@ -14,6 +16,10 @@ const char* memory_format_name(MemoryFormat format) {
   }
   return "?";
 }
+
+std::string to_string(MemoryFormat format) { return memory_format_name(format); }
+
+std::ostream& operator<<(std::ostream& os, MemoryFormat format) { return os << memory_format_name(format); }
 
 namespace {
 bool dense_channels_last(const Tensor& t) {

@@ -3,6 +3,9 @@
 // channels-last (the (N, H, W, C) permutation contiguous). A channels-last input keeps its layout
 // through conv2d, batch_norm and the pooling ops (docs/design/cpu-conv.md), which on the CPU saves
 // oneDNN's per-call reorders of the activations.
+#include <iosfwd>
+#include <string>
+
 #include "tensor/tensor.h"
 
 namespace precis {
@@ -12,6 +15,10 @@ enum class MemoryFormat { Contiguous, ChannelsLast, Preserve };
 
 /// "contiguous", "channels_last" or "preserve".
 const char* memory_format_name(MemoryFormat format);
+/// memory_format_name as a string.
+std::string to_string(MemoryFormat format);
+/// Writes memory_format_name(format): `std::cout << MemoryFormat::ChannelsLast` prints "channels_last".
+std::ostream& operator<<(std::ostream& os, MemoryFormat format);
 
 /// Whether t is dense in `format` (x.is_contiguous(memory_format=...)): ChannelsLast needs a 4-D
 /// tensor whose (N, H, W, C) permutation is contiguous (size-1 dims' strides ignored); Preserve

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +28,9 @@ namespace precis::summary {
 namespace pb = precis::tensorboard;
 
 namespace {
+
+// The reason of the failed stream operation: streams keep no error code, errno has it.
+std::string errno_text() { return errno != 0 ? std::strerror(errno) : "unknown error"; }
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -77,9 +82,10 @@ struct SummaryWriter::Impl {
 
   void write_out() {
     if (!file.is_open()) return;
+    errno = 0;
     if (!pending.empty()) file.write(pending.data(), static_cast<std::streamsize>(pending.size()));
     file.flush();
-    PRECIS_CHECK_T(IOError, file.good(), "SummaryWriter: writing '", path, "' failed (disk full or removed?)");
+    PRECIS_CHECK_T(IOError, file.good(), "writing the TensorBoard events file '", path, "' failed: ", errno_text());
     pending.clear();
     pending_events = 0;
   }
@@ -108,16 +114,19 @@ SummaryWriter::SummaryWriter(std::string log_dir, SummaryWriterOptions options) 
   m.options = std::move(options);
   std::error_code ec;
   std::filesystem::create_directories(m.log_dir, ec);
-  PRECIS_CHECK_T(IOError, !ec && std::filesystem::is_directory(m.log_dir), "SummaryWriter: cannot create log_dir '",
-                 m.log_dir, "'", ec ? ": " + ec.message() : std::string());
-  char name[128];
-  std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.", static_cast<long long>(std::time(nullptr)));
-  m.path = (std::filesystem::path(m.log_dir) /
-            (name + host_name() + "." + std::to_string(::getpid()) + "." + std::to_string(g_writers++) +
-             m.options.filename_suffix))
-               .string();
+  PRECIS_CHECK_T(IOError, !ec && std::filesystem::is_directory(m.log_dir), "cannot create the TensorBoard log folder '",
+                 m.log_dir, "': ", ec ? ec.message() : std::string("it is not a folder"));
+  // TensorBoard reads a folder's files in name order, and a resumed run's purge_step only works
+  // when its file comes after the interrupted run's: the numbers are zero-padded, or writer 10 of a
+  // process sorts before its writer 9 within the same second.
+  char stamp[32], ids[48];
+  std::snprintf(stamp, sizeof stamp, "events.out.tfevents.%010lld.", static_cast<long long>(std::time(nullptr)));
+  std::snprintf(ids, sizeof ids, ".%07lld.%06lld", static_cast<long long>(::getpid()),
+                static_cast<long long>(g_writers++));
+  m.path = (std::filesystem::path(m.log_dir) / (stamp + host_name() + ids + m.options.filename_suffix)).string();
+  errno = 0;
   m.file.open(m.path, std::ios::binary | std::ios::trunc);
-  PRECIS_CHECK_T(IOError, m.file.is_open(), "SummaryWriter: cannot create the events file '", m.path, "'");
+  PRECIS_CHECK_T(IOError, m.file.is_open(), "cannot create the TensorBoard events file '", m.path, "': ", errno_text());
 
   // TensorBoard reads the version from the first record; a purge_step START follows at once.
   pb::Event version = m.event(0, std::nullopt);

@@ -10,7 +10,8 @@
 //   // destroyed (or close()d): everything is on disk
 //
 // Then `tensorboard --logdir runs`. One writer writes one file,
-// <log_dir>/events.out.tfevents.<seconds>.<host>.<pid>.<n><suffix>, a sequence of TFRecords
+// <log_dir>/events.out.tfevents.<seconds>.<host>.<pid>.<n><suffix> (pid and the process's writer
+// count n zero-padded, so that files sort in the order they were opened), a sequence of TFRecords
 // (length, masked CRC-32C of the length, an Event message, masked CRC-32C of the message). The
 // Event messages follow TensorBoard's schema (summary/tensorboard.proto, compiled by protoc at
 // build time). Events are buffered and written out when max_queue of them are pending, by a

@@ -1,6 +1,7 @@
 #include "tensor/tensor_impl.h"
 
 #include <limits>
+#include <ostream>
 
 #include "core/checked_math.h"
 #include "core/error.h"
@@ -34,6 +35,10 @@ std::string shape_str(const Shape& sizes) {
   for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
   return s + "]";
 }
+
+std::string to_string(const Shape& sizes) { return shape_str(sizes); }
+
+std::ostream& operator<<(std::ostream& os, const Shape& sizes) { return os << shape_str(sizes); }
 
 namespace {
 // Contiguous in the row-major sense; size-1 dims may have any stride.

@@ -4,6 +4,7 @@
 // autograd metadata (null until autograd needs it).
 #include <atomic>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,5 +100,11 @@ Shape contiguous_strides(const Shape& sizes);
 int64_t shape_numel(const Shape& sizes);
 /// "[2, 3]".
 std::string shape_str(const Shape& sizes);
+/// shape_str(sizes): to_string(x.sizes()) == "[2, 3]".
+std::string to_string(const Shape& sizes);
+/// Writes shape_str(sizes): `std::cout << x.sizes()` prints "[2, 3]". Shape is a std::vector, so
+/// argument-dependent lookup does not find this operator: it needs `using namespace precis;` (as
+/// the examples have) or code inside namespace precis; to_string works the same way.
+std::ostream& operator<<(std::ostream& os, const Shape& sizes);
 
 }  // namespace precis

@@ -1,6 +1,8 @@
 #include "data/text/wordpiece.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <unordered_set>
 
@@ -49,11 +51,14 @@ std::vector<std::string> read_vocab(const std::string& path) {
 }
 
 void write_vocab(const std::string& path, const std::vector<std::string>& vocab) {
+  // Streams keep no error of their own: the reason is errno of the failed open or write.
+  auto reason = [] { return errno != 0 ? std::string(std::strerror(errno)) : std::string("unknown error"); };
+  errno = 0;
   std::ofstream f(path, std::ios::binary);
-  PRECIS_CHECK_T(IOError, f.is_open(), "write_vocab: cannot open ", path, " for writing");
+  PRECIS_CHECK_T(IOError, f.is_open(), "cannot open the vocabulary file '", path, "' for writing: ", reason());
   for (const std::string& t : vocab) f << t << '\n';
   f.flush();
-  PRECIS_CHECK_T(IOError, f.good(), "write_vocab: writing ", path, " failed");
+  PRECIS_CHECK_T(IOError, f.good(), "writing the vocabulary file '", path, "' failed: ", reason());
 }
 
 WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, WordPieceOptions options)

@@ -20,13 +20,13 @@ int main(int argc, char** argv) {
       precis::train::parse_train_cli(argc, argv, std::cout, std::cerr, &code);
   if (!options) return code;
   if (const std::string bad = precis::train::install_fault_injection_from_env(); !bad.empty()) {
-    std::cerr << "precis-train: error: " << bad << "\n";
+    std::cerr << precis::train::cli_error_line(bad) << "\n";
     return 2;
   }
   try {
     precis::train::validate(*options);
   } catch (const std::exception& e) {
-    std::cerr << "precis-train: error: " << e.what() << "\nRun with --help for more information.\n";
+    std::cerr << precis::train::cli_error_line(e.what()) << "\n";
     return 2;
   }
   try {
@@ -36,8 +36,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cout.flush();
     // Other ranks may be waiting in a collective for this one: end the whole job.
-    if (options->distributed) precis::dist::abort_job(std::string("precis-train: error: ") + e.what());
-    std::cerr << "precis-train: error: " << e.what() << "\n";
+    if (options->distributed) precis::dist::abort_job(precis::train::cli_error_line(e.what()));
+    std::cerr << precis::train::cli_error_line(e.what()) << "\n";
     return 1;
   }
   return 0;

@@ -62,7 +62,7 @@ std::optional<int64_t> step_of(const fs::path& p) {
   const std::string name = p.filename().string();
   if (!std::regex_match(name, m, kName)) return std::nullopt;
   const std::optional<int64_t> step = parse_digits(m[1].str());
-  PRECIS_CHECK_T(IOError, step.has_value(), "list_checkpoints: '", p.string(), "' is named like a checkpoint but its step ",
+  PRECIS_CHECK_T(IOError, step.has_value(), "'", p.string(), "' is named like a checkpoint but its step ",
                  m[1].str(), " exceeds 9223372036854775807 (int64), so precis did not write it; rename or move it "
                  "out of the checkpoint folder");
   return step;
@@ -149,7 +149,8 @@ std::string save_checkpoint(const std::string& dir, int64_t global_step, const S
   PRECIS_CHECK(keep >= 1, "save_checkpoint: keep must be >= 1 (got ", keep, ")");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  PRECIS_CHECK_T(IOError, !ec, "save_checkpoint: cannot create the checkpoint folder '", dir, "': ", ec.message());
+  PRECIS_CHECK_T(IOError, !ec, "cannot create the checkpoint folder '", dir, "': ", ec.message(),
+                 "; point --checkpoint at a folder this user can write to");
   NamedTensors tensors(state.begin(), state.end());
   metadata[kCrcKey] = std::to_string(checksum(tensors));
   metadata[kCountKey] = std::to_string(tensors.size());

@@ -43,7 +43,7 @@ class ImageTask : public TrainTask {
     std::string dir = o.data.empty() ? data::kFashionMnistDir : o.data;
     if (std::filesystem::exists(std::filesystem::path(dir) / "cifar-10-batches-bin"))
       dir = (std::filesystem::path(dir) / "cifar-10-batches-bin").string();
-    PRECIS_CHECK_T(IOError, std::filesystem::is_directory(dir), "precis-train resnet: the data folder '", dir,
+    PRECIS_CHECK_T(IOError, std::filesystem::is_directory(dir), "--data: the folder '", dir,
                    "' does not exist. Fashion-MNIST comes from the Debian package dataset-fashion-mnist "
                    "(scripts/install-deps.sh --data); --data may name a folder of MNIST-format IDX files or "
                    "CIFAR-10 binaries.");
@@ -62,7 +62,7 @@ class ImageTask : public TrainTask {
       auto tr = std::make_shared<data::MnistDataset>(dir, true);
       test = std::make_shared<data::MnistDataset>(dir, false);
       size = tr->height();
-      PRECIS_CHECK(tr->height() == tr->width(), "precis-train resnet: expected square images in '", dir, "', got ",
+      PRECIS_CHECK(tr->height() == tr->width(), "--data: expected square images in '", dir, "', got ",
                    tr->height(), "×", tr->width());
       train = tr;
       name = dir.find("fashion") != std::string::npos ? "Fashion-MNIST" : "MNIST-format";

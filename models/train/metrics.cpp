@@ -1,7 +1,9 @@
 #include "models/train/metrics.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "autograd/grad_mode.h"
@@ -11,6 +13,9 @@
 namespace precis::train {
 
 namespace {
+
+// What the last failed stream operation's system call said (streams keep no error of their own).
+std::string system_reason() { return errno != 0 ? std::strerror(errno) : "unknown error"; }
 
 // sum += v, starting from v itself (on v's device; no host value involved).
 void accumulate(Tensor& sum, const Tensor& v) { sum = sum.defined() ? add(sum, v) : v.clone(); }
@@ -57,11 +62,12 @@ void RunningMetrics::load_state_dict(const StateDict& dict, const char* owner) {
   samples = state_get_int(dict, "samples", owner);
 }
 
-MetricsCsv::MetricsCsv(const std::string& path, bool append) {
+MetricsCsv::MetricsCsv(const std::string& path, bool append) : path_(path) {
   if (path.empty()) return;
   const bool fresh = !append || !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0;
+  errno = 0;
   out_.open(path, append ? std::ios::app : std::ios::trunc);
-  PRECIS_CHECK_T(IOError, out_.good(), "--metrics: cannot write '", path, "'");
+  PRECIS_CHECK_T(IOError, out_.good(), "--metrics ", path, ": cannot open the file for writing: ", system_reason());
   if (fresh) out_ << "epoch,step,epoch_step,lr,loss,accuracy,loss_scale,applied,grad_norm,samples_per_s,data_wait\n";
 }
 
@@ -73,8 +79,12 @@ void MetricsCsv::row(int64_t epoch, int64_t step, int64_t epoch_step, double lr,
                 static_cast<long long>(epoch + 1), static_cast<long long>(step), static_cast<long long>(epoch_step),
                 lr, loss, accuracy, scale, applied ? 1 : 0,
                 std::isnan(grad_norm) ? "" : json_number(grad_norm, 6).c_str(), samples_per_s, data_wait);
+  errno = 0;
   out_ << buf;
   out_.flush();
+  // A full disk mid-run: stop now rather than train on with a silently truncated log.
+  PRECIS_CHECK_T(IOError, out_.good(), "--metrics ", path_, ": writing the row of step ", step, " failed: ",
+                 system_reason(), "; free space or point --metrics at another disk");
 }
 
 std::string json_number(double v, int digits) {

@@ -49,11 +49,13 @@ class MetricsCsv {
   /// Opens `path` (appending when `append`, e.g. on resume); IOError when it cannot be written.
   MetricsCsv(const std::string& path, bool append);
   bool enabled() const { return out_.is_open(); }
-  /// grad_norm NaN: no clipping (empty field).
+  /// grad_norm NaN: no clipping (empty field). IOError with the system's reason when the row
+  /// cannot be written (a full disk).
   void row(int64_t epoch, int64_t step, int64_t epoch_step, double lr, double loss, double accuracy, double scale,
            bool applied, double grad_norm, double samples_per_s, double data_wait);
 
  private:
+  std::string path_;
   std::ofstream out_;
 };
 

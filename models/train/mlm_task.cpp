@@ -58,8 +58,19 @@ data::WordPieceTokenizer load_or_train_vocab(const TrainOptions& o, const std::s
   std::vector<std::string> vocab = data::train_wordpiece_vocab(train_lines, {.vocab_size = o.vocab_size});
   std::error_code ec;
   if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
-  data::write_vocab(path, vocab);
-  if (!o.quiet) log << vocab.size() << " tokens, cached in " << path << "\n";
+  if (!o.vocab.empty()) {
+    data::write_vocab(path, vocab);  // its folder was proven writable before the data was read
+    if (!o.quiet) log << vocab.size() << " tokens, written to " << path << "\n";
+  } else {
+    // The cache only saves the next run this training: a cache that cannot be written is no
+    // reason to stop this one.
+    try {
+      data::write_vocab(path, vocab);
+      if (!o.quiet) log << vocab.size() << " tokens, cached in " << path << "\n";
+    } catch (const IOError& e) {
+      if (!o.quiet) log << vocab.size() << " tokens, not cached (" << e.what() << "; --vocab FILE keeps it)\n";
+    }
+  }
   return data::WordPieceTokenizer(std::move(vocab));
 }
 
@@ -67,13 +78,13 @@ class MlmTask : public TrainTask {
  public:
   MlmTask(const TrainOptions& o, std::ostream& log) {
     const std::string path = o.data.empty() ? data::kWordNetDir : o.data;
-    PRECIS_CHECK_T(IOError, fs::exists(path), "precis-train bert-mini: the corpus '", path,
+    PRECIS_CHECK_T(IOError, fs::exists(path), "--data: the corpus '", path,
                    "' does not exist. WordNet's glosses come from the Debian package wordnet-base "
                    "(scripts/install-deps.sh --data); --data may name any text file or folder of text files.");
     std::vector<std::string> lines = data::read_corpus(path);
     std::vector<std::string> train_lines, test_lines;
     for (size_t i = 0; i < lines.size(); ++i) ((i + 1) % kTestEvery == 0 ? test_lines : train_lines).push_back(lines[i]);
-    PRECIS_CHECK(!train_lines.empty() && !test_lines.empty(), "precis-train bert-mini: the corpus '", path, "' has ",
+    PRECIS_CHECK(!train_lines.empty() && !test_lines.empty(), "--data: the corpus '", path, "' has ",
                  lines.size(), " lines; at least ", kTestEvery, " are needed (every ", kTestEvery,
                  "th is held out for testing)");
     tokenizer_ = std::make_unique<data::WordPieceTokenizer>(load_or_train_vocab(o, path, train_lines, log));

@@ -39,6 +39,10 @@ std::string format_progress(const ProgressInfo& p) {
   return buf;
 }
 
+std::string plural(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 Progress::Progress(std::ostream& out, bool tty, int64_t every, bool quiet)
     : out_(out), tty_(tty), quiet_(quiet), every_(every < 1 ? 1 : every) {}
 
@@ -46,6 +50,7 @@ bool Progress::due(int64_t step, bool last) const {
   if (quiet_) return false;
   if (tty_)
     return last || !line_open_ || std::chrono::steady_clock::now() - last_draw_ >= std::chrono::milliseconds(200);
+  if (step == printed_step_) return false;  // the epoch's last step may also be a --log-every step
   return last || step % every_ == 0;
 }
 
@@ -57,6 +62,7 @@ void Progress::update(const ProgressInfo& p, bool last) {
     line_open_ = true;
   } else {
     out_ << format_progress(p) << '\n' << std::flush;
+    printed_step_ = p.step;
   }
 }
 

@@ -26,6 +26,9 @@ struct ProgressInfo {
 /// The progress line's text (no \r or \n).
 std::string format_progress(const ProgressInfo& p);
 
+/// "1 epoch", "4 epochs", "0 threads": n and the noun, with an s unless n is 1.
+std::string plural(int64_t n, const std::string& noun);
+
 class Progress {
  public:
   /// tty: redraw in place (at most every 0.2 s); else print a line every `every` steps (>= 1).
@@ -33,7 +36,8 @@ class Progress {
   /// Whether update() after optimizer step `step` of the epoch would print: the caller builds the
   /// ProgressInfo (which reads device metrics) only then.
   bool due(int64_t step, bool last = false) const;
-  /// Shows the state after a step; `last` forces the line out (end of an epoch).
+  /// Shows the state after a step; `last` forces the line out (end of an epoch) unless, without a
+  /// terminal, the line of that step was printed already.
   void update(const ProgressInfo& p, bool last = false);
   /// Ends a redrawn line, so that other output starts on a fresh line.
   void break_line();
@@ -43,6 +47,7 @@ class Progress {
   bool tty_, quiet_;
   int64_t every_;
   bool line_open_ = false;
+  int64_t printed_step_ = -1;  // the step of the last plain line (no terminal)
   std::chrono::steady_clock::time_point last_draw_{};
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "amp/autocast.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "models/train/trainer.h"
 #include "tensor/factory.h"
@@ -22,14 +23,22 @@ const char* precision_name(DType dtype) {
   }
 }
 
-DType resolve_precision(const std::string& name, Device device) {
-  if (name == "f32") return DType::f32;
-  if (name == "bf16") return DType::bf16;
-  if (name == "f16") return DType::f16;
-  if (name == "amp" || (name.empty() && device.is_cuda())) return amp::default_autocast_dtype(device.type);
-  if (name.empty()) return DType::f32;
-  throw ValueError("precis-train: --precision must be f32, bf16, f16 or amp, got '" + name + "'");
+PrecisionChoice choose_precision(const std::string& name, Device device) {
+  if (name == "f32") return {DType::f32, "--precision f32"};
+  if (name == "bf16") return {DType::bf16, "--precision bf16"};
+  if (name == "f16") return {DType::f16, "--precision f16"};
+  if (name == "amp")
+    return {amp::default_autocast_dtype(device.type),
+            device.is_cuda() ? "--precision amp: f16 + loss scaler on CUDA" : "--precision amp: bf16 on the CPU"};
+  if (name == "auto" || name.empty()) {
+    if (device.is_cuda()) return {amp::default_autocast_dtype(device.type), "--precision auto: f16 + loss scaler on CUDA"};
+    if (cpu_has_native_bf16()) return {DType::bf16, "--precision auto: this CPU computes bf16 dot products natively"};
+    return {DType::f32, "--precision auto: this CPU has no native bf16 dot products, so bf16 would save little time"};
+  }
+  throw ValueError("--precision must be auto, f32, bf16, f16 or amp, got '" + name + "'");
 }
+
+DType resolve_precision(const std::string& name, Device device) { return choose_precision(name, device).dtype; }
 
 void require_usable_device(Device device) {
   if (device.is_cpu()) return;
@@ -130,43 +139,46 @@ std::map<std::string, std::string> run_identity(const TrainOptions& o, const Tra
 }
 
 void validate(const TrainOptions& o) {
-  auto positive = [](const char* name, int64_t v) {
-    PRECIS_CHECK(v > 0, "precis-train: ", name, " must be positive, got ", v);
+  // The command line checks each value as it parses; these checks hold library callers to the
+  // same rules, with the same words.
+  auto at_least = [](const char* name, int64_t v, int64_t min) {
+    PRECIS_CHECK(v >= min, name, " must be an integer ≥ ", min, ", got ", v);
   };
-  positive("--epochs", o.epochs);
-  positive("--batch", o.batch);
-  positive("--accum", o.accum);
-  positive("--eval-batch", o.eval_batch);
+  at_least("--epochs", o.epochs, 1);
+  at_least("--batch", o.batch, 1);
+  at_least("--accum", o.accum, 1);
+  at_least("--eval-batch", o.eval_batch, 1);
+  at_least("--keep", o.keep, 1);
+  at_least("--workers", o.workers, 0);
+  at_least("--threads", o.threads, 0);
+  at_least("--checkpoint-every", o.checkpoint_every, 0);
+  at_least("--stop-after-steps", o.stop_after_steps, 0);
+  at_least("--limit-train", o.limit_train, 0);
+  at_least("--limit-test", o.limit_test, 0);
+  at_least("--tensorboard-histograms", o.tensorboard_histograms, 0);
   PRECIS_CHECK(o.precision == DType::f32 || o.precision == DType::bf16 || o.precision == DType::f16,
-               "precis-train: --precision must be f32, bf16 or f16");
+               "--precision must be f32, bf16 or f16, got ", o.precision);
   PRECIS_CHECK(o.eval_precision == DType::f32 || o.eval_precision == DType::bf16 || o.eval_precision == DType::f16,
-               "precis-train: --eval-precision must be f32, bf16 or f16");
+               "--eval-precision must be f32, bf16 or f16, got ", o.eval_precision);
   PRECIS_CHECK(!o.master_weights || o.precision != DType::f32,
-               "precis-train: --master-weights keeps the model in low precision with fp32 master copies; "
-               "it needs --precision bf16 or f16");
-  PRECIS_CHECK(o.lr > 0 && std::isfinite(o.lr), "precis-train: --lr must be positive, got ", o.lr);
-  PRECIS_CHECK(o.clip >= 0, "precis-train: --clip must be >= 0 (0 disables clipping), got ", o.clip);
-  PRECIS_CHECK(o.weight_decay >= 0, "precis-train: --weight-decay must be >= 0, got ", o.weight_decay);
-  PRECIS_CHECK(o.workers >= 0, "precis-train: --workers must be >= 0, got ", o.workers);
-  PRECIS_CHECK(o.threads >= 0, "precis-train: --threads must be >= 0, got ", o.threads);
-  PRECIS_CHECK(o.keep >= 1, "precis-train: --keep must be >= 1, got ", o.keep);
-  PRECIS_CHECK(o.checkpoint_every >= 0 && o.stop_after_steps >= 0 && o.limit_train >= 0 && o.limit_test >= 0,
-               "precis-train: step and example counts must be >= 0");
+               "--master-weights keeps the model in low precision with fp32 master copies; it needs "
+               "--precision bf16 or f16", o.precision_choice.empty() ? "" : " (this run has f32 from " +
+               o.precision_choice + ")");
+  PRECIS_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be a finite number > 0, got ", o.lr);
+  PRECIS_CHECK(o.clip >= 0, "--clip must be a number ≥ 0 (0: no clipping), got ", o.clip);
+  PRECIS_CHECK(o.weight_decay >= 0, "--weight-decay must be a number ≥ 0, got ", o.weight_decay);
   PRECIS_CHECK(!o.resume || !o.checkpoint_dir.empty() || !o.resume_from.empty(),
-               "precis-train: --resume needs --checkpoint DIR (resume from its newest checkpoint) or a file "
-               "(--resume-from FILE)");
+               "--resume continues from the newest checkpoint in --checkpoint DIR, and none was given; add "
+               "--checkpoint DIR, or name the file with --resume-from FILE");
   PRECIS_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(),
-               "precis-train: --checkpoint-every needs --checkpoint DIR");
-  PRECIS_CHECK(o.tensorboard_histograms >= 0, "precis-train: --tensorboard-histograms must be >= 0, got ",
-               o.tensorboard_histograms);
+               "--checkpoint-every needs --checkpoint DIR (the folder to write them to)");
   PRECIS_CHECK(o.tensorboard_histograms == 0 || !o.tensorboard.empty(),
-               "precis-train: --tensorboard-histograms needs --tensorboard DIR");
+               "--tensorboard-histograms needs --tensorboard DIR (the folder to write them to)");
   if (o.task == Task::bert_mini) {
-    positive("--max-len", o.max_len);
-    PRECIS_CHECK(o.max_len >= 3, "precis-train: --max-len must be >= 3 ([CLS] token [SEP])");
-    PRECIS_CHECK(o.max_tokens == 0 || o.max_tokens >= o.max_len, "precis-train: --max-tokens ", o.max_tokens,
+    PRECIS_CHECK(o.max_len >= 3, "--max-len must be an integer ≥ 3 ([CLS] token [SEP]), got ", o.max_len);
+    PRECIS_CHECK(o.max_tokens == 0 || o.max_tokens >= o.max_len, "--max-tokens ", o.max_tokens,
                  " must be at least --max-len ", o.max_len, " (a batch must hold the longest sequence)");
-    PRECIS_CHECK(o.hidden > 0 && o.heads > 0 && o.hidden % o.heads == 0, "precis-train: --hidden ", o.hidden,
+    PRECIS_CHECK(o.hidden > 0 && o.heads > 0 && o.hidden % o.heads == 0, "--hidden ", o.hidden,
                  " must be a positive multiple of --heads ", o.heads);
   }
 }

@@ -28,6 +28,9 @@ struct TrainOptions {
   /// throws DeviceError naming it before any other work.
   Device device = Device::cpu();
   DType precision = DType::f32;     ///< f32, bf16 (autocast) or f16 (autocast + GradScaler); see resolve_precision
+  /// How `precision` was chosen, shown on the run's first line: precis-train fills it with the
+  /// --precision value and, for auto, the reason (choose_precision). Empty: not shown.
+  std::string precision_choice;
   bool master_weights = false;      ///< low-precision model mode: params in `precision`, fp32 masters
   DType eval_precision = DType::f32;
   int64_t epochs = 1;
@@ -44,6 +47,9 @@ struct TrainOptions {
   double clip = 0.0;                ///< max gradient 2-norm (0: no clipping)
   int64_t accum = 1;                ///< micro-batches per optimizer step
   int threads = 0;                  ///< intra-op threads (0: leave the default)
+  /// Resume with another intra-op thread count than the checkpoint's run: refused unless set,
+  /// because the continuation is then no longer bit-exact (reductions split differently).
+  bool allow_thread_change = false;
   int workers = 1;                  ///< data-loader threads
   uint64_t seed = 1;
   bool augment = true;              ///< images: random crop (pad 2/4) + horizontal flip
@@ -62,7 +68,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;     ///< also every N optimizer steps (0: at epoch ends only)
   int keep = 2;                     ///< checkpoints kept in the folder
   bool resume = false;              ///< continue from the newest checkpoint in checkpoint_dir ...
-  std::string resume_from;          ///< ... or from this file
+  std::string resume_from;          ///< ... or from this file (given alone, it resumes too)
   int64_t stop_after_steps = 0;     ///< stop (after checkpointing) once this many optimizer steps ran
   // reporting
   std::string metrics;              ///< per-step CSV file (appended to on resume)
@@ -76,11 +82,25 @@ struct TrainOptions {
   bool distributed = false;
 };
 
+/// Whether the run resumes from a checkpoint: --resume (the newest in --checkpoint DIR) or
+/// --resume-from FILE, each alone or both (then the file).
+inline bool resuming(const TrainOptions& o) { return o.resume || !o.resume_from.empty(); }
+
 const char* precision_name(DType dtype);  ///< "f32", "bf16", "f16"
+
+/// A --precision value resolved on a device, and how (for the run's first line).
+struct PrecisionChoice {
+  DType dtype = DType::f32;
+  std::string how;  ///< "--precision auto: this CPU computes bf16 dot products natively", ...
+};
 /// The training precision a precis-train --precision value names on `device`: "f32", "bf16",
 /// "f16"; "amp" is the device's mixed-precision default (bf16 autocast on the CPU, f16 autocast +
-/// the dynamic loss scaler on CUDA); "" (not given) is f32 on the CPU and "amp" on CUDA.
-/// ValueError for any other name.
+/// the dynamic loss scaler on CUDA); "auto" (and "", not given) is bf16 on a CPU that computes
+/// bf16 dot products natively (cpu_has_native_bf16) and f32 on one that does not, where bf16
+/// operands are widened to f32 and save little time; on CUDA it is "amp" (f16 + loss scaler) — a
+/// GPU's bf16 support (compute capability 8.0) is not queried yet. ValueError for any other name.
+PrecisionChoice choose_precision(const std::string& name, Device device);
+/// choose_precision(name, device).dtype.
 DType resolve_precision(const std::string& name, Device device);
 const char* schedule_name(Schedule s);
 const char* optimizer_name(OptimizerKind k);

@@ -20,6 +20,7 @@
 #include "models/train/checkpoint.h"
 #include "models/train/distributed.h"
 #include "models/train/metrics.h"
+#include "models/train/outputs.h"
 #include "models/train/progress.h"
 #include "models/train/setup.h"
 #include "models/train/task.h"
@@ -58,12 +59,14 @@ class Trainer {
  private:
   void resume();
   void print_plan();
+  std::string stop_line() const;
   bool train_epoch(int64_t epoch);
   bool step(const data::Batch& batch);
   void update();
   void log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm, double tb_grad_norm);
   void log_progress(bool last);
   void log_epoch(const Evaluation& ev);
+  void print_precision();
   RunningMetrics global(const RunningMetrics& m, int64_t& extra);
   Evaluation evaluate();
   void checkpoint(data::DataPosition at);
@@ -102,10 +105,12 @@ class Trainer {
   double epoch_seconds_ = 0;
   Clock::time_point epoch_start_, step_start_;
   RunningMetrics step_metrics_;     // the current optimizer step's micro-batches
+  double step_lr_ = 0;              // the lr the last optimizer step used (the scheduler has moved on)
   std::unique_ptr<Progress> progress_;
 
-  std::string last_checkpoint_;
-  int64_t written_step_ = -1;       // the step and position of last_checkpoint_
+  std::string last_checkpoint_;     // the last checkpoint written, else the one resumed from
+  int64_t last_checkpoint_step_ = -1;  // the step last_checkpoint_ holds
+  int64_t written_step_ = -1;       // the step and position of the last checkpoint this run wrote
   data::DataPosition written_at_;
   double train_seconds_ = 0;
   int64_t train_samples_ = 0;
@@ -117,7 +122,10 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
     : o_(options), out_(out), hooks_(hooks) {
   validate(o_);
   require_usable_device(o_.device);  // before the data is read: a missing GPU fails at once
+  // Only rank 0 writes (checkpoints, metrics, events, the vocabulary on a shared disk).
+  if (!o_.distributed || dist::init_process_group()->rank() == 0) require_writable_outputs(o_);
   if (o_.threads > 0) set_num_threads(o_.threads);
+  print_precision();
   manual_seed(o_.seed);  // model initialisation and dropout
 
   task_ = o_.task == Task::resnet ? make_image_task(o_, out_) : make_mlm_task(o_, out_);
@@ -141,12 +149,13 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
 
   int64_t total_steps = 0;
   for (int64_t e = 0; e < o_.epochs; ++e) total_steps += steps_in(e);
-  PRECIS_CHECK(total_steps > 0, "precis-train: the training set gives no batches (", loader_->dataset().size(),
-               " examples, batch ", o_.batch, ")");
+  PRECIS_CHECK(total_steps > 0, "the training set gives no batches (", loader_->dataset().size(),
+               " examples, --batch ", o_.batch, "); check --data and --limit-train");
   sched_ = make_scheduler(o_, *opt_, steps_in(0), total_steps);
+  step_lr_ = opt_->group_lr(0);
   identity_ = run_identity(o_, *task_);
   if (dist_) identity_["world_size"] = std::to_string(dist_->size());
-  csv_ = std::make_unique<MetricsCsv>(rank0() ? o_.metrics : std::string(), o_.resume);
+  csv_ = std::make_unique<MetricsCsv>(rank0() ? o_.metrics : std::string(), resuming(o_));
   tty_ = o_.progress >= 0 ? o_.progress == 1 : ::isatty(STDOUT_FILENO) == 1;
   // --distributed: progress lines are log points where every rank reduces its figures, so they
   // must fall on the same steps everywhere: every log_every steps, never by the clock.
@@ -155,22 +164,48 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
 
 // ---- resume ------------------------------------------------------------------------------------
 
+// The option that sets a run-identity key (run_identity), for messages.
+const char* option_of(const std::string& key) {
+  static const std::map<std::string, const char*> kOptions{
+      {"task", "subcommand"}, {"model", "--model"}, {"width", "--width"}, {"precision", "--precision"},
+      {"master_weights", "--master-weights"}, {"optimizer", "--optimizer"}, {"batch", "--batch"},
+      {"max_tokens", "--max-tokens"}, {"accum", "--accum"}, {"seed", "--seed"}, {"limit_train", "--limit-train"},
+      {"vocab_size", "--vocab-size"}, {"world_size", "number of ranks (mpirun -np)"}};
+  auto it = kOptions.find(key);
+  return it == kOptions.end() ? "options" : it->second;
+}
+
 // Restores every piece of state a step depends on from the newest (or the named) checkpoint,
-// after checking it was written by a run with the same identity.
+// after checking it was written by a run with the same identity and thread count.
 void Trainer::resume() {
   std::string path = o_.resume_from;
   if (path.empty()) {
     std::optional<std::string> latest = latest_checkpoint(o_.checkpoint_dir);
-    PRECIS_CHECK_T(IOError, latest.has_value(), "precis-train --resume: no checkpoint (step-*.safetensors) in '",
-                   o_.checkpoint_dir, "'");
+    PRECIS_CHECK_T(IOError, latest.has_value(), "--resume: no checkpoint (step-*.safetensors) in --checkpoint '",
+                   o_.checkpoint_dir, "'; start without --resume, or name a file with --resume-from FILE");
     path = *latest;
   }
   Checkpoint ck = load_checkpoint(path);
   for (const auto& [key, value] : identity_) {
     auto it = ck.metadata.find(key);
     const std::string saved = it == ck.metadata.end() ? "(absent)" : it->second;
-    PRECIS_CHECK(saved == value, "precis-train --resume: checkpoint '", path, "' was written with ", key, " = ", saved,
-                 " but this run has ", key, " = ", value, "; resume with the original options");
+    const std::string option = option_of(key);
+    const bool plain = option.rfind("--", 0) == 0 && key != "master_weights" && it != ck.metadata.end();
+    PRECIS_CHECK(saved == value, "cannot resume from '", path, "': it was written with ", key, " = ", saved,
+                 " but this run has ", key, " = ", value, "; resume with the original ", option,
+                 plain ? " (" + option + " " + saved + ")" : std::string(),
+                 ", or start a new run without resuming");
+  }
+  // Checkpoints from before the thread count was recorded have none: nothing to compare.
+  if (auto it = ck.metadata.find("threads"); it != ck.metadata.end() && it->second != std::to_string(get_num_threads())) {
+    const std::string saved = it->second, now = std::to_string(get_num_threads());
+    PRECIS_CHECK(o_.allow_thread_change, "cannot resume from '", path, "': it was written by a run with ",
+                 saved, saved == "1" ? " intra-op thread" : " intra-op threads", " and this run has ", now,
+                 "; another count splits reductions differently, so the continuation would not be bit-exact. "
+                 "Resume with --threads ", saved, ", or add --allow-thread-change to continue with ", now);
+    if (!o_.quiet)
+      out_ << "warning: resuming with " << plural(get_num_threads(), "thread") << " where '" << path
+           << "' was written with " << saved << " (--allow-thread-change): the run is no longer bit-exact\n";
   }
   model_->load_state_dict(state_subset(ck.state, "model."));
   opt_->load_state_dict(state_subset(ck.state, "optimizer."));
@@ -190,6 +225,7 @@ void Trainer::resume() {
   epoch_metrics_.to(o_.device);  // the running sums continue on the device
   if (!rank0()) epoch_metrics_.reset();  // the saved sums are the job's (global()): rank 0 carries them
   last_checkpoint_ = path;  // until this run writes one
+  last_checkpoint_step_ = global_step_;
   if (!o_.quiet)
     out_ << "resumed from " << path << " (step " << global_step_ << ", epoch " << start_.epoch + 1 << ", batch "
          << start_.batch << ")\n";
@@ -228,7 +264,9 @@ void Trainer::checkpoint(data::DataPosition at) {
   state_merge(state, trainer, "trainer.");
   std::map<std::string, std::string> meta = identity_;
   meta["format"] = "precis-train checkpoint 1";
+  meta["threads"] = std::to_string(get_num_threads());  // not identity: --allow-thread-change may differ
   last_checkpoint_ = save_checkpoint(o_.checkpoint_dir, global_step_, state, meta, o_.keep);
+  last_checkpoint_step_ = global_step_;
   if (tb_) tb_->flush();  // a run resumed from here continues the curves without a gap
   written_step_ = global_step_;
   written_at_ = at;
@@ -270,6 +308,7 @@ void Trainer::update() {
   Tensor grad_norm;
   if (o_.clip > 0) grad_norm = scaler_->clip_grad_norm_(*opt_, o_.clip);
   const double lr = opt_->group_lr(0);
+  step_lr_ = lr;
   amp::StepResult r = scaler_->step(*opt_);
   scaler_->update();
   const bool applied = r.applied();
@@ -355,7 +394,7 @@ void Trainer::log_progress(bool last) {
   p.scale = scaler_->is_enabled() ? scaler_->get_scale() : 0.0;
   p.skipped = skipped_;
   p.data_wait = loader_->wait_fraction();
-  p.lr = opt_->group_lr(0);
+  p.lr = step_lr_;  // the step's own, as in --metrics and --tensorboard (group_lr is the next step's)
   const int64_t done_here = epoch_step_ - first_step_;
   p.eta_s = done_here > 0 ? elapsed / static_cast<double>(done_here) * static_cast<double>(epoch_steps_ - epoch_step_)
                           : -1.0;
@@ -379,20 +418,49 @@ void Trainer::log_epoch(const Evaluation& ev) {
                 100.0 * loader_->wait_fraction(), ev.loss, task_->metric(), 100.0 * ev.accuracy,
                 precision_name(o_.eval_precision), ev.seconds,
                 skipped_ > 0 ? (", skipped steps so far " + std::to_string(skipped_)).c_str() : "",
-                last_checkpoint_.empty() ? "" : ("; saved " + last_checkpoint_).c_str());
+                written_step_ == global_step_ && rank0() && !o_.checkpoint_dir.empty()
+                    ? ("; saved " + last_checkpoint_).c_str()
+                    : "");
   out_ << line << std::flush;
+}
+
+// How the run computes, e.g. "bf16 autocast" or "f16 model with fp32 master weights + loss scaler".
+std::string precision_text(const TrainOptions& o) {
+  std::string t = precision_name(o.precision);
+  if (o.master_weights) t += " model with fp32 master weights";
+  else if (o.precision != DType::f32) t += " autocast";
+  if (o.precision == DType::f16) t += " + loss scaler";
+  return t;
+}
+
+// The run's first line: which precision it trains in and why (--precision auto decides by the machine).
+void Trainer::print_precision() {
+  if (o_.quiet) return;
+  out_ << "precision: " << precision_text(o_)
+       << (o_.precision_choice.empty() ? "" : " (" + o_.precision_choice + ")") << ", on " << o_.device << "\n";
 }
 
 void Trainer::print_plan() {
   if (o_.quiet) return;
-  out_ << "training: " << o_.epochs << " epochs of " << steps_in(0) << " steps, batch "
+  out_ << "training: " << plural(o_.epochs, "epoch") << " of " << plural(steps_in(0), "step") << ", batch "
        << (o_.max_tokens > 0 ? "<= " + std::to_string(o_.max_tokens) + " tokens" : std::to_string(o_.batch))
-       << (o_.accum > 1 ? " × " + std::to_string(o_.accum) + " micro-batches" : "") << ", "
-       << precision_name(o_.precision)
-       << (o_.master_weights ? " model with fp32 master weights" : o_.precision == DType::f32 ? "" : " autocast")
-       << (scaler_->is_enabled() ? " + loss scaler" : "") << ", " << optimizer_name(o_.optimizer) << " lr " << o_.lr
-       << ", schedule " << schedule_name(o_.schedule) << ", on " << o_.device.str() << ", " << get_num_threads()
-       << " threads, " << o_.workers << " loader workers\n";
+       << (o_.accum > 1 ? " × " + std::to_string(o_.accum) + " micro-batches" : "") << ", " << precision_text(o_)
+       << ", " << optimizer_name(o_.optimizer) << " lr " << o_.lr << ", schedule " << schedule_name(o_.schedule)
+       << ", on " << o_.device << ", " << plural(get_num_threads(), "thread") << ", "
+       << plural(o_.workers, "loader worker") << "\n";
+}
+
+// What --stop-after-steps left behind: the checkpoint of the step it stopped after, or why there
+// is none and which step the last one holds.
+std::string Trainer::stop_line() const {
+  std::string line = "stopped after step " + std::to_string(global_step_) + " (--stop-after-steps " +
+                     std::to_string(o_.stop_after_steps) + ")";
+  if (last_checkpoint_step_ == global_step_ && !last_checkpoint_.empty())
+    return line + "; checkpoint of step " + std::to_string(global_step_) + ": " + last_checkpoint_;
+  line += "; no checkpoint of step " + std::to_string(global_step_) + " was written (no --checkpoint DIR)";
+  if (!last_checkpoint_.empty())
+    line += "; the last one, " + last_checkpoint_ + ", holds step " + std::to_string(last_checkpoint_step_);
+  return line;
 }
 
 // ---- evaluate ----------------------------------------------------------------------------------
@@ -478,10 +546,10 @@ bool Trainer::train_epoch(int64_t epoch) {
 }
 
 TrainSummary Trainer::run() {
-  if (o_.resume) resume();
+  if (resuming(o_)) resume();
   if (!o_.tensorboard.empty() && rank0())  // one writer: rank 0 logs the job's values
-    tb_ = std::make_unique<TensorBoardLog>(o_.tensorboard, o_.tensorboard_histograms, o_.resume ? global_step_ : -1,
-                                           identity_);
+    tb_ = std::make_unique<TensorBoardLog>(o_.tensorboard, o_.tensorboard_histograms,
+                                           resuming(o_) ? global_step_ : -1, identity_);
   TrainSummary summary;
   summary.model = o_.model;
   summary.precision = std::string(precision_name(o_.precision)) + (o_.master_weights ? "-master" : "");
@@ -497,9 +565,7 @@ TrainSummary Trainer::run() {
       summary.epochs = static_cast<double>(epoch) +
                        (epoch_steps_ > 0 ? static_cast<double>(epoch_step_) / static_cast<double>(epoch_steps_) : 0.0);
       checkpoint(loader_->position());  // unless the step's own checkpoint was just written
-      if (!o_.quiet)
-        out_ << "stopped after step " << global_step_ << " (--stop-after-steps)"
-             << (last_checkpoint_.empty() ? "" : "; checkpoint " + last_checkpoint_) << "\n";
+      if (!o_.quiet) out_ << stop_line() << "\n";
       stopped = true;
       break;
     }

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <sstream>
+
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -52,4 +54,16 @@ TEST_CASE("Device parse and str", "[core][device]") {
   REQUIRE(std::string(device_type_name(DeviceType::cuda)) == "cuda");
   REQUIRE(Device::cpu().is_cpu());
   REQUIRE_FALSE(Device::cuda().is_cpu());
+}
+
+// Printing a dtype or a device the way PyTorch users do (print(x.dtype)): found by
+// argument-dependent lookup, so no using-directive is needed.
+TEST_CASE("DType and Device print with operator<< and to_string", "[core][dtype]") {
+  std::ostringstream os;
+  os << precis::DType::bf16 << " " << precis::DType::boolean << " " << precis::Device::cpu() << " "
+     << precis::Device::cuda(1);
+  REQUIRE(os.str() == "bf16 bool cpu cuda:1");
+  REQUIRE(precis::to_string(DType::float32) == "f32");
+  REQUIRE(precis::to_string(Device::cuda()) == "cuda:0");
+  REQUIRE(detail::str_cat("got ", DType::f16, " on ", Device::cpu()) == "got f16 on cpu");
 }

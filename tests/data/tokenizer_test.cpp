@@ -199,3 +199,12 @@ TEST_CASE("tokenizer: malformed vocab files raise IOError naming the file and li
   write_vocab(dir.file("out.txt"), tok.vocab());
   REQUIRE(read_vocab(dir.file("out.txt")) == tok.vocab());
 }
+
+TEST_CASE("tokenizer: a vocab file that cannot be written names the file and the system's reason", "[data]") {
+  ScratchDir dir;
+  write_text(dir.file("plain"), "x");
+  const std::string path = dir.file("plain") + "/vocab.txt";  // below a regular file
+  REQUIRE_THROWS_WITH(write_vocab(path, {"[PAD]", "a"}), Catch::Contains("'" + path + "'") &&
+                                                             Catch::Contains("Not a directory") &&
+                                                             !Catch::Contains("write_vocab"));
+}

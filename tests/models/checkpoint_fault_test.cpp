@@ -259,24 +259,46 @@ TEST_CASE("a read-only checkpoint folder fails with a message and keeps the prev
   o.stop_after_steps = 0;
   o.resume = true;
 
-  // Make the folder read-only: a read-only remount (root), or permissions (other users; root
-  // ignores them), else an injected EROFS.
+  // Read-only: a read-only remount (root), or permissions (other users; root ignores them), else
+  // an injected EROFS.
+  const uint64_t size = fs::file_size(reference.last_checkpoint) * 8;
   std::string how;
-  bool injected = false;
-  if (disk.mounted && disk.remount(MS_RDONLY, fs::file_size(reference.last_checkpoint) * 8)) {
+  if (disk.mounted && disk.remount(MS_RDONLY, size) && disk.remount(0, size)) {
     how = "read-only mount";
   } else if (::geteuid() != 0) {
-    fs::permissions(o.checkpoint_dir, fs::perms::owner_read | fs::perms::owner_exec);
     how = "mode 0500";
   } else {
     say_not_run("a read-only folder: neither a read-only mount nor permissions are possible here",
                 disk.mounted ? "remount failed" : disk.why);
-    set_file_fault_hook([](FileOp op, const std::string&) { return op == FileOp::create ? EROFS : 0; });
-    injected = true;
   }
+  auto make_read_only = [&] {
+    if (how == "read-only mount") REQUIRE(disk.remount(MS_RDONLY, size));
+    if (how == "mode 0500") fs::permissions(o.checkpoint_dir, fs::perms::owner_read | fs::perms::owner_exec);
+  };
+  auto make_writable = [&] {
+    if (how == "read-only mount") REQUIRE(disk.remount(0, size));
+    if (how == "mode 0500") fs::permissions(o.checkpoint_dir, fs::perms::owner_all);
+  };
   INFO(how);
-  const std::string message = error_of<IOError>([&] { train::train(o, log); });
-  if (injected) set_file_fault_hook(nullptr);
+  if (!how.empty()) {
+    // Read-only when the run starts: refused before any data is read (models/train/outputs.h).
+    make_read_only();
+    const std::string early = error_of<IOError>([&] { train::train(o, log); });
+    make_writable();
+    INFO(early);
+    REQUIRE_THAT(early, Catch::Matchers::Contains("--checkpoint " + o.checkpoint_dir) &&
+                            Catch::Matchers::Contains(how == "read-only mount" ? "Read-only file system"
+                                                                               : "Permission denied"));
+    REQUIRE(all_checkpoints_load(o.checkpoint_dir) == 2);
+  }
+  // Read-only from step 3 on (made so at its gradient-ready point, so the save after it fails).
+  train::TrainHooks hooks;
+  hooks.gradients_ready = [&](const train::GradientsReady& g) {
+    if (g.step == 3) make_read_only();
+  };
+  if (how.empty()) set_file_fault_hook([](FileOp op, const std::string&) { return op == FileOp::create ? EROFS : 0; });
+  const std::string message = error_of<IOError>([&] { train::train(o, log, hooks); });
+  if (how.empty()) set_file_fault_hook(nullptr);
   INFO(message);
   REQUIRE_THAT(message, Catch::Matchers::Contains("cannot write the checkpoint of step 3") &&
                             Catch::Matchers::Contains("cannot create the temporary file") &&
@@ -286,8 +308,7 @@ TEST_CASE("a read-only checkpoint folder fails with a message and keeps the prev
   REQUIRE(all_checkpoints_load(o.checkpoint_dir) == 2);
   // Writable again, the run resumes (from step 2: it stopped before any new checkpoint) and ends
   // where the uninterrupted run ended.
-  if (how == "read-only mount") REQUIRE(disk.remount(0, fs::file_size(reference.last_checkpoint) * 8));
-  if (how == "mode 0500") fs::permissions(o.checkpoint_dir, fs::perms::owner_all);
+  make_writable();
   resume_matches(o, reference.last_checkpoint);
 }
 
@@ -330,7 +351,7 @@ TEST_CASE("checkpoint file names with numbers past int64 are refused by name or 
     FAIL("no exception");
   } catch (const IOError& e) {
     const std::string msg = e.what();
-    CHECK(msg.find("list_checkpoints") != std::string::npos);
+    CHECK(msg.find("named like a checkpoint") != std::string::npos);
     CHECK(msg.find(huge) != std::string::npos);
     CHECK(msg.find("exceeds 9223372036854775807") != std::string::npos);
     CHECK(msg.find("rename or move it") != std::string::npos);

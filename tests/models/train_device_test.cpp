@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "models/train/trainer.h"
@@ -109,8 +110,14 @@ TEST_CASE("precis-train: a device it cannot use is a DeviceError naming it, befo
 
 TEST_CASE("precis-train: --precision names a dtype per device, amp is bf16 on the CPU and f16 on CUDA", "[train]") {
   using train::resolve_precision;
-  CHECK(resolve_precision("", Device::cpu()) == DType::f32);  // the CPU default stays f32
-  CHECK(resolve_precision("", Device::cuda(0)) == DType::f16);  // CUDA: f16 autocast + loss scaler
+  // auto (the default, also ""): bf16 where the CPU computes it natively, else f32; CUDA: f16 + loss scaler.
+  const DType cpu_auto = cpu_has_native_bf16() ? DType::bf16 : DType::f32;
+  CHECK(resolve_precision("", Device::cpu()) == cpu_auto);
+  CHECK(resolve_precision("auto", Device::cpu()) == cpu_auto);
+  CHECK(resolve_precision("", Device::cuda(0)) == DType::f16);
+  CHECK(resolve_precision("auto", Device::cuda(0)) == DType::f16);
+  CHECK_THAT(train::choose_precision("auto", Device::cpu()).how,
+             Catch::Matchers::Contains(cpu_has_native_bf16() ? "natively" : "no native bf16"));
   CHECK(resolve_precision("amp", Device::cpu()) == DType::bf16);
   CHECK(resolve_precision("amp", Device::cuda(1)) == DType::f16);
   CHECK(resolve_precision("bf16", Device::cuda(0)) == DType::bf16);  // the user overrides

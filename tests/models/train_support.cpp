@@ -1,13 +1,32 @@
 #include "tests/models/train_support.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 namespace precis::train_testing {
+
+#ifdef PRECIS_TRAIN_EXE
+Run run_cli(const std::string& args) {
+  const char* moved = std::getenv("PRECIS_TRAIN_EXE");
+  const std::string exe = moved != nullptr && *moved != '\0' ? moved : PRECIS_TRAIN_EXE;
+  Run r;
+  FILE* p = ::popen((exe + " " + args + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+#endif
 
 TempDir::TempDir(const std::string& tag) {
   static int counter = 0;

@@ -71,6 +71,17 @@ std::string read_file(const std::string& path);
 /// SHA-256 of `bytes`, lowercase hex (FIPS 180-4).
 std::string sha256_hex(const std::string& bytes);
 
+#ifdef PRECIS_TRAIN_EXE
+/// What a run of the precis-train command gave.
+struct Run {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+/// Runs the precis-train built beside the tests (or $PRECIS_TRAIN_EXE, where the executables were
+/// moved: the GPU check's bundle, tests/gpu/steps.sh) with `args`, a shell command line.
+Run run_cli(const std::string& args);
+#endif
+
 /// The message of the E that `f` throws (failing the test when it throws nothing or another type).
 template <typename E, typename F>
 std::string error_of(F&& f) {

@@ -205,31 +205,6 @@ TEST_CASE("precis-train: the gradient-ready hook runs once per step, after backw
 }
 
 #ifdef PRECIS_TRAIN_EXE
-namespace {
-struct Run {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
-// The command built beside this executable, or $PRECIS_TRAIN_EXE where the executables were moved
-// (the GPU check's bundle, tests/gpu/steps.sh).
-std::string train_exe() {
-  const char* moved = std::getenv("PRECIS_TRAIN_EXE");
-  return moved != nullptr && *moved != '\0' ? moved : PRECIS_TRAIN_EXE;
-}
-
-Run run_cli(const std::string& args) {
-  Run r;
-  FILE* p = ::popen((train_exe() + " " + args + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-}  // namespace
-
 TEST_CASE("precis-train: the command prints progress, an epoch summary and the JSON line", "[train]") {
   TempDir dir("cli");
   const std::string data = image_data(dir);
@@ -271,7 +246,7 @@ TEST_CASE("precis-train: usage errors are explained and exit with 2", "[train]")
       {"resnet --epochs 0", {"--epochs"}},
       {"resnet --optimizer lamb", {"--optimizer", "lamb"}},
       {"resnet --bogus", {"--bogus"}},
-      {"resnet --master-weights", {"--master-weights", "bf16 or f16"}},
+      {"resnet --master-weights --precision f32", {"--master-weights", "bf16 or f16"}},
       {"resnet --resume", {"--resume", "--checkpoint"}},
       {"bert-mini --max-len 64 --max-tokens 32", {"--max-tokens", "--max-len"}},
       {"resnet --device gpu", {"--device", "gpu", "cuda:N"}},

@@ -1,5 +1,7 @@
 // Memory formats (ops/memory_format.h): the layout queries, the differentiable channels-last copy,
 // and the pooling ops keeping a channels-last input's layout.
+#include <sstream>
+
 #include "ops/functional.h"
 #include "ops/memory_format.h"
 #include "tests/support/tensor_testing.h"
@@ -8,6 +10,13 @@ namespace precis {
 namespace {
 
 using testing::randn_input;
+
+TEST_CASE("MemoryFormat prints with operator<< and to_string", "[ops][memory_format]") {
+  std::ostringstream os;
+  os << MemoryFormat::ChannelsLast << " " << MemoryFormat::Contiguous;
+  CHECK(os.str() == "channels_last contiguous");
+  CHECK(to_string(MemoryFormat::Preserve) == "preserve");
+}
 
 TEST_CASE("contiguous(ChannelsLast) re-lays a 4-D tensor out, values unchanged", "[ops][memory_format]") {
   const Tensor x = randn_input({2, 3, 4, 5}, false, 1);

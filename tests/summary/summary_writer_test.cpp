@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -239,4 +241,34 @@ TEST_CASE("summary: bad arguments are errors naming the call", "[summary]") {
   const fs::path file = dir.path / "plain";
   std::ofstream(file) << "x";
   CHECK_THROWS_AS(summary::SummaryWriter((file / "sub").string()), IOError);
+}
+
+// TensorBoard reads a folder's files in name order; a resumed run's file must come after the
+// interrupted run's even when both opened in the same second (writer 10 sorted before writer 9).
+TEST_CASE("summary: a process's event files sort in the order they were opened", "[summary]") {
+  TempDir dir;
+  std::vector<std::string> opened;
+  for (int i = 0; i < 12; ++i) opened.push_back(summary::SummaryWriter(dir.path.string()).file_path());
+  std::vector<std::string> sorted = opened;
+  std::sort(sorted.begin(), sorted.end());
+  REQUIRE(sorted == opened);
+}
+
+// What precis-train prints when --tensorboard cannot be written: the folder and the system's
+// reason, not the class's name.
+TEST_CASE("summary: a log folder that cannot be made names itself and the system's reason", "[summary]") {
+  TempDir dir;
+  fs::create_directories(dir.path);
+  const fs::path file = dir.path / "plain";
+  std::ofstream(file) << "x";
+  REQUIRE(fs::is_regular_file(file));
+  const std::string where = (file / "sub").string();
+  try {
+    summary::SummaryWriter w(where);
+    FAIL("no IOError");
+  } catch (const IOError& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Catch::Matchers::Contains("'" + where + "'") && Catch::Matchers::Contains("Not a directory"));
+    CHECK_THAT(m, !Catch::Matchers::Contains("SummaryWriter"));
+  }
 }

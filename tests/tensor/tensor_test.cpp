@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <sstream>
 
 #include "tests/support/tensor_testing.h"
 
@@ -317,6 +318,18 @@ TEST_CASE("str() prints values and shape and dtype", "[tensor][print]") {
   std::ostringstream os;
   os << scalar_tensor(1.0);
   CHECK(os.str() == scalar_tensor(1.0).str());
+}
+
+// print(x.shape, x.dtype, x.device) in C++: the parts of a tensor print on their own, as str()
+// writes them. Shape is a std::vector, so its operator<< is found through `using namespace precis`.
+TEST_CASE("a tensor's shape, dtype and device print with operator<< and to_string", "[tensor][print]") {
+  const Tensor x = zeros({2, 3}, {.dtype = DType::bf16});
+  std::ostringstream os;
+  os << x.sizes() << " " << x.dtype() << " " << x.device();
+  CHECK(os.str() == "[2, 3] bf16 cpu");
+  CHECK(to_string(x.shape()) == "[2, 3]");
+  CHECK(to_string(scalar_tensor(1.0).sizes()) == "[]");
+  CHECK(contains(x.str(), "shape=" + to_string(x.sizes()) + ", dtype=" + to_string(x.dtype())));
 }
 
 TEST_CASE("str() summarises large tensors", "[tensor][print]") {
