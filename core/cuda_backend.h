@@ -42,6 +42,7 @@ struct CudaCoreHooks {
   void (*register_allocators)();        ///< allocator_for's first CUDA request
   Allocator& (*pinned_allocator)();     ///< pinned host memory
   void (*synchronize_device)(int index);
+  int (*compute_capability)(int index);  ///< major·10 + minor of a visible device
 };
 
 /// The loaded backend's hooks, or nullptr when it cannot be loaded.

@@ -32,6 +32,16 @@ int cuda_device_count() {
   return cuda == nullptr ? 0 : cuda->device_count();
 }
 
+int cuda_compute_capability(int index) {
+  const detail::CudaCoreHooks* cuda = detail::cuda_core_hooks();
+  if (cuda == nullptr || index < 0 || index >= cuda->device_count()) return 0;
+  try {
+    return cuda->compute_capability(index);
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
 std::string cuda_unavailable_reason() {
   const detail::CudaCoreHooks* cuda = detail::cuda_core_hooks();
   if (cuda == nullptr) return cuda_backend_unavailable_reason();

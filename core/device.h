@@ -42,6 +42,9 @@ bool cuda_is_available();
 /// Number of visible CUDA devices; 0 in a CPU-only build or when the driver/GPU is missing.
 /// The first call loads the CUDA backend library (core/cuda_backend.h).
 int cuda_device_count();
+/// The compute capability of visible CUDA device `index` as major·10 + minor (90 for an H100 or
+/// H200, 80 for an A100); 0 when it is not a visible device. Never throws.
+int cuda_compute_capability(int index = 0);
 /// Why cuda_is_available() is false, in a phrase for an error message ("this precis was built
 /// without CUDA ...", "the CUDA backend ... could not be loaded (...)", "no NVIDIA driver ...");
 /// empty when a device is visible.

@@ -31,7 +31,15 @@ PrecisionChoice choose_precision(const std::string& name, Device device) {
     return {amp::default_autocast_dtype(device.type),
             device.is_cuda() ? "--precision amp: f16 + loss scaler on CUDA" : "--precision amp: bf16 on the CPU"};
   if (name == "auto" || name.empty()) {
-    if (device.is_cuda()) return {amp::default_autocast_dtype(device.type), "--precision auto: f16 + loss scaler on CUDA"};
+    if (device.is_cuda()) {
+      // bf16 Tensor Cores from Ampere (sm_80) on: the same speed as f16, fp32's range, no scaler.
+      const int cc = cuda_compute_capability(device.index);
+      if (cc >= 80)
+        return {DType::bf16, "--precision auto: this GPU (sm_" + std::to_string(cc) + ") computes bf16 natively"};
+      return {amp::default_autocast_dtype(device.type),
+              cc > 0 ? "--precision auto: f16 + loss scaler (this GPU, sm_" + std::to_string(cc) + ", has no bf16)"
+                     : std::string("--precision auto: f16 + loss scaler on CUDA")};
+    }
     if (cpu_has_native_bf16()) return {DType::bf16, "--precision auto: this CPU computes bf16 dot products natively"};
     return {DType::f32, "--precision auto: this CPU has no native bf16 dot products, so bf16 would save little time"};
   }

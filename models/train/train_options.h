@@ -97,8 +97,9 @@ struct PrecisionChoice {
 /// "f16"; "amp" is the device's mixed-precision default (bf16 autocast on the CPU, f16 autocast +
 /// the dynamic loss scaler on CUDA); "auto" (and "", not given) is bf16 on a CPU that computes
 /// bf16 dot products natively (cpu_has_native_bf16) and f32 on one that does not, where bf16
-/// operands are widened to f32 and save little time; on CUDA it is "amp" (f16 + loss scaler) — a
-/// GPU's bf16 support (compute capability 8.0) is not queried yet. ValueError for any other name.
+/// operands are widened to f32 and save little time; on CUDA bf16 autocast on a GPU with bf16
+/// Tensor Cores (compute capability 8.0 on: cuda_compute_capability), else "amp" (f16 + loss
+/// scaler). ValueError for any other name.
 PrecisionChoice choose_precision(const std::string& name, Device device);
 /// choose_precision(name, device).dtype.
 DType resolve_precision(const std::string& name, Device device);

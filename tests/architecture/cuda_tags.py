@@ -54,9 +54,6 @@ ALLOWED = {
         "a fake cuda tensor over host memory, only in a build without a device copy; never a GPU",
     ("amp/autocast_ops_test.cpp", "every op of the table has an autocast entry or a listed exemption"):
         "builds the op table (whose to_device entry copies to cuda:0) but runs no entry",
-    ("models/train_device_test.cpp",
-     "precis-train: --precision names a dtype per device, amp is bf16 on the CPU and f16 on CUDA"):
-        "resolve_precision is a function of a Device value; no device is used",
 }
 LITERAL = re.compile(r'R"([^(\s"]*)\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*(?:.|\n)*?\*/')
 

@@ -108,14 +108,16 @@ TEST_CASE("precis-train: a device it cannot use is a DeviceError naming it, befo
   }
 }
 
-TEST_CASE("precis-train: --precision names a dtype per device, amp is bf16 on the CPU and f16 on CUDA", "[train]") {
+TEST_CASE("precis-train: --precision names a dtype per device, amp is bf16 on the CPU and f16 on CUDA", "[train][cuda]") {
   using train::resolve_precision;
   // auto (the default, also ""): bf16 where the CPU computes it natively, else f32; CUDA: f16 + loss scaler.
   const DType cpu_auto = cpu_has_native_bf16() ? DType::bf16 : DType::f32;
   CHECK(resolve_precision("", Device::cpu()) == cpu_auto);
   CHECK(resolve_precision("auto", Device::cpu()) == cpu_auto);
-  CHECK(resolve_precision("", Device::cuda(0)) == DType::f16);
-  CHECK(resolve_precision("auto", Device::cuda(0)) == DType::f16);
+  // bf16 on a GPU with bf16 Tensor Cores (sm_80 on), else f16 with the scaler (also with no GPU).
+  const DType cuda_auto = cuda_compute_capability(0) >= 80 ? DType::bf16 : DType::f16;
+  CHECK(resolve_precision("", Device::cuda(0)) == cuda_auto);
+  CHECK(resolve_precision("auto", Device::cuda(0)) == cuda_auto);
   CHECK_THAT(train::choose_precision("auto", Device::cpu()).how,
              Catch::Matchers::Contains(cpu_has_native_bf16() ? "natively" : "no native bf16"));
   CHECK(resolve_precision("amp", Device::cpu()) == DType::bf16);
