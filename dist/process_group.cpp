@@ -103,12 +103,11 @@ class LocalProcessGroup : public ProcessGroup {
 void require_nccl() {
   if (!nccl_available())
     throw DistributedError(
-        "dist::init_process_group(Backend::nccl): CUDA tensors have no transport: " +
-        (cuda_backend_available()
-             ? std::string("the CUDA backend was built without NCCL; install NCCL next to the CUDA toolkit "
-                           "(libnccl-dev, or the toolkit's own) and rebuild with PRECIS_CUDA=ON PRECIS_NCCL=ON")
-             : cuda_backend_unavailable_reason()) +
-        "; Backend::automatic reduces CPU tensors without it");
+        "dist::init_process_group(Backend::nccl): precis has no NCCL here, so CUDA tensors have no transport: " +
+        (cuda_backend_available() ? std::string("its CUDA backend was built without NCCL")
+                                  : cuda_backend_unavailable_reason()) +
+        "; NCCL comes with the CUDA backend: install NCCL next to the CUDA toolkit (libnccl-dev, or the toolkit's "
+        "own) and build precis with PRECIS_CUDA=ON PRECIS_NCCL=ON. Backend::automatic reduces CPU tensors without it");
   PRECIS_CHECK_DEVICE(cuda_is_available(), "dist::init_process_group(Backend::nccl): no CUDA device is visible (",
                       cuda_device_count(), " devices), and NCCL reduces only CUDA tensors: run on a machine with a "
                       "GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use Backend::automatic for CPU tensors");

@@ -140,8 +140,8 @@ TEST_CASE("allocator_for: cpu always, cuda only when registered", "[core][alloca
   REQUIRE(&allocator_for(Device::cuda(7)) == &cpu_allocator());
 #ifndef PRECIS_HAS_CUDA
   REQUIRE_THROWS_AS(allocator_for(Device::cuda(0)), DeviceError);
-  REQUIRE_THROWS_WITH(allocator_for(Device::cuda(1)),
-                      "no CUDA allocator for cuda:1: precis was built without CUDA or the device is absent");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(allocator_for(Device::cuda(1)), DeviceError, "cuda:1 is not available",
+                                 "built without CUDA", "PRECIS_CUDA=ON", "Device::cpu()");
   // Unregistering (nullptr) makes the device absent again.
   register_allocator(DeviceType::cuda, 7, nullptr);
   REQUIRE_THROWS_AS(allocator_for(Device::cuda(7)), DeviceError);

@@ -86,7 +86,7 @@ TEST_CASE("the CUDA backend registers its kernels without a GPU", "[cuda_api]") 
 #else
   CHECK(find_kernel(OpId::copy, DeviceType::cuda, DType::f32) == nullptr);
   PRECIS_REQUIRE_THROWS_WITH_ALL(kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cuda, DType::f32),
-                                 NotImplementedError, "built with CUDA");
+                                 NotImplementedError, "built without CUDA", "PRECIS_CUDA=ON");
 #endif
 }
 

@@ -67,7 +67,7 @@ TEST_CASE("nccl world of one: Backend::nccl refuses a build without NCCL or a ma
   }
   if (!dist::nccl_available()) {
     PRECIS_REQUIRE_THROWS_WITH_ALL(dist::init_process_group(dist::Backend::nccl), dist::DistributedError,
-                                   "Backend::nccl", "built without NCCL", "PRECIS_NCCL=ON");
+                                   "Backend::nccl", "no NCCL", "PRECIS_NCCL=ON");
   } else {
     PRECIS_REQUIRE_THROWS_WITH_ALL(dist::init_process_group(dist::Backend::nccl), DeviceError, "Backend::nccl",
                                    "no CUDA device", "CUDA_VISIBLE_DEVICES", "Backend::automatic");
