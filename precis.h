@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/rng.h"
+#include "core/sync_debug.h"
 #include "core/synchronize.h"
 #include "core/thread_pool.h"
 #include "core/warning.h"

@@ -216,10 +216,11 @@ void check_with_grad_operands(const Tensor& loss_rows, const Tensor& weight_rows
                          weight_rows.dtype() == acc && row_stats.dtype() == acc && grad_rows.dtype() == acc &&
                          (!weight.defined() || weight.dtype() == acc),
                      op, ": grad_x must have x's dtype, target i64 and the rest ", dtype_name(acc), ", got ", all());
-  bool on_cpu = true;
+  // One host memory: the CPU's, or the tests' fake CUDA device's (tests/support/fake_cuda).
+  bool same = true;
   for (const Tensor* t : {&loss_rows, &weight_rows, &row_stats, &grad_x, &x, &target, &grad_rows, &weight})
-    on_cpu = on_cpu && (!t->defined() || t->device().type == DeviceType::cpu);
-  PRECIS_CHECK_DEVICE(on_cpu, op, ": the CPU kernel needs every operand on the CPU, got ", all());
+    same = same && (!t->defined() || t->device() == x.device());
+  PRECIS_CHECK_DEVICE(same, op, ": the kernel needs every operand on one device, got ", all());
   PRECIS_CHECK(grad_x.data_ptr() != x.data_ptr() || M * C == 0, op,
                ": grad_x must not alias x (its first pass writes exponentials there), got ", all());
 }

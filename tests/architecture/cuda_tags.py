@@ -54,6 +54,10 @@ ALLOWED = {
         "a fake cuda tensor over host memory, only in a build without a device copy; never a GPU",
     ("amp/autocast_ops_test.cpp", "every op of the table has an autocast entry or a listed exemption"):
         "builds the op table (whose to_device entry copies to cuda:0) but runs no entry",
+    ("fake_cuda/sync_debug_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
+    ("fake_cuda/step_sync_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
     ("models/train_device_test.cpp",
      "precis-train: --precision names a dtype per device, amp is bf16 on the CPU and f16 on CUDA"):
         "resolve_precision is a function of a Device value; no device is used",
