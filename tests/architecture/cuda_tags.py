@@ -56,6 +56,10 @@ ALLOWED = {
         "builds the op table (whose to_device entry copies to cuda:0) but runs no entry",
     ("fake_cuda/sync_debug_test.cpp", "*"):
         "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
+    ("fake_cuda/scaler_device_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
+    ("fake_cuda/trainer_sync_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
     ("fake_cuda/step_sync_test.cpp", "*"):
         "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
     ("models/train_device_test.cpp",
