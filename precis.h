@@ -17,6 +17,7 @@
 #include "data/data.h"
 #include "dist/dist.h"
 #include "ops/float32_precision.h"
+#include "ops/device_asserts.h"
 #include "ops/functional.h"
 #include "ops/memory_format.h"
 #include "ops/profiler.h"

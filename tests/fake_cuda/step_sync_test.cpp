@@ -85,6 +85,33 @@ TEST_CASE("a ResNet-20 step with f16 autocast, GradScaler, clipping and SGD make
   CHECK(c.count() > 0);
 }
 
+TEST_CASE("a BERT step with f16 autocast, GradScaler, clipping and Adam makes no host sync") {
+  require_fake_device();
+  models::BertConfig cfg;
+  cfg.vocab_size = 60;
+  cfg.hidden_size = 32;
+  cfg.num_hidden_layers = 1;
+  cfg.num_attention_heads = 2;
+  cfg.intermediate_size = 64;
+  cfg.max_position_embeddings = 16;
+  models::BertForMaskedLM model(cfg);
+  model.to(kDev);
+  optim::Adam opt(model.parameters(), {.lr = 1e-3});
+  amp::GradScaler scaler;
+  const Tensor host_ids = randint(1, 60, {2, 8}, {.dtype = DType::i64});
+  const Tensor host_labels = where(lt(rand({2, 8}), 0.3), host_ids, full({2, 8}, -100.0, {.dtype = DType::i64}));
+  const Tensor ids = host_ids.pin_memory().to(kDev, true);
+  const Tensor labels = host_labels.pin_memory().to(kDev, true);
+  const Tensor lengths = from_vector<int64_t>({8, 5}).pin_memory().to(kDev, true);
+  const Tensor mask = models::attention_mask_from_lengths(lengths, 8);
+  for (int step = 0; step < 9; ++step) {
+    const PhaseCounts p =
+        one_step([&] { return model.forward_with_labels(ids, mask, labels).loss; }, opt, scaler);
+    INFO("step " << step << ": " << p.str());
+    CHECK(p.total() == 0);
+  }
+}
+
 TEST_CASE("an explicit item() inside a step throws HostSyncError in error mode, naming it") {
   require_fake_device();
   auto model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 4});
