@@ -39,8 +39,17 @@ bool StepResult::applied() const { return reason() == SkipReason::none; }
 
 SkipReason StepResult::reason() const {
   if (!record_) return SkipReason::none;
-  if (read(record_->loss_nonfinite) != 0.0) return SkipReason::non_finite_loss;
-  if (read(record_->found_inf) != 0.0) return SkipReason::overflow;
+  // Both 0/1 flags in one read (one wait on a GPU): 2 · loss flag + gradient flag.
+  double code = 0.0;
+  if (record_->loss_nonfinite.defined() && record_->found_inf.defined()) {
+    NoGradGuard no_grad;
+    code = read(add(mul(ne(record_->loss_nonfinite, 0.0).to(DType::f32), 2.0),
+                    ne(record_->found_inf, 0.0).to(DType::f32)));
+  } else {
+    code = 2.0 * (read(record_->loss_nonfinite) != 0.0) + (read(record_->found_inf) != 0.0);
+  }
+  if (code >= 2.0) return SkipReason::non_finite_loss;
+  if (code > 0.0) return SkipReason::overflow;
   return SkipReason::none;
 }
 
@@ -282,38 +291,48 @@ void GradScaler::update() {
   ++steps_;
   unresolved_rounds_.push_back(std::move(round_records_));
   round_records_.clear();
-  // Bounded memory: fold the backlog in now and then (a host read, as the floor check below).
+  // Bounded memory without a host read: the backlog is folded on the device now and then.
   constexpr size_t kMaxUnresolved = 64;
-  if (unresolved_rounds_.size() >= kMaxUnresolved) resolve_overflow();
+  if (unresolved_rounds_.size() >= kMaxUnresolved) fold_unresolved();
 
-  // The floor check reads the device, so it runs every few updates (every update on the CPU is
-  // cheap, but the code path is the same on every device).
+  // The floor check reads the device, so it runs every few updates. On the CPU that read is free
+  // and the check runs here; on a device update() does not wait for it, and the check runs at the
+  // scaler's next host read (check_floor_if_due: get_scale, history, skipped_steps, last_overflow,
+  // state_dict), as PyTorch's device-side asserts surface at the next synchronisation.
   if (o.max_skips_at_floor > 0 && ++updates_since_check_ >= std::min<int64_t>(o.max_skips_at_floor, 8)) {
     updates_since_check_ = 0;
-    const double skips = floor_skips_.item<double>();
-    if (skips >= static_cast<double>(o.max_skips_at_floor)) {
-      std::ostringstream msg;
-      msg << "GradScaler: " << static_cast<int64_t>(skips) << " consecutive steps were skipped with the loss scale at "
-          << "its floor (" << o.min_scale << "). ";
-      auto offenders = last_overflow();
-      if (!offenders.empty()) {
-        msg << "Parameters with the most non-finite gradients in the last skipped step:";
-        for (size_t i = 0; i < offenders.size() && i < 5; ++i)
-          msg << (i ? "," : "") << " " << offenders[i].first << " (" << offenders[i].second << ")";
-        msg << ". ";
-      }
-      msg << "Recent losses:";
-      for (const Tensor& l : recent_loss_tensors_) msg << " " << l.item<double>();
-      msg << ". The gradients are non-finite even without scaling, so this is not an fp16 range problem: look "
-             "for a bug producing inf/NaN (log of 0, division by 0, exploding activations), lower the learning "
-             "rate, or clip gradients.";
-      throw StateError(msg.str());
-    }
+    floor_check_due_ = true;
+    if (device_.is_cpu()) check_floor_if_due();
   }
+}
+
+void GradScaler::check_floor_if_due() const {
+  if (!floor_check_due_) return;
+  floor_check_due_ = false;
+  const auto& o = options_;
+  const double skips = floor_skips_.item<double>();
+  if (skips < static_cast<double>(o.max_skips_at_floor)) return;
+  std::ostringstream msg;
+  msg << "GradScaler: " << static_cast<int64_t>(skips) << " consecutive steps were skipped with the loss scale at "
+      << "its floor (" << o.min_scale << "). ";
+  auto offenders = last_overflow();
+  if (!offenders.empty()) {
+    msg << "Parameters with the most non-finite gradients in the last skipped step:";
+    for (size_t i = 0; i < offenders.size() && i < 5; ++i)
+      msg << (i ? "," : "") << " " << offenders[i].first << " (" << offenders[i].second << ")";
+    msg << ". ";
+  }
+  msg << "Recent losses:";
+  for (const Tensor& l : recent_loss_tensors_) msg << " " << l.item<double>();
+  msg << ". The gradients are non-finite even without scaling, so this is not an fp16 range problem: look "
+         "for a bug producing inf/NaN (log of 0, division by 0, exploding activations), lower the learning "
+         "rate, or clip gradients.";
+  throw StateError(msg.str());
 }
 
 double GradScaler::get_scale() const {
   if (!options_.enabled) return 1.0;
+  check_floor_if_due();
   return initialised_ ? scale_.item<double>() : options_.init_scale;
 }
 
@@ -333,6 +352,37 @@ bool GradScaler::overflowed(const OverflowRound& round) {
   return false;
 }
 
+// Two rounds of one structure (the same parameters with gradients, optimizer by optimizer) fold
+// into one on the device: overflowed when either did, with the newer one's counts when it did.
+// Rounds of different structures are resolved on the host instead (a read, rare).
+void GradScaler::fold_unresolved() {
+  auto same_structure = [](const OverflowRound& a, const OverflowRound& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].params.size() != b[i].params.size()) return false;
+      for (size_t k = 0; k < a[i].params.size(); ++k)
+        if (!a[i].params[k].is_same(b[i].params[k])) return false;
+    }
+    return true;
+  };
+  OverflowRound folded = unresolved_rounds_.front();
+  for (size_t r = 1; r < unresolved_rounds_.size(); ++r) {
+    const OverflowRound& newer = unresolved_rounds_[r];
+    if (!same_structure(folded, newer)) {
+      resolve_overflow();
+      return;
+    }
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < folded.size(); ++i) {
+      const Tensor newer_overflowed = gt(newer[i].found_inf, 0.0);
+      folded[i].counts = where(newer_overflowed, newer[i].counts, folded[i].counts);
+      folded[i].found_inf = maximum(folded[i].found_inf, newer[i].found_inf);
+    }
+  }
+  unresolved_rounds_.clear();
+  unresolved_rounds_.push_back(std::move(folded));
+}
+
 void GradScaler::resolve_overflow() const {
   for (auto it = unresolved_rounds_.rbegin(); it != unresolved_rounds_.rend(); ++it) {
     if (overflowed(*it)) {
@@ -344,7 +394,7 @@ void GradScaler::resolve_overflow() const {
 }
 
 std::vector<std::pair<std::string, int64_t>> GradScaler::last_overflow() const {
-  resolve_overflow();
+  resolve_overflow();  // (not check_floor_if_due: the floor check's message calls this)
   const OverflowRound& round = overflowed(round_records_) ? round_records_ : last_overflow_round_;
   std::vector<std::pair<std::string, int64_t>> out;
   for (const OverflowRecord& r : round) {
@@ -357,6 +407,7 @@ std::vector<std::pair<std::string, int64_t>> GradScaler::last_overflow() const {
 }
 
 std::vector<HistoryEntry> GradScaler::history() const {
+  check_floor_if_due();
   std::vector<HistoryEntry> out;
   for (const auto& r : history_) {
     StepResult res(r);
@@ -377,6 +428,7 @@ StateDict GradScaler::state_dict() const {
   if (!options_.enabled) return d;
   PRECIS_CHECK_T(StateError, pending_.empty(), "GradScaler::state_dict: save between optimizer steps (after "
                  "update()), not between step() and update()");
+  check_floor_if_due();
   auto cpu = [](const Tensor& t) { return t.to(Device::cpu()).clone(); };
   const double init = options_.init_scale;
   d["scale"] = initialised_ ? cpu(scale_) : full({}, init);
@@ -473,6 +525,7 @@ void GradScaler::load_state_dict(const StateDict& d) {
   round_records_.clear();
   unresolved_rounds_.clear();
   last_overflow_round_.clear();
+  floor_check_due_ = false;
 }
 
 }  // namespace precis::amp

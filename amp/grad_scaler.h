@@ -21,7 +21,8 @@
 //  - step() returns a StepResult; schedulers advance on applied steps;
 //  - state lives in tensors on the gradients' device and the skip is decided there (the
 //    optimizer reads found_inf in its kernel); the host reads only when a StepResult field, the
-//    history or scale() is asked for;
+//    history or scale() is asked for: scale, unscale_, clip_grad_norm_, step and update never
+//    wait for a GPU (core/sync_debug.h counts it; tests/fake_cuda/step_sync_test.cpp);
 //  - gradient accumulation: scaled micro-losses add up; unscale_ is idempotent within one
 //    optimizer step; misuse errors explain the order;
 //  - hysteresis (GradScalerOptions::hysteresis has the exact rule), a floor and a cap, a bounded
@@ -150,11 +151,16 @@ class GradScaler {
 
   /// Adjusts the scale once per optimizer step (after every optimizer sharing the scaler stepped):
   /// back-off on overflow (after `hysteresis` overflows), growth after growth_interval clean
-  /// steps, nothing on a non-finite loss. Throws StateError with a diagnostic after
-  /// max_skips_at_floor consecutive skips at the floor.
+  /// steps, nothing on a non-finite loss. Never waits for the device. The floor check (a
+  /// StateError with a diagnostic after max_skips_at_floor consecutive skips at the floor) reads
+  /// the skip counter every min(max_skips_at_floor, 8) updates: with the state on the CPU, where
+  /// reading is free, update() itself throws; on a CUDA device the check waits for the next host
+  /// read of the scaler (get_scale, history, skipped_steps, state_dict), which throws instead, as
+  /// a PyTorch device-side assert surfaces at the next synchronisation. precis-train reads
+  /// get_scale() at each log point.
   void update();
 
-  /// The current scale (reads the device).
+  /// The current scale (reads the device; runs a floor check that update() left due).
   double get_scale() const;
   bool is_enabled() const { return options_.enabled; }  ///< GradScalerOptions::enabled
   /// The options in force (those of the last load_state_dict, if any); aliases the scaler's copy.
@@ -237,6 +243,10 @@ class GradScaler {
   using OverflowRound = std::vector<OverflowRecord>;  // every optimizer stepped in one round
   static bool overflowed(const OverflowRound& round);
   void resolve_overflow() const;
+  void fold_unresolved();
+  // Throws the floor diagnostic when a check is due and the limit is reached (reads the device).
+  void check_floor_if_due() const;
+  mutable bool floor_check_due_ = false;
   OverflowRound round_records_;                          // steps since the last update()
   mutable std::deque<OverflowRound> unresolved_rounds_;  // after update(), oldest first
   mutable OverflowRound last_overflow_round_;            // the newest resolved round that overflowed

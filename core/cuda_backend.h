@@ -6,7 +6,9 @@
 // for a CUDA device then throws one DeviceError that says why the backend is missing.
 //
 // Where the backend is looked for, first match wins:
-//   1. $PRECIS_CUDA_BACKEND, a path to the library (for tests and unusual installs);
+//   1. $PRECIS_CUDA_BACKEND, a path to the library (for tests and unusual installs); read once,
+//      at the first CUDA request, and honoured in a build without CUDA too, so that the tests'
+//      fake device (tests/support/fake_cuda) runs everywhere;
 //   2. the folder of libprecis.so itself (the build tree and an install keep them side by side);
 //   3. the dynamic loader's search path (LD_LIBRARY_PATH, ldconfig).
 // The backend links the shared libprecis.so: a program linked with the static libprecis.a would

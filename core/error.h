@@ -50,6 +50,9 @@ class OutOfMemoryError : public Error {
   uint64_t requested_bytes_;
   std::string device_;
 };
+/// A host synchronisation with a CUDA device while cuda::set_sync_debug_mode(SyncDebugMode::error)
+/// is on (core/sync_debug.h); the message names the site and how to avoid the wait.
+class HostSyncError : public StateError { using StateError::StateError; };
 /// A broken invariant inside precis: a bug to report.
 class InternalError : public Error { using Error::Error; };
 

@@ -195,7 +195,7 @@ MaskedLMOutput BertForMaskedLM::forward_with_labels(const Tensor& input_ids, con
   Tensor h = bert->forward(input_ids, attention_mask, options.token_type_ids);
   const Device device = h.device();
   MaskedLMOutput out;
-  out.labels = labels.to(device);
+  out.labels = upload(labels, device);
   if (options.masked_positions_only) {
     // The labelled positions of the flattened (B·L) tokens, found on the host.
     const Tensor host = labels.device().is_cpu() ? labels : labels.to(Device::cpu());
@@ -203,7 +203,7 @@ MaskedLMOutput BertForMaskedLM::forward_with_labels(const Tensor& input_ids, con
     const std::vector<int64_t> values = host.contiguous().to_vector<int64_t>();
     for (size_t i = 0; i < values.size(); ++i)
       if (values[i] != kMlmIgnoreIndex) positions.push_back(static_cast<int64_t>(i));
-    const Tensor index = from_vector<int64_t>(positions).to(device);
+    const Tensor index = upload(from_vector<int64_t>(positions), device);
     h = index_select(h.reshape({-1, h.size(2)}), 0, index);
     out.labels = index_select(out.labels.reshape({-1}), 0, index);
   }

@@ -4,6 +4,7 @@
 // ops instead, so that the gradient is differentiable).
 #include "ops/precision.h"
 #include "autograd/record.h"
+#include "ops/device_asserts.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -33,9 +34,10 @@ Tensor embedding(const Tensor& indices, const Tensor& weight_in, std::optional<i
     padding_idx = *padding_row < 0 ? *padding_row + rows : *padding_row;
   }
   const Tensor flat = indices.detach().reshape({-1}).to(DType::i64).contiguous();
-  for (int64_t v : flat.to_vector<int64_t>())
-    PRECIS_CHECK_INDEX(v >= 0 && v < rows, "embedding: index ", v, " is out of range for a table of ", rows,
-                       " rows (valid: 0 to ", rows - 1, "); ", operands());
+  detail::check_index_range(flat, rows, std::nullopt, [rows, all = operands()](int64_t v) {
+    return detail::str_cat("embedding: index ", v, " is out of range for a table of ", rows, " rows (valid: 0 to ",
+                           rows - 1, "); ", all);
+  });
   const int64_t n = flat.numel();
   Tensor out = empty({n, dim}, {.dtype = weight.dtype(), .device = weight.device()});
   kernel<kernels::IndexSelectKernel>(OpId::index_select, weight.device().type, weight.dtype())(out, weight.detach(), 0,

@@ -44,6 +44,11 @@ Tensor full_like(const Tensor& t, Scalar value) { return full(t.sizes(), value, 
 
 Tensor scalar_tensor(Scalar value, TensorOptions options) { return full({}, value, options); }
 
+Tensor upload(const Tensor& t, Device device) {
+  if (t.device() == device || !t.device().is_cpu() || !pinned_memory_available()) return t.to(device);
+  return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
@@ -62,7 +67,7 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   double* p = v.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
   const bool rg = options.requires_grad;
-  Tensor t = v.to(options.dtype).to(options.device);
+  Tensor t = upload(v.to(options.dtype), options.device);
   if (rg) t.requires_grad_(true);
   return t;
 }
@@ -98,7 +103,7 @@ Tensor generate(const Shape& sizes, TensorOptions options, Generator* gen, int64
   });
   const bool rg = options.requires_grad;
   options.requires_grad = false;
-  Tensor t = v.to(options.dtype).to(options.device);
+  Tensor t = upload(v.to(options.dtype), options.device);
   if (rg) t.requires_grad_(true);
   return t;
 }
@@ -142,7 +147,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
       o[0] = static_cast<double>(low) + std::floor(unit_double(r[0], r[1]) * range);
       o[1] = static_cast<double>(low) + std::floor(unit_double(r[2], r[3]) * range);
     });
-    return u.to(options.dtype).to(options.device);
+    return upload(u.to(options.dtype), options.device);
   }
   // Bounds beyond 2^53 are not exact in double (and may round to 2^63, which no int64 holds):
   // draw 64 bits and scale with a 128-bit product, all in integers.
@@ -162,7 +167,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
       }
     }
   });
-  return v.to(options.dtype).to(options.device);
+  return upload(v.to(options.dtype), options.device);
 }
 
 // ---- from host memory -------------------------------------------------------------------------
@@ -178,7 +183,7 @@ Tensor from_vector(const std::vector<T>& values, const Shape& sizes, TensorOptio
     std::copy(values.begin(), values.end(), host.data_ptr<T>());
   }
   const bool rg = options.requires_grad;
-  Tensor t = host.to(options.dtype).to(options.device);
+  Tensor t = upload(host.to(options.dtype), options.device);
   if (rg) t.requires_grad_(true);
   return t;
 }

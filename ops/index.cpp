@@ -6,6 +6,7 @@
 #include "ops/precision.h"
 #include "autograd/record.h"
 #include "core/checked_math.h"
+#include "ops/device_asserts.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -32,6 +33,13 @@ void check_same_device(const char* op, const Tensor& x, const Tensor& index, con
   PRECIS_CHECK_DEVICE(ok, op, ": all operands must be on one device, got ", operands(x, index, src));
 }
 
+// Every index in [0, size): at once on the CPU, on the device elsewhere (ops/device_asserts.h).
+void check_range(const char* op, const Tensor& idx, int64_t size, std::string all) {
+  detail::check_index_range(idx, size, std::nullopt, [op, size, all = std::move(all)](int64_t v) {
+    return detail::str_cat(op, ": index ", v, " is out of range for a dim of size ", size, " (", all, ")");
+  });
+}
+
 // A 1-D (or 0-d) i64/i32 index, converted to contiguous i64 and checked against `size`.
 Tensor checked_index_1d(const char* op, const Tensor& x, const Tensor& index, int64_t size, const Tensor* src = nullptr) {
   PRECIS_CHECK_DTYPE(index.dtype() == DType::i64 || index.dtype() == DType::i32, op,
@@ -39,9 +47,7 @@ Tensor checked_index_1d(const char* op, const Tensor& x, const Tensor& index, in
                      "; convert it with index.to(DType::i64)");
   PRECIS_CHECK_SHAPE(index.dim() <= 1, op, ": index must be 1-D, got ", operands(x, index, src));
   Tensor idx = as_1d(index).to(DType::i64).contiguous();
-  for (int64_t v : idx.to_vector<int64_t>())
-    PRECIS_CHECK_INDEX(v >= 0 && v < size, op, ": index ", v, " is out of range for a dim of size ", size, " (",
-                       operands(x, index, src), ")");
+  check_range(op, idx, size, operands(x, index, src));
   return idx;
 }
 
@@ -50,9 +56,7 @@ Tensor checked_index_nd(const char* op, const Tensor& x, const Tensor& index, in
   PRECIS_CHECK_DTYPE(index.dtype() == DType::i64, op, ": index must be i64, got ", operands(x, index, src),
                      "; convert it with index.to(DType::i64)");
   Tensor idx = as_1d(index).contiguous();
-  for (int64_t v : idx.to_vector<int64_t>())
-    PRECIS_CHECK_INDEX(v >= 0 && v < size, op, ": index ", v, " is out of range for a dim of size ", size, " (",
-                       operands(x, index, src), ")");
+  check_range(op, idx, size, operands(x, index, src));
   return idx;
 }
 

@@ -10,6 +10,7 @@
 #include "ops/precision.h"
 #include "autograd/grad_mode.h"
 #include "autograd/record.h"
+#include "ops/device_asserts.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/kernels_loss.h"
@@ -63,10 +64,8 @@ Tensor from_rows(const Tensor& rows, const Shape& input_shape) {
   return rows.reshape(permuted).permute(perm).contiguous();
 }
 
-// `device_checks_targets`: the op's device kernels handle a target outside [0, C) themselves
-// (ops/kernels_loss.h), so on a device the targets are not read back here (see below).
 ClassRows class_rows(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
-                     int64_t ignore_index, bool contiguous, bool device_checks_targets) {
+                     int64_t ignore_index, bool contiguous) {
   PRECIS_CHECK(input.defined() && target.defined(), op, ": input and target must be defined");
   PRECIS_CHECK_DTYPE(input.is_floating_point(), op, ": input must be floating (",
                      std::string(op) == "cross_entropy" ? "logits" : "log-probabilities", "), got ",
@@ -96,14 +95,16 @@ ClassRows class_rows(const char* op, const Tensor& input, const Tensor& target, 
   }
   r.out_shape = target.sizes();
   r.target = target.detach().reshape({-1}).contiguous();
-  // Reading device targets back would copy them to the host and wait for everything queued before
-  // them: in a training loop, the whole forward pass, once per step. The CPU's are checked here.
-  if (target.device().is_cpu() || !device_checks_targets) {
-    for (int64_t v : r.target.to_vector<int64_t>())
-      PRECIS_CHECK_INDEX(v == ignore_index || (v >= 0 && v < r.classes), op, ": target ", v,
-                         " is out of range for ", r.classes, " classes (valid: 0 to ", r.classes - 1,
-                         ", or ignore_index ", ignore_index, "); ", class_operands(input, target, weight));
-  }
+  // Reading device targets back would wait for everything queued before them (in a training
+  // loop, the whole forward pass), so on a device the check stays there and is reported at the
+  // next host read (ops/device_asserts.h); the kernels give such a row a NaN loss meanwhile.
+  detail::check_index_range(r.target, r.classes, ignore_index,
+                            [op, classes = r.classes, ignore_index, all = class_operands(input, target, weight)](
+                                int64_t v) {
+                              return detail::str_cat(op, ": target ", v, " is out of range for ", classes,
+                                                     " classes (valid: 0 to ", classes - 1, ", or ignore_index ",
+                                                     ignore_index, "); ", all);
+                            });
   r.x = to_rows(input.detach(), contiguous);
   return r;
 }
@@ -196,8 +197,7 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target, const Tensor&
   check_reduction("cross_entropy", reduction);
   PRECIS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
                "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
-  ClassRows r = class_rows("cross_entropy", input, target, weight, ignore_index, /*contiguous=*/true,
-                           /*device_checks_targets=*/true);
+  ClassRows r = class_rows("cross_entropy", input, target, weight, ignore_index, /*contiguous=*/true);
   const int64_t rows = r.x.size(0);
   const DType acc = acc_type(input.dtype());
   const TensorOptions acc_opts{.dtype = acc, .device = input.device()};
@@ -234,8 +234,7 @@ Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weig
   check_reduction("nll_loss", reduction);
   // nll_loss's backward reads the targets back anyway (scatter_add's range check), so its forward
   // keeps the host check and its error.
-  ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false,
-                           /*device_checks_targets=*/false);
+  ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false);
   const int64_t rows = r.x.size(0);
   const DType acc = acc_type(input.dtype());
   const TensorOptions acc_opts{.dtype = acc, .device = input.device()};

@@ -77,6 +77,14 @@ const detail::KernelSlot& detail::kernel_slot(OpId op, DeviceType device, DType 
   return slot_of(op, device, dtype);
 }
 
+void detail::copy_kernels(DeviceType from, DeviceType to) {
+  // Not init_backends_for(from): for CUDA that would re-enter the registration that calls this.
+  if (from == DeviceType::cpu) init_backends();
+  for (int op = 0; op < kNumOps; ++op)
+    for (int d = 0; d < kNumDTypes; ++d)
+      g_kernels[op][static_cast<int>(to)][d] = g_kernels[op][static_cast<int>(from)][d];
+}
+
 void set_kernel_lookup_observer(KernelLookupObserver observer) { g_lookup_observer.store(observer); }
 
 void* find_kernel(OpId op, DeviceType device, DType dtype) {

@@ -90,6 +90,10 @@ struct KernelSlot {
 };
 /// The slot for (op, device, dtype); fn is nullptr when nothing is registered.
 const KernelSlot& kernel_slot(OpId op, DeviceType device, DType dtype);
+/// Registers every kernel of `from`'s slots in `to`'s, signatures included (`from`'s backend is
+/// initialised first). For the tests' fake CUDA device (tests/support/fake_cuda), whose memory is
+/// host memory, so the CPU kernels run on it. Call it from a backend's register function only.
+void copy_kernels(DeviceType from, DeviceType to);
 }  // namespace detail
 
 namespace detail {

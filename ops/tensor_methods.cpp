@@ -6,6 +6,7 @@
 #include "core/cuda_backend.h"
 #include "ops/backends.h"
 #include "ops/broadcast.h"
+#include "ops/device_asserts.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/profiler.h"
@@ -95,6 +96,11 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
         const Device d = device().is_cpu() ? src.device() : device();
         profile.emplace(OpId::to_device, d.type, static_cast<int>(d.index));
       }
+      // A blocking download is where the host reads the device anyway: the device-side index
+      // checks pending there are reported after it (ops/device_asserts.h).
+      const bool blocking_download = s.device().is_cuda() && device().is_cpu() && !(non_blocking && is_pinned());
+      std::optional<detail::DeviceAssertProbe> probe;
+      if (blocking_download) probe.emplace(s.device());
       if (is_contiguous()) {
         fn(*this, s, non_blocking);
       } else {
@@ -102,6 +108,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
         fn(tmp, s, non_blocking);
         copy_same_device(*this, tmp);
       }
+      if (probe) probe->report();
     }
   }
   bump_version();

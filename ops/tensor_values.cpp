@@ -9,20 +9,30 @@
 
 #include "autograd/node.h"
 #include "core/error.h"
+#include "core/sync_debug.h"
 #include "tensor/tensor.h"
 
 namespace precis {
 
+namespace {
+// x's values as a contiguous CPU tensor of `dtype`; `label` names the public call in a host
+// synchronisation's warning or error (core/sync_debug.h).
+Tensor host_values(const Tensor& x, DType dtype, const char* label) {
+  detail::HostReadLabel read(label);
+  return x.detach().to(Device::cpu()).to(dtype).contiguous();
+}
+}  // namespace
+
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor c = detach().to(Device::cpu()).to(dtype_of<T>()).contiguous();
+  Tensor c = host_values(*this, dtype_of<T>(), "Tensor::to_vector()");
   const T* p = c.data_ptr<T>();
   return std::vector<T>(p, p + c.numel());
 }
 
 template <>
 std::vector<bool> Tensor::to_vector<bool>() const {
-  Tensor c = detach().to(Device::cpu()).to(DType::boolean).contiguous();
+  Tensor c = host_values(*this, DType::boolean, "Tensor::to_vector()");
   const bool* p = c.data_ptr<bool>();
   return std::vector<bool>(p, p + c.numel());
 }
@@ -30,7 +40,8 @@ std::vector<bool> Tensor::to_vector<bool>() const {
 template <typename T>
 T Tensor::item() const {
   PRECIS_CHECK(numel() == 1, "item() needs a tensor with exactly one element, got ", describe());
-  return to_vector<T>()[0];
+  Tensor c = host_values(*this, dtype_of<T>(), "Tensor::item()");
+  return *c.data_ptr<T>();
 }
 
 template float Tensor::item<float>() const;
@@ -120,6 +131,7 @@ std::vector<std::string> format_floats(const std::vector<double>& v) {
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
+  detail::HostReadLabel read("Tensor::str() (printing a tensor)");
   std::ostringstream os;
   Printer p{sizes(), contiguous_strides(sizes()), numel() > kSummariseAbove, {}};
   // Integers print from int64 (exact beyond 2^53), bools as True/False, floats through f64.

@@ -7,7 +7,6 @@
 #include "tensor/tensor.h"
 
 namespace precis {
-
 /// Uninitialised memory (from the device's caching allocator).
 Tensor empty(const Shape& sizes, TensorOptions options = {});
 Tensor zeros(const Shape& sizes, TensorOptions options = {});
@@ -41,6 +40,11 @@ Tensor scalar_tensor(Scalar value, TensorOptions options = {});
 
 /// Wraps memory owned by the caller (no copy, no ownership): it must outlive the tensor.
 Tensor from_blob(void* data, const Shape& sizes, DType dtype, Device device = Device::cpu());
+
+/// `t`'s values on `device` without making the host wait for it: a CPU tensor goes through pinned
+/// memory and a non-blocking copy where pinned memory exists (a pageable upload waits until the
+/// device has read it, docs/gpu.md); otherwise t.to(device).
+Tensor upload(const Tensor& t, Device device);
 
 extern template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
 extern template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);

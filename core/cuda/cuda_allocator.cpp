@@ -8,6 +8,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda_allocator_mode.h"
+#include "core/sync_debug.h"
 
 namespace precis::cuda {
 
@@ -62,6 +63,7 @@ class CudaDeviceMemory final : public DeviceMemory {
   }
   void free(void* ptr, size_t bytes) override {
     DeviceGuard guard(index_);
+    precis::detail::note_host_sync("cudaFree of device memory (the allocator gave a segment back)", false);
     PRECIS_CUDA_CHECK(cudaFree(ptr), "releasing a cached segment of ", bytes, " bytes on cuda:", index_);
   }
   StreamHandle current_stream() override { return cuda::current_stream(index_); }
@@ -70,17 +72,20 @@ class CudaDeviceMemory final : public DeviceMemory {
   }
   bool query_event(EventHandle e) override { return query(e); }
   void synchronize_event(EventHandle e) override {
+    precis::detail::note_host_sync("the device allocator waiting for an event (memory ran short)", false);
     PRECIS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "waiting for an allocator event on cuda:",
                       index_);
   }
   void destroy_event(EventHandle e) noexcept override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
   void synchronize_device() override {
     DeviceGuard guard(index_);
+    precis::detail::note_host_sync("the device allocator synchronising before it releases memory", false);
     PRECIS_CUDA_CHECK(cudaDeviceSynchronize(), "synchronising cuda:", index_, " before releasing memory");
   }
   void copy_to_host(void* dst, const void* src, size_t nbytes) override {
     DeviceGuard guard(index_);
     cudaStream_t stream = cuda::current_stream(index_);
+    precis::detail::note_host_sync("a device-to-host copy of raw bytes (Allocator::copy_to_host: saving a tensor)");
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream), "copy of ", nbytes,
                       " bytes from cuda:", index_, " to the host");
     PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy of ", nbytes, " bytes from cuda:", index_, " to the host");
@@ -112,6 +117,7 @@ class PinnedHostMemory final : public DeviceMemory {
                : nullptr;
   }
   void free(void* ptr, size_t bytes) override {
+    precis::detail::note_host_sync("cudaFreeHost of pinned memory (the pinned allocator gave a block back)", false);
     PRECIS_CUDA_CHECK(cudaFreeHost(ptr), "releasing ", bytes, " bytes of pinned host memory");
   }
   StreamHandle current_stream() override { return nullptr; }  // one "host" stream for every block
@@ -122,6 +128,7 @@ class PinnedHostMemory final : public DeviceMemory {
   }
   bool query_event(EventHandle e) override { return query(e); }
   void synchronize_event(EventHandle e) override {
+    precis::detail::note_host_sync("the pinned allocator waiting for a copy to finish (memory ran short)", false);
     PRECIS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "waiting for a copy from pinned memory");
   }
   void destroy_event(EventHandle e) noexcept override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(e)); }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/cuda/cuda_check.h"
+#include "core/sync_debug.h"
 
 namespace precis::cuda {
 
@@ -185,6 +186,7 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
+  precis::detail::note_host_sync("waiting for a CUDA event (Event::synchronize)");
   PRECIS_CUDA_CHECK(cudaEventSynchronize(event_), "waiting for an event of cuda:", index_);
 }
 
@@ -198,12 +200,14 @@ void stream_wait(int index, cudaStream_t waiter, cudaStream_t source) {
 void synchronize_stream(int index) {
   cudaStream_t s = current_stream(index);
   DeviceGuard guard(index);
+  precis::detail::note_host_sync("a stream synchronisation");
   PRECIS_CUDA_CHECK(cudaStreamSynchronize(s), "synchronising the current stream of cuda:", index);
 }
 
 void synchronize_device(int index) {
   check_device_index(index, "synchronize");
   DeviceGuard guard(index);
+  precis::detail::note_host_sync("cuda::synchronize (a device synchronisation)");
   PRECIS_CUDA_CHECK(cudaDeviceSynchronize(), "synchronising cuda:", index);
 }
 

@@ -94,7 +94,11 @@ class Trainer {
 
   // ---- what a checkpoint carries besides the objects above
   int64_t global_step_ = 0;
-  int64_t skipped_ = 0;
+  int64_t skipped_ = 0;             // counts the results of unread_ only once read (skipped())
+  // The scaler's results not yet read: a step does not wait for the device to learn whether it
+  // was applied; the next log point, checkpoint or summary reads them (skipped()).
+  std::vector<amp::StepResult> unread_;
+  int64_t skipped();
   data::DataPosition start_;        // where training (re)starts
   RunningMetrics epoch_metrics_;    // the current epoch's, for progress lines and the epoch summary
 
@@ -250,7 +254,7 @@ void Trainer::checkpoint(data::DataPosition at) {
   const Generator& g = default_generator();
   StateDict trainer = figures.state_dict();
   trainer.insert({{"global_step", state_int(global_step_)},
-                  {"skipped", state_int(skipped_)},
+                  {"skipped", state_int(skipped())},
                   {"epoch", state_int(at.epoch)},
                   {"batch", state_int(at.batch)},
                   {"generator_seed", state_int(static_cast<int64_t>(g.seed()))},
@@ -311,9 +315,19 @@ void Trainer::update() {
   step_lr_ = lr;
   amp::StepResult r = scaler_->step(*opt_);
   scaler_->update();
-  const bool applied = r.applied();
-  if (!applied) ++skipped_;
-  if (sched_) sched_->step(applied);
+  if (sched_) {
+    // A scheduler advances on applied steps only and sets the next step's learning rate on the
+    // host: this is the one read of the device a step keeps (docs/gpu.md), until the rate lives
+    // on the device.
+    const bool applied = r.applied();
+    if (!applied) ++skipped_;
+    sched_->step(applied);
+  } else {
+    unread_.push_back(r);
+    // Bounded memory in a run that never logs: one read per kUnreadLimit steps.
+    constexpr size_t kUnreadLimit = 256;
+    if (unread_.size() >= kUnreadLimit) (void)skipped();
+  }
   // --tensorboard reads the gradients before zero_grad: their norm (computed here when neither
   // clipping nor the scaler's unscale_ did) and, when due, their histograms.
   double tb_grad_norm = NAN;
@@ -339,6 +353,15 @@ void Trainer::update() {
 
 // ---- log ---------------------------------------------------------------------------------------
 
+// Reads the step results a step left unread (where the host reads anyway: a log point, a
+// checkpoint, the summary), and runs the scaler's floor check that update() left due.
+int64_t Trainer::skipped() {
+  for (const amp::StepResult& r : unread_) skipped_ += !r.applied();
+  unread_.clear();
+  if (scaler_->is_enabled()) (void)scaler_->get_scale();
+  return skipped_;
+}
+
 // The --metrics row and the --tensorboard scalars of the step just taken (a log point: it reads
 // the step's device sums; under --distributed, the job's sums).
 void Trainer::log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm, double tb_grad_norm) {
@@ -354,7 +377,7 @@ void Trainer::log_step(const amp::StepResult& r, double lr, const Tensor& grad_n
   if (tb_)
     tb_->step({.step = global_step_, .loss = v.loss, .accuracy = v.accuracy, .lr = lr,
                .loss_scale = r.scale_before(), .applied = r.applied(), .reason = r.reason(),
-               .scale_after = r.scale_after(), .skipped_total = skipped_, .grad_norm = tb_grad_norm,
+               .scale_after = r.scale_after(), .skipped_total = skipped(), .grad_norm = tb_grad_norm,
                .samples_per_s = samples_per_s, .data_wait = loader_->wait_fraction()});
 }
 
@@ -392,7 +415,7 @@ void Trainer::log_progress(bool last) {
   const double elapsed = seconds_since(epoch_start_);
   p.samples_per_s = elapsed > 0 ? static_cast<double>(samples) / elapsed : 0.0;
   p.scale = scaler_->is_enabled() ? scaler_->get_scale() : 0.0;
-  p.skipped = skipped_;
+  p.skipped = skipped();
   p.data_wait = loader_->wait_fraction();
   p.lr = step_lr_;  // the step's own, as in --metrics and --tensorboard (group_lr is the next step's)
   const int64_t done_here = epoch_step_ - first_step_;
@@ -404,6 +427,7 @@ void Trainer::log_progress(bool last) {
 void Trainer::log_epoch(const Evaluation& ev) {
   if (o_.quiet) return;
   const double epoch_seconds = epoch_seconds_;
+  const int64_t skipped_so_far = skipped();
   int64_t samples = epoch_samples_;
   const RunningMetrics job = global(epoch_metrics_, samples);
   const RunningMetrics::Values v = job.read();
@@ -417,7 +441,7 @@ void Trainer::log_epoch(const Evaluation& ev) {
                 epoch_seconds > 0 ? static_cast<double>(samples) / epoch_seconds : 0.0,
                 100.0 * loader_->wait_fraction(), ev.loss, task_->metric(), 100.0 * ev.accuracy,
                 precision_name(o_.eval_precision), ev.seconds,
-                skipped_ > 0 ? (", skipped steps so far " + std::to_string(skipped_)).c_str() : "",
+                skipped_so_far > 0 ? (", skipped steps so far " + std::to_string(skipped_so_far)).c_str() : "",
                 written_step_ == global_step_ && rank0() && !o_.checkpoint_dir.empty()
                     ? ("; saved " + last_checkpoint_).c_str()
                     : "");
@@ -580,7 +604,7 @@ TrainSummary Trainer::run() {
 
   if (tb_) tb_->flush();
   summary.steps = global_step_;
-  summary.skipped_steps = skipped_;
+  summary.skipped_steps = skipped();
   summary.stopped_early = stopped;
   summary.last_checkpoint = last_checkpoint_;
   summary.train_s = train_seconds_;

@@ -62,9 +62,16 @@ double power_sum(const T* data, int64_t numel, double p) {
   return total;
 }
 
+// The device the list's tensors must share: the CPU's host memory, or the tests' fake CUDA
+// device's (tests/support/fake_cuda), which runs these kernels on its host memory too.
+Device list_device(const std::vector<Tensor>& grads) {
+  return grads.empty() || !grads[0].defined() ? Device::cpu() : grads[0].device();
+}
+
 void grad_norms_kernel(const std::vector<Tensor>& grads, double norm_type, const Tensor& out) {
-  kernels::check_grad_list("grad_norms", grads, Device::cpu());
-  kernels::check_vector_arg("grad_norms", "out", out, static_cast<int64_t>(grads.size()), true, Device::cpu());
+  const Device device = list_device(grads);
+  kernels::check_grad_list("grad_norms", grads, device);
+  kernels::check_vector_arg("grad_norms", "out", out, static_cast<int64_t>(grads.size()), true, device);
   double* o = out.data_ptr<double>();
   const NormKind kind = kernels::norm_kind(norm_type);
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -91,10 +98,11 @@ void scale_grad(const Tensor& g, float coef) {
 
 void clip_grad_norm_kernel(const std::vector<Tensor>& grads, const Tensor& power_sums, double norm_type,
                            double max_norm, const Tensor& total_out) {
-  kernels::check_grad_list("clip_grad_norm", grads, Device::cpu());
+  const Device device = list_device(grads);
+  kernels::check_grad_list("clip_grad_norm", grads, device);
   kernels::check_vector_arg("clip_grad_norm", "power_sums", power_sums, static_cast<int64_t>(grads.size()), false,
-                            Device::cpu());
-  kernels::check_total_out("clip_grad_norm", total_out, Device::cpu());
+                            device);
+  kernels::check_total_out("clip_grad_norm", total_out, device);
   const NormKind kind = kernels::norm_kind(norm_type);
   double acc = 0.0;
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -111,7 +119,7 @@ void clip_grad_norm_kernel(const std::vector<Tensor>& grads, const Tensor& power
 }
 
 void clip_grad_value_kernel(const std::vector<Tensor>& grads, double clip_value) {
-  kernels::check_grad_list("clip_grad_value", grads, Device::cpu());
+  kernels::check_grad_list("clip_grad_value", grads, list_device(grads));
   for (const Tensor& g : grads) {
     visit_floating_dtype(g.dtype(), [&]<typename T>() {
       using C = opmath_t<T>;

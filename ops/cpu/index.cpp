@@ -43,13 +43,19 @@ void gather_kernel(const Tensor& out, const Tensor& x, int64_t dim, const Tensor
   strides[2][dim] = 0;  // the dim coordinate comes from the index
   const int64_t numel = index.numel();
   if (numel == 0) return;
+  // The front-end checks indices on the CPU before this runs; on a device it only records the
+  // check (ops/device_asserts.h), and the tests' fake device (tests/support/fake_cuda) runs this
+  // kernel there: an index out of range then reads zeros instead of out of bounds.
+  const int64_t rows = x.sizes()[dim];
   coalesce_dims<3>(sizes, strides);
   parallel_for(0, numel, kElementwiseGrain, [&](int64_t b, int64_t e) {
     for_each_row<3>(sizes, strides, b, e, [&](std::array<int64_t, 3> off, int64_t n, std::array<int64_t, 3> st) {
       T* op = o + off[0];
       const int64_t* idx = ip + off[1];
       const T* src = xp + off[2];
-      if (st[1] == 0) {  // one index for the whole row (index_select): a strided row copy
+      if (st[1] == 0 && (idx[0] < 0 || idx[0] >= rows)) [[unlikely]] {
+        for (int64_t i = 0; i < n; ++i) op[i * st[0]] = T{};
+      } else if (st[1] == 0) {  // one index for the whole row (index_select): a strided row copy
         const T* s = src + idx[0] * dim_stride;
         if (st[0] == 1 && st[2] == 1) {
           std::copy(s, s + n, op);
@@ -57,7 +63,10 @@ void gather_kernel(const Tensor& out, const Tensor& x, int64_t dim, const Tensor
           for (int64_t i = 0; i < n; ++i) op[i * st[0]] = s[i * st[2]];
         }
       } else {
-        for (int64_t i = 0; i < n; ++i) op[i * st[0]] = src[i * st[2] + idx[i * st[1]] * dim_stride];
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t k = idx[i * st[1]];
+          op[i * st[0]] = k >= 0 && k < rows ? src[i * st[2] + k * dim_stride] : T{};
+        }
       }
     });
   });

@@ -32,6 +32,14 @@ namespace precis::cpu {
 
 namespace {
 
+// A row whose target is outside [0, C): the front-end checks targets on the CPU before any
+// kernel runs, but on a device it only records the check (ops/device_asserts.h), and the tests'
+// fake device (tests/support/fake_cuda) runs these kernels there. They then give the row NaN, as
+// the CUDA kernels do (ops/kernels_loss.h), instead of reading out of bounds.
+template <typename A>
+constexpr A kNaN = std::numeric_limits<A>::quiet_NaN();
+
+
 /// Rows per parallel chunk: about 16K elements, since each costs an exp.
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)); }
 
@@ -127,6 +135,10 @@ void cross_entropy_kernel(const Tensor& loss_rows, const Tensor& weight_rows, co
         wrow[i] = 0;
         continue;
       }
+      if (t < 0 || t >= classes) {  // reachable only unchecked, on the tests' fake device: NaN
+        loss[i] = wrow[i] = kNaN<A>;
+        continue;
+      }
       const A wt = w != nullptr ? w[t] : A(1);
       loss[i] = row_loss(xr, classes, t, w, wt, w_total, eps, m, log_sum);
       wrow[i] = wt;
@@ -160,6 +172,10 @@ void cross_entropy_backward_kernel(const Tensor& grad_x, const Tensor& x, const 
       const int64_t t = ts[i];
       if (t == ignore_index) {
         std::fill(out, out + classes, T(0.0f));
+        continue;
+      }
+      if (t < 0 || t >= classes) {  // reachable only unchecked, on the tests' fake device: NaN
+        std::fill(out, out + classes, static_cast<T>(kNaN<A>));
         continue;
       }
       const A wt = w != nullptr ? w[t] : A(1);
@@ -216,10 +232,11 @@ void check_with_grad_operands(const Tensor& loss_rows, const Tensor& weight_rows
                          weight_rows.dtype() == acc && row_stats.dtype() == acc && grad_rows.dtype() == acc &&
                          (!weight.defined() || weight.dtype() == acc),
                      op, ": grad_x must have x's dtype, target i64 and the rest ", dtype_name(acc), ", got ", all());
-  bool on_cpu = true;
+  // One host memory: the CPU's, or the tests' fake CUDA device's (tests/support/fake_cuda).
+  bool same = true;
   for (const Tensor* t : {&loss_rows, &weight_rows, &row_stats, &grad_x, &x, &target, &grad_rows, &weight})
-    on_cpu = on_cpu && (!t->defined() || t->device().type == DeviceType::cpu);
-  PRECIS_CHECK_DEVICE(on_cpu, op, ": the CPU kernel needs every operand on the CPU, got ", all());
+    same = same && (!t->defined() || t->device() == x.device());
+  PRECIS_CHECK_DEVICE(same, op, ": the kernel needs every operand on one device, got ", all());
   PRECIS_CHECK(grad_x.data_ptr() != x.data_ptr() || M * C == 0, op,
                ": grad_x must not alias x (its first pass writes exponentials there), got ", all());
 }
@@ -276,6 +293,11 @@ void cross_entropy_with_grad_kernel(const Tensor& loss_rows, const Tensor& weigh
         std::fill(out, out + classes, T(0.0f));
         continue;
       }
+      if (t < 0 || t >= classes) {  // reachable only unchecked, on the tests' fake device: NaN
+        loss[i] = wrow[i] = kNaN<A>;
+        std::fill(out, out + classes, static_cast<T>(kNaN<A>));
+        continue;
+      }
       const A wt = w != nullptr ? w[t] : A(1);
       loss[i] = row_loss(xr, classes, t, w, wt, w_total, eps, m, log_sum);
       wrow[i] = wt;
@@ -310,6 +332,10 @@ void nll_loss_kernel(const Tensor& loss_rows, const Tensor& weight_rows, const T
     if (t == ignore_index) {
       loss[i] = 0;
       wrow[i] = 0;
+      continue;
+    }
+    if (t < 0 || t >= x.size(1)) {  // reachable only unchecked, on the tests' fake device: NaN
+      loss[i] = wrow[i] = kNaN<C>;
       continue;
     }
     const C wt = w != nullptr ? w[t] : C(1);

@@ -201,8 +201,11 @@ void adam_tensor(const AdamTensor& t, const AdamHyper& h, const ScalerArgs& sc) 
 template <typename P, typename Param, typename Hyper, typename MakeTensors, typename Update>
 void run_step(const char* op, const std::vector<Param>& params, const Hyper& h, const Tensor& grad_scale,
               const Tensor& found_inf, MakeTensors make_tensors, Update update) {
-  const ScalerArgs sc = kernels::scaler_args(op, grad_scale, found_inf, Device::cpu());
-  const auto ts = make_tensors(op, params, h, Device::cpu(), dtype_of<P>());
+  // Host memory: the CPU's, or the tests' fake CUDA device's (tests/support/fake_cuda), which runs
+  // these kernels too; the operands must share the parameters' device either way.
+  const Device device = params.empty() ? Device::cpu() : params[0].param.device();
+  const ScalerArgs sc = kernels::scaler_args(op, grad_scale, found_inf, device);
+  const auto ts = make_tensors(op, params, h, device, dtype_of<P>());
   if (skipped(sc)) return;
   for (size_t i = 0; i < ts.size(); ++i) {
     if (params[i].grad.dtype() == params[i].param.dtype()) {

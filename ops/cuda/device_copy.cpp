@@ -19,6 +19,7 @@
 #include "core/cuda/cuda_allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
+#include "core/sync_debug.h"
 #include "ops/backends.h"
 #include "ops/cuda/cuda_backend.h"
 
@@ -60,6 +61,8 @@ void device_copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
     check_device_index(d.index, "copy");
     DeviceGuard guard(d.index);
     cudaStream_t stream = device_stream(d.index);
+    precis::detail::note_host_sync("a host-to-device copy from pageable memory (pin the source with pin_memory() "
+                                   "and copy with non_blocking)");
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyHostToDevice, stream),
                       "copy ", what);
     PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy ", what);
@@ -79,6 +82,7 @@ void device_copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
     check_device_index(s.index, "copy");
     DeviceGuard guard(s.index);
     cudaStream_t stream = device_stream(s.index);
+    precis::detail::note_host_sync("a device-to-host copy");
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyDeviceToHost, stream),
                       "copy ", what);
     PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy ", what);

@@ -11,6 +11,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
+#include "core/sync_debug.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/device_timer.h"
 
@@ -55,6 +56,7 @@ class CudaTimer final : public profiler::DeviceTimer {
 
   double elapsed_ms(Mark start, Mark stop) noexcept override {
     float ms = 0;
+    precis::detail::note_host_sync("the profiler reading a device timing", false);
     if (cudaEventSynchronize(as_event(stop)->event) != cudaSuccess ||
         cudaEventElapsedTime(&ms, as_event(start)->event, as_event(stop)->event) != cudaSuccess) {
       clear_error();

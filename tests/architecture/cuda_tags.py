@@ -54,6 +54,16 @@ ALLOWED = {
         "a fake cuda tensor over host memory, only in a build without a device copy; never a GPU",
     ("amp/autocast_ops_test.cpp", "every op of the table has an autocast entry or a listed exemption"):
         "builds the op table (whose to_device entry copies to cuda:0) but runs no entry",
+    ("fake_cuda/sync_debug_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
+    ("fake_cuda/scaler_device_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
+    ("fake_cuda/trainer_sync_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
+    ("fake_cuda/device_assert_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
+    ("fake_cuda/step_sync_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
 }
 LITERAL = re.compile(r'R"([^(\s"]*)\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*(?:.|\n)*?\*/')
 
