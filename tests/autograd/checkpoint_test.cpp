@@ -175,7 +175,7 @@ TEST_CASE("autograd::grad reaches parameters captured by a checkpointed function
   REQUIRE_FALSE(m.w2.grad().defined());  // grad() leaves .grad alone
 }
 
-TEST_CASE("checkpoint: retain_graph recomputes again; without it a second backward is a StateError",
+TEST_CASE("checkpoint: retain_graph recomputes again, and without it a second backward is a StateError",
           "[autograd][checkpoint]") {
   Mlp m;
   Tensor x = randn_input({4, 8}, true, 5, DType::f32);
