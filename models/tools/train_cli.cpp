@@ -73,6 +73,13 @@ void add_common(CLI::App& app, TrainOptions& o, Common& c) {
   app.add_option("--accum", o.accum, "micro-batches per optimizer step (gradient accumulation)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--checkpoint-activations", o.checkpoint_activations,
+                 "recompute activations in backward, per ResNet stage or BERT encoder layer: none, full, or "
+                 "selective (keeps the GEMM outputs) [default: none]")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, autograd::CheckpointMode>{
+          {"none", autograd::CheckpointMode::none},
+          {"full", autograd::CheckpointMode::full},
+          {"selective", autograd::CheckpointMode::selective}}));
   app.add_option("--threads", o.threads, "intra-op threads (default: $PRECIS_NUM_THREADS, $OMP_NUM_THREADS or the usable cores)")->check(CLI::PositiveNumber);
   app.add_option("--workers", o.workers, "data-loader threads (0: load on the training thread)")
       ->check(CLI::NonNegativeNumber)
