@@ -12,6 +12,7 @@ bool in_backward_pass();
 /// checkpoint's recomputation is a forward run from inside backward) for its scope.
 class BackwardPassGuard {
  public:
+  /// Sets the thread's backward flag to `in_backward`; the destructor restores it.
   explicit BackwardPassGuard(bool in_backward = true);
   ~BackwardPassGuard();
   BackwardPassGuard(const BackwardPassGuard&) = delete;
