@@ -1,6 +1,7 @@
 #pragma once
 // The umbrella header: `#include <precis/precis.h>` gives the whole public API. It includes no
 // Eigen, oneDNN or CUDA header, so it stays cheap to compile.
+#include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"

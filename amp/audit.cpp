@@ -20,6 +20,12 @@ thread_local Audit* t_audit = nullptr;
 Audit* active_audit() { return autograd::in_backward_pass() ? nullptr : t_audit; }
 Audit* open_audit() { return t_audit; }
 
+Audit* detail::exchange_audit(Audit* audit) {
+  Audit* previous = t_audit;
+  t_audit = audit;
+  return previous;
+}
+
 Audit::Audit() : previous_(t_audit) {
   t_audit = this;
   detail::refresh_precision_policy();

@@ -75,4 +75,10 @@ Audit* active_audit();
 /// The innermost Audit open on this thread, backward or not, or null.
 Audit* open_audit();
 
+namespace detail {
+/// Makes `audit` the thread's open audit and returns the previous one (a checkpoint's
+/// recomputation suspends the audit with nullptr and restores it).
+Audit* exchange_audit(Audit* audit);
+}  // namespace detail
+
 }  // namespace precis::amp

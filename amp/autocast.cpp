@@ -11,6 +11,23 @@
 //  - the entry holds a weak reference to the parameter, so a freed tensor's address being reused
 //    cannot alias;
 //  - the cache is dropped when the outermost Autocast guard of the thread exits.
+//
+// Note [Autocast in checkpointed regions]: a checkpointed region (autograd/checkpoint.h) runs its
+// forward under NoGradGuard and again, from backward, under grad mode; both runs must cast alike,
+// and the recomputed graph must join the outer graph where the forward's would have. An
+// AutocastRegion (the PrecisionRegion amp gives the checkpoint) does three things:
+//  - it captures the thread's settings (each device type's enabled flag, dtype and cache flag, the
+//    guard depth, the category overrides) when the region begins, and the recomputation runs
+//    under exactly those, with the backward's own settings set aside and restored after;
+//  - an fp32 parameter cast in the region's forward is cast as outside it: under grad mode,
+//    through the thread's cache, so the copy is the one the ops before and after the region use
+//    (a shared weight's gradient is summed in the copy's dtype as without checkpointing), and the
+//    region records the copy. The recomputation is served that same copy, never a new cast: the
+//    outer cache may be gone by backward (the region's guard has exited) or hold something else,
+//    and a cast made in one run but not the other would make the two graphs differ (PyTorch's
+//    process-wide cache does exactly that to selective checkpointing, pytorch/pytorch#193338);
+//  - the recomputation has a cache of its own, dropped at its end, and the audit is suspended: it
+//    recorded these ops in the forward.
 #include "amp/autocast.h"
 
 #include <atomic>
@@ -59,6 +76,11 @@ struct ThreadState {
 };
 
 thread_local ThreadState t_state;
+
+class AutocastRegion;
+thread_local AutocastRegion* t_region = nullptr;  // the innermost checkpointed region on the thread
+// A recomputation's category overrides, as they were when its region began (null: the live ones).
+thread_local const std::atomic<int8_t>* t_frozen_overrides = nullptr;
 
 // Overrides: category + 1 per (device type, op), 0 (the zero-initialised value) meaning the op
 // table's. Atomic: read on every op call under autocast, so no lock; set_category is rare.
@@ -126,7 +148,10 @@ bool any_autocast_enabled() {
 size_t cache_size() { return t_state.cache.size(); }
 
 Category category(OpId op, DeviceType device_type) {
-  const int8_t o = g_overrides[static_cast<int>(device_type)][static_cast<int>(op)].load(std::memory_order_relaxed);
+  const size_t i = static_cast<size_t>(device_type) * kNumOps + static_cast<size_t>(op);
+  const int8_t o = t_frozen_overrides != nullptr
+                       ? t_frozen_overrides[i].load(std::memory_order_relaxed)
+                       : g_overrides[static_cast<int>(device_type)][static_cast<int>(op)].load(std::memory_order_relaxed);
   return o == 0 ? op_info(op).category : static_cast<Category>(o - 1);
 }
 
@@ -190,11 +215,11 @@ DType widest_floating(std::initializer_list<const Tensor*> tensors) {
   return result_type(tensors, /*floating_only=*/true);
 }
 
+}  // namespace detail
+
 namespace {
-// A low-precision copy of `t`, from the region's cache when t is an fp32 leaf parameter.
-Tensor cached_cast(const Tensor& t, DType dtype, const DeviceState& s) {
-  const bool cacheable = s.cache && t.dtype() == DType::f32 && t.is_leaf() && t.requires_grad();
-  if (!cacheable) return t.to(dtype);
+// The thread cache's low-precision copy of the fp32 parameter `t`, made on a miss.
+Tensor cache_lookup(const Tensor& t, DType dtype) {
   const CacheKey key{t.impl(), t.version(), dtype, is_grad_enabled()};
   auto it = t_state.cache.find(key);
   if (it != t_state.cache.end()) {
@@ -205,7 +230,112 @@ Tensor cached_cast(const Tensor& t, DType dtype, const DeviceState& s) {
   t_state.cache[key] = {t.impl_ptr(), copy};
   return copy;
 }
+// See Note [Autocast in checkpointed regions].
+class AutocastRegion final : public PrecisionRegion {
+ public:
+  AutocastRegion() : devices_(), depth_(t_state.depth) {
+    std::copy(std::begin(t_state.devices), std::end(t_state.devices), devices_);
+    for (int d = 0; d < kNumDeviceTypes; ++d)
+      for (int op = 0; op < kNumOps; ++op)
+        overrides_[static_cast<size_t>(d) * kNumOps + static_cast<size_t>(op)].store(
+            g_overrides[d][op].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+
+  void begin_forward() override {
+    parent_ = t_region;
+    t_region = this;
+    mode_ = Mode::forward;
+  }
+  void end_forward() noexcept override {
+    t_region = parent_;
+    parent_ = nullptr;
+    mode_ = Mode::idle;
+  }
+
+  void begin_recompute() override {
+    std::copy(std::begin(t_state.devices), std::end(t_state.devices), saved_.devices);
+    saved_.depth = t_state.depth;
+    saved_.cache = std::move(t_state.cache);
+    t_state.cache.clear();
+    saved_.region = t_region;
+    saved_.overrides = t_frozen_overrides;
+    saved_.audit = detail::exchange_audit(nullptr);
+    std::copy(std::begin(devices_), std::end(devices_), t_state.devices);
+    t_state.depth = depth_;
+    t_region = this;
+    t_frozen_overrides = overrides_;
+    mode_ = Mode::recompute;
+    detail::refresh_precision_policy();
+  }
+  void end_recompute() noexcept override {
+    std::copy(std::begin(saved_.devices), std::end(saved_.devices), t_state.devices);
+    t_state.depth = saved_.depth;
+    t_state.cache = std::move(saved_.cache);
+    t_region = saved_.region;
+    t_frozen_overrides = saved_.overrides;
+    detail::exchange_audit(saved_.audit);
+    mode_ = Mode::idle;
+    detail::refresh_precision_policy();
+  }
+
+  // The copy of fp32 parameter `t` for this region's current run.
+  Tensor cast(const Tensor& t, DType dtype) {
+    if (mode_ == Mode::recompute) {
+      for (const Cast& c : casts_)
+        if (c.source == t.impl() && c.version == t.version() && c.dtype == dtype) return c.copy;
+      // The forward made no such cast: the graphs differ, which the checkpoint reports.
+      return cache_lookup(t, dtype);
+    }
+    Tensor copy;
+    if (parent_ != nullptr) {
+      copy = parent_->cast(t, dtype);
+    } else {
+      GradModeGuard grad_mode(true);
+      copy = cache_lookup(t, dtype);
+    }
+    casts_.push_back({t.impl(), t.version(), dtype, copy});
+    return copy;
+  }
+
+ private:
+  enum class Mode { idle, forward, recompute };
+  struct Cast {
+    const TensorImpl* source;  // alive: the copy's graph holds it
+    uint32_t version;
+    DType dtype;
+    Tensor copy;
+  };
+  struct Saved {
+    DeviceState devices[kNumDeviceTypes];
+    int depth = 0;
+    std::unordered_map<CacheKey, CacheEntry, CacheKeyHash> cache;
+    AutocastRegion* region = nullptr;
+    const std::atomic<int8_t>* overrides = nullptr;
+    Audit* audit = nullptr;
+  };
+
+  DeviceState devices_[kNumDeviceTypes];
+  int depth_;
+  std::atomic<int8_t> overrides_[kNumDeviceTypes * kNumOps];
+  std::vector<Cast> casts_;
+  Mode mode_ = Mode::idle;
+  AutocastRegion* parent_ = nullptr;  // the enclosing region during this one's forward
+  Saved saved_;
+};
+
+// A low-precision copy of `t`, from the region's cache when t is an fp32 leaf parameter.
+Tensor cached_cast(const Tensor& t, DType dtype, const DeviceState& s) {
+  const bool cacheable = s.cache && t.dtype() == DType::f32 && t.is_leaf() && t.requires_grad();
+  if (!cacheable) return t.to(dtype);
+  if (t_region != nullptr) return t_region->cast(t, dtype);
+  return cache_lookup(t, dtype);
+}
+
+std::unique_ptr<PrecisionRegion> make_region() { return std::make_unique<AutocastRegion>(); }
+[[maybe_unused]] const bool g_region_factory_installed = (set_precision_region_factory(&make_region), true);
 }  // namespace
+
+namespace detail {
 
 Tensor cast_for(Category c, const std::string* op_name, const Tensor& t, DType widest, DeviceType device) {
   (void)op_name;

@@ -94,14 +94,24 @@ struct Capture {
   size_t slot;
 };
 
+void capture(const std::vector<Capture>& captures, const Node* node, const TensorList& grads, TensorList& captured) {
+  for (const Capture& c : captures)
+    if (c.node == node && c.output_nr < grads.size()) captured[c.slot] = accumulate(captured[c.slot], grads[c.output_nr]);
+}
+
 // Runs the graph below `roots`. With `captures`, the buffers of the named (node, output) pairs are
-// copied into `captured` and AccumulateGrad nodes are not run (autograd::grad semantics).
+// copied into `captured` and AccumulateGrad nodes are not run (autograd::grad semantics). With
+// `stops` (a nested pass: detail::backward_to_boundary), those nodes are only captured: neither
+// run nor walked below, and the pass's callbacks belong to the enclosing pass.
 void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bool retain_graph,
-                const std::vector<Capture>* captures, TensorList* captured) {
+                const std::vector<Capture>* captures, TensorList* captured,
+                const std::unordered_set<const Node*>* stops = nullptr) {
   GradModeGuard no_grad(false);
   BackwardPassGuard backward_pass;
-  CallbackScope callbacks;
+  std::optional<CallbackScope> callbacks;
+  if (stops == nullptr) callbacks.emplace();
   profiler::BackwardScope profile_as_backward;  // kernels run by this pass are its backward
+  auto is_stop = [stops](const Node* n) { return stops != nullptr && stops->count(n) > 0; };
 
   // 1. Dependency counts (iterative DFS).
   std::unordered_map<Node*, int> deps;
@@ -112,6 +122,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
+    if (is_stop(n)) continue;
     for (const Edge& e : n->next_edges()) {
       if (!e.valid()) continue;
       ++deps[e.fn.get()];
@@ -157,6 +168,10 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
     }
     bool any = false;
     for (const Tensor& g : grads) any = any || g.defined();
+    if (is_stop(node)) {
+      capture(*captures, node, grads, *captured);
+      continue;
+    }
 
     TensorList input_grads;
     const bool is_acc = dynamic_cast<AccumulateGrad*>(node) != nullptr;
@@ -172,11 +187,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
         AutogradMeta& meta = impl->ensure_autograd_meta();
         meta.grad = meta.grad.defined() ? add(meta.grad, grads[output_nr]) : grads[output_nr].detach().clone();
       }
-      if (captures != nullptr) {
-        for (const Capture& c : *captures)
-          if (c.node == node && c.output_nr < grads.size())
-            (*captured)[c.slot] = accumulate((*captured)[c.slot], grads[c.output_nr]);
-      }
+      if (captures != nullptr) capture(*captures, node, grads, *captured);
       if (!(is_acc && captures != nullptr)) {
         // The profiler's backward hook: a node's time (the kernels it runs included) goes to the
         // op that recorded it, or to its name when no op did, on the clock of the device its
@@ -216,7 +227,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
   }
 
   // 4. The pass is complete: every gradient has been accumulated.
-  callbacks.run();
+  if (callbacks) callbacks->run();
 }
 
 Edge root_edge(const Tensor& root, size_t i) {
@@ -245,6 +256,19 @@ Tensor root_grad(const Tensor& root, const TensorList& grads, size_t i) {
 }
 
 }  // namespace
+
+TensorList detail::backward_to_boundary(const std::vector<Edge>& roots, const TensorList& grad_roots,
+                                        const std::vector<Edge>& boundary) {
+  std::vector<Capture> captures;
+  std::unordered_set<const Node*> stops;
+  for (size_t i = 0; i < boundary.size(); ++i) {
+    captures.push_back({boundary[i].fn.get(), boundary[i].input_nr, i});
+    stops.insert(boundary[i].fn.get());
+  }
+  TensorList result(boundary.size());
+  run_engine(roots, grad_roots, /*retain_graph=*/false, &captures, &result, &stops);
+  return result;
+}
 
 void queue_callback(std::function<void()> callback) {
   PRECIS_CHECK_T(StateError, t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread; "

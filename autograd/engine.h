@@ -29,4 +29,16 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
 /// dropped and the exception leaves backward(). StateError when no backward pass is running.
 void queue_callback(std::function<void()> callback);
 
+namespace detail {
+/// The backward pass of a graph built inside another pass (a checkpoint's recomputation, run by
+/// its node's apply): runs the graph below `roots` (with `grad_roots`, one per root, all defined)
+/// down to `boundary`, the edges where it joins the enclosing graph, and returns the gradient
+/// that reached each boundary edge (undefined where none did). Boundary nodes are neither run nor
+/// walked below, and their hooks are left to the enclosing pass, which runs those nodes with the
+/// gradients returned here; callbacks queued during this pass join the enclosing pass's. Saved
+/// tensors are freed as the pass goes.
+TensorList backward_to_boundary(const std::vector<Edge>& roots, const TensorList& grad_roots,
+                                const std::vector<Edge>& boundary);
+}  // namespace detail
+
 }  // namespace precis::autograd

@@ -67,7 +67,7 @@ struct Function {
     }
     for (const Tensor& in : inputs)
       if (out.is_same(in)) out = out.detach();  // the output must be a tensor of its own to carry grad_fn
-    if (is_grad_enabled() && detail::any_requires_grad(inputs))
+    if (detail::any_requires_grad(inputs))  // false with grad mode off (needs_grad)
       detail::record_custom(typeid(Derived).name(), inputs, {out}, ctx, &Derived::backward);
     return out;
   }

@@ -7,7 +7,7 @@ thread_local bool t_in_backward = false;
 }
 
 bool in_backward_pass() { return t_in_backward; }
-BackwardPassGuard::BackwardPassGuard() : prev_(t_in_backward) { t_in_backward = true; }
+BackwardPassGuard::BackwardPassGuard(bool in_backward) : prev_(t_in_backward) { t_in_backward = in_backward; }
 BackwardPassGuard::~BackwardPassGuard() { t_in_backward = prev_; }
 
 }  // namespace precis::autograd

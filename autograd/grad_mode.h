@@ -8,10 +8,12 @@ namespace precis::autograd {
 /// backward ops run in the dtypes the forward chose (as in PyTorch), not re-cast.
 bool in_backward_pass();
 
-/// Marks the current thread as running backward for its scope (used by the engine).
+/// Marks the current thread as running backward (or, with false, as not running it: a
+/// checkpoint's recomputation is a forward run from inside backward) for its scope.
 class BackwardPassGuard {
  public:
-  BackwardPassGuard();
+  /// Sets the thread's backward flag to `in_backward`; the destructor restores it.
+  explicit BackwardPassGuard(bool in_backward = true);
   ~BackwardPassGuard();
   BackwardPassGuard(const BackwardPassGuard&) = delete;
   BackwardPassGuard& operator=(const BackwardPassGuard&) = delete;

@@ -15,6 +15,8 @@ namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
 }
 
+uint64_t next_sequence_nr() { return g_next_sequence_nr.load(std::memory_order_relaxed); }
+
 Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 // Destroying the last tensor of a long graph would otherwise free one node per stack frame
 // (node → edge → node ...) and overflow the stack; children that die with this node are queued

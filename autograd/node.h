@@ -88,6 +88,9 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_;
 };
 
+/// The sequence number the next Node created will take: nodes numbered below it exist already.
+uint64_t next_sequence_nr();
+
 /// A Node whose backward is a closure: what every op's forward records.
 class FunctionNode final : public Node {
  public:

@@ -4,15 +4,38 @@
 
 namespace precis::autograd {
 
+namespace {
+thread_local GradientUseObserver* t_use_observer = nullptr;
+
+void report_uses(std::initializer_list<const Tensor*> inputs) {
+  for (const Tensor* t : inputs)
+    if (t != nullptr && t->defined() && t->requires_grad()) t_use_observer->on_use(*t);
+}
+}  // namespace
+
+GradientUseObserver* set_gradient_use_observer(GradientUseObserver* observer) {
+  GradientUseObserver* previous = t_use_observer;
+  t_use_observer = observer;
+  return previous;
+}
+
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
-  if (!is_grad_enabled()) return false;
+  if (!is_grad_enabled()) {
+    if (t_use_observer != nullptr) [[unlikely]]
+      report_uses(inputs);
+    return false;
+  }
   for (const Tensor* t : inputs)
     if (t != nullptr && t->defined() && t->requires_grad()) return true;
   return false;
 }
 
 bool needs_grad(const TensorList& inputs) {
-  if (!is_grad_enabled()) return false;
+  if (!is_grad_enabled()) {
+    if (t_use_observer != nullptr) [[unlikely]]
+      for (const Tensor& t : inputs) report_uses({&t});
+    return false;
+  }
   for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad()) return true;
   return false;

@@ -18,9 +18,25 @@
 
 namespace precis::autograd {
 
-/// True when grad mode is on and any defined input requires grad.
+/// True when grad mode is on and any defined input requires grad. Every op asks it before it
+/// records, so with grad mode off it is also where a GradientUseObserver learns of the tensors
+/// requiring grad that the ops read.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const TensorList& inputs);
+
+/// Sees, while installed on a thread with grad mode off, every tensor requiring grad that an op
+/// reads there (through needs_grad): the tensors whose gradient edges the op would have recorded
+/// with grad mode on. A checkpoint's forward runs under NoGradGuard and learns this way where its
+/// recomputed graph will join the graph outside it (its inputs, and the parameters its function
+/// captured).
+class GradientUseObserver {
+ public:
+  virtual ~GradientUseObserver() = default;
+  /// `t` is defined and requires grad.
+  virtual void on_use(const Tensor& t) = 0;
+};
+/// Installs `observer` on this thread (nullptr: none); returns the previous one.
+GradientUseObserver* set_gradient_use_observer(GradientUseObserver* observer);
 
 /// Creates a FunctionNode for `op` with an edge per input (invalid for inputs that need no
 /// gradient), and makes it the grad_fn of each output (output_nr = position). Outputs become

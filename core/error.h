@@ -32,6 +32,9 @@ class NotImplementedError : public Error { using Error::Error; };
 class IOError : public Error { using Error::Error; };
 /// Misuse of a stateful API in the wrong order (autograd, scaler, optimizer).
 class StateError : public Error { using Error::Error; };
+/// An activation-checkpointed region whose recomputation cannot repeat its forward: its inputs or
+/// parameters changed in place, or it ran different ops or random draws (autograd/checkpoint.h).
+class CheckpointError : public StateError { using StateError::StateError; };
 /// Memory could not be had. Raised by the allocators when the system (or the device) refuses a
 /// block, and by factories asked for more bytes than a 64-bit size can express. The message names
 /// the request; requested_bytes() and device() give it to code that wants to react (retry with a

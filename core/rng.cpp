@@ -16,6 +16,12 @@ Generator& default_generator() {
   return *g;
 }
 
+DrawObserver* set_draw_observer(DrawObserver* observer) {
+  DrawObserver* previous = detail::t_draw_observer;
+  detail::t_draw_observer = observer;
+  return previous;
+}
+
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
 }  // namespace precis

@@ -13,6 +13,28 @@ std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter, uint64_t key
 /// Uniform float in [0, 1) from 32 random bits (24 significant bits).
 inline float uint32_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
 
+class Generator;
+
+/// Sees every draw from any Generator on the thread it is installed on, before the draw moves the
+/// generator's offset. Activation checkpointing (autograd/checkpoint.h) installs one around a
+/// region's forward to learn which generators the region drew from and where each stood, so that
+/// the recomputation draws the same numbers (dropout masks) from the same generators.
+class DrawObserver {
+ public:
+  virtual ~DrawObserver() = default;
+  /// Called by Generator::reserve on the observed thread, with the generator about to draw.
+  virtual void on_draw(Generator& generator) = 0;
+};
+
+namespace detail {
+// Constant-initialised, so reserve() pays one thread-local load when nothing observes.
+inline thread_local DrawObserver* t_draw_observer = nullptr;
+}  // namespace detail
+
+/// Installs `observer` on this thread (nullptr: none) and returns the previous one; an observer
+/// that nests (checkpoints do) passes each draw on to the one it replaced.
+DrawObserver* set_draw_observer(DrawObserver* observer);
+
 /// A seeded stream of Philox blocks. `offset` counts 128-bit blocks already consumed; kernels
 /// reserve a range of blocks with `reserve(n)` and generate them in parallel from (seed, start).
 /// Not thread-safe: threads that draw from one generator (the default one included) must
@@ -28,7 +50,13 @@ class Generator {
   /// Reseeds and restarts the stream at offset 0 (Generator.manual_seed).
   void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }
   /// Reserves n blocks and returns the offset of the first.
-  uint64_t reserve(uint64_t n_blocks) { uint64_t start = offset_; offset_ += n_blocks; return start; }
+  uint64_t reserve(uint64_t n_blocks) {
+    if (DrawObserver* o = detail::t_draw_observer) [[unlikely]]
+      o->on_draw(*this);
+    uint64_t start = offset_;
+    offset_ += n_blocks;
+    return start;
+  }
   /// The four outputs of block `index` of this stream.
   std::array<uint32_t, 4> block(uint64_t index) const {
     return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0u, 0u}, seed_);

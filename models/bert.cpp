@@ -151,7 +151,10 @@ BertModel::BertModel(const BertConfig& c, bool add_pooling_layer) : config_(c) {
 Tensor BertModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) {
   const Tensor mask = key_mask(attention_mask, input_ids);
   Tensor h = embeddings->forward(input_ids, token_type_ids);
-  for (auto& layer : layers) h = layer->forward(h, mask);
+  for (auto& layer : layers) {
+    h = autograd::checkpoint(
+        checkpointing_, [l = layer.ptr()](const Tensor& x, const Tensor& m) { return l->forward(x, m); }, h, mask);
+  }
   return h;
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "autograd/checkpoint.h"
 #include "core/rng.h"
 #include "models/nn/nn.h"
 
@@ -156,6 +157,12 @@ class BertModel : public nn::Module {
   std::string type_name() const override { return "BertModel"; }
   /// The config the model was built with (generator reset to null); a reference into this model.
   const BertConfig& config() const { return config_; }
+  /// Activation checkpointing of the encoder layers (autograd/checkpoint.h): with mode full or
+  /// selective each BertLayer is a region whose activations are recomputed in backward. Default:
+  /// none.
+  void set_checkpointing(const autograd::CheckpointOptions& options) { checkpointing_ = options; }
+  /// The encoder layers' checkpointing options.
+  const autograd::CheckpointOptions& checkpointing() const { return checkpointing_; }
 
   nn::Child<BertEmbeddings> embeddings;  ///< "embeddings": word, position and token-type embeddings
   std::vector<nn::Child<BertLayer>> layers;  ///< "encoder.layer.<i>"
@@ -163,6 +170,7 @@ class BertModel : public nn::Module {
 
  private:
   BertConfig config_;
+  autograd::CheckpointOptions checkpointing_{.mode = autograd::CheckpointMode::none};
 };
 
 /// What BertForMaskedLM::forward_with_labels returns: HF's MaskedLMOutput (loss, logits) and the

@@ -113,7 +113,8 @@ Tensor ResNet::features(const Tensor& x) {
                      " must be (N, ", conv1->in_channels(), ", H, W)");
   Tensor y = relu(bn1(conv1(x)));
   if (maxpool) y = maxpool(y);
-  for (auto& layer : layers) y = layer(y);
+  for (auto& layer : layers)
+    y = autograd::checkpoint(checkpointing_, [stage = layer.ptr()](const Tensor& in) { return stage->forward(in); }, y);
   return adaptive_avg_pool2d(y, {1, 1}).flatten(1);
 }
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "core/rng.h"
 #include "models/nn/nn.h"
 
@@ -87,6 +88,12 @@ class ResNet : public nn::Module {
   Tensor forward(const Tensor& x) override;
   /// The features before fc: (N, fc.in_features).
   Tensor features(const Tensor& x);
+  /// Activation checkpointing of the stages (autograd/checkpoint.h): with mode full or selective
+  /// each stage (layer1, layer2, ...) is a region whose activations are recomputed in backward.
+  /// Default: none.
+  void set_checkpointing(const autograd::CheckpointOptions& options) { checkpointing_ = options; }
+  /// The stages' checkpointing options.
+  const autograd::CheckpointOptions& checkpointing() const { return checkpointing_; }
   std::string type_name() const override { return "ResNet"; }
 
   nn::Child<nn::Conv2d> conv1;  ///< stem: 7×7 stride 2 padding 3 (ImageNet) or 3×3 stride 1 (CIFAR); no bias
@@ -97,6 +104,7 @@ class ResNet : public nn::Module {
 
  private:
   Stem stem_;
+  autograd::CheckpointOptions checkpointing_{.mode = autograd::CheckpointMode::none};
 };
 
 /// ImageNet layout. Parameters: resnet18 11.7M, resnet34 21.8M, resnet50 25.6M (1000 classes).

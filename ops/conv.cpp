@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ops/precision.h"
+#include "ops/recompute.h"
 #include "autograd/record.h"
 #include "core/checked_math.h"
 #include "ops/functional.h"
@@ -117,8 +118,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   const DType dtype = input.dtype();
   const bool nhwc = keeps_channels_last(input);
   const bool weight_nhwc = nhwc && dev == DeviceType::cuda;
-  Tensor out;
-  {
+  const Tensor out = kept_or_computed(OpId::conv2d, [&, &input = input, &weight = weight, &bias = bias] {
     NoGradGuard no_grad;  // the views and copies below are internal
     const Tensor x = nhwc ? input : as_4d(input).contiguous();
     const int64_t n = x.size(0), h = x.size(2), w = x.size(3), o = weight.size(0);
@@ -130,8 +130,8 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     if (out4.numel() > 0)
       kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(out4, x, weight_nhwc ? to_channels_last(weight) : weight.contiguous(),
                                                                bias.defined() ? bias.contiguous() : Tensor(), p);
-    out = input.dim() == 4 ? out4 : out4.squeeze(0);
-  }
+    return input.dim() == 4 ? out4 : out4.squeeze(0);
+  });
   if (autograd::needs_grad({&input, &weight, &bias})) {
     const bool need_x = input.requires_grad(), need_w = weight.requires_grad();
     const bool need_b = bias.defined() && bias.requires_grad();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ops/precision.h"
+#include "ops/recompute.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
@@ -235,7 +236,7 @@ void check_linear_operands(const char* op, const Tensor& x, const Tensor& w, con
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const auto [a, b] = apply_precision(OpId::matmul, a_in, b_in);
   check_matmul(a, b);
-  Tensor out = matmul_forward(a, b);
+  Tensor out = kept_or_computed(OpId::matmul, [&a = a, &b = b] { return matmul_forward(a, b); });
   if (autograd::needs_grad({&a, &b})) {
     autograd::record(OpId::matmul, {a, b}, {out},
                      [sa = SavedTensor(a), sb = SavedTensor(b), need_a = a.requires_grad(),
@@ -252,8 +253,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const int64_t in = weight.size(1), outs = weight.size(0);
   const Shape lead = dims_of(x, 0, x.dim() - 1);
   const int64_t rows = shape_numel(lead);
-  Tensor out;
-  {
+  const Tensor out = kept_or_computed(OpId::linear, [&, &x = x, &weight = weight, &bias = bias] {
     NoGradGuard no_grad;
     const Tensor x2 = x.reshape({rows, in}).contiguous();
     const Tensor w = weight.contiguous();
@@ -264,8 +264,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     kernel<kernels::LinearKernel>(OpId::linear, x.device().type, x.dtype())(out2, x2, w, b);
     Shape out_sizes = lead;
     out_sizes.push_back(outs);
-    out = out2.view(out_sizes);
-  }
+    return out2.view(out_sizes);
+  });
   if (autograd::needs_grad({&x, &weight, &bias})) {
     autograd::record(
         OpId::linear, {x, weight, bias}, {out},

@@ -10,6 +10,7 @@
 #include "ops/linear_check.h"
 #include "ops/op_table.h"
 #include "ops/precision.h"
+#include "ops/recompute.h"
 #include "ops/profiler.h"
 #include "tensor/factory.h"
 
@@ -42,10 +43,13 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad(),
              need_b = bias.defined() && bias.requires_grad();
   const bool need_grad = autograd::needs_grad({&x, &weight, &bias});
-  const bool keep_derivative = need_grad && detail::linear_gelu_saves_derivative();
+  // A selective checkpoint's forward keeps this call's outputs for a recomputation that will
+  // record the backward: what the backward reads is computed now, under NoGradGuard.
+  const bool for_backward = need_grad || keeps_for_recompute(OpId::linear_gelu);
+  const bool keep_derivative = for_backward && detail::linear_gelu_saves_derivative();
   const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor out, saved;
-  {
+  const std::vector<Tensor> kept = kept_or_computed_list(OpId::linear_gelu, [&, &x = x, &weight = weight,
+                                                                              &bias = bias]() -> std::vector<Tensor> {
     NoGradGuard no_grad;
     const Tensor x2 = x.reshape({rows, in}).contiguous();
     const Tensor w = weight.contiguous();
@@ -57,12 +61,13 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
                           2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(outs));
     kernel<kernels::LinearKernel>(OpId::linear, dev, x.dtype())(pre, x2, w, b);
     // gelu in place over the GEMM's output unless backward needs that output itself.
-    const Tensor out2 = need_grad && !keep_derivative ? empty({rows, outs}, opts) : pre;
+    const Tensor out2 = for_backward && !keep_derivative ? empty({rows, outs}, opts) : pre;
     const Tensor deriv = keep_derivative ? empty({rows, outs}, {.dtype = acc, .device = x.device()}) : Tensor();
     kernel<kernels::GeluEpilogueKernel>(OpId::gelu_epilogue, dev, x.dtype())(out2, deriv, pre, flag);
-    saved = keep_derivative ? deriv : pre;
-    out = out2.view(out_sizes);
-  }
+    return {out2.view(out_sizes), keep_derivative ? deriv : pre};
+  });
+  const Tensor& out = kept[0];
+  const Tensor& saved = kept[1];
   if (need_grad) {
     autograd::record(
         OpId::linear_gelu, {x, weight, bias}, {out},

@@ -2,6 +2,7 @@
 // (M, D) views, and a backward that runs the op's fused *_backward kernel with the mean / rstd
 // the forward saved. Kernels: ops/cpu/norm.cpp.
 #include "ops/precision.h"
+#include "ops/recompute.h"
 #include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels_norm.h"
@@ -154,8 +155,10 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
   // Running statistics: updated in place by the kernel when they are contiguous fp32 (f64 for f64
   // inputs), else through a temporary copied back. They are buffers: no graph, but a version bump.
   Tensor rm, rv;
-  const bool update = training && running_mean.defined();
-  if (running_mean.defined()) {
+  // A checkpoint's recomputation normalises with the batch statistics again but leaves the
+  // running statistics as the forward left them (one update per forward, as without it).
+  const bool update = training && running_mean.defined() && !is_recomputing();
+  if (running_mean.defined() && (update || !training)) {
     rm = kernel_param(running_mean, acc);
     rv = kernel_param(running_var, acc);
   }

@@ -10,6 +10,7 @@
 //
 // With no policy installed (no autocast region, no audit) the cost is one thread-local load.
 #include <array>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -78,5 +79,35 @@ std::array<Tensor, 1 + sizeof...(T)> apply_precision_widening_in_kernel(OpId op,
 
 /// The same for ops taking a list of tensors (cat, stack).
 std::vector<Tensor> apply_precision_list(OpId op, const std::vector<Tensor>& inputs);
+
+/// What the precision policy keeps of one checkpointed region (autograd/checkpoint.h) so that the
+/// region's recomputation, run later from backward, casts exactly as its forward did: the
+/// thread's policy settings when the region began (autocast's dtypes, its category overrides) and
+/// the low-precision copies of parameters the forward was served from the policy's cache. amp
+/// implements it; the checkpoint only brackets the two runs. Each begin is paired with its end on
+/// the same thread, and regions nest as the checkpoints that own them do.
+class PrecisionRegion {
+ public:
+  virtual ~PrecisionRegion() = default;
+  /// Around the region's forward (run under NoGradGuard): records what the recomputation needs.
+  virtual void begin_forward() = 0;
+  /// Ends what begin_forward began.
+  virtual void end_forward() noexcept = 0;
+  /// Around a recomputation: makes the settings captured at construction the thread's, whatever
+  /// they are now (the backward may run outside the region's autocast, or inside another), and
+  /// serves the recorded parameter copies again. The precision audit does not record the
+  /// recomputation: it recorded the forward, whose ops this repeats.
+  virtual void begin_recompute() = 0;
+  /// Restores the thread's settings found by begin_recompute.
+  virtual void end_recompute() noexcept = 0;
+};
+
+/// Makes a PrecisionRegion capturing this thread's settings now (installed by amp).
+using PrecisionRegionFactory = std::unique_ptr<PrecisionRegion> (*)();
+/// Installs the factory (amp does, when it is linked); nullptr removes it.
+void set_precision_region_factory(PrecisionRegionFactory factory);
+/// A region from the installed factory, or null when none is installed: without amp linked no
+/// policy exists, so there is nothing to capture.
+std::unique_ptr<PrecisionRegion> make_precision_region();
 
 }  // namespace precis

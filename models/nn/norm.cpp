@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "models/nn/init.h"
 #include "ops/functional.h"
+#include "ops/recompute.h"
 #include "tensor/factory.h"
 
 namespace precis::nn {
@@ -47,7 +48,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   PRECIS_CHECK_SHAPE(x.dim() == 4 && x.size(1) == num_features_, "nn::BatchNorm2d(", num_features_, "): input ",
                      x.describe(), " must be (N, ", num_features_, ", H, W)");
   const bool training = is_training();
-  if (training && num_batches_tracked.defined()) {
+  // A checkpoint's recomputation (ops/recompute.h) runs this forward again: count the batch once.
+  if (training && num_batches_tracked.defined() && !is_recomputing()) {
     NoGradGuard no_grad;
     num_batches_tracked.copy_(num_batches_tracked + 1);
   }

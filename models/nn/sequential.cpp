@@ -2,14 +2,18 @@
 
 namespace precis::nn {
 
-Sequential::Sequential(const Sequential& other) : Module(other) {
+Sequential::Sequential(const Sequential& other) : Module(other), checkpointing_(other.checkpointing_) {
   // The copy's children may be clones (Module::clone): point at this module's own children.
   for (const auto& c : children()) modules_.push_back(c.get());
 }
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (Module* m : modules_) y = m->forward(y);
+  if (checkpointing_.mode == autograd::CheckpointMode::none) {
+    for (Module* m : modules_) y = m->forward(y);
+    return y;
+  }
+  for (Module* m : modules_) y = autograd::checkpoint(checkpointing_, [m](const Tensor& in) { return m->forward(in); }, y);
   return y;
 }
 

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "models/nn/module.h"
 
 namespace precis::nn {
@@ -52,8 +53,13 @@ class Sequential : public Module {
     return ptr;
   }
 
-  /// Runs the modules in order.
+  /// Runs the modules in order, each as its own checkpointed region unless checkpointing is off.
   Tensor forward(const Tensor& x) override;
+  /// Activation checkpointing of the children (autograd/checkpoint.h): with mode full or selective
+  /// each child's forward is a region whose activations are recomputed in backward. Default: none.
+  void set_checkpointing(const autograd::CheckpointOptions& options) { checkpointing_ = options; }
+  /// The children's checkpointing options.
+  const autograd::CheckpointOptions& checkpointing() const { return checkpointing_; }
   size_t size() const { return modules_.size(); }  ///< Number of modules in the chain.
   bool empty() const { return modules_.empty(); }  ///< Whether the chain has no modules (forward is then the identity).
   /// The module at index i, as its base class (IndexError when i >= size()); it lives as long as
@@ -73,6 +79,7 @@ class Sequential : public Module {
 
  private:
   std::vector<Module*> modules_;  // = children() in order; raw pointers for a cheap forward
+  autograd::CheckpointOptions checkpointing_{.mode = autograd::CheckpointMode::none};
 };
 
 /// torch.nn.ModuleList: modules registered under "0", "1", ... (so their parameters and state_dict

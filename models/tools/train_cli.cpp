@@ -160,6 +160,7 @@ std::string explain_extras(const CLI::App& app, const CLI::App* sub, const std::
 // Options every subcommand has. Defaults are set per subcommand before parsing.
 struct Common {
   std::string precision = "auto", eval_precision = "f32", optimizer, schedule, device = "cpu";
+  std::string checkpoint_activations = "none";
   std::optional<double> lr, weight_decay;
 };
 
@@ -220,6 +221,11 @@ void add_common(CLI::App& app, TrainOptions& o, Common& c, const Texts& t) {
       ->capture_default_str();
   app.add_option("--accum", o.accum, "micro-batches per optimizer step (gradient accumulation)")
       ->check(integer<int64_t>(1))
+      ->capture_default_str();
+  app.add_option("--checkpoint-activations", c.checkpoint_activations,
+                 "recompute activations in backward, per ResNet stage or BERT encoder layer: none, full, or "
+                 "selective (keeps the GEMM outputs)")
+      ->check(one_of({"none", "full", "selective"}))
       ->capture_default_str();
   app.add_option("--threads", o.threads,
                  "intra-op threads (default: $PRECIS_NUM_THREADS, $OMP_NUM_THREADS or the usable cores); a resumed "
@@ -394,6 +400,7 @@ std::optional<TrainOptions> parse_train_cli(int argc, const char* const* argv, s
   o.eval_precision = resolve_precision(c.eval_precision, o.device);
   o.optimizer = kOptimizers.at(c.optimizer);
   o.schedule = kSchedules.at(c.schedule);
+  o.checkpoint_activations = autograd::parse_checkpoint_mode(c.checkpoint_activations);
   o.lr = c.lr.value_or(o.optimizer == OptimizerKind::sgd ? 0.1 : 1e-3);
   o.weight_decay = c.weight_decay.value_or(o.optimizer == OptimizerKind::sgd     ? 5e-4
                                            : o.optimizer == OptimizerKind::adamw ? 0.01

@@ -82,6 +82,7 @@ class ImageTask : public TrainTask {
         test_ds, data::DataLoaderOptions{.batch_size = o.eval_batch, .shuffle = false, .seed = o.seed,
                                          .num_workers = o.workers, .pin_memory = o.device.is_cuda()});
     model_ = models::resnet(o.model, {.num_classes = 10, .in_channels = channels, .width = o.width});
+    model_->set_checkpointing({.mode = o.checkpoint_activations});
     if (!o.quiet)
       log << "data: " << name << " (" << dir << "), " << train->size() << "/" << full_train << " train, "
           << test->size() << "/" << full_test << " test, " << channels << "×" << size << "×" << size

@@ -121,6 +121,7 @@ class MlmTask : public TrainTask {
     config.max_position_embeddings = std::max<int64_t>(512, o.max_len);
     config.pad_token_id = tokenizer_->pad_id();
     model_ = std::make_shared<models::BertForMaskedLM>(config);
+    model_->bert->set_checkpointing({.mode = o.checkpoint_activations});
     if (!o.quiet)
       log << "data: " << path << ", " << train_sub->size() << "/" << train->size() << " train and "
           << test_sub->size() << "/" << test->size() << " test sequences (every " << kTestEvery

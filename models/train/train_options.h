@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/checkpoint.h"
 #include "core/device.h"
 #include "core/dtype.h"
 
@@ -46,6 +47,8 @@ struct TrainOptions {
   double gamma = 0.1;               ///< step: decay factor
   double clip = 0.0;                ///< max gradient 2-norm (0: no clipping)
   int64_t accum = 1;                ///< micro-batches per optimizer step
+  /// Activation checkpointing of the ResNet stages / BERT encoder layers (autograd/checkpoint.h).
+  autograd::CheckpointMode checkpoint_activations = autograd::CheckpointMode::none;
   int threads = 0;                  ///< intra-op threads (0: leave the default)
   /// Resume with another intra-op thread count than the checkpoint's run: refused unless set,
   /// because the continuation is then no longer bit-exact (reductions split differently).

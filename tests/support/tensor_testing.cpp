@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 namespace precis::testing {
@@ -80,6 +81,29 @@ Tensor non_contiguous(const Tensor& t) {
   Tensor moved = t.detach().transpose(0, t.dim() - 1).contiguous().transpose(0, t.dim() - 1);
   if (t.requires_grad()) moved.requires_grad_(true);
   return moved;
+}
+
+std::string same_bits_report(const Tensor& actual, const Tensor& expected) {
+  std::ostringstream os;
+  if (actual.sizes() != expected.sizes() || actual.dtype() != expected.dtype()) {
+    os << "actual " << actual.describe() << " and expected " << expected.describe() << " differ in shape or dtype";
+    return os.str();
+  }
+  const Tensor a = actual.detach().to(Device::cpu()).contiguous(), b = expected.detach().to(Device::cpu()).contiguous();
+  const size_t width = a.element_size();
+  const auto* pa = static_cast<const unsigned char*>(a.data_ptr());
+  const auto* pb = static_cast<const unsigned char*>(b.data_ptr());
+  int64_t first = -1, count = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (std::memcmp(pa + i * width, pb + i * width, width) == 0) continue;
+    if (first < 0) first = i;
+    ++count;
+  }
+  if (count == 0) return "";
+  os << count << " of " << a.numel() << " elements of " << actual.describe() << " differ; the first at flat index "
+     << first << ": " << a.to(DType::f64).view({-1}).select(0, first).item<double>() << " vs "
+     << b.to(DType::f64).view({-1}).select(0, first).item<double>();
+  return os.str();
 }
 
 std::string allclose_report(const Tensor& actual, const Tensor& expected, Tolerance tol) {

@@ -45,7 +45,19 @@ Tensor non_contiguous(const Tensor& t);
 std::string allclose_report(const Tensor& actual, const Tensor& expected, Tolerance tol);
 inline bool allclose(const Tensor& a, const Tensor& b, Tolerance tol) { return allclose_report(a, b, tol).empty(); }
 
+/// Empty when a and b (CPU or not) have the same dtype, shape and bytes; otherwise what differs
+/// (the first differing element and how many differ).
+std::string same_bits_report(const Tensor& a, const Tensor& b);
+
 }  // namespace precis::testing
+
+/// REQUIREs that actual and expected are identical bit for bit.
+#define PRECIS_REQUIRE_SAME_BITS(actual, expected)                                            \
+  do {                                                                                       \
+    const std::string _report = ::precis::testing::same_bits_report((actual), (expected));   \
+    INFO(_report);                                                                           \
+    REQUIRE(_report.empty());                                                                \
+  } while (0)
 
 /// REQUIREs actual ≈ expected under the tolerance of `dtype`, printing the worst element if not.
 #define PRECIS_REQUIRE_CLOSE(actual, expected, dtype)                                                 \

@@ -1,0 +1,82 @@
+#include "ops/recompute.h"
+
+#include <unordered_set>
+
+namespace precis {
+
+namespace {
+thread_local bool t_recomputing = false;
+}
+
+bool is_recomputing() { return t_recomputing; }
+RecomputingGuard::RecomputingGuard() : prev_(t_recomputing) { t_recomputing = true; }
+RecomputingGuard::~RecomputingGuard() { t_recomputing = prev_; }
+
+KeptOutputs::KeptOutputs(const std::vector<OpId>& kept) {
+  for (OpId op : kept) kept_.set(static_cast<size_t>(op));
+}
+
+int64_t KeptOutputs::nbytes() const {
+  std::unordered_set<const void*> seen;
+  int64_t total = 0;
+  for (const auto& [op, tensors] : outputs_)
+    for (const Tensor& t : tensors)
+      if (t.defined() && seen.insert(t.storage().get()).second) total += static_cast<int64_t>(t.storage()->nbytes());
+  return total;
+}
+
+KeptOutputs::Recording::Recording(KeptOutputs& store) : prev_(detail::t_kept_outputs) {
+  store.mode_ = Mode::recording;
+  store.parent_ = prev_;
+  detail::t_kept_outputs = &store;
+}
+KeptOutputs::Recording::~Recording() {
+  detail::t_kept_outputs->mode_ = Mode::idle;
+  detail::t_kept_outputs->parent_ = nullptr;
+  detail::t_kept_outputs = prev_;
+}
+
+// A recomputation runs from backward, where no enclosing region is active: the replaying store
+// answers alone, so an enclosing store (were backward called inside a region) sees none of it.
+KeptOutputs::Replaying::Replaying(KeptOutputs& store) : prev_(detail::t_kept_outputs), store_(store) {
+  store.mode_ = Mode::replaying;
+  store.next_ = 0;
+  detail::t_kept_outputs = &store;
+}
+KeptOutputs::Replaying::~Replaying() {
+  store_.mode_ = Mode::idle;
+  detail::t_kept_outputs = prev_;
+}
+void KeptOutputs::Replaying::finish() const {
+  PRECIS_CHECK_T(CheckpointError, store_.next_ == store_.outputs_.size(), "checkpoint (selective): the forward kept ",
+                 store_.outputs_.size(), " op outputs but the recomputation used only ", store_.next_,
+                 "; the checkpointed function must run the same ops each time it is called (no branching on "
+                 "values that change between forward and backward)");
+}
+
+std::vector<Tensor> KeptOutputs::run(OpId op, const std::function<std::vector<Tensor>()>& compute) {
+  if (mode_ == Mode::replaying && keeps(op)) {
+    PRECIS_CHECK_T(CheckpointError, next_ < outputs_.size() && outputs_[next_].first == op,
+                   "checkpoint (selective): the recomputation called ", op_name(op), " where the forward ",
+                   next_ < outputs_.size() ? std::string("called ") + op_name(outputs_[next_].first)
+                                           : std::string("made no further kept call"),
+                   " (kept call ", next_, "); the checkpointed function must run the same ops each time it is "
+                   "called (no branching on values that change between forward and backward)");
+    return outputs_[next_++].second;
+  }
+  std::vector<Tensor> out = parent_ != nullptr ? parent_->run(op, compute) : compute();
+  if (mode_ == Mode::recording && keeps(op)) outputs_.emplace_back(op, out);
+  return out;
+}
+
+bool KeptOutputs::records(OpId op) const {
+  for (const KeptOutputs* s = this; s != nullptr; s = s->parent_)
+    if (s->mode_ == Mode::recording && s->keeps(op)) return true;
+  return false;
+}
+
+bool keeps_for_recompute(OpId op) {
+  return detail::t_kept_outputs != nullptr && detail::t_kept_outputs->records(op);
+}
+
+}  // namespace precis

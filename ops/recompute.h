@@ -1,0 +1,122 @@
+#pragma once
+// The ops' side of activation checkpointing (autograd/checkpoint.h): what an op must know when a
+// checkpointed region runs again in backward.
+//
+//  - is_recomputing(): an op with an effect beyond its outputs must not apply it twice. batch_norm
+//    does not update the running statistics again (the forward did; the recomputation uses the
+//    batch statistics, as the forward did).
+//  - kept_or_computed(): selective recomputation keeps the outputs of chosen ops (the GEMMs) from
+//    the forward and recomputes only the rest. The expensive ops route their computation through
+//    it: in a selective region's forward their outputs are kept, and in its recomputation the
+//    kept outputs come back in call order instead of being computed again, while the op still
+//    records its backward node as usual.
+//
+//   Tensor out = kept_or_computed(OpId::linear, [&] { return run_the_gemm(); });
+#include <bitset>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "ops/op_table.h"
+#include "tensor/tensor.h"
+
+namespace precis {
+
+/// True while a checkpointed region is being recomputed on this thread.
+bool is_recomputing();
+
+/// Marks the thread as recomputing for its scope (the checkpoint's backward uses it).
+class RecomputingGuard {
+ public:
+  RecomputingGuard();
+  ~RecomputingGuard();
+  RecomputingGuard(const RecomputingGuard&) = delete;
+  RecomputingGuard& operator=(const RecomputingGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+/// The outputs a selective region keeps from its forward, in call order. A region's store records
+/// during its forward and replays during each recomputation; an empty keep set (full
+/// checkpointing) keeps nothing but still passes calls on to an enclosing region's store, so that
+/// nested regions see the same sequence of calls in the forward and in a recomputation.
+class KeptOutputs {
+ public:
+  /// A store keeping the outputs of `kept` ops.
+  explicit KeptOutputs(const std::vector<OpId>& kept);
+  /// Whether calls of `op` are kept.
+  bool keeps(OpId op) const { return kept_.test(static_cast<size_t>(op)); }
+  /// Bytes held by the kept outputs (each storage once).
+  int64_t nbytes() const;
+  /// Drops what was kept (after the last backward).
+  void clear() { outputs_.clear(); }
+
+  /// Records calls on this thread for its scope: each call of a kept op stores its outputs.
+  class Recording {
+   public:
+    explicit Recording(KeptOutputs& store);
+    ~Recording();
+    Recording(const Recording&) = delete;
+    Recording& operator=(const Recording&) = delete;
+
+   private:
+    KeptOutputs* prev_;
+  };
+  /// Replays the recorded outputs on this thread for its scope. finish() checks that the
+  /// recomputation made every kept call the forward made.
+  class Replaying {
+   public:
+    explicit Replaying(KeptOutputs& store);
+    ~Replaying();
+    Replaying(const Replaying&) = delete;
+    Replaying& operator=(const Replaying&) = delete;
+    /// StateError when fewer kept calls were replayed than the forward recorded.
+    void finish() const;
+
+   private:
+    KeptOutputs* prev_;
+    KeptOutputs& store_;
+  };
+
+  /// Whether this store or an enclosing one records the outputs of `op` now.
+  bool records(OpId op) const;
+  /// One call of `op` (see kept_or_computed).
+  std::vector<Tensor> run(OpId op, const std::function<std::vector<Tensor>()>& compute);
+
+ private:
+  enum class Mode { idle, recording, replaying };
+  std::bitset<kNumOps> kept_;
+  std::vector<std::pair<OpId, std::vector<Tensor>>> outputs_;
+  size_t next_ = 0;
+  Mode mode_ = Mode::idle;
+  KeptOutputs* parent_ = nullptr;  // the enclosing region's store while recording
+};
+
+namespace detail {
+inline thread_local KeptOutputs* t_kept_outputs = nullptr;
+}  // namespace detail
+
+/// True when a selective region is recording on this thread and keeps `op`: the op then computes
+/// what its backward needs even under NoGradGuard (linear_gelu's derivative), since the kept
+/// outputs will be replayed under grad mode.
+bool keeps_for_recompute(OpId op);
+
+/// The outputs of one call of `op` (several: an op that also keeps a tensor for its backward),
+/// from compute() or, in a selective recomputation, from the forward's store.
+template <typename F>
+std::vector<Tensor> kept_or_computed_list(OpId op, F&& compute) {
+  if (detail::t_kept_outputs == nullptr) [[likely]]
+    return compute();
+  return detail::t_kept_outputs->run(op, std::forward<F>(compute));
+}
+
+/// The single output of one call of `op` (see kept_or_computed_list).
+template <typename F>
+Tensor kept_or_computed(OpId op, F&& compute) {
+  if (detail::t_kept_outputs == nullptr) [[likely]]
+    return compute();
+  return detail::t_kept_outputs->run(op, [&] { return std::vector<Tensor>{compute()}; })[0];
+}
+
+}  // namespace precis

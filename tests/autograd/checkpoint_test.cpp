@@ -1,0 +1,281 @@
+// autograd::checkpoint: gradients equal those without checkpointing bit for bit (inputs, captured
+// parameters, tuple outputs, nesting, dropout), the random streams are replayed and left where they
+// were, leaves accumulate once, and what recomputation cannot repeat is a CheckpointError.
+#include <catch2/catch.hpp>
+
+#include "autograd/checkpoint.h"
+#include "autograd/engine.h"
+#include "core/grad_mode.h"
+#include "core/rng.h"
+#include "ops/functional.h"
+#include "ops/profiler.h"
+#include "tensor/factory.h"
+#include "tests/support/tensor_testing.h"
+
+namespace precis {
+namespace {
+
+using autograd::CheckpointMode;
+using autograd::CheckpointOptions;
+using autograd::TensorList;
+using testing::randn_input;
+
+// Two dropout-MLP blocks; parameters are leaves the closures capture.
+struct Mlp {
+  Tensor w1 = randn_input({16, 8}, true, 1, DType::f32);
+  Tensor b1 = randn_input({16}, true, 2, DType::f32);
+  Tensor w2 = randn_input({8, 16}, true, 3, DType::f32);
+  Tensor b2 = randn_input({8}, true, 4, DType::f32);
+  Tensor block(const Tensor& x) const { return tanh(linear(dropout(gelu(linear(x, w1, b1)), 0.3), w2, b2)) + x; }
+  TensorList params() const { return {w1, b1, w2, b2}; }
+  void zero_grad() const {
+    for (const Tensor& p : params()) p.set_grad(Tensor());
+  }
+};
+
+// The gradients of `params` after backward of sum(run()²), from a fixed RNG state.
+TensorList grads_of(const std::function<Tensor()>& run, const TensorList& params) {
+  for (const Tensor& p : params) p.set_grad(Tensor());
+  manual_seed(7);
+  Tensor y = run();
+  sum(y * y).backward();
+  TensorList g;
+  for (const Tensor& p : params) g.push_back(p.grad());
+  return g;
+}
+
+void require_same(const TensorList& a, const TensorList& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("gradient " << i);
+    REQUIRE(a[i].defined());
+    PRECIS_REQUIRE_SAME_BITS(a[i], b[i]);
+  }
+}
+
+TEST_CASE("checkpoint gives the gradients of the plain forward bit for bit", "[autograd][checkpoint]") {
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  TensorList params = m.params();
+  params.push_back(x);
+  auto plain = [&] { return m.block(m.block(x)); };
+  const TensorList expected = grads_of(plain, params);
+  SECTION("full") {
+    auto ck = [&] {
+      Tensor h = autograd::checkpoint([&m](const Tensor& in) { return m.block(in); }, x);
+      return autograd::checkpoint([&m](const Tensor& in) { return m.block(in); }, h);
+    };
+    require_same(grads_of(ck, params), expected);
+  }
+  SECTION("selective") {
+    const CheckpointOptions o{.mode = CheckpointMode::selective};
+    auto ck = [&] {
+      Tensor h = autograd::checkpoint(o, [&m](const Tensor& in) { return m.block(in); }, x);
+      return autograd::checkpoint(o, [&m](const Tensor& in) { return m.block(in); }, h);
+    };
+    require_same(grads_of(ck, params), expected);
+  }
+  SECTION("nested") {
+    auto ck = [&] {
+      return autograd::checkpoint(
+          [&m](const Tensor& in) {
+            Tensor h = autograd::checkpoint([&m](const Tensor& v) { return m.block(v); }, in);
+            return autograd::checkpoint(CheckpointOptions{.mode = CheckpointMode::selective},
+                                        [&m](const Tensor& v) { return m.block(v); }, h);
+          },
+          x);
+    };
+    require_same(grads_of(ck, params), expected);
+  }
+}
+
+TEST_CASE("checkpoint: the dropout masks differ from a fresh draw, so the test can fail", "[autograd][checkpoint]") {
+  // The equality above means something only if another mask would change the gradients.
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  const TensorList a = grads_of([&] { return m.block(x); }, m.params());
+  const TensorList b = grads_of(
+      [&] {
+        default_generator().reserve(1);
+        return m.block(x);
+      },
+      m.params());
+  REQUIRE_FALSE(testing::same_bits_report(a[0], b[0]).empty());
+}
+
+TEST_CASE("checkpoint: inputs without grad, tuple outputs and an unused output", "[autograd][checkpoint]") {
+  Mlp m;
+  Tensor x = randn_input({4, 8}, false, 5, DType::f32);
+  auto two = [&m](const Tensor& in, double scale) {
+    Tensor h = m.block(in);
+    return std::tuple<Tensor, Tensor, Tensor>{h * scale, sum(h), in};
+  };
+  auto run = [&](bool ck) {
+    return [&, ck] {
+      auto [a, s, same] = ck ? autograd::checkpoint(two, x, 0.5) : two(x, 0.5);
+      PRECIS_REQUIRE_SAME_BITS(same, x);  // the input, returned (its own tensor: it carries the region's grad_fn)
+      return a;  // s is unused: no gradient reaches it
+    };
+  };
+  require_same(grads_of(run(true), m.params()), grads_of(run(false), m.params()));
+}
+
+TEST_CASE("checkpoint leaves the random streams where the forward left them", "[autograd][checkpoint]") {
+  Mlp m;
+  Generator mine(123);
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  manual_seed(3);
+  Tensor y = autograd::checkpoint([&](const Tensor& in) { return dropout(m.block(in), 0.5, true, &mine); }, x);
+  const uint64_t default_after = default_generator().offset(), mine_after = mine.offset();
+  REQUIRE(default_after > 0);
+  REQUIRE(mine_after > 0);
+  sum(y).backward();
+  REQUIRE(default_generator().offset() == default_after);
+  REQUIRE(mine.offset() == mine_after);
+}
+
+TEST_CASE("checkpoint: each leaf's gradient is accumulated once, shared leaves included", "[autograd][checkpoint]") {
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  int w1_hooks = 0, x_hooks = 0;
+  m.w1.register_post_accumulate_grad_hook([&](const Tensor&) { ++w1_hooks; });
+  x.register_post_accumulate_grad_hook([&](const Tensor&) { ++x_hooks; });
+  // w1 is used inside two regions and outside them.
+  auto run = [&](bool ck) {
+    return [&, ck] {
+      auto f = [&m](const Tensor& in) { return m.block(in); };
+      Tensor h = ck ? autograd::checkpoint(f, x) : f(x);
+      h = ck ? autograd::checkpoint(f, h) : f(h);
+      return h + linear(linear(x, m.w1), m.w1.t());
+    };
+  };
+  TensorList params = m.params();
+  params.push_back(x);
+  const TensorList expected = grads_of(run(false), params);
+  w1_hooks = x_hooks = 0;
+  const TensorList got = grads_of(run(true), params);
+  REQUIRE(w1_hooks == 1);
+  REQUIRE(x_hooks == 1);
+  // w1 gets one contribution from each region: the same sums in the same order.
+  require_same(TensorList(got.begin(), got.end() - 1), TensorList(expected.begin(), expected.end() - 1));
+  // x gets two from the first region (its linear and its residual), which the region sums before
+  // the engine adds the sum to the outside one: the same value up to the order of the additions.
+  PRECIS_REQUIRE_CLOSE(got.back(), expected.back(), DType::f32);
+}
+
+TEST_CASE("autograd::grad reaches parameters captured by a checkpointed function", "[autograd][checkpoint]") {
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  manual_seed(7);
+  const TensorList plain = autograd::grad({sum(m.block(x))}, {m.w2, x});
+  manual_seed(7);
+  Tensor y = autograd::checkpoint([&m](const Tensor& in) { return m.block(in); }, x);
+  const TensorList ck = autograd::grad({sum(y)}, {m.w2, x});
+  require_same(ck, plain);
+  REQUIRE_FALSE(m.w2.grad().defined());  // grad() leaves .grad alone
+}
+
+TEST_CASE("checkpoint: retain_graph recomputes again, and without it a second backward is a StateError",
+          "[autograd][checkpoint]") {
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  manual_seed(7);
+  Tensor y = autograd::checkpoint([&m](const Tensor& in) { return sum(m.block(in)); }, x);
+  y.backward(Tensor(), /*retain_graph=*/true);
+  const Tensor once = m.w1.grad().clone();
+  y.backward(Tensor(), /*retain_graph=*/false);
+  PRECIS_REQUIRE_SAME_BITS(m.w1.grad(), once * 2.0);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(y.backward(), StateError, "CheckpointBackward", "retain_graph");
+}
+
+TEST_CASE("checkpoint refuses a function that modifies its input in place", "[autograd][checkpoint]") {
+  Tensor x = randn_input({4}, true, 5, DType::f32);
+  Tensor buffer = zeros({4});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(autograd::checkpoint(
+                                     [](const Tensor& in, Tensor b) {
+                                       b.copy_(in.detach());
+                                       return in * b;
+                                     },
+                                     x, buffer),
+                                 CheckpointError, "input 1", "modified in place by the checkpointed function",
+                                 "clone()");
+}
+
+TEST_CASE("checkpoint refuses an input changed between forward and backward", "[autograd][checkpoint]") {
+  Tensor w = randn_input({4}, true, 1, DType::f32);
+  Tensor mask = ones({4});
+  Tensor y = sum(autograd::checkpoint([&w](const Tensor& mk) { return w * mk; }, mask));
+  mask.fill_(2.0);  // the next micro-batch reuses the buffer
+  PRECIS_REQUIRE_THROWS_WITH_ALL(y.backward(), CheckpointError, "input 0", "after the checkpointed forward",
+                                 "version");
+}
+
+TEST_CASE("checkpoint refuses a parameter updated between forward and backward", "[autograd][checkpoint]") {
+  Tensor w = randn_input({4}, true, 1, DType::f32);
+  Tensor x = randn_input({4}, false, 2, DType::f32);
+  Tensor y = sum(autograd::checkpoint([&w](const Tensor& in) { return w * in; }, x));
+  {
+    NoGradGuard no_grad;
+    w.fill_(0.5);  // an optimizer step before backward
+  }
+  PRECIS_REQUIRE_THROWS_WITH_ALL(y.backward(), CheckpointError, "a tensor requiring grad that the function read");
+}
+
+TEST_CASE("checkpoint refuses a recomputation that draws differently", "[autograd][checkpoint]") {
+  Tensor x = randn_input({64}, true, 5, DType::f32);
+  int calls = 0;
+  Tensor y = sum(autograd::checkpoint(
+      [&calls](const Tensor& in) { return dropout(in, ++calls == 1 ? 0.5 : 0.0, true) * 2.0; }, x));
+  PRECIS_REQUIRE_THROWS_WITH_ALL(y.backward(), CheckpointError, "the forward drew", "recomputation drew 0");
+}
+
+TEST_CASE("checkpoint refuses a recomputation whose graph reads a tensor the forward did not",
+          "[autograd][checkpoint]") {
+  Tensor x = randn_input({4}, true, 5, DType::f32);
+  Tensor w = randn_input({4}, true, 6, DType::f32);
+  int calls = 0;
+  Tensor y = sum(autograd::checkpoint([&](const Tensor& in) { return ++calls == 1 ? in * 2.0 : in * w; }, x));
+  PRECIS_REQUIRE_THROWS_WITH_ALL(y.backward(), CheckpointError, "AccumulateGrad", "did not read");
+}
+
+TEST_CASE("selective checkpointing keeps the GEMM outputs instead of recomputing them", "[autograd][checkpoint]") {
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  auto flops_of = [&](CheckpointMode mode) {
+    profiler::FlopCounter count;
+    Tensor y = autograd::checkpoint(CheckpointOptions{.mode = mode}, [&m](const Tensor& in) { return m.block(in); }, x);
+    sum(y).backward();
+    return count.flops();
+  };
+  const double gemm = 2.0 * 4 * 8 * 16 * 2;  // the two linears of one forward
+  const double none = flops_of(CheckpointMode::none), full = flops_of(CheckpointMode::full);
+  const double selective = flops_of(CheckpointMode::selective);
+  REQUIRE(full == none + gemm);
+  REQUIRE(selective == none);
+}
+
+TEST_CASE("selective checkpointing refuses a recomputation that calls other kept ops", "[autograd][checkpoint]") {
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  int calls = 0;
+  Tensor y = autograd::checkpoint(
+      CheckpointOptions{.mode = CheckpointMode::selective},
+      [&](const Tensor& in) { return ++calls == 1 ? linear(in, m.w1) : linear_gelu(in, m.w1); }, x);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sum(y).backward(), CheckpointError, "selective", "kept");
+}
+
+TEST_CASE("checkpoint modes parse by name", "[autograd][checkpoint]") {
+  for (CheckpointMode mode : {CheckpointMode::none, CheckpointMode::full, CheckpointMode::selective})
+    REQUIRE(autograd::parse_checkpoint_mode(autograd::checkpoint_mode_name(mode)) == mode);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(autograd::parse_checkpoint_mode("partial"), ValueError, "partial", "selective");
+}
+
+TEST_CASE("checkpoint under NoGradGuard is a plain call", "[autograd][checkpoint]") {
+  Mlp m;
+  NoGradGuard no_grad;
+  Tensor y = autograd::checkpoint([&m](const Tensor& in) { return m.block(in); }, randn_input({4, 8}, true, 5, DType::f32));
+  REQUIRE_FALSE(y.requires_grad());
+}
+
+}  // namespace
+}  // namespace precis
