@@ -109,55 +109,34 @@ TEST_CASE("CUDA layer_norm matches the CPU forward and backward, vectorised and 
 TEST_CASE("CUDA batch_norm matches the CPU: training statistics, running update, eval, backward", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   uint64_t seed = 30;
-  // (N, C, S): S % 4 == 0 (vectorised), S = 9, S = 1 (a (N, C) input), and channels of 16384
-  // elements (two chunks per channel).
+  // (N, C, S): S % 4 == 0 (vectorised), S = 9, S = 1 (a (N, C) input), channels of 16384 elements
+  // (two chunks per channel), C past one 32-channel tile; the 4-D ones also channels-last, which
+  // stays channels-last (C % 4 == 0 vectorises its normalise pass).
   for (DType dt : kFloating)
-    for (const Shape& shape : {Shape{4, 8, 6, 6}, Shape{3, 5, 3, 3}, Shape{16, 7}, Shape{16, 2, 32, 32}})
-      for (bool training : {true, false}) {
-        INFO(dtype_name(dt) << " shape " << shape_str(shape) << " training " << training);
-        const int64_t C = shape[1];
-        const Tensor x = leaf(shape, 50, 60, ++seed, dt);  // a large mean: the shifted sums matter
-        const Tensor w = leaf({C}, 0.5, 1.5, ++seed, acc_of(dt));
-        const Tensor b = leaf({C}, -1, 1, ++seed, acc_of(dt));
-        const Tensor rm_cpu = leaf({C}, 40, 60, ++seed, acc_of(dt), false);
-        const Tensor rv_cpu = leaf({C}, 1, 9, ++seed, acc_of(dt), false);
-        const Tensor rm_gpu = rm_cpu.to(kGpu), rv_gpu = rv_cpu.to(kGpu);
-        compare_with_cpu(OpId::batch_norm, dt, {x, w, b}, [&](const std::vector<Tensor>& in) {
-          const bool gpu = in[0].device().is_cuda();
-          return batch_norm(in[0], gpu ? rm_gpu : rm_cpu, gpu ? rv_gpu : rv_cpu, in[1], in[2], training, 0.1, 1e-5);
-        });
-        require_close(rm_gpu, rm_cpu, dt, OpId::batch_norm, Compared::output);
-        require_close(rv_gpu, rv_cpu, dt, OpId::batch_norm, Compared::output);
-      }
-}
-
-TEST_CASE("CUDA batch_norm keeps a channels-last input channels-last and matches the CPU", "[cuda]") {
-  PRECIS_REQUIRE_CUDA();
-  uint64_t seed = 40;
-  // C % 4 == 0 (vectorised normalise) and not, C past one 32-channel tile (a partial second and
-  // third), and N·S = 16384 rows (two chunks per channel).
-  for (DType dt : kFloating)
-    for (const Shape& shape : {Shape{4, 8, 6, 6}, Shape{3, 5, 3, 3}, Shape{2, 70, 5, 7}, Shape{16, 40, 32, 32}})
-      for (bool training : {true, false}) {
-        INFO(dtype_name(dt) << " shape " << shape_str(shape) << " training " << training);
-        const int64_t C = shape[1];
-        const Tensor x = leaf(shape, 50, 60, ++seed, dt);
-        const Tensor w = leaf({C}, 0.5, 1.5, ++seed, acc_of(dt));
-        const Tensor b = leaf({C}, -1, 1, ++seed, acc_of(dt));
-        const Tensor rm_cpu = leaf({C}, 40, 60, ++seed, acc_of(dt), false);
-        const Tensor rv_cpu = leaf({C}, 1, 9, ++seed, acc_of(dt), false);
-        const Tensor rm_gpu = rm_cpu.to(kGpu), rv_gpu = rv_cpu.to(kGpu);
-        compare_with_cpu(OpId::batch_norm, dt, {x, w, b}, [&](const std::vector<Tensor>& in) {
-          const bool gpu = in[0].device().is_cuda();
-          const Tensor xcl = contiguous(in[0], MemoryFormat::ChannelsLast);
-          const Tensor y =
-              batch_norm(xcl, gpu ? rm_gpu : rm_cpu, gpu ? rv_gpu : rv_cpu, in[1], in[2], training, 0.1, 1e-5);
-          CHECK(suggest_memory_format(y) == MemoryFormat::ChannelsLast);  // no transpose back
-          return y;
-        });
-        require_close(rm_gpu, rm_cpu, dt, OpId::batch_norm, Compared::output);
-        require_close(rv_gpu, rv_cpu, dt, OpId::batch_norm, Compared::output);
-      }
+    for (const Shape& shape :
+         {Shape{4, 8, 6, 6}, Shape{3, 5, 3, 3}, Shape{16, 7}, Shape{16, 2, 32, 32}, Shape{2, 70, 5, 7}})
+      for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast})
+        for (bool training : {true, false}) {
+          if (format == MemoryFormat::ChannelsLast && shape.size() != 4) continue;
+          INFO(dtype_name(dt) << " shape " << shape_str(shape) << " " << to_string(format) << " training "
+                              << training);
+          const int64_t C = shape[1];
+          const Tensor x = leaf(shape, 50, 60, ++seed, dt);  // a large mean: the shifted sums matter
+          const Tensor w = leaf({C}, 0.5, 1.5, ++seed, acc_of(dt));
+          const Tensor b = leaf({C}, -1, 1, ++seed, acc_of(dt));
+          const Tensor rm_cpu = leaf({C}, 40, 60, ++seed, acc_of(dt), false);
+          const Tensor rv_cpu = leaf({C}, 1, 9, ++seed, acc_of(dt), false);
+          const Tensor rm_gpu = rm_cpu.to(kGpu), rv_gpu = rv_cpu.to(kGpu);
+          compare_with_cpu(OpId::batch_norm, dt, {x, w, b}, [&](const std::vector<Tensor>& in) {
+            const bool gpu = in[0].device().is_cuda();
+            const Tensor y = batch_norm(contiguous(in[0], format), gpu ? rm_gpu : rm_cpu, gpu ? rv_gpu : rv_cpu,
+                                        in[1], in[2], training, 0.1, 1e-5);
+            if (shape.size() == 4) CHECK(suggest_memory_format(y) == format);  // no transpose back
+            return y;
+          });
+          require_close(rm_gpu, rm_cpu, dt, OpId::batch_norm, Compared::output);
+          require_close(rv_gpu, rv_cpu, dt, OpId::batch_norm, Compared::output);
+        }
 }
 
 // The smallest case that runs bn_cl_sums_kernel with two channel tiles (one partial) and two chunks

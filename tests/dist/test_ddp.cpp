@@ -13,6 +13,7 @@
 #include "ops/functional.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+#include "tests/dist/wave.h"
 
 using namespace precis;
 using dist::DistributedDataParallel;
@@ -47,14 +48,7 @@ class CountingGroup : public dist::ProcessGroup {
   std::shared_ptr<dist::ProcessGroup> inner_;
 };
 
-// Deterministic values with no RNG: every rank can rebuild every rank's data.
-Tensor wave(const Shape& shape, double seed, double amp = 0.3) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(k)] = static_cast<float>(amp * std::sin(seed * 13.1 + k * 0.7));
-  return from_vector<float>(v, shape);
-}
+using dist_testing::wave;
 
 struct Net {
   Tensor w1, b1, gamma, beta, w2, b2, rm, rv;

@@ -13,6 +13,7 @@
 #include "ops/functional.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+#include "tests/dist/wave.h"
 
 using namespace precis;
 using autograd::CheckpointMode;
@@ -20,13 +21,7 @@ using dist::DistributedDataParallel;
 
 namespace {
 
-Tensor wave(const Shape& shape, double seed, double amp = 0.3) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(k)] = static_cast<float>(amp * std::sin(seed * 13.1 + k * 0.7));
-  return from_vector<float>(v, shape);
-}
+using dist_testing::wave;
 
 // A checkpointed block (linear, batch norm, relu, dropout) between two plain linears.
 struct Net {
