@@ -18,12 +18,15 @@ namespace precis {
 namespace {
 
 // True where a query row of the (..., L, S) scores has every key masked: from the bool mask's
-// rows when there is one, else from −inf scores (an additive mask). Undefined when no row is
-// entirely masked, so the common case pays no extra pass over the scores.
+// rows when there is one, else from −inf scores (an additive mask). On the CPU undefined when no
+// row is entirely masked, so the common case pays no extra pass over the scores; on a device the
+// rows are returned as they are, since asking whether any is set would make the host wait for the
+// device (zeroing rows where none is set changes nothing).
 Tensor all_masked_rows(const Tensor& scores, const Tensor& keep) {
   const Tensor rows = keep.defined()
                           ? eq(sum(keep, {-1}, true), 0)
                           : eq(std::get<0>(max(scores.detach(), -1, true)), -std::numeric_limits<double>::infinity());
+  if (!rows.device().is_cpu()) return rows;
   return sum(rows).item<int64_t>() > 0 ? rows : Tensor();
 }
 

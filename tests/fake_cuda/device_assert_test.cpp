@@ -81,3 +81,24 @@ TEST_CASE("an out-of-range class on a device gives NaN and is reported by check_
   (void)cross_entropy(logits.to(kDev), target.to(kDev));
   CHECK(index_error_of([&] { check_device_asserts(kDev); }).find("embedding: index -1") != std::string::npos);
 }
+
+// The composed attention (the real CUDA backend has no fused score kernel) zeroes fully masked rows
+// without asking the host whether there are any: no read, and the CPU's numbers.
+TEST_CASE("attention with a mask on a device reads nothing back, fully masked rows included") {
+  require_fake_device();
+  const bool fused = detail::set_fused_kernels(false);  // the CUDA path: matmul, softmax, matmul
+  const Tensor q = randn({2, 3, 4}), k = randn({2, 5, 4}), v = randn({2, 5, 4});
+  for (bool any_empty_row : {false, true}) {
+    INFO("a fully masked row: " << any_empty_row);
+    Tensor keep = ones({3, 5});
+    if (any_empty_row) keep.select(0, 1).fill_(0.0);  // query row 1 sees no key
+    const Tensor mask = ne(keep, 0.0);
+    const Tensor cpu = scaled_dot_product_attention(q, k, v, mask);
+    const Tensor dq = q.to(kDev), dk = k.to(kDev), dv = v.to(kDev), dmask = mask.to(kDev);
+    cuda::HostSyncCounter c;
+    const Tensor dev = scaled_dot_product_attention(dq, dk, dv, dmask);
+    CHECK(c.count() == 0);
+    CHECK(dev.to(Device::cpu()).to_vector<float>() == cpu.to_vector<float>());
+  }
+  detail::set_fused_kernels(fused);
+}
