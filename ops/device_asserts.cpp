@@ -62,18 +62,16 @@ void check_index_range(const Tensor& index, int64_t size, std::optional<int64_t>
   if (index.numel() == 0) return;
   NoGradGuard no_grad;
   const Tensor idx = index.detach().to(DType::i64);
-  Tensor bad_i = maximum(lt(idx, 0).to(DType::i64), ge(idx, size).to(DType::i64));
-  if (ignore) bad_i = mul(bad_i, ne(idx, *ignore).to(DType::i64));
-  const Tensor bad = bad_i.to(DType::boolean);
   const Device device = idx.device();
   if (device.is_cpu()) {
-    // Reading is free here: throw now, naming the first offending value.
-    if (!max(bad).item<bool>()) return;
-    const std::vector<int64_t> v = idx.contiguous().to_vector<int64_t>();
-    for (int64_t x : v)
+    // Reading is free here: one pass over the values, throwing at the first offending one.
+    for (int64_t x : idx.contiguous().to_vector<int64_t>())
       if (!(x >= 0 && x < size) && !(ignore && x == *ignore)) throw IndexError(message(x));
     return;
   }
+  Tensor bad_i = maximum(lt(idx, 0).to(DType::i64), ge(idx, size).to(DType::i64));
+  if (ignore) bad_i = mul(bad_i, ne(idx, *ignore).to(DType::i64));
+  const Tensor bad = bad_i.to(DType::boolean);
   // On the device: (any bad, the largest offending value) folded into the device's state, the
   // first failing check winning. No read.
   const Tensor any = max(bad_i).reshape({1});

@@ -232,8 +232,6 @@ Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weig
                 Reduction reduction) {
   const auto [input, weight] = apply_precision(OpId::nll_loss, input_in, weight_in);
   check_reduction("nll_loss", reduction);
-  // nll_loss's backward reads the targets back anyway (scatter_add's range check), so its forward
-  // keeps the host check and its error.
   ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false);
   const int64_t rows = r.x.size(0);
   const DType acc = acc_type(input.dtype());
