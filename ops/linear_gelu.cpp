@@ -43,31 +43,40 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad(),
              need_b = bias.defined() && bias.requires_grad();
   const bool need_grad = autograd::needs_grad({&x, &weight, &bias});
-  // A selective checkpoint's forward keeps this call's outputs for a recomputation that will
-  // record the backward: what the backward reads is computed now, under NoGradGuard.
+  // A selective checkpoint's forward keeps this call's GEMM output (the pre-activation) for a
+  // recomputation that will record the backward, so GELU and its derivative are not applied in
+  // place there: the kept tensor is `pre` alone (what PyTorch's gelu saves), and the epilogue pass
+  // runs again from it in the recomputation. Keeping the output and the derivative instead held
+  // two tensors of this size (the derivative in fp32) where one serves.
   const bool for_backward = need_grad || keeps_for_recompute(OpId::linear_gelu);
-  const bool keep_derivative = for_backward && detail::linear_gelu_saves_derivative();
-  const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  const std::vector<Tensor> kept = kept_or_computed_list(OpId::linear_gelu, [&, &x = x, &weight = weight,
-                                                                              &bias = bias]() -> std::vector<Tensor> {
+  const bool keep_derivative = need_grad && detail::linear_gelu_saves_derivative();
+  const TensorOptions opts{.dtype = x.dtype(), .device = x.device()};
+  const Tensor pre = kept_or_computed(OpId::linear_gelu, [&, &x = x, &weight = weight, &bias = bias] {
     NoGradGuard no_grad;
     const Tensor x2 = x.reshape({rows, in}).contiguous();
     const Tensor w = weight.contiguous();
     const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
-    const TensorOptions opts{.dtype = x.dtype(), .device = x.device()};
-    const Tensor pre = empty({rows, outs}, opts);
+    Tensor p = empty({rows, outs}, opts);
     if (profiler::counting_flops())
       profiler::add_flops(OpId::linear_gelu,
                           2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(outs));
-    kernel<kernels::LinearKernel>(OpId::linear, dev, x.dtype())(pre, x2, w, b);
-    // gelu in place over the GEMM's output unless backward needs that output itself.
-    const Tensor out2 = for_backward && !keep_derivative ? empty({rows, outs}, opts) : pre;
-    const Tensor deriv = keep_derivative ? empty({rows, outs}, {.dtype = acc, .device = x.device()}) : Tensor();
-    kernel<kernels::GeluEpilogueKernel>(OpId::gelu_epilogue, dev, x.dtype())(out2, deriv, pre, flag);
-    return {out2.view(out_sizes), keep_derivative ? deriv : pre};
+    kernel<kernels::LinearKernel>(OpId::linear, dev, x.dtype())(p, x2, w, b);
+    // Nothing reads the pre-activation afterwards: GELU in place over the GEMM's output.
+    if (!for_backward) kernel<kernels::GeluEpilogueKernel>(OpId::gelu_epilogue, dev, x.dtype())(p, Tensor(), p, flag);
+    return p;
   });
-  const Tensor& out = kept[0];
-  const Tensor& saved = kept[1];
+  if (!for_backward) return pre.view(out_sizes);
+  const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  // Outside a checkpointed region nothing else holds `pre`: with the derivative kept, GELU can
+  // overwrite it, as before the GEMM's output was kept for recomputation.
+  const Tensor out2 = keep_derivative && !kept_outputs_active() ? pre : empty({rows, outs}, opts);
+  const Tensor deriv = keep_derivative ? empty({rows, outs}, {.dtype = acc, .device = x.device()}) : Tensor();
+  {
+    NoGradGuard no_grad;
+    kernel<kernels::GeluEpilogueKernel>(OpId::gelu_epilogue, dev, x.dtype())(out2, deriv, pre, flag);
+  }
+  const Tensor out = out2.view(out_sizes);
+  const Tensor saved = keep_derivative ? deriv : pre;
   if (need_grad) {
     autograd::record(
         OpId::linear_gelu, {x, weight, bias}, {out},

@@ -97,6 +97,10 @@ namespace detail {
 inline thread_local KeptOutputs* t_kept_outputs = nullptr;
 }  // namespace detail
 
+/// True when a checkpointed region's store sees this thread's calls: a kept_or_computed() result
+/// may then be held by the store (and replayed again), so it must not be written in place.
+inline bool kept_outputs_active() { return detail::t_kept_outputs != nullptr; }
+
 /// True when a selective region is recording on this thread and keeps `op`: the op then computes
 /// what its backward needs even under NoGradGuard (linear_gelu's derivative), since the kept
 /// outputs will be replayed under grad mode.

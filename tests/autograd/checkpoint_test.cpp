@@ -5,6 +5,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/engine.h"
+#include "core/allocator.h"
 #include "core/grad_mode.h"
 #include "core/rng.h"
 #include "ops/functional.h"
@@ -252,6 +253,27 @@ TEST_CASE("selective checkpointing keeps the GEMM outputs instead of recomputing
   const double selective = flops_of(CheckpointMode::selective);
   REQUIRE(full == none + gemm);
   REQUIRE(selective == none);
+}
+
+TEST_CASE("selective checkpointing keeps linear_gelu's pre-activation alone", "[autograd][checkpoint]") {
+  // gelu(x·W1ᵀ + b1) feeds a second linear inside the region: the region holds the GEMM's output
+  // (what the recomputation re-runs the GELU pass from) and the region's own output, nothing else
+  // (not the GELU output, not its fp32 derivative).
+  const int64_t rows = 64, hidden = 256;
+  Tensor x = randn_input({rows, 8}, true, 5, DType::f32);
+  Tensor w1 = randn_input({hidden, 8}, true, 1, DType::f32), b1 = randn_input({hidden}, true, 2, DType::f32);
+  Tensor w2 = randn_input({8, hidden}, true, 3, DType::f32);
+  auto block = [&](const Tensor& in) { return linear(linear_gelu(in, w1, b1), w2); };
+  const size_t before = cpu_allocator().stats().allocated;
+  Tensor y = autograd::checkpoint(CheckpointOptions{.mode = CheckpointMode::selective}, block, x);
+  const size_t held = cpu_allocator().stats().allocated - before;
+  CHECK(held == static_cast<size_t>((rows * hidden + rows * 8) * 4));
+  // And the gradients are still those of the plain forward.
+  const TensorList params{x, w1, b1, w2};
+  const TensorList plain = grads_of([&] { return block(x); }, params);
+  require_same(grads_of([&] { return autograd::checkpoint(CheckpointOptions{.mode = CheckpointMode::selective}, block, x); },
+                        params),
+               plain);
 }
 
 TEST_CASE("selective checkpointing refuses a recomputation that calls other kept ops", "[autograd][checkpoint]") {
