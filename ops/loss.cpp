@@ -366,12 +366,12 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
                      shape_str(lead), ", got ", all);
   const int64_t M = shape_numel(lead);
   const Tensor tgt = target.detach().reshape({-1}).contiguous();
-  int64_t counted = 0;  // rows whose target is not ignored: the mean's divisor
-  for (int64_t v : tgt.to_vector<int64_t>()) {
-    PRECIS_CHECK_INDEX(v == options.ignore_index || (v >= 0 && v < V), op, ": target ", v, " is out of range for ",
-                       V, " classes (valid: 0 to ", V - 1, ", or ignore_index ", options.ignore_index, "); ", all);
-    counted += v != options.ignore_index;
-  }
+  // On a device the check stays there until the next host read (ops/device_asserts.h), as
+  // cross_entropy's does; the kernels give an out-of-range row a NaN loss meanwhile.
+  detail::check_index_range(tgt, V, options.ignore_index, [op, V, ignore = options.ignore_index, all](int64_t v) {
+    return precis::detail::str_cat(op, ": target ", v, " is out of range for ", V, " classes (valid: 0 to ", V - 1,
+                                   ", or ignore_index ", ignore, "); ", all);
+  });
 
   // The loss has the dtype cross_entropy gives for logits of input's dtype here: fp32 under
   // autocast (where the GEMMs run in f16/bf16), input's dtype otherwise.
@@ -392,7 +392,17 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
   // over the mean's divisor (1 for sum), as cross_entropy's backward gives its kernel, so the logit
   // gradient is rounded exactly where the unfused pair rounds it; backward multiplies by the
   // output gradient. (All rows ignored: 1/0, which the kernel never uses — it writes 0 there.)
-  const double row_grad = options.reduction == Reduction::mean ? 1.0 / static_cast<double>(counted) : 1.0;
+  // The divisor is counted on the targets' device: reading it on the host would wait for a GPU.
+  // 1/count in the accumulation type is the correctly rounded reciprocal, the value that
+  // 1.0/count in double rounded to it gives (division rounded twice, 53 >= 2·24 + 2 bits).
+  const bool mean = options.reduction == Reduction::mean;
+  Tensor counted, grad_row;  // rows not ignored (i64, 0-dim); the row gradient (1), acc
+  {
+    NoGradGuard no_grad;
+    if (mean) counted = sum(ne(tgt, options.ignore_index));
+    grad_row = full({1}, 1.0, acc_opts);
+    if (mean) grad_row = grad_row / counted.to(acc);
+  }
 
   // The backend's own kernel where it has one and the caller left the chunking to us (CPU with
   // oneDNN: vocabulary blocks over all rows, no (M, V) tensor at all; ops/kernels_loss.h). Its
@@ -400,6 +410,9 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
   if (options.chunk_rows == 0 && M > 0 && K > 0 && V > 0 && find_fused_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
     Tensor gx, gw, gb, total_rows, result;
     bool ran = false;
+    // This kernel takes the row gradient as a number; it exists on the CPU only, where reading
+    // the count waits for nothing.
+    const double row_grad = mean ? 1.0 / counted.item<double>() : 1.0;
     {
       NoGradGuard no_grad;
       const Tensor x2 = input.detach().reshape({M, K}).contiguous(), w = weight.detach().contiguous();
@@ -413,7 +426,8 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
         profiler::add_flops(OpId::linear_cross_entropy, 2.0 * static_cast<double>(M) * static_cast<double>(K) *
                                                             static_cast<double>(V) * (1 + need_x + need_w));
       ran = kernel<kernels::LinearCrossEntropyKernel>(OpId::linear_cross_entropy, dev, input.dtype())(
-          loss_rows, weight_rows, gx, gw, gb, x2, w, b, tgt, row_grad, options.ignore_index, options.label_smoothing);
+          loss_rows, weight_rows, gx, gw, gb, x2, w, b, tgt, row_grad, options.ignore_index,
+          options.label_smoothing);
       if (ran) result = reduce_rows(loss_rows, weight_rows, options.reduction, {}, out_dtype, &total_rows);
     }
     if (ran) {
@@ -443,7 +457,7 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
       profiler::add_flops(OpId::linear_cross_entropy,
                           2.0 * static_cast<double>(M) * static_cast<double>(K) * static_cast<double>(V));
     const Tensor logits = empty({std::min(chunk, std::max<int64_t>(M, 1)), V}, x_opts);
-    const Tensor grad_rows = full({1}, row_grad, acc_opts).expand({chunk});
+    const Tensor grad_rows = grad_row.expand({chunk});
     const auto linear_kernel = kernel<kernels::LinearKernel>(OpId::linear, dev, input.dtype());
     const auto ce_kernel = kernel<kernels::CrossEntropyKernel>(OpId::cross_entropy, dev, input.dtype());
     const auto ce_backward =

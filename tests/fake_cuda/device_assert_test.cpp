@@ -27,21 +27,26 @@ std::string index_error_of(F&& f) {
 
 }  // namespace
 
-TEST_CASE("cross_entropy and embedding forwards on a device read nothing back") {
+TEST_CASE("cross_entropy, linear_cross_entropy and embedding forwards on a device read nothing back") {
   require_fake_device();
   const Tensor logits = randn({4, 5}).to(kDev);
   const Tensor target = from_vector<int64_t>({0, 4, -100, 2}).to(kDev);
   const Tensor table = randn({10, 3}).to(kDev);
   const Tensor ids = from_vector<int64_t>({9, 0, 3}).to(kDev);
+  const Tensor hidden = randn({4, 3}).to(kDev);
   cuda::HostSyncCounter c;
   const Tensor loss = cross_entropy(logits, target);
   const Tensor nll = nll_loss(log_softmax(logits, 1), target);
   const Tensor rows = embedding(ids, table);
   const Tensor picked = index_select(table, 0, ids);
+  const Tensor fused = linear_cross_entropy(hidden, table.narrow(0, 0, 5), Tensor(), target);
   CHECK(c.count() == 0);
   CHECK(std::isfinite(loss.item<float>()));  // a read: one wait, and nothing to report
   CHECK(c.count() == 1);
   CHECK(rows.to(Device::cpu()).to_vector<float>() == picked.to(Device::cpu()).to_vector<float>());
+  // The fused loss divides by the rows it counted on the device: the mean of the same three rows.
+  const Tensor unfused = cross_entropy(linear(hidden, table.narrow(0, 0, 5)), target);
+  CHECK(fused.item<float>() == Approx(unfused.item<float>()).epsilon(1e-6));
 }
 
 TEST_CASE("an out-of-range embedding id on a device is reported at the next host read, on the CPU at once") {
