@@ -35,15 +35,16 @@ Audit::~Audit() {
   detail::refresh_precision_policy();
 }
 
-void Audit::observe(OpId op, const std::vector<const Tensor*>& inputs, std::optional<DType> ran_in) {
+void Audit::observe(std::string_view name, std::optional<OpId> op, const std::vector<const Tensor*>& inputs,
+                    std::optional<DType> ran_in) {
   // The reductions below are ops themselves: stop recording while they run.
   t_audit = nullptr;
   struct Restore {
     Audit* self;
     ~Restore() { t_audit = self; }
   } restore{this};
-  AuditRecord& r = records_[op_name(op)];
-  r.op = op_name(op);
+  AuditRecord& r = records_[std::string(name)];
+  r.op = name;
   ++r.calls;
   bool dtype_seen = false;
   NoGradGuard no_grad;
@@ -53,7 +54,7 @@ void Audit::observe(OpId op, const std::vector<const Tensor*>& inputs, std::opti
       const DType d = ran_in.value_or(t->dtype());
       if (std::find(r.dtypes.begin(), r.dtypes.end(), d) == r.dtypes.end()) r.dtypes.push_back(d);
       if (d == DType::f32) {
-        const Float32Precision p = float32_precision(op, t->device().type);
+        const Float32Precision p = op ? float32_precision(*op, t->device().type) : Float32Precision::ieee;
         if (std::find(r.f32_precisions.begin(), r.f32_precisions.end(), p) == r.f32_precisions.end())
           r.f32_precisions.push_back(p);
       }

@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
@@ -28,7 +29,7 @@ namespace precis::amp {
 
 /// What an Audit saw of one op, over all its calls.
 struct AuditRecord {
-  std::string op;     ///< the op's name, as op_name() gives it (custom ops are not audited)
+  std::string op;     ///< the op's name: op_name()'s, or a custom op's registered name
   int64_t calls = 0;  ///< calls recorded
   /// dtypes the op ran in (its first floating input's, after autocast).
   std::vector<DType> dtypes;
@@ -61,9 +62,12 @@ class Audit {
   /// f32 call that computed in TF32 is listed as "tf32" among the dtypes, an IEEE one as "f32".
   std::string report() const;
 
-  /// Called by the autocast hook of every op (not by users). ran_in: the dtype the op computes in
-  /// when it is not its first floating input's (a kernel that widens f16/bf16 logits itself).
-  void observe(OpId op, const std::vector<const Tensor*>& inputs, std::optional<DType> ran_in = std::nullopt);
+  /// Called by the precision hook of every op, built-in or registered with amp::register_custom_op
+  /// (not by users). name: the op's; op: its OpId, none for a custom op (whose f32 calls count as
+  /// IEEE). ran_in: the dtype the op computes in when it is not its first floating input's (a
+  /// kernel that widens f16/bf16 logits itself).
+  void observe(std::string_view name, std::optional<OpId> op, const std::vector<const Tensor*>& inputs,
+               std::optional<DType> ran_in = std::nullopt);
 
  private:
   std::map<std::string, AuditRecord> records_;

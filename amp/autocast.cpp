@@ -170,52 +170,26 @@ CustomOp register_custom_op(const std::string& name, Category category) {
   return {static_cast<int>(custom_ops().size()) - 1};
 }
 
-namespace detail {
+namespace {
 
-Category custom_category(CustomOp op) {
+CustomOpInfo custom_op(CustomOp op) {
   std::lock_guard<std::mutex> lock(g_custom_mutex);
-  return custom_ops().at(static_cast<size_t>(op.id)).category;
+  PRECIS_CHECK(op.id >= 0 && static_cast<size_t>(op.id) < custom_ops().size(), "amp::autocast: CustomOp id ", op.id,
+               " was not returned by register_custom_op");
+  return custom_ops()[static_cast<size_t>(op.id)];
 }
 
-const std::string& custom_name(CustomOp op) {
-  std::lock_guard<std::mutex> lock(g_custom_mutex);
-  return custom_ops().at(static_cast<size_t>(op.id)).name;
-}
-
-void throw_banned(OpId op) {
+[[noreturn]] void throw_banned(OpId op) {
   throw DTypeError(precis::detail::str_cat(op_name(op), " is not allowed under autocast: it is unsafe in low "
                                            "precision. Use ", banned_alternative(op), "."));
 }
 
-void throw_banned_custom(CustomOp op) {
-  throw DTypeError(precis::detail::str_cat(custom_name(op), " is registered as Banned under autocast; run it in an "
+[[noreturn]] void throw_banned_custom(const std::string& name) {
+  throw DTypeError(precis::detail::str_cat(name, " is registered as Banned under autocast; run it in an "
                                            "fp32 region (an inner amp::Autocast with enabled=false)."));
 }
 
-bool audit_active() { return active_audit() != nullptr; }
-
-void audit_observe(OpId op, std::initializer_list<const Tensor*> inputs) {
-  if (Audit* a = active_audit()) a->observe(op, std::vector<const Tensor*>(inputs));
-}
-
-DeviceType device_of(std::initializer_list<const Tensor*> tensors, bool* found) {
-  for (const Tensor* t : tensors) {
-    if (t->defined() && is_floating(t->dtype())) {
-      *found = true;
-      return t->device().type;
-    }
-  }
-  *found = false;
-  return DeviceType::cpu;
-}
-
-DType widest_floating(std::initializer_list<const Tensor*> tensors) {
-  // The ops' own promotion rule: a zero-dim floating operand does not widen dimensioned floating
-  // ones, so x_bf16 * scale_f32_0d stays bf16.
-  return result_type(tensors, /*floating_only=*/true);
-}
-
-}  // namespace detail
+}  // namespace
 
 namespace {
 // The thread cache's low-precision copy of the fp32 parameter `t`, made on a miss.
@@ -335,10 +309,10 @@ std::unique_ptr<PrecisionRegion> make_region() { return std::make_unique<Autocas
 [[maybe_unused]] const bool g_region_factory_installed = (set_precision_region_factory(&make_region), true);
 }  // namespace
 
-namespace detail {
+namespace {
 
-Tensor cast_for(Category c, const std::string* op_name, const Tensor& t, DType widest, DeviceType device) {
-  (void)op_name;
+// One input of an op of category c on `device`, as autocast casts it.
+Tensor cast_for(Category c, const Tensor& t, DType widest, DeviceType device) {
   if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == DType::f64) return t;
   const DeviceState& s = t_state.devices[static_cast<int>(device)];
   switch (c) {
@@ -353,7 +327,7 @@ Tensor cast_for(Category c, const std::string* op_name, const Tensor& t, DType w
   }
 }
 
-}  // namespace detail
+}  // namespace
 
 namespace {
 
@@ -362,7 +336,11 @@ namespace {
 // ops (cat, stack), as before the hook existed. With keep_first_narrow (an op whose kernel widens
 // its first input itself, PrecisionPolicy::apply_widening_in_kernel), an f16/bf16 first input that
 // FP32, or Promote to an fp32 widest dtype, would widen is left as it is; returns true then.
-bool cast_inputs(OpId op, std::span<Tensor> inputs, bool list_op, bool keep_first_narrow = false) {
+// category_of(device) gives the op's category; banned() throws for a Banned one. Built-in and
+// user-defined ops both come through here.
+template <typename CategoryOf, typename Banned>
+bool cast_inputs(std::span<Tensor> inputs, bool list_op, bool keep_first_narrow, CategoryOf category_of,
+                 Banned banned) {
   bool found = false;
   DeviceType device = DeviceType::cpu;
   DType widest = DType::f32;
@@ -376,16 +354,25 @@ bool cast_inputs(OpId op, std::span<Tensor> inputs, bool list_op, bool keep_firs
     found = true;
   }
   if (!found || !is_autocast_enabled(device)) return false;
-  const Category c = category(op, device);
-  if (c == Category::Banned) detail::throw_banned(op);
+  const Category c = category_of(device);
+  if (c == Category::Banned) banned();
   if (c == Category::Passthrough) return false;
   if (!list_op) widest = result_type(ptrs, /*floating_only=*/true);
   const bool widens_to_fp32 = c == Category::FP32 || (c == Category::Promote && widest == DType::f32);
   const bool keep_first = keep_first_narrow && widens_to_fp32 && inputs[0].defined() &&
                           is_low_precision(inputs[0].dtype());
-  for (size_t i = keep_first ? 1 : 0; i < inputs.size(); ++i)
-    inputs[i] = detail::cast_for(c, nullptr, inputs[i], widest, device);
+  for (size_t i = keep_first ? 1 : 0; i < inputs.size(); ++i) inputs[i] = cast_for(c, inputs[i], widest, device);
   return keep_first;
+}
+
+// Lets the thread's audit, if one records, observe a call with its inputs as the op computes on them.
+void audit_call(std::string_view name, std::optional<OpId> op, std::span<Tensor> inputs, bool first_widened) {
+  if (Audit* a = active_audit()) [[unlikely]] {
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : inputs) ptrs.push_back(&t);
+    // A first input left narrow is computed on in fp32: that is the dtype the op ran in.
+    a->observe(name, op, ptrs, first_widened ? std::optional<DType>(DType::f32) : std::nullopt);
+  }
 }
 
 // The policy the ops see (ops/precision.h): autocast's casts, then the audit's observation of what
@@ -397,17 +384,17 @@ class AmpPolicy final : public PrecisionPolicy {
   bool apply_widening_in_kernel(OpId op, std::span<Tensor> inputs) override {
     return run(op, inputs, /*list_op=*/false, /*keep_first_narrow=*/true);
   }
+  Category category(OpId op, DeviceType device) const override {
+    return any_autocast_enabled() && is_autocast_enabled(device) ? amp::category(op, device) : Category::Passthrough;
+  }
 
  private:
   static bool run(OpId op, std::span<Tensor> inputs, bool list_op, bool keep_first_narrow) {
     if (inputs.empty()) return false;
-    const bool kept = any_autocast_enabled() && cast_inputs(op, inputs, list_op, keep_first_narrow);
-    if (Audit* a = active_audit()) [[unlikely]] {
-      std::vector<const Tensor*> ptrs;
-      for (const Tensor& t : inputs) ptrs.push_back(&t);
-      // A first input left narrow is computed on in fp32: that is the dtype the op ran in.
-      a->observe(op, ptrs, kept ? std::optional<DType>(DType::f32) : std::nullopt);
-    }
+    const bool kept = any_autocast_enabled() &&
+                      cast_inputs(inputs, list_op, keep_first_narrow, [op](DeviceType d) { return amp::category(op, d); },
+                                  [op] { throw_banned(op); });
+    audit_call(op_name(op), op, inputs, kept);
     return kept;
   }
 };
@@ -417,16 +404,20 @@ thread_local AmpPolicy t_policy;
 }  // namespace
 
 namespace detail {
+
 void refresh_precision_policy() {
   const bool wanted = t_state.depth > 0 || open_audit() != nullptr;
   set_precision_policy(wanted ? &t_policy : nullptr);
 }
-}  // namespace detail
 
-std::vector<Tensor> autocast_list(OpId op, const std::vector<Tensor>& inputs) {
-  std::vector<Tensor> out = inputs;
-  if (!out.empty()) t_policy.apply_list(op, out);
-  return out;
+void apply_custom(CustomOp op, std::span<Tensor> inputs) {
+  const CustomOpInfo info = custom_op(op);
+  if (any_autocast_enabled())
+    cast_inputs(inputs, /*list_op=*/false, /*keep_first_narrow=*/false, [&info](DeviceType) { return info.category; },
+                [&info] { throw_banned_custom(info.name); });
+  audit_call(info.name, std::nullopt, inputs, false);
 }
+
+}  // namespace detail
 
 }  // namespace precis::amp

@@ -12,13 +12,13 @@
 // differentiable: gradients reach fp32 parameters as fp32. Low-precision copies of fp32 leaf
 // parameters are cached for the region (Note [Autocast cache] in autocast.cpp).
 #include <array>
-#include <tuple>
+#include <span>
 #include <string>
-#include <vector>
 
 #include "core/device.h"
 #include "core/dtype.h"
 #include "ops/op_table.h"
+#include "ops/precision.h"
 #include "tensor/tensor.h"
 
 namespace precis::amp {
@@ -58,9 +58,11 @@ class Autocast {
 
 /// The default low-precision dtype of a device type: bf16 for the CPU, f16 for CUDA.
 DType default_autocast_dtype(DeviceType device_type);
+/// Whether autocast is on for `device_type` on this thread.
 bool is_autocast_enabled(DeviceType device_type);
+/// The low-precision dtype autocast uses for `device_type` on this thread.
 DType autocast_dtype(DeviceType device_type);
-/// True if autocast is on for any device type on this thread (the ops' fast-path test).
+/// True if autocast is on for any device type on this thread (outside backward).
 bool any_autocast_enabled();
 
 // ---- the policy table --------------------------------------------------------------------------
@@ -71,6 +73,7 @@ void set_category(OpId op, Category category, DeviceType device_type = DeviceTyp
 /// Drops every override.
 void reset_categories();
 
+// ---- user-defined ops --------------------------------------------------------------------------
 /// A user-defined op's registration with the policy: its name appears in audits and errors.
 struct CustomOp {
   int id;  ///< the registration's index, as returned by register_custom_op
@@ -78,66 +81,26 @@ struct CustomOp {
 /// Registers a user op with its category; call once (e.g. a function-local static).
 CustomOp register_custom_op(const std::string& name, Category category);
 
-// ---- the hook every op calls -------------------------------------------------------------------
 namespace detail {
+/// Casts `inputs` in place as `op`'s category says and lets an open amp::Audit record the call:
+/// the path the built-in ops take through their precision hook (ops/precision.h).
+void apply_custom(CustomOp op, std::span<Tensor> inputs);
 /// Installs amp's policy in the ops' precision hook (ops/precision.h) while an Autocast guard or an
 /// Audit is open on this thread, and removes it when none is. Called by their constructors and
 /// destructors.
 void refresh_precision_policy();
-Tensor cast_for(Category category, const std::string* op_name, const Tensor& t, DType widest, DeviceType device);
-DType widest_floating(std::initializer_list<const Tensor*> tensors);
-DeviceType device_of(std::initializer_list<const Tensor*> tensors, bool* found);
-void throw_banned(OpId op);
-void throw_banned_custom(CustomOp op);
-/// True when an amp::Audit records on this thread.
-bool audit_active();
-void audit_observe(OpId op, std::initializer_list<const Tensor*> inputs);
-Category custom_category(CustomOp op);
-const std::string& custom_name(CustomOp op);
 }  // namespace detail
 
-/// Returns the op's inputs cast as its category says when autocast is on for their device;
-/// otherwise the inputs unchanged. Only floating, non-f64 tensors are cast; undefined tensors pass
-/// through. Banned ops throw, naming the safe alternative.
-template <typename... T>
-std::array<Tensor, sizeof...(T)> autocast(OpId op, const T&... inputs) {
-  if (!any_autocast_enabled()) {
-    if (detail::audit_active()) [[unlikely]]
-      detail::audit_observe(op, {&inputs...});
-    return {inputs...};
-  }
-  std::array<Tensor, sizeof...(T)> out = {inputs...};
-  bool found = false;
-  const DeviceType device = detail::device_of({&inputs...}, &found);
-  if (found && is_autocast_enabled(device)) {
-    const Category c = category(op, device);
-    if (c == Category::Banned) detail::throw_banned(op);
-    if (c != Category::Passthrough) {
-      const DType widest = detail::widest_floating({&inputs...});
-      out = {detail::cast_for(c, nullptr, inputs, widest, device)...};
-    }
-  }
-  if (detail::audit_active()) [[unlikely]]
-    std::apply([&](const auto&... t) { detail::audit_observe(op, {&t...}); }, out);
-  return out;
-}
-
-/// The same for a user-defined op registered with register_custom_op.
+/// A user-defined op's inputs cast as its registered category says when autocast is on for their
+/// device (otherwise unchanged), exactly as a built-in op of that category casts them; an open
+/// amp::Audit records the call under the op's name. Banned ops throw DTypeError.
 template <typename... T>
 std::array<Tensor, sizeof...(T)> autocast(CustomOp op, const T&... inputs) {
-  if (!any_autocast_enabled()) return {inputs...};
-  bool found = false;
-  const DeviceType device = detail::device_of({&inputs...}, &found);
-  if (!found || !is_autocast_enabled(device)) return {inputs...};
-  const Category c = detail::custom_category(op);
-  if (c == Category::Banned) detail::throw_banned_custom(op);
-  if (c == Category::Passthrough) return {inputs...};
-  const DType widest = detail::widest_floating({&inputs...});
-  return {detail::cast_for(c, &detail::custom_name(op), inputs, widest, device)...};
+  std::array<Tensor, sizeof...(T)> out = {inputs...};
+  if (precision_policy() != nullptr) [[unlikely]]
+    detail::apply_custom(op, out);
+  return out;
 }
-
-/// For ops taking a list of tensors (cat, stack): casts each element.
-std::vector<Tensor> autocast_list(OpId op, const std::vector<Tensor>& inputs);
 
 /// Entries in the weight-cast cache of this thread (for tests and diagnostics).
 size_t cache_size();

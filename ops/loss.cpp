@@ -374,9 +374,10 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
   });
 
   // The loss has the dtype cross_entropy gives for logits of input's dtype here: fp32 under
-  // autocast (where the GEMMs run in f16/bf16), input's dtype otherwise.
-  bool loss_in_fp32 = false;
-  (void)apply_precision_widening_in_kernel(OpId::cross_entropy, &loss_in_fp32, input.detach());
+  // autocast (where the GEMMs run in f16/bf16), input's dtype otherwise. Asked of the policy, not
+  // run through it: no cross_entropy call is made, so none is cast or audited.
+  const bool loss_in_fp32 = is_low_precision(input.dtype()) &&
+                            precision_category(OpId::cross_entropy, input.device().type) == Category::FP32;
   const DType out_dtype = loss_in_fp32 ? DType::f32 : input.dtype();
   const DType acc = acc_type(input.dtype());
   const Device device = input.device();

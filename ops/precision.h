@@ -37,6 +37,14 @@ class PrecisionPolicy {
     apply(op, inputs);
     return false;
   }
+  /// The category the policy applies to `op`'s inputs on `device` now, without casting or
+  /// recording anything: for an op that must know what another op would do (a fused op's result
+  /// dtype). Passthrough where the policy casts nothing (autocast off for that device).
+  virtual Category category(OpId op, DeviceType device) const {
+    (void)op;
+    (void)device;
+    return Category::Passthrough;
+  }
 };
 
 namespace detail {
@@ -48,6 +56,13 @@ inline thread_local PrecisionPolicy* t_precision_policy = nullptr;
 PrecisionPolicy* set_precision_policy(PrecisionPolicy* policy);
 /// The policy installed on this thread, or nullptr.
 inline PrecisionPolicy* precision_policy() { return detail::t_precision_policy; }
+
+/// The category the installed policy applies to `op` on `device` now (PrecisionPolicy::category);
+/// Passthrough when none is installed. A query: nothing is cast, no audit records it.
+inline Category precision_category(OpId op, DeviceType device) {
+  const PrecisionPolicy* p = detail::t_precision_policy;
+  return p == nullptr ? Category::Passthrough : p->category(op, device);
+}
 
 /// The op's inputs as the installed policy wants them; unchanged when none is installed.
 template <typename... T>

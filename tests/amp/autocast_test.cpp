@@ -242,3 +242,73 @@ TEST_CASE("amp's policy is in the ops' precision hook exactly while a region or 
 
 }  // namespace
 }  // namespace precis::amp
+
+namespace precis::amp {
+namespace {
+
+// A user op as docs/mixed-precision.md writes one: its category through amp::autocast, then ops.
+Tensor scaled_gemm(const Tensor& a, const Tensor& b) {
+  static const CustomOp op = register_custom_op("scaled_gemm", Category::Lower);
+  auto [a_, b_] = autocast(op, a, b);
+  return matmul(a_, b_) * 0.5;
+}
+
+TEST_CASE("an audit over a model with a custom op lists that op, with the dtype it ran in", "[amp][audit]") {
+  Tensor w = full({4, 4}, 3.0).requires_grad_();
+  Tensor x = full({2, 4}, 7.0);
+  Audit audit;
+  {
+    Autocast ac(DType::bf16);
+    (void)relu(scaled_gemm(x, w));
+  }
+  {
+    (void)scaled_gemm(x, w);  // outside autocast: recorded in f32
+  }
+  AuditRecord custom;
+  for (const AuditRecord& r : audit.records())
+    if (r.op == "scaled_gemm") custom = r;
+  REQUIRE(custom.calls == 2);
+  CHECK(custom.dtypes == std::vector<DType>{DType::bf16, DType::f32});
+  CHECK(custom.f32_precisions == std::vector<Float32Precision>{Float32Precision::ieee});
+  CHECK(custom.max_abs == 7.0);
+  CHECK(audit.report().find("scaled_gemm") != std::string::npos);
+}
+
+TEST_CASE("a custom op casts exactly as a built-in op of its category", "[amp][autocast]") {
+  static const CustomOp promote = register_custom_op("my_promote", Category::Promote);
+  static const CustomOp fp32 = register_custom_op("my_fp32", Category::FP32);
+  const Tensor a = randn({3}).to(DType::bf16), b = randn({3}), s = full({}, 2.0);
+  Autocast ac(DType::bf16);
+  for (const auto& [op, custom] : {std::pair{OpId::add, promote}, std::pair{OpId::softmax, fp32}}) {
+    const auto builtin = apply_precision(op, a, b, s);
+    const auto mine = autocast(custom, a, b, s);
+    for (size_t i = 0; i < builtin.size(); ++i) CHECK(mine[i].dtype() == builtin[i].dtype());
+  }
+}
+
+TEST_CASE("the policy answers a category query without casting or recording", "[amp][autocast][audit]") {
+  CHECK(precision_category(OpId::cross_entropy, DeviceType::cpu) == Category::Passthrough);  // no policy
+  Audit audit;
+  CHECK(precision_category(OpId::cross_entropy, DeviceType::cpu) == Category::Passthrough);  // autocast off
+  {
+    Autocast ac(DType::bf16);
+    CHECK(precision_category(OpId::cross_entropy, DeviceType::cpu) == Category::FP32);
+    CHECK(precision_category(OpId::linear, DeviceType::cpu) == Category::Lower);
+    CHECK(precision_category(OpId::linear, DeviceType::cuda) == Category::Passthrough);  // not this region's device
+    set_category(OpId::cross_entropy, Category::Lower);
+    CHECK(precision_category(OpId::cross_entropy, DeviceType::cpu) == Category::Lower);
+    reset_categories();
+    // linear_cross_entropy asks what cross_entropy would do; the audit sees only the call made.
+    (void)linear_cross_entropy(randn({3, 4}), randn({5, 4}), Tensor(), from_vector<int64_t>({0, 4, 2}));
+  }
+  bool fused = false, plain = false;
+  for (const AuditRecord& r : audit.records()) {
+    fused = fused || r.op == "linear_cross_entropy";
+    plain = plain || r.op == "cross_entropy";
+  }
+  CHECK(fused);
+  CHECK_FALSE(plain);
+}
+
+}  // namespace
+}  // namespace precis::amp
