@@ -169,8 +169,9 @@ void register_kernel(OpId op, DeviceType device, DType dtype, Fn* fn) {
   register_kernel(op, device, dtype, reinterpret_cast<void*>(fn), typeid(Fn));
 }
 
-/// Registers every compiled backend's kernels and allocators (idempotent, thread-safe). Called
-/// on first use of the registry; users never need to call it.
+/// Registers the CPU kernels (idempotent, thread-safe). Called on first use of the registry; users
+/// never need to call it. The CUDA kernels are registered on the first CUDA lookup, when the CUDA
+/// backend library is loaded (core/cuda_backend.h).
 void init_backends();
 
 }  // namespace precis

@@ -286,8 +286,8 @@ const std::map<OpId, OpId> kBackwardOf = {
 };
 
 // Rows checked by a test case of their own: unscale_grads in this file, the optimizer and
-// clipping kernels in optim_kernels_test.cpp (f16/bf16 parameters and gradients against f64),
-// cross_entropy_with_grad in cross_entropy_with_grad_test.cpp (f16/bf16 logits against f64).
+// clipping kernels in tests/optim/optim_kernels_test.cpp (f16/bf16 parameters and gradients
+// against f64), cross_entropy_with_grad in cross_entropy_with_grad_test.cpp (f16/bf16 logits against f64).
 const std::set<OpId> kOwnTest = {OpId::unscale_grads,  OpId::sgd_step,        OpId::adam_step,
                                    OpId::grad_norms,     OpId::clip_grad_norm,  OpId::clip_grad_value,
                                    OpId::cross_entropy_with_grad};
