@@ -4,30 +4,33 @@
 // its contributions in the order the CPU kernel does (ops/cpu/index.cpp: increasing position along
 // the indexed dim, in opmath_t, rounded once), so the two backends agree bit for bit;
 // tests/ops/index_pool_math_test.cpp runs these functions on the host against the CPU kernels.
-// Internal header: nvcc compiles it, so plain pointers and PRECIS_HD only (the grouping is host
-// code).
+// Internal header: nvcc compiles it, so plain pointers and PRECIS_HD only.
 #include <cstdint>
 
 #include "core/opmath.h"
 
 namespace precis::kernels {
 
-/// index_add's grouping of a 1-D index of length k by value: positions[offsets[r] ... offsets[r+1])
-/// are the i with index[i] == r, increasing (a stable counting sort). offsets: size + 1 entries,
-/// positions: k. Returns the first i whose index is outside [0, size), or −1 when all are valid
-/// (then the arrays are filled). Host only.
-inline int64_t group_index_rows(const int64_t* index, int64_t k, int64_t size, int64_t* offsets, int64_t* positions) {
-  for (int64_t r = 0; r <= size; ++r) offsets[r] = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    if (index[i] < 0 || index[i] >= size) return i;
-    ++offsets[index[i] + 1];
+/// index_add's grouping of a 1-D index of length k by row (ops/cuda/index.cu), with no read of
+/// the index on the host: offsets (size + 1 entries) and positions (k), where
+/// positions[offsets[r] ... offsets[r+1]) are the i with index[i] == r, increasing. Position i is
+/// sorted, stably, under group_key(index[i], size) — its row, or `size` for an index outside
+/// [0, size), so that no row's group holds it (the op's device-side check reports it) — and
+/// offsets[r] is the first sorted position whose key is >= r (group_offset, a binary search). tests/ops/index_pool_math_test.cpp checks the steps against a
+/// counting sort, invalid indices included.
+PRECIS_HD_INLINE uint64_t group_key(int64_t v, int64_t size) {
+  return static_cast<uint64_t>(v >= 0 && v < size ? v : size);
+}
+
+/// The first position p in [0, k) with sorted_keys[p] >= r, or k (sorted_keys ascending).
+PRECIS_HD_INLINE int64_t group_offset(const uint64_t* sorted_keys, int64_t k, int64_t r) {
+  int64_t lo = 0, hi = k;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted_keys[mid] < static_cast<uint64_t>(r)) lo = mid + 1;
+    else hi = mid;
   }
-  for (int64_t r = 0; r < size; ++r) offsets[r + 1] += offsets[r];
-  // offsets[r] doubles as row r's write cursor, then is restored from the next row's start.
-  for (int64_t i = 0; i < k; ++i) positions[offsets[index[i]]++] = i;
-  for (int64_t r = size; r > 0; --r) offsets[r] = offsets[r - 1];
-  offsets[0] = 0;
-  return -1;
+  return lo;
 }
 
 /// index_add for one output element: dst + Σ src[positions[p] · src_dim_stride] over p in

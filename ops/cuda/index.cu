@@ -2,6 +2,10 @@
 // index_add and scatter_add. The adds are deterministic with no atomics: one thread per output
 // element adds its contributions in increasing position along the indexed dim (ops/index_math.h,
 // the order of the CPU kernel), so results are the same on every run and equal the CPU's.
+#include <bit>
+
+#include <cub/device/device_radix_sort.cuh>
+
 #include "ops/cuda/device_math.cuh"
 #include "ops/cuda/index_pool_kernels.h"
 #include "ops/index_math.h"
@@ -52,6 +56,37 @@ __global__ void index_add_kernel(T* __restrict__ out, const T* __restrict__ src,
   }
 }
 
+// index_add's grouping on the device (kernels::group_key / group_offset): the sort keys and the
+// positions to sort with them, then each row's first position in the sorted keys.
+__global__ void group_keys_kernel(const int64_t* __restrict__ index, int64_t k, int64_t rows, uint64_t* __restrict__ keys,
+                                  int64_t* __restrict__ positions) {
+  PRECIS_GRID_STRIDE_LOOP(i, k) {
+    keys[i] = kernels::group_key(index[i], rows);
+    positions[i] = i;
+  }
+}
+
+__global__ void group_offsets_kernel(const uint64_t* __restrict__ sorted_keys, int64_t k, int64_t rows,
+                                     int64_t* __restrict__ offsets) {
+  PRECIS_GRID_STRIDE_LOOP(r, rows + 1) offsets[r] = kernels::group_offset(sorted_keys, k, r);
+}
+
+// The scratch layout of launch_group_index_rows: keys in, keys out, positions in (k each), then
+// CUB's temporary storage, each 256-byte aligned.
+size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
+
+size_t radix_sort_temp_bytes(int64_t k, int end_bit) {
+  size_t bytes = 0;
+  PRECIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const uint64_t*>(nullptr),
+                                                    static_cast<uint64_t*>(nullptr), static_cast<const int64_t*>(nullptr),
+                                                    static_cast<int64_t*>(nullptr), k, 0, end_bit),
+                    "sizing index_add's grouping sort (", k, " indices)");
+  return bytes;
+}
+
+// Keys are at most rows: the sort looks at those bits only.
+int key_bits(int64_t rows) { return std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(rows)))); }
+
 // Thread t: output row t % rows of column t / rows.
 template <typename T>
 __global__ void scatter_add_kernel(T* __restrict__ out, const int64_t* __restrict__ index, const T* __restrict__ src,
@@ -88,6 +123,33 @@ void launch_gather(size_t elem_size, void* out, const int64_t* index, const void
   }
   PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the gather kernel (", l.numel, " elements of ", elem_size,
                     " bytes)");
+}
+
+size_t group_index_scratch_bytes(int64_t k, int64_t rows) {
+  return 3 * align_up(static_cast<size_t>(k) * 8) + align_up(radix_sort_temp_bytes(k, key_bits(rows)));
+}
+
+void launch_group_index_rows(const int64_t* index, int64_t k, int64_t rows, int64_t* groups, void* scratch,
+                             size_t scratch_bytes, cudaStream_t stream) {
+  PRECIS_INTERNAL_ASSERT(scratch_bytes >= group_index_scratch_bytes(k, rows), "index_add: grouping scratch of ",
+                         scratch_bytes, " bytes for ", k, " indices");
+  char* base = static_cast<char*>(scratch);
+  const size_t slot = align_up(static_cast<size_t>(k) * 8);
+  auto* keys_in = reinterpret_cast<uint64_t*>(base);
+  auto* keys_out = reinterpret_cast<uint64_t*>(base + slot);
+  auto* positions_in = reinterpret_cast<int64_t*>(base + 2 * slot);
+  void* temp = base + 3 * slot;
+  size_t temp_bytes = scratch_bytes - 3 * slot;
+  if (k > 0) {
+    group_keys_kernel<<<grid_for(k), kThreads, 0, stream>>>(index, k, rows, keys_in, positions_in);
+    PRECIS_CUDA_CHECK(cudaGetLastError(), "launching index_add's grouping keys (", k, " indices)");
+    // Radix sort is stable: within a row the positions stay increasing, the CPU kernel's order.
+    PRECIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, positions_in,
+                                                      groups + rows + 1, k, 0, key_bits(rows), stream),
+                      "sorting index_add's index (", k, " indices)");
+  }
+  group_offsets_kernel<<<grid_for(rows + 1), kThreads, 0, stream>>>(keys_out, k, rows, groups);
+  PRECIS_CUDA_CHECK(cudaGetLastError(), "launching index_add's grouping offsets (", rows, " rows)");
 }
 
 void launch_index_add(DType dtype, void* out, const void* src, const int64_t* groups, const IndexAddLaunch& a) {

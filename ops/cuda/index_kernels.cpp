@@ -56,8 +56,10 @@ void index_select_kernel(const Tensor& out, const Tensor& x, int64_t dim, const 
 }
 
 // out (contiguous, holding x) += src's slices at rows index along dim. The index is grouped by
-// row on the host (one read of it, as ops/index.cpp's range check already does) and uploaded
-// with the positions; each output element then adds its row's slices in position order.
+// row on the device (a stable sort of its positions, ops/cuda/index.cu), so the host never reads
+// it back (embedding's backward runs this every step); each output element then adds its row's
+// slices in position order. An index out of range lands in no row: ops/index.cpp's device-side
+// check reports it at the next host read.
 void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   check_index("index_add", out, index);
   PRECIS_CHECK_DTYPE(out.dtype() == src.dtype() && out.dtype() != DType::boolean,
@@ -67,22 +69,22 @@ void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const
                          index.describe());
   const int64_t k = index.numel(), rows = out.sizes()[dim];
   if (k == 0 || out.numel() == 0) return;
-  const std::vector<int64_t> host_index = index.to(Device::cpu()).contiguous().to_vector<int64_t>();
-  std::vector<int64_t> groups(static_cast<size_t>(rows + 1 + k));
-  const int64_t bad = kernels::group_index_rows(host_index.data(), k, rows, groups.data(), groups.data() + rows + 1);
-  PRECIS_CHECK_INDEX(bad < 0, "index_add: index ", bad < 0 ? 0 : host_index[static_cast<size_t>(bad)],
-                     " at position ", bad, " is out of range for a dim of size ", rows, " (out ", out.describe(),
-                     ", index ", index.describe(), ", src ", src.describe(), ")");
-  // Freed after the launch: the stream-ordered allocator reuses it only for work queued later.
-  const Tensor dev_groups = from_vector<int64_t>(groups).to(out.device());
   const Tensor sa = zero_dim_stride(src, out.sizes(), dim);
   IndexAddLaunch a;
   a.l = make_elementwise_launch("index_add", {&out, &sa});
   a.rows = rows;
   for (size_t d = static_cast<size_t>(dim) + 1; d < out.sizes().size(); ++d) a.inner *= out.sizes()[d];
   a.src_dim_stride = src.strides()[dim];
+  // Freed after the launches: the stream-ordered allocator reuses them only for work queued later.
+  const Tensor idx = index.contiguous();
+  const Tensor groups = empty({rows + 1 + k}, {.dtype = DType::i64, .device = out.device()});
+  const size_t scratch_bytes = group_index_scratch_bytes(k, rows);
+  const Tensor scratch =
+      empty({static_cast<int64_t>((scratch_bytes + 7) / 8)}, {.dtype = DType::i64, .device = out.device()});
   DeviceGuard guard(out.device().index);
-  launch_index_add(out.dtype(), out.data_ptr(), sa.data_ptr(), static_cast<const int64_t*>(dev_groups.data_ptr()), a);
+  launch_group_index_rows(static_cast<const int64_t*>(idx.data_ptr()), k, rows,
+                          static_cast<int64_t*>(groups.data_ptr()), scratch.data_ptr(), scratch_bytes, a.l.stream);
+  launch_index_add(out.dtype(), out.data_ptr(), sa.data_ptr(), static_cast<const int64_t*>(groups.data_ptr()), a);
 }
 
 // out (contiguous, holding x): out[index[pos] along dim] += src[pos] over index's positions.

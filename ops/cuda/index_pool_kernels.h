@@ -19,9 +19,18 @@ namespace precis::cuda {
 void launch_gather(size_t elem_size, void* out, const int64_t* index, const void* x, int64_t dim_stride,
                    int64_t dim_size, const ElementwiseLaunch& l);
 
+/// index_add's grouping of a contiguous 1-D index of length k into `groups` (rows + 1 offsets,
+/// then k positions, as ops/index_math.h describes them) on the device, with no host read: a stable
+/// radix sort of the positions by row (kernels::group_key; an index outside [0, rows) lands in no
+/// row) and a binary search per row (kernels::group_offset). scratch: device memory of at least
+/// group_index_scratch_bytes(k, rows). Queued on `stream`.
+size_t group_index_scratch_bytes(int64_t k, int64_t rows);
+void launch_group_index_rows(const int64_t* index, int64_t k, int64_t rows, int64_t* groups, void* scratch,
+                             size_t scratch_bytes, cudaStream_t stream);
+
 /// index_add over a contiguous out: `l` describes operands (out, src) over out's shape with src's
 /// stride along the indexed dim set to 0; out's element t lies in row (t / inner) % rows of the
-/// indexed dim. groups: rows + 1 offsets then the positions (kernels::group_index_rows).
+/// indexed dim. groups: rows + 1 offsets then the positions (launch_group_index_rows).
 struct IndexAddLaunch {
   ElementwiseLaunch l;
   int64_t inner = 1, rows = 0, src_dim_stride = 0;

@@ -4,6 +4,7 @@
 // with the CPU kernels: so the device math is tested on machines without a GPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -253,19 +254,93 @@ TEST_CASE("the adaptive pooling functions match the CPU kernels bit for bit", "[
   }
 }
 
+// The reference grouping of a 1-D index of length k by value (the host grouping the CUDA
+// index_add used before it grouped on the device): positions[offsets[r] ... offsets[r+1]) are the
+// i with index[i] == r, increasing (a stable counting sort). offsets: size + 1 entries,
+// positions: k. Returns the first i whose index is outside [0, size), or −1 when all are valid
+// (then the arrays are filled).
+static int64_t group_index_rows(const int64_t* index, int64_t k, int64_t size, int64_t* offsets, int64_t* positions) {
+  for (int64_t r = 0; r <= size; ++r) offsets[r] = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    if (index[i] < 0 || index[i] >= size) return i;
+    ++offsets[index[i] + 1];
+  }
+  for (int64_t r = 0; r < size; ++r) offsets[r + 1] += offsets[r];
+  // offsets[r] doubles as row r's write cursor, then is restored from the next row's start.
+  for (int64_t i = 0; i < k; ++i) positions[offsets[index[i]]++] = i;
+  for (int64_t r = size; r > 0; --r) offsets[r] = offsets[r - 1];
+  offsets[0] = 0;
+  return -1;
+}
+
 TEST_CASE("group_index_rows groups positions by row in increasing order and rejects bad indices",
           "[ops][cuda_math][index]") {
   const std::vector<int64_t> index = {3, 0, 3, 1, 3, 0};
   std::vector<int64_t> offsets(6), positions(6);
-  REQUIRE(kernels::group_index_rows(index.data(), 6, 5, offsets.data(), positions.data()) == -1);
+  REQUIRE(group_index_rows(index.data(), 6, 5, offsets.data(), positions.data()) == -1);
   CHECK(offsets == std::vector<int64_t>{0, 2, 3, 3, 6, 6});
   CHECK(positions == std::vector<int64_t>{1, 5, 3, 0, 2, 4});
   const std::vector<int64_t> too_big = {0, 5, 1}, negative = {0, 1, -1};
-  CHECK(kernels::group_index_rows(too_big.data(), 3, 5, offsets.data(), positions.data()) == 1);
-  CHECK(kernels::group_index_rows(negative.data(), 3, 5, offsets.data(), positions.data()) == 2);
+  CHECK(group_index_rows(too_big.data(), 3, 5, offsets.data(), positions.data()) == 1);
+  CHECK(group_index_rows(negative.data(), 3, 5, offsets.data(), positions.data()) == 2);
   // An empty dim accepts only an empty index.
-  CHECK(kernels::group_index_rows(index.data(), 0, 0, offsets.data(), positions.data()) == -1);
-  CHECK(kernels::group_index_rows(index.data(), 1, 0, offsets.data(), positions.data()) == 0);
+  CHECK(group_index_rows(index.data(), 0, 0, offsets.data(), positions.data()) == -1);
+  CHECK(group_index_rows(index.data(), 1, 0, offsets.data(), positions.data()) == 0);
+}
+
+// The device grouping's steps (ops/cuda/index.cu) with std::stable_sort standing in for CUB's
+// stable radix sort: keys, sort, offsets by binary search.
+static void group_by_sorting(const std::vector<int64_t>& index, int64_t size, std::vector<int64_t>& offsets,
+                      std::vector<int64_t>& positions) {
+  const int64_t k = static_cast<int64_t>(index.size());
+  std::vector<std::pair<uint64_t, int64_t>> pairs;
+  for (int64_t i = 0; i < k; ++i) pairs.push_back({kernels::group_key(index[static_cast<size_t>(i)], size), i});
+  std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<uint64_t> keys;
+  positions.clear();
+  for (const auto& [key, i] : pairs) {
+    keys.push_back(key);
+    positions.push_back(i);
+  }
+  offsets.assign(static_cast<size_t>(size + 1), 0);
+  for (int64_t r = 0; r <= size; ++r) offsets[static_cast<size_t>(r)] = kernels::group_offset(keys.data(), k, r);
+}
+
+TEST_CASE("the device grouping of index_add equals group_index_rows, and leaves bad indices out of every row",
+          "[ops][cuda_math][index]") {
+  std::mt19937_64 rng(11);
+  for (int64_t size : {1, 2, 7, 300}) {
+    for (int64_t k : {0, 1, 5, 64, 1000}) {
+      INFO("size " << size << " k " << k);
+      std::vector<int64_t> index(static_cast<size_t>(k));
+      for (int64_t& v : index) v = static_cast<int64_t>(rng() % static_cast<uint64_t>(size));
+      std::vector<int64_t> host_offsets(static_cast<size_t>(size + 1)), host_positions(static_cast<size_t>(k));
+      REQUIRE(group_index_rows(index.data(), k, size, host_offsets.data(), host_positions.data()) == -1);
+      std::vector<int64_t> offsets, positions;
+      group_by_sorting(index, size, offsets, positions);
+      CHECK(offsets == host_offsets);
+      CHECK(positions == host_positions);
+      if (k < 5) continue;
+      // Out-of-range indices: the valid ones group as they would alone, the bad ones in no row.
+      index[1] = size;
+      index[3] = -1;
+      index[4] = std::numeric_limits<int64_t>::min();
+      group_by_sorting(index, size, offsets, positions);
+      std::vector<int64_t> valid_offsets(static_cast<size_t>(size + 1)), valid_positions(static_cast<size_t>(k));
+      std::vector<int64_t> valid_index = index;
+      for (size_t i : {1, 3, 4}) valid_index[i] = 0;  // grouped under row 0 by the host, then removed
+      REQUIRE(group_index_rows(valid_index.data(), k, size, valid_offsets.data(), valid_positions.data()) == -1);
+      for (int64_t r = 0; r < size; ++r) {
+        std::vector<int64_t> mine(positions.begin() + offsets[static_cast<size_t>(r)],
+                                  positions.begin() + offsets[static_cast<size_t>(r) + 1]);
+        std::vector<int64_t> want(valid_positions.begin() + valid_offsets[static_cast<size_t>(r)],
+                                  valid_positions.begin() + valid_offsets[static_cast<size_t>(r) + 1]);
+        if (r == 0) std::erase_if(want, [](int64_t i) { return i == 1 || i == 3 || i == 4; });
+        CHECK(mine == want);
+      }
+      CHECK(offsets[static_cast<size_t>(size)] == k - 3);  // the three bad positions sort after every row
+    }
+  }
 }
 
 TEST_CASE("index_add_element and scatter_add_element match the CPU kernels bit for bit", "[ops][cuda_math][index]") {
@@ -290,7 +365,7 @@ TEST_CASE("index_add_element and scatter_add_element match the CPU kernels bit f
           const Tensor want = index_add(x, dim, index, src);
 
           std::vector<int64_t> groups(static_cast<size_t>(rows + 1 + k));
-          REQUIRE(kernels::group_index_rows(idx_rows.data(), k, rows, groups.data(), groups.data() + rows + 1) == -1);
+          REQUIRE(group_index_rows(idx_rows.data(), k, rows, groups.data(), groups.data() + rows + 1) == -1);
           Tensor got = x.contiguous().clone();
           T* o = got.data_ptr<T>();
           const T* s = src.data_ptr<T>();
