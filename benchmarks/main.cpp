@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "benchmarks/bench.h"
+#include "benchmarks/processor.h"
 #include "benchmarks/peak.h"
 #include "ops/profiler.h"
 
@@ -57,14 +58,6 @@ std::vector<int> parse_int_list(const std::string& text) {
   for (int v : out)
     if (v < 1) throw std::invalid_argument("thread counts must be >= 1");
   return out;
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
 }
 
 std::string utc_now() {
@@ -139,6 +132,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
   out << "[\n";
   for (size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
+    const precis::bench::Processor& cpu = precis::bench::processor();
     out << "  {\"suite\": \"" << json_escape(r.suite) << "\", \"case\": \"" << json_escape(r.case_name)
         << "\", \"impl\": \"" << json_escape(r.impl) << "\", \"dtype\": \"" << r.dtype << "\", \"threads\": "
         << r.threads << ", \"median_ms\": " << fixed(r.median_ms, 4) << ", \"min_ms\": " << fixed(r.min_ms, 4)
@@ -156,6 +150,10 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
       out << ", \"device\": \"" << r.device << "\", \"" << r.items << "_per_s\": " << fixed(r.items_per_s, 1)
           << ", \"peak_device_mb\": " << fixed(r.peak_device_mb, 1);
     if (!r.variant.empty()) out << ", \"variant\": \"" << json_escape(r.variant) << "\"";
+    out << ", \"processor\": \"" << json_escape(cpu.model_name) << "\", \"processor_family\": \""
+        << json_escape(cpu.family) << "\", \"cpu_vendor\": \"" << json_escape(cpu.vendor)
+        << "\", \"cpu_family\": " << cpu.cpu_family << ", \"cpu_model\": " << cpu.cpu_model << ", \"cpu_flags\": \""
+        << cpu.flags << "\"";
     out << "}"
         << (i + 1 < records.size() ? "," : "") << "\n";
   }
@@ -240,8 +238,11 @@ int main(int argc, char** argv) {
     precis::profiler::reset();
   }
 
-  std::cout << "# precis-bench\n\n" << utc_now() << ", " << cpu_model() << ", "
-            << std::thread::hardware_concurrency() << " hardware threads\n";
+  const precis::bench::Processor& cpu = precis::bench::processor();
+  std::cout << "# precis-bench\n\n" << utc_now() << ", " << cpu.family << " (" << cpu.model_name << "; "
+            << (cpu.flags.empty() ? std::string("none of ") + cpu.absent_flags
+                                  : cpu.flags + (cpu.absent_flags.empty() ? "" : "; no " + cpu.absent_flags))
+            << "), " << std::thread::hardware_concurrency() << " hardware threads\n";
   std::vector<Record> all;
   try {
     GemmPeaks peaks;

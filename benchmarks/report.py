@@ -34,6 +34,13 @@ lowest minimum over the runs. --merged writes the combined records of both sides
 A file may hold both sides (a --merged file): the precis side reads its "precis" records, the peer
 side the others.
 
+Processors: every record names the processor it ran on (precis-bench and the peers write the model
+name, vendor, family and model numbers and the kernel-relevant flags; precis-bench also the family,
+"AMD Zen 5"). The report names it above the table; records of different processors are never
+combined or compared: precis records from several processors give one table per processor, and
+peer records from a processor no precis record ran on are left out (and counted below the table).
+Records from files older than this (no processor) pair with anything, as before.
+
 Charts: --svg FILE draws the report as an SVG (benchmarks/chart.py): precis vs the peer per case
 (the --by figure) and, for the models suite, the AMP speed-up per model (f32 step time over bf16 /
 f16) of precis beside the peer's. With --out, the chart goes beside the markdown (same name, .svg)
@@ -58,7 +65,7 @@ def load(paths, suite):
             for r in json.load(f):
                 if suite is not None and r.get("suite") != suite:
                     continue
-                key = (r["case"], r["dtype"], r["threads"], r["impl"], r.get("variant"))
+                key = (r["case"], r["dtype"], r["threads"], r["impl"], r.get("variant"), cpu_of(r))
                 if key not in best:
                     best[key] = dict(r, runs=1)
                     order.append(key)
@@ -86,6 +93,34 @@ def load(paths, suite):
         best[key].update(median_ms=round(median, 4), min_ms=round(sum(r["min_ms"] for r in convs), 4),
                          gflops=round(flops / (median * 1e6), 2) if median else 0.0, flops=round(flops))
     return [best[k] for k in order]
+
+
+def cpu_of(r):
+    """The processor a record ran on (precis-bench and the peers write it; None in older files):
+    best-of-N combines and rows compare records of one processor only."""
+    if "cpu_vendor" not in r:
+        return None
+    return (r["cpu_vendor"], r["cpu_family"], r["cpu_model"], r["processor"])
+
+
+def processor_heading(records):
+    """'AMD Zen 5 (AMD EPYC; avx2 avx512f avx512_bf16)' from a group's records."""
+    r = records[0]
+    if cpu_of(r) is None:
+        return "processor not recorded (files from before precis-bench named it)"
+    family = next((x["processor_family"] for x in records if x.get("processor_family")), None)
+    family = family or f"{r['cpu_vendor']} family {r['cpu_family']} model {r['cpu_model']}"
+    return f"{family} ({r['processor']}; {r.get('cpu_flags') or 'none of avx2 avx512f avx512_bf16 amx'})"
+
+
+def by_processor(precis, peer):
+    """[(heading, precis records, peer records)], one per processor the precis records ran on.
+    A peer record that names no processor joins every group (an older file: assumed the same
+    machine); one that names another processor joins none."""
+    groups = {}
+    for r in precis:
+        groups.setdefault(cpu_of(r), []).append(r)
+    return [(processor_heading(rs), rs, [p for p in peer if cpu_of(p) in (cpu, None)]) for cpu, rs in groups.items()]
 
 
 def pair_key(r):
@@ -232,7 +267,17 @@ def main():
     suite = None if args.suite == "all" else args.suite
     precis = [r for r in load(args.precis, suite) if r["impl"] == "precis"]
     peer = [r for r in load(args.peer, suite) if r["impl"] != "precis"]
-    text = report(precis, peer, args.by)
+    groups = by_processor(precis, peer)
+    if len(groups) == 1:
+        heading, mine, theirs = groups[0]
+        text = f"Processor: {heading}.\n\n" + report(mine, theirs, args.by)
+    else:
+        # Times from different processors are not comparable: one table per processor.
+        text = "".join(f"## {heading}\n\n" + report(mine, theirs, args.by) + "\n" for heading, mine, theirs in groups)
+    foreign = [p for p in peer if cpu_of(p) is not None and all(cpu_of(p) != cpu_of(rs[0]) for _, rs, _ in groups)]
+    if foreign:
+        text += (f"\n{len(foreign)} peer records ran on a processor no precis record ran on "
+                 f"({processor_heading(foreign)}) and are not compared.\n")
     svg = args.svg or (args.out[:-3] + ".svg" if args.out and args.out.endswith(".md") else None)
     if svg:
         try:

@@ -45,8 +45,44 @@ def time_step(run, repeat, min_time, min_reps=5, warmup=2):
     return statistics.median(times), min(times), len(times)
 
 
+# The flags precis-bench names (benchmarks/processor.cpp): the instruction sets the kernels choose between.
+FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def processor():
+    """This machine's processor as precis-bench writes it into each record: /proc/cpuinfo's model
+    name, vendor, cpu family and model numbers, and which FLAGS_OF_INTEREST it has.
+    precis-bench also classifies the family ("AMD Zen 5"); report.py takes that from its records
+    and checks that both sides ran on the same processor."""
+    info = {"processor": "unknown CPU", "cpu_vendor": "", "cpu_family": -1, "cpu_model": -1, "cpu_flags": ""}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's entry: the machines here are homogeneous
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "model name":
+                    info["processor"] = value
+                elif key == "vendor_id":
+                    info["cpu_vendor"] = value
+                elif key == "cpu family":
+                    info["cpu_family"] = int(value)
+                elif key == "model":
+                    info["cpu_model"] = int(value)
+                elif key == "flags":
+                    present = set(value.split())
+                    info["cpu_flags"] = " ".join(f for f in FLAGS_OF_INTEREST if f in present)
+    except OSError:
+        pass
+    return info
+
+
 def write_records(records, path):
-    """The records as a JSON array: to `path`, or to stdout when path is None."""
+    """The records as a JSON array, each naming the processor: to `path`, or to stdout when path
+    is None."""
+    cpu = processor()
+    records = [{**r, **cpu} for r in records]
     text = json.dumps(records, indent=1)
     if path:
         with open(path, "w") as f:
