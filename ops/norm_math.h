@@ -1,7 +1,7 @@
 #pragma once
 // The per-element and per-row math of the normalisation, softmax and class-index loss kernels,
-// written once as host/device functions: the CUDA kernels (ops/cuda/norm.cu) call them, and the
-// CPU tests (tests/ops/norm_math_test.cpp) compose them on the host into the same row algorithms
+// written once as host/device functions: the CUDA kernels (ops/cuda/norm.cu, softmax.cu,
+// loss.cu) call them, and the CPU tests (tests/ops/norm_math_test.cpp) compose them on the host into the same row algorithms
 // and check the results against the CPU kernels (ops/cpu/norm.cpp, softmax.cpp, loss.cpp), whose
 // formulas they follow term by term. Internal header: nvcc compiles it, so plain structs and
 // PRECIS_HD functions only. A is the compute type (float for f32/f16/bf16, double for f64);

@@ -18,7 +18,9 @@ void register_cuda_backend();
 void register_elementwise_kernels();  // copy, fill, add ... ge, where, masked_fill
 void register_unary_kernels();        // neg ... erf, relu_backward, gelu_backward
 void register_reduce_kernels();       // sum, mean, var, max along a dim
-void register_norm_kernels();         // batch/layer/group norm, (log_)softmax, cross_entropy, nll_loss
+void register_norm_kernels();         // batch/layer/group norm
+void register_softmax_kernels();      // softmax, log_softmax and their backward
+void register_loss_kernels();         // cross_entropy (+ backward), nll_loss
 void register_unscale_kernels();      // unscale_grads (the loss scaler's fused pass)
 void register_optim_kernels();        // sgd_step, adam_step, grad_norms, clip_grad_norm, clip_grad_value
 void register_matmul_kernels();       // matmul (cuBLAS)

@@ -12,6 +12,8 @@ void register_cuda_backend() {
   register_unary_kernels();
   register_reduce_kernels();
   register_norm_kernels();
+  register_softmax_kernels();
+  register_loss_kernels();
   register_unscale_kernels();
   register_optim_kernels();
   register_matmul_kernels();

@@ -1,5 +1,5 @@
-// The CUDA kernels that combine values across a block through shared memory (ops/cuda/norm.cu's
-// block_reduce and its batch/layer norm partial sums, reduce.cu's block reduction), on shapes that
+// The CUDA kernels that combine values across a block through shared memory (row_blocks.cuh's
+// block_reduce and norm.cu's batch/layer norm partial sums, reduce.cu's block reduction), on shapes that
 // give every one of them several warps per block. The other CUDA tests mostly use small rows,
 // which get one warp (row_threads: 32 threads up to 256 elements per row), and then the warps'
 // hand-over through shared memory, which compute-sanitizer racecheck exists to check

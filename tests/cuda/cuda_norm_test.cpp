@@ -1,5 +1,5 @@
-// The CUDA normalisation, softmax, class-index loss and var kernels (ops/cuda/norm.cu, reduce.cu)
-// checked against the CPU kernels through the public ops, forward and backward, in f32, f64, f16
+// The CUDA normalisation, softmax, class-index loss and var kernels (ops/cuda/norm.cu, softmax.cu,
+// loss.cu, reduce.cu) checked against the CPU kernels through the public ops, forward and backward, in f32, f64, f16
 // and bf16, on shapes that take every path (vectorised and scalar rows, chunked channels, softmax
 // over a middle dim), and for determinism. Tests tagged [cuda] return early, with a warning, on a
 // machine without a GPU; the [cuda_api] test checks the registrations in any CUDA build. The

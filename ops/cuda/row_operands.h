@@ -1,0 +1,54 @@
+#pragma once
+// Host-side operand checks and scratch of the row-wise CUDA kernels' entries (norm_kernels.cpp,
+// softmax_kernels.cpp, loss_kernels.cpp): the functional code (ops/norm.cpp, softmax.cpp,
+// loss.cpp) has checked shapes and made the operands contiguous (batch_norm keeps a channels-last
+// input as channels-last rows); these check that every operand is on one CUDA device with the
+// dtypes the kernel signatures promise, and allocate the launches' scratch. Internal.
+#include <initializer_list>
+#include <string>
+
+#include "tensor/factory.h"
+#include "tensor/tensor.h"
+
+namespace precis::cuda::rows {
+
+inline DType acc_of(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
+// Whether t, an (N, C, S) tensor, is channels-last rows: element (n, c, s) at (n·S + s)·C + c (what
+// ops/norm.cpp makes of a channels-last 4-D input).
+inline bool channels_last_rows(const Tensor& t) {
+  return t.dim() == 3 && !t.is_contiguous() && t.strides()[0] == t.size(1) * t.size(2) && t.strides()[1] == 1 &&
+         t.strides()[2] == t.size(1);
+}
+
+// Every defined operand on x's CUDA device; the T operands of x's dtype, the acc ones of its acc
+// dtype, all contiguous — except that with channels_last x and the T operands are channels-last
+// rows instead.
+inline void check_operands(const char* op, const Tensor& x, std::initializer_list<const Tensor*> same_dtype,
+                    std::initializer_list<const Tensor*> acc_dtype, bool channels_last = false) {
+  const DType acc = acc_of(x.dtype());
+  const auto laid_out = [&](const Tensor& t) { return channels_last ? channels_last_rows(t) : t.is_contiguous(); };
+  bool ok = x.device().is_cuda() && is_floating(x.dtype()) && laid_out(x);
+  for (const Tensor* t : same_dtype)
+    if (t->defined()) ok = ok && t->device() == x.device() && t->dtype() == x.dtype() && laid_out(*t);
+  for (const Tensor* t : acc_dtype)
+    if (t->defined()) ok = ok && t->device() == x.device() && t->dtype() == acc && t->is_contiguous();
+  if (ok) return;
+  std::string all = "x " + x.describe();
+  for (const Tensor* t : same_dtype) all += ", " + (t->defined() ? t->describe() : std::string("(undefined)"));
+  for (const Tensor* t : acc_dtype) all += ", " + (t->defined() ? t->describe() : std::string("(undefined)"));
+  throw DeviceError(precis::detail::str_cat(
+      op, ": the CUDA kernel needs every operand contiguous (batch_norm: or x, out, grad, dx all channels-last rows) "
+          "on x's CUDA device, the data of x's floating dtype and "
+          "statistics, parameters and per-row values in ",
+      dtype_name(acc), "; got ", all));
+}
+
+inline void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// Device scratch of n doubles, freed by the caller right after the launches (stream-ordered reuse).
+inline Tensor scratch_doubles(int64_t n, Device device) {
+  return empty({n > 0 ? n : 1}, {.dtype = DType::f64, .device = device});
+}
+
+}  // namespace precis::cuda::rows
