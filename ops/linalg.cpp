@@ -211,7 +211,7 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bo
 
 }  // namespace
 
-void check_linear_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias) {
+void detail::check_linear_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias) {
   PRECIS_CHECK(x.defined() && w.defined(), op, ": input or weight is an undefined tensor");
   auto describe_all = [&] {
     std::string s = "input is " + x.describe() + ", weight is " + w.describe();
@@ -249,7 +249,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   const auto [x, weight, bias] = apply_precision(OpId::linear, x_in, weight_in, bias_in);
-  check_linear_operands("linear", x, weight, bias);
+  detail::check_linear_operands("linear", x, weight, bias);
   const int64_t in = weight.size(1), outs = weight.size(0);
   const Shape lead = dims_of(x, 0, x.dim() - 1);
   const int64_t rows = shape_numel(lead);

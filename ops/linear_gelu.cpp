@@ -27,7 +27,7 @@ bool& detail::linear_gelu_saves_derivative() {
 Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const std::string& approximate) {
   PRECIS_CHECK(x_in.defined() && weight_in.defined(), "linear_gelu: input or weight is an undefined tensor");
   const auto [x, weight, bias] = apply_precision(OpId::linear_gelu, x_in, weight_in, bias_in);
-  check_linear_operands("linear_gelu", x, weight, bias);
+  detail::check_linear_operands("linear_gelu", x, weight, bias);
   PRECIS_CHECK(approximate == "none" || approximate == "tanh",
                "linear_gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   const double flag = approximate == "tanh" ? 1.0 : 0.0;
