@@ -35,6 +35,7 @@ struct DeviceCachingAllocator::Block {
   char* ptr = nullptr;
   size_t size = 0;
   StreamHandle stream = nullptr;  // the stream it was allocated for
+  PoolId owner = 0;               // the private pool its segment belongs to (0: the shared cache)
   bool small = false;             // in the small pool (else the large one)
   bool allocated = false;
   int pending = 0;                // events still to complete before it is free
@@ -44,7 +45,9 @@ struct DeviceCachingAllocator::Block {
 };
 
 bool DeviceCachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
-  // Grouped by stream, then best fit by size, then by address (std::less gives pointers a total order).
+  // Grouped by owner and stream, then best fit by size, then by address (std::less gives pointers a
+  // total order).
+  if (a->owner != b->owner) return a->owner < b->owner;
   if (a->stream != b->stream) return std::less<StreamHandle>()(a->stream, b->stream);
   if (a->size != b->size) return a->size < b->size;
   return std::less<char*>()(a->ptr, b->ptr);
@@ -85,23 +88,26 @@ DeviceCachingAllocator::Pool& DeviceCachingAllocator::pool_for(size_t size) {
   return size <= kSmallLimit ? small_pool_ : large_pool_;
 }
 
-DeviceCachingAllocator::Block* DeviceCachingAllocator::take_free(Pool& pool, StreamHandle stream, size_t size) {
+DeviceCachingAllocator::Block* DeviceCachingAllocator::take_free(Pool& pool, PoolId owner, StreamHandle stream,
+                                                                 size_t size) {
   Block probe;
+  probe.owner = owner;
   probe.stream = stream;
   probe.size = size;
-  auto it = pool.lower_bound(&probe);  // the smallest block of this stream with >= size bytes
-  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  auto it = pool.lower_bound(&probe);  // the smallest block of this owner and stream with >= size bytes
+  if (it == pool.end() || (*it)->owner != owner || (*it)->stream != stream) return nullptr;
   Block* b = *it;
   pool.erase(it);
   return b;
 }
 
 DeviceCachingAllocator::Block* DeviceCachingAllocator::new_segment(void* ptr, size_t bytes, StreamHandle stream,
-                                                                   bool small) {
+                                                                   bool small, PoolId owner) {
   auto* b = new Block;
   b->ptr = static_cast<char*>(ptr);
   b->size = bytes;
   b->stream = stream;
+  b->owner = owner;
   b->small = small;
   segments_.insert(b);
   book_.reserve(bytes);
@@ -117,6 +123,7 @@ void DeviceCachingAllocator::split(Block* b, size_t size) {
   r->ptr = b->ptr + size;
   r->size = rest;
   r->stream = b->stream;
+  r->owner = b->owner;
   r->small = b->small;
   r->prev = b;
   r->next = b->next;
@@ -175,8 +182,9 @@ void DeviceCachingAllocator::wait_for_events() {
 
 void DeviceCachingAllocator::release_free_segments() {
   std::vector<Block*> whole;
+  // A private pool's segments stay while its owner lives: a graph replay writes them again.
   for (Block* head : segments_)
-    if (head->next == nullptr && !head->allocated && head->pending == 0) whole.push_back(head);
+    if (head->owner == 0 && head->next == nullptr && !head->allocated && head->pending == 0) whole.push_back(head);
   if (whole.empty()) return;
   // A cached block's last users may still be queued on its own stream.
   memory_->synchronize_device();
@@ -215,9 +223,10 @@ void* DeviceCachingAllocator::allocate(size_t nbytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   book_.count_request();
   const StreamHandle stream = memory_->current_stream();
+  const PoolId owner = owner_for(stream);
   process_events();
   Pool& pool = pool_for(size);
-  Block* b = take_free(pool, stream, size);
+  Block* b = take_free(pool, owner, stream, size);
   bool from_cache = b != nullptr;
   if (b == nullptr) {
     size_t seg = segment_size(size);
@@ -226,7 +235,7 @@ void* DeviceCachingAllocator::allocate(size_t nbytes) {
       book_.cache_flush();
       // Blocks waiting for other streams may be what is missing: wait for them and look again.
       wait_for_events();
-      b = take_free(pool, stream, size);
+      b = take_free(pool, owner, stream, size);
       from_cache = b != nullptr;
       if (b == nullptr) {
         release_free_segments();
@@ -237,7 +246,7 @@ void* DeviceCachingAllocator::allocate(size_t nbytes) {
         if (ptr == nullptr) throw_oom(nbytes, seg);
       }
     }
-    if (b == nullptr) b = new_segment(ptr, seg, stream, &pool == &small_pool_);
+    if (b == nullptr) b = new_segment(ptr, seg, stream, &pool == &small_pool_, owner);
   }
   split(b, size);
   b->allocated = true;
@@ -306,6 +315,60 @@ void DeviceCachingAllocator::record_stream(const void* ptr, StreamHandle stream)
                "nor one already freed)");
   if (stream == b->stream) return;  // its own stream orders every use
   if (std::find(b->uses.begin(), b->uses.end(), stream) == b->uses.end()) b->uses.push_back(stream);
+}
+
+DeviceCachingAllocator::PoolId DeviceCachingAllocator::owner_for(StreamHandle stream) const {
+  if (routing_.empty()) [[likely]]
+    return 0;
+  auto it = routing_.find(stream);
+  return it == routing_.end() ? 0 : it->second;
+}
+
+void DeviceCachingAllocator::begin_allocate_to_pool(PoolId pool, StreamHandle stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PRECIS_CHECK(pool != 0, "begin_allocate_to_pool: pool 0 is the shared cache; pass a private pool's id");
+  PRECIS_CHECK_T(StateError, released_.count(pool) == 0, "begin_allocate_to_pool: private pool ", pool, " on ",
+                 memory_->name(), " was released; a released pool's blocks belong to the shared cache again");
+  auto it = routing_.find(stream);
+  PRECIS_CHECK_T(StateError, it == routing_.end(), "begin_allocate_to_pool: the stream already allocates to private "
+                 "pool ", it == routing_.end() ? 0 : it->second, " on ", memory_->name(),
+                 "; end that first (one capture per stream at a time)");
+  routing_.emplace(stream, pool);
+}
+
+void DeviceCachingAllocator::end_allocate_to_pool(PoolId pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = std::find_if(routing_.begin(), routing_.end(), [&](const auto& r) { return r.second == pool; });
+  PRECIS_CHECK_T(StateError, it != routing_.end(), "end_allocate_to_pool: no stream allocates to private pool ",
+                 pool, " on ", memory_->name());
+  routing_.erase(it);
+}
+
+void DeviceCachingAllocator::release_pool(PoolId pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PRECIS_CHECK(pool != 0, "release_pool: pool 0 is the shared cache, which is never released");
+  PRECIS_CHECK_T(StateError,
+                 std::none_of(routing_.begin(), routing_.end(), [&](const auto& r) { return r.second == pool; }),
+                 "release_pool: allocations on ", memory_->name(), " still go to private pool ", pool,
+                 "; end_allocate_to_pool first");
+  released_.insert(pool);
+  for (Block* head : segments_) {
+    if (head->owner != pool) continue;
+    for (Block* b = head; b != nullptr; b = b->next) {
+      // The free-block sets are ordered by owner: a free block leaves its set to change owner.
+      const bool in_set = !b->allocated && b->pending == 0;
+      Pool& set = b->small ? small_pool_ : large_pool_;
+      if (in_set) set.erase(b);
+      b->owner = 0;
+      if (in_set) set.insert(b);
+    }
+  }
+}
+
+size_t DeviceCachingAllocator::pool_segment_count(PoolId pool) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<size_t>(
+      std::count_if(segments_.begin(), segments_.end(), [&](const Block* head) { return head->owner == pool; }));
 }
 
 size_t DeviceCachingAllocator::segment_count() const {

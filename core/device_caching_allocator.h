@@ -23,6 +23,11 @@
 // becomes reusable only once every event has completed (events are queried at the start of each
 // allocation; the host never waits for them except when memory runs out).
 //
+// Private pools. While a stream allocates to a private pool (begin_allocate_to_pool), its blocks
+// come from segments of that pool only, and freed they return to it: nothing outside the pool
+// ever receives them, and empty_cache() keeps them until the pool is released. This is the memory
+// of a CUDA graph capture, whose replays write the same addresses again.
+//
 // Out of memory. When the device's malloc fails, the allocator waits for the pending events,
 // tries the cache again, then gives back every cached segment that is entirely free and retries
 // once; a second failure throws OutOfMemoryError naming the request, the device and the
@@ -30,6 +35,7 @@
 // free that throws leaves a consistent cache: that segment is forgotten (counted as released,
 // never freed again) and the others stay cached.
 #include <cstddef>
+#include <cstdint>
 #include <list>
 #include <map>
 #include <memory>
@@ -113,6 +119,28 @@ class DeviceCachingAllocator final : public CachingAllocatorBase {
   /// ValueError when ptr is in no live block of this allocator.
   void record_stream(const void* ptr, StreamHandle stream);
 
+  /// A private pool's id (0: the shared cache). A CUDA graph allocates from a pool of its own: its
+  /// replays write the blocks its capture was given again, whether or not the tensors that held
+  /// them are still alive, so no other allocation may ever receive them (torch.cuda.graph's
+  /// private memory pool).
+  using PoolId = uint64_t;
+
+  /// From now on, allocations whose current stream is `stream` come from private pool `pool`
+  /// (created by its first use) instead of the shared cache: from the pool's free blocks, else
+  /// from new segments that belong to the pool. One pool per stream at a time. ValueError for
+  /// pool 0; StateError when `stream` already allocates to a pool or `pool` was released.
+  void begin_allocate_to_pool(PoolId pool, StreamHandle stream);
+  /// Stops routing to `pool` (StateError when nothing routes to it). Its blocks stay its own:
+  /// freed, they are reused only by later allocations to the same pool, and empty_cache() keeps
+  /// its segments.
+  void end_allocate_to_pool(PoolId pool);
+  /// The pool's owner is gone: its free blocks join the shared cache now, its live ones when they
+  /// are freed; empty_cache() can then give its segments back. Releasing a pool that never
+  /// allocated is allowed; StateError while allocations still route to it.
+  void release_pool(PoolId pool);
+  /// Segments held for private pool `pool` (0: the shared cache's).
+  size_t pool_segment_count(PoolId pool) const;
+
   /// Segments held from the device.
   size_t segment_count() const;
   /// Free blocks in the cache (reusable now).
@@ -128,8 +156,9 @@ class DeviceCachingAllocator final : public CachingAllocatorBase {
   using Pool = std::set<Block*, BlockOrder>;
 
   Pool& pool_for(size_t size);
-  Block* take_free(Pool& pool, StreamHandle stream, size_t size);
-  Block* new_segment(void* ptr, size_t bytes, StreamHandle stream, bool small);
+  Block* take_free(Pool& pool, PoolId owner, StreamHandle stream, size_t size);
+  Block* new_segment(void* ptr, size_t bytes, StreamHandle stream, bool small, PoolId owner);
+  PoolId owner_for(StreamHandle stream) const;
   void split(Block* b, size_t size);
   void free_block(Block* b);
   void process_events();
@@ -149,6 +178,8 @@ class DeviceCachingAllocator final : public CachingAllocatorBase {
     Block* block;
   };
   std::list<Pending> pending_;           // events recorded when blocks used on other streams were freed
+  std::map<StreamHandle, PoolId> routing_;  // streams whose allocations go to a private pool now
+  std::set<PoolId> released_;               // pools whose owner is gone (never routed to again)
 };
 
 }  // namespace precis

@@ -395,3 +395,68 @@ TEST_CASE("device allocator: statistics and the Allocator interface", "[core][al
   CHECK(host.is_pinned());  // device-visible memory on the CPU is pinned host memory
   CHECK_THROWS_AS(f.alloc.allocate(~size_t{0}), OutOfMemoryError);
 }
+
+TEST_CASE("device allocator: a private pool's blocks go only to allocations routed to it, until it is released",
+          "[core][allocator][graph]") {
+  Fixture f;
+  constexpr DeviceCachingAllocator::PoolId kGraph = 7;
+  void* before = f.alloc.allocate(1000);  // the shared cache's segment, with room to spare
+  f.alloc.begin_allocate_to_pool(kGraph, stream(1));
+  void* captured = f.alloc.allocate(1000);
+  CHECK(f.st->malloc_calls == 2);  // a segment of the pool's own, not the shared one's free tail
+  CHECK(f.alloc.pool_segment_count(kGraph) == 1);
+  f.st->current = stream(2);
+  void* elsewhere = f.alloc.allocate(1000);  // another stream is not being captured
+  CHECK(f.alloc.pool_segment_count(kGraph) == 1);
+  f.alloc.deallocate(elsewhere, 1000);
+  f.st->current = stream(1);
+  f.alloc.deallocate(captured, 1000);
+  void* again = f.alloc.allocate(1000);  // within the capture the pool reuses its own blocks
+  CHECK(again == captured);
+  f.alloc.deallocate(again, 1000);
+  f.alloc.end_allocate_to_pool(kGraph);
+
+  // After the capture the pool's free block is never handed out, and empty_cache keeps it.
+  void* after = f.alloc.allocate(1000);
+  CHECK(static_cast<char*>(after) - static_cast<char*>(before) == 1024);  // the shared segment's tail
+  f.alloc.deallocate(after, 1000);
+  f.alloc.deallocate(before, 1000);
+  f.alloc.empty_cache();
+  CHECK(f.alloc.pool_segment_count(kGraph) == 1);
+  CHECK(f.alloc.segment_count() == 1);
+
+  // A later capture into the same pool is served from it without a malloc.
+  const int mallocs = f.st->malloc_calls;
+  f.alloc.begin_allocate_to_pool(kGraph, stream(1));
+  void* second = f.alloc.allocate(2000);
+  CHECK(f.st->malloc_calls == mallocs);
+  CHECK(second == captured);
+  f.alloc.end_allocate_to_pool(kGraph);
+
+  // Released while `second` is alive: the free rest joins the shared cache now, `second` when freed.
+  f.alloc.release_pool(kGraph);
+  CHECK(f.alloc.pool_segment_count(kGraph) == 0);
+  void* shared = f.alloc.allocate(1000);
+  CHECK(shared == at(second, 2048));
+  f.alloc.deallocate(shared, 1000);
+  f.alloc.deallocate(second, 2000);
+  f.alloc.empty_cache();
+  CHECK(f.alloc.segment_count() == 0);
+  CHECK(f.st->bad_frees == 0);
+}
+
+TEST_CASE("device allocator: private pool misuse is refused with StateError or ValueError", "[core][allocator][graph]") {
+  Fixture f;
+  CHECK_THROWS_AS(f.alloc.begin_allocate_to_pool(0, stream(1)), ValueError);
+  CHECK_THROWS_AS(f.alloc.end_allocate_to_pool(3), StateError);
+  f.alloc.begin_allocate_to_pool(3, stream(1));
+  CHECK_THROWS_WITH(f.alloc.begin_allocate_to_pool(4, stream(1)), Catch::Contains("already allocates to private pool 3"));
+  CHECK_THROWS_WITH(f.alloc.release_pool(3), Catch::Contains("end_allocate_to_pool first"));
+  f.alloc.begin_allocate_to_pool(4, stream(2));  // one pool per stream: another stream may capture
+  f.alloc.end_allocate_to_pool(4);
+  f.alloc.end_allocate_to_pool(3);
+  f.alloc.release_pool(3);
+  f.alloc.release_pool(4);
+  CHECK_THROWS_WITH(f.alloc.begin_allocate_to_pool(3, stream(1)), Catch::Contains("was released"));
+  CHECK_THROWS_AS(f.alloc.release_pool(0), ValueError);
+}
