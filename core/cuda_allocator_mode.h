@@ -7,7 +7,7 @@
 //                              compute-sanitizer memcheck sees an access one byte past a tensor, or
 //                              into a freed one, which a cached segment would hide.
 // Host code with no CUDA call, so that the parsing is tested without a GPU
-// (tests/core/test_cuda_allocator_mode.cpp). Pinned host memory stays caching in either mode.
+// (tests/core/cuda_allocator_mode_test.cpp). Pinned host memory stays caching in either mode.
 
 namespace precis {
 

@@ -2,7 +2,7 @@
 // The stream-ordered caching allocator of device memory, written against an abstract device
 // (DeviceMemory: malloc/free, streams, events) so that all of its bookkeeping — best fit,
 // splitting and merging, stream/event gating, the out-of-memory release — runs and is tested on
-// the CPU with a fake device (tests/core/test_device_caching_allocator.cpp). The CUDA backend
+// the CPU with a fake device (tests/core/device_caching_allocator_test.cpp). The CUDA backend
 // instantiates it over cudaMalloc (one per device) and over cudaHostAlloc (pinned host memory);
 // see core/cuda/cuda_allocator.h and docs/design/cuda-backend.md.
 //

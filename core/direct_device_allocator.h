@@ -7,7 +7,7 @@
 // Slow (a device synchronisation per free) and meant only for checking runs.
 //
 // Written against the same DeviceMemory as the caching allocator, so its bookkeeping is tested on
-// the CPU with a fake device (tests/core/test_direct_device_allocator.cpp).
+// the CPU with a fake device (tests/core/direct_device_allocator_test.cpp).
 //
 // Freeing: the allocator waits for all work queued on the device (DeviceMemory::synchronize_device)
 // before giving the memory back. cudaFree usually synchronises the device by itself, but the driver

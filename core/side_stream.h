@@ -1,7 +1,7 @@
 #pragma once
 // Ordering of work queued on a side stream (a device's communication or copy stream) against the
 // stream that produced its operands, written against an abstract device so that the CPU tests
-// check it with a simulated one (tests/core/test_side_stream.cpp). The NCCL process group
+// check it with a simulated one (tests/core/side_stream_test.cpp). The NCCL process group
 // (dist/cuda/nccl_process_group.cpp) runs every collective through it on the device's
 // communication stream.
 //

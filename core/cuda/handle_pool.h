@@ -8,7 +8,7 @@
 // data-loader or server thread that comes and goes must not pay it each time).
 //
 // Free of CUDA headers and calls (the creation function is the caller's), so the CPU tests check
-// it (tests/core/test_handle_pool.cpp). A pool must outlive every thread that used it: the
+// it (tests/core/handle_pool_test.cpp). A pool must outlive every thread that used it: the
 // backend's pools are static objects that are never destroyed, so no handle is returned to a
 // dead pool at exit and no library call runs after the CUDA runtime has shut down.
 #include <cstddef>

@@ -2,7 +2,7 @@
 // (cuda::comm_stream, core/cuda/cuda_context.h); CPU tensors and barriers go to the wrapped group
 // (MPI or the world of one).
 //
-// Streams (core/side_stream.h, checked on a simulated device by tests/core/test_side_stream.cpp):
+// Streams (core/side_stream.h, checked on a simulated device by tests/core/side_stream_test.cpp):
 // a collective records an event on the calling thread's current stream (the compute stream: the
 // producers of its tensors), the communication stream waits for it, each buffer NCCL touches is
 // recorded with the caching allocator on the communication stream (record_stream: a block freed

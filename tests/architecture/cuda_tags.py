@@ -46,10 +46,10 @@ ALLOWED = {
         "checks the absence of a GPU; returns at once with one",
     ("cuda/cuda_direct_allocator_test.cpp", "an invalid PRECIS_CUDA_ALLOCATOR makes every CUDA allocation throw ValueError"):
         "hidden, run by ctest with PRECIS_CUDA_ALLOCATOR=bogus: the variable is refused before any device is looked at",
-    ("core/test_direct_device_allocator.cpp", "*"): "a fake device named cuda:0 over host memory; no CUDA call",
-    ("core/test_dtype_device.cpp", "*"): "parses and prints Device values; no device is used",
-    ("core/test_device_caching_allocator.cpp", "*"): "a fake device named cuda:0 over host memory; no CUDA call",
-    ("core/test_side_stream.cpp", "*"): "a simulated stream schedule on a fake cuda:0; no CUDA call",
+    ("core/direct_device_allocator_test.cpp", "*"): "a fake device named cuda:0 over host memory; no CUDA call",
+    ("core/dtype_device_test.cpp", "*"): "parses and prints Device values; no device is used",
+    ("core/device_caching_allocator_test.cpp", "*"): "a fake device named cuda:0 over host memory; no CUDA call",
+    ("core/side_stream_test.cpp", "*"): "a simulated stream schedule on a fake cuda:0; no CUDA call",
     ("tensor/safetensors_test.cpp", "a failed save leaves the previous file intact and no temporary file"):
         "a fake cuda tensor over host memory, only in a build without a device copy; never a GPU",
     ("amp/autocast_ops_test.cpp", "every op of the table has an autocast entry or a listed exemption"):

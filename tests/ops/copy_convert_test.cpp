@@ -3,7 +3,7 @@
 // it), strided rows the scalar conversion element by element. Both must give the scalar
 // conversion's bits, round-to-nearest-even ties, NaN payloads, subnormals and overflow included,
 // for any size, any start alignment and any thread count, so that autocast casts do not depend
-// on a tensor's layout. (tests/core/test_half.cpp checks the bulk functions themselves per SIMD
+// on a tensor's layout. (tests/core/half_test.cpp checks the bulk functions themselves per SIMD
 // level; this checks the kernel's use of them: chunking, tails, offsets.)
 #include <catch2/catch.hpp>
 
