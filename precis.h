@@ -6,6 +6,7 @@
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
+#include "core/cuda_graph.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"

@@ -16,6 +16,7 @@
 //
 // Each layer asks for the backend's entry points it needs by name (cuda_backend_symbol), so the
 // loader in core/ knows nothing of the layers above it.
+#include <cstdint>
 #include <string>
 
 namespace precis {
@@ -45,6 +46,17 @@ struct CudaCoreHooks {
   Allocator& (*pinned_allocator)();     ///< pinned host memory
   void (*synchronize_device)(int index);
   int (*compute_capability)(int index);  ///< major·10 + minor of a visible device
+  /// CUDA graphs (core/cuda_graph.h); null where the backend cannot capture. graph_begin starts
+  /// capturing the calling thread's current stream of `device`, its allocations routed to private
+  /// pool `pool`, and returns the capture's handle; graph_end finishes it (the graph is ready to
+  /// replay); graph_abandon ends a capture that failed and frees what it made; graph_replay
+  /// launches a finished graph on the device's current stream; graph_destroy frees a graph (after
+  /// its replays have run) and releases its pool.
+  void* (*graph_begin)(int device, uint64_t pool);
+  void (*graph_end)(void* graph);
+  void (*graph_abandon)(void* graph) noexcept;
+  void (*graph_replay)(void* graph);
+  void (*graph_destroy)(void* graph) noexcept;
 };
 
 /// The loaded backend's hooks, or nullptr when it cannot be loaded.

@@ -56,6 +56,9 @@ class OutOfMemoryError : public Error {
 /// A host synchronisation with a CUDA device while cuda::set_sync_debug_mode(SyncDebugMode::error)
 /// is on (core/sync_debug.h); the message names the site and how to avoid the wait.
 class HostSyncError : public StateError { using StateError::StateError; };
+/// Work a CUDA graph cannot hold was issued while the thread captures one (cuda::Graph): a host
+/// wait, a random draw whose value a replay would repeat. The capture is abandoned.
+class GraphCaptureError : public StateError { using StateError::StateError; };
 /// A broken invariant inside precis: a bug to report.
 class InternalError : public Error { using Error::Error; };
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <string>
 
+#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "core/warning.h"
 
@@ -38,6 +39,13 @@ int64_t HostSyncCounter::count() const { return t_count - start_; }
 namespace detail {
 
 void note_host_sync(const char* what, bool may_throw) {
+  // A host wait inside a CUDA graph capture would break the capture (the runtime refuses it and
+  // invalidates the graph): refuse it before it is issued, naming it.
+  if (may_throw && cuda::is_capturing())
+    throw GraphCaptureError(str_cat(
+        "cuda::Graph: ", describe(what), " while capturing a CUDA graph: a graph holds device work only, and the "
+        "host cannot wait for work that is being recorded, not run. Keep the value on the device, or do this "
+        "outside the captured region (before capture_begin, or after replay)"));
   g_count.fetch_add(1, std::memory_order_relaxed);
   ++t_count;
   const cuda::SyncDebugMode mode = g_mode.load(std::memory_order_relaxed);

@@ -5,6 +5,7 @@
 #include "core/cuda/cuda_allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
+#include "core/cuda/cuda_graph.h"
 #include "core/cuda_backend.h"
 
 namespace {
@@ -28,6 +29,11 @@ constexpr precis::detail::CudaCoreHooks kHooks{
     .pinned_allocator = &pinned,
     .synchronize_device = &precis::cuda::synchronize_device,
     .compute_capability = &compute_capability,
+    .graph_begin = &precis::cuda::graph_begin,
+    .graph_end = &precis::cuda::graph_end,
+    .graph_abandon = &precis::cuda::graph_abandon,
+    .graph_replay = &precis::cuda::graph_replay,
+    .graph_destroy = &precis::cuda::graph_destroy,
 };
 
 }  // namespace

@@ -140,12 +140,65 @@ void device_copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
   std::memcpy(dst.data_ptr(), src.data_ptr(), bytes);
 }
 
+// Graph capture: the capture's allocations go to a private pool of the device's allocator, as on
+// a GPU, so what refuses work inside a capture (core/cuda_graph.cpp) runs here. There is nothing
+// to replay: the fake device runs each kernel when it is launched.
+struct FakeGraph {
+  int device = 0;
+  uint64_t pool = 0;
+  bool routed = false;
+};
+
+DeviceCachingAllocator& device_allocator(int device) {
+  auto* a = dynamic_cast<DeviceCachingAllocator*>(&allocator_for(Device::cuda(device)));
+  PRECIS_INTERNAL_ASSERT(a != nullptr, "fake CUDA backend: cuda:", device, " has no caching allocator");
+  return *a;
+}
+
+StreamHandle fake_stream(int device) { return reinterpret_cast<StreamHandle>(static_cast<intptr_t>(device + 2)); }
+
+void* graph_begin(int device, uint64_t pool) {
+  check_index(device, "cuda::Graph");
+  device_allocator(device).begin_allocate_to_pool(pool, fake_stream(device));
+  return new FakeGraph{device, pool, true};
+}
+
+void graph_end(void* handle) {
+  auto* g = static_cast<FakeGraph*>(handle);
+  device_allocator(g->device).end_allocate_to_pool(g->pool);
+  g->routed = false;
+}
+
+void release(FakeGraph* g) noexcept {
+  try {
+    if (g->routed) device_allocator(g->device).end_allocate_to_pool(g->pool);
+    device_allocator(g->device).release_pool(g->pool);
+  } catch (...) {
+  }
+  delete g;
+}
+
+void graph_abandon(void* handle) noexcept { release(static_cast<FakeGraph*>(handle)); }
+
+void graph_replay(void*) {
+  throw NotImplementedError("cuda::Graph::replay: the fake CUDA device runs each kernel when it is launched, so a "
+                            "capture recorded nothing to replay; replays run on a GPU (tests/gpu)");
+}
+
+void graph_destroy(void* handle) noexcept { release(static_cast<FakeGraph*>(handle)); }
+
 constexpr detail::CudaCoreHooks kHooks{
     .device_count = &device_count,
     .unavailable_reason = &unavailable_reason,
     .register_allocators = &register_allocators,
     .pinned_allocator = &pinned_allocator,
     .synchronize_device = &synchronize_device,
+    .compute_capability = nullptr,
+    .graph_begin = &graph_begin,
+    .graph_end = &graph_end,
+    .graph_abandon = &graph_abandon,
+    .graph_replay = &graph_replay,
+    .graph_destroy = &graph_destroy,
 };
 
 }  // namespace

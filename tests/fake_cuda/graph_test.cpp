@@ -1,0 +1,164 @@
+// CUDA graph capture (core/cuda_graph.h) on the fake device: what a capture refuses before it is
+// issued (a host wait, a random draw), the state errors, the private pool a capture allocates
+// from, and that whole training steps are capturable — no host wait and no draw inside them. The
+// fake device runs kernels as they are launched, so it has nothing to replay: replays, and the
+// captured work's results, are checked on a GPU.
+#include <string>
+
+#include "amp/amp.h"
+#include "models/bert.h"
+#include "models/resnet.h"
+#include "precis.h"
+#include "tests/fake_cuda/fake_device.h"
+
+using namespace precis;
+using precis::fake_cuda_testing::require_fake_device;
+
+namespace {
+
+const Device kDev = Device::cuda(0);
+
+// The GraphCaptureError's message from capturing fn, failing the test when nothing throws.
+template <typename F>
+std::string capture_error(cuda::Graph& g, F&& fn) {
+  try {
+    cuda::capture(g, std::forward<F>(fn));
+  } catch (const GraphCaptureError& e) {
+    return e.what();
+  }
+  FAIL("the capture did not throw GraphCaptureError");
+  return "";
+}
+
+// One f16 autocast training step with the loss scaler, clipping and the optimizer's step.
+void train_step(const std::function<Tensor()>& forward_loss, optim::Optimizer& opt, amp::GradScaler& scaler) {
+  Tensor loss;
+  {
+    amp::Autocast ac(DType::f16, DeviceType::cuda);
+    loss = forward_loss();
+  }
+  scaler.scale(loss).backward();
+  (void)scaler.clip_grad_norm_(opt, 1.0);
+  (void)scaler.step(opt);
+  scaler.update();
+  opt.zero_grad();
+}
+
+}  // namespace
+
+TEST_CASE("a CUDA graph capture refuses a host wait before it is issued, naming it") {
+  require_fake_device();
+  const Tensor x = randn({4}).to(kDev);
+  cuda::Graph g;
+  const std::string m = capture_error(g, [&] { (void)sum(x * 2.0).item<float>(); });
+  CHECK(m.find("device-to-host copy") != std::string::npos);
+  CHECK(m.find("Tensor::item()") != std::string::npos);
+  CHECK(m.find("while capturing a CUDA graph") != std::string::npos);
+  CHECK_FALSE(g.captured());  // abandoned: nothing to replay
+  CHECK_FALSE(cuda::is_capturing());
+  const std::string upload = capture_error(g, [&] { (void)full({4}, 1.0).to(kDev); });  // a pageable source
+  CHECK(upload.find("pageable") != std::string::npos);
+  const std::string sync = capture_error(g, [&] { cuda::synchronize(0); });
+  CHECK(sync.find("synchronize") != std::string::npos);
+  CHECK(sum(x).item<float>() == sum(x).item<float>());  // outside a capture the host reads as always
+}
+
+TEST_CASE("a CUDA graph capture refuses a random draw: a replay would repeat the captured dropout mask") {
+  require_fake_device();
+  const Tensor x = randn({64}).to(kDev);
+  cuda::Graph g;
+  const std::string m = capture_error(g, [&] { (void)dropout(x, 0.5, true); });
+  CHECK(m.find("random draw") != std::string::npos);
+  CHECK(m.find("every replay would repeat them") != std::string::npos);
+  CHECK_NOTHROW(dropout(x, 0.5, true));  // the draw observer is gone with the capture
+}
+
+TEST_CASE("cuda::Graph refuses what its state does not allow with StateError") {
+  require_fake_device();
+  cuda::Graph g, other;
+  CHECK_THROWS_AS(g.replay(), StateError);       // nothing captured
+  CHECK_THROWS_AS(g.capture_end(), StateError);  // not capturing
+  g.capture_begin();
+  CHECK(cuda::is_capturing());
+  CHECK_THROWS_AS(g.capture_begin(), StateError);      // already capturing
+  CHECK_THROWS_AS(other.capture_begin(), StateError);  // captures do not nest
+  CHECK_THROWS_AS(g.replay(), StateError);             // the capture has not ended
+  g.capture_end();
+  CHECK_FALSE(cuda::is_capturing());
+  CHECK(g.captured());
+  CHECK_THROWS_AS(g.capture_begin(), StateError);  // holds a graph: reset() first
+  CHECK_THROWS_AS(g.replay(), NotImplementedError);  // the fake device has nothing to replay
+  g.reset();
+  CHECK_FALSE(g.captured());
+  CHECK_NOTHROW(cuda::capture(g, [] {}));
+  cuda::Graph moved = std::move(g);
+  CHECK(moved.captured());
+  CHECK_FALSE(g.captured());  // NOLINT(bugprone-use-after-move): a moved-from graph is empty
+  CHECK_THROWS_AS(cuda::Graph(cuda_device_count()).capture_begin(), DeviceError);
+}
+
+TEST_CASE("a capture's allocations come from its private pool, which nothing outside receives") {
+  require_fake_device();
+  const Tensor x = randn({1 << 16}).to(kDev);
+  cuda::Graph g;
+  const void* inside = nullptr;
+  cuda::capture(g, [&] {
+    const Tensor y = x * 2.0;  // allocated and freed during the capture
+    inside = y.data_ptr();
+  });
+  // Outside the capture the same request is served elsewhere: a replay writes `inside` again.
+  for (int i = 0; i < 4; ++i) CHECK((x * 3.0).data_ptr() != inside);
+}
+
+TEST_CASE("whole f16 training steps are capturable: ResNet-20 with SGD, BERT without dropout with Adam") {
+  require_fake_device();
+  {
+    auto model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 4});
+    model->to(kDev);
+    optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+    amp::GradScaler scaler;
+    const Tensor x = randn({4, 1, 8, 8}).pin_memory().to(kDev, true);
+    const Tensor y = from_vector<int64_t>({1, 3, 5, 7}).pin_memory().to(kDev, true);
+    auto step = [&] { train_step([&] { return cross_entropy(model->forward(x), y); }, opt, scaler); };
+    step();  // warm-up outside the capture: the optimizer's state, the scaler's
+    step();
+    cuda::Graph g;
+    CHECK_NOTHROW(cuda::capture(g, step));
+    CHECK(g.captured());
+  }
+  {
+    models::BertConfig cfg;
+    cfg.vocab_size = 60;
+    cfg.hidden_size = 32;
+    cfg.num_hidden_layers = 1;
+    cfg.num_attention_heads = 2;
+    cfg.intermediate_size = 64;
+    cfg.max_position_embeddings = 16;
+    cfg.hidden_dropout_prob = 0.0;
+    cfg.attention_probs_dropout_prob = 0.0;
+    models::BertForMaskedLM model(cfg);
+    model.to(kDev);
+    optim::Adam opt(model.parameters(), {.lr = 1e-3});
+    amp::GradScaler scaler;
+    const Tensor host_ids = randint(1, 60, {2, 8}, {.dtype = DType::i64});
+    const Tensor ids = host_ids.pin_memory().to(kDev, true);
+    const Tensor labels =
+        where(lt(rand({2, 8}), 0.3), host_ids, full({2, 8}, -100.0, {.dtype = DType::i64})).pin_memory().to(kDev, true);
+    auto step = [&] { train_step([&] { return model.forward_with_labels(ids, Tensor(), labels).loss; }, opt, scaler); };
+    step();
+    step();
+    cuda::Graph g;
+    CHECK_NOTHROW(cuda::capture(g, step));
+    CHECK(g.captured());
+    // With dropout on, the same step is refused, naming the draw.
+    cfg.hidden_dropout_prob = 0.1;
+    models::BertForMaskedLM with_dropout(cfg);
+    with_dropout.to(kDev);
+    optim::Adam opt2(with_dropout.parameters(), {.lr = 1e-3});
+    cuda::Graph g2;
+    const std::string m = capture_error(g2, [&] {
+      train_step([&] { return with_dropout.forward_with_labels(ids, Tensor(), labels).loss; }, opt2, scaler);
+    });
+    CHECK(m.find("random draw") != std::string::npos);
+  }
+}
