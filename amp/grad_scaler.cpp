@@ -187,6 +187,9 @@ void GradScaler::check_grads(optim::Optimizer& opt, OptimizerState& s, bool writ
     if (write)
       for (const Tensor& g : grads) g.bump_version();
   }
+  // A sharded optimizer's gradients are this process's shard: found_inf and the norm become the
+  // whole model's, so that every process skips, backs off and clips alike.
+  opt.reduce_gradient_stats(s.found_inf, s.sq_norms);
   s.grad_norm = Tensor();
 }
 
