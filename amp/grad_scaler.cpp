@@ -204,7 +204,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
 }
 
 Tensor GradScaler::clip_grad_norm_(optim::Optimizer& opt, double max_norm) {
-  if (!options_.enabled) return optim::clip_grad_norm_(opt.parameters(), max_norm);
+  if (!options_.enabled) return opt.clip_grad_norm_(max_norm);
   unscale_(opt);
   OptimizerState& s = state_of(opt);
   Tensor norm = optim::clip_grad_norm_(s.params, max_norm, s.sq_norms);  // stays on the device

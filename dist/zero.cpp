@@ -3,10 +3,14 @@
 #include "dist/zero.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
 #include "core/grad_mode.h"
+#include "ops/kernels_optim.h"
+#include "ops/op_table.h"
+#include "optim/clip_grad.h"
 #include "tensor/factory.h"
 
 namespace precis::dist {
@@ -128,8 +132,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, Layout layout, const 
       params_(std::move(layout.params)),
       model_params_(std::move(layout.model_params)),
       pieces_(std::move(layout.pieces)),
-      shard_params_(std::move(layout.shard_params)),
-      total_blocks_(layout.total_blocks) {
+      shard_params_(std::move(layout.shard_params)) {
   PRECIS_CHECK(make != nullptr, "ZeroOptimizer: the factory is empty; pass a function making the optimizer");
   inner_ = make(groups_);
   PRECIS_CHECK(inner_ != nullptr, "ZeroOptimizer: the factory returned no optimizer");
@@ -196,36 +199,88 @@ void ZeroOptimizer::step(const optim::StepOptions& options) {
 
 Tensor ZeroOptimizer::state(const Tensor& piece, const std::string& key) const { return inner_->state(piece, key); }
 
+double ZeroOptimizer::combine_blocks(const std::vector<std::pair<int64_t, double>>& local, int64_t block,
+                                     double& extra) const {
+  NoGradGuard no_grad;
+  auto blocks_of = [block](int64_t numel) { return (numel + block - 1) / block; };
+  int64_t total_blocks = 0;
+  for (const ModelParam& mp : params_) total_blocks += blocks_of(mp.tensor.numel());
+  // Each block's entry is nonzero on one rank only, so the sum over the ranks is exact (x + 0 = x).
+  Tensor all = zeros({total_blocks + 1}, {.dtype = DType::f64});
+  double* v = all.data_ptr<double>();
+  for (const auto& [at, value] : local) v[at] = value;
+  v[total_blocks] = extra;
+  ddp_.group_->all_reduce(all, ReduceOp::sum)->wait();
+  extra = v[total_blocks];
+  // The unsharded order (ops/cpu/unscale.cpp and clip.cpp, then clip_grad_norm's combination):
+  // per parameter its blocks from 0, then the parameters in order from 0.
+  double total = 0.0;
+  int64_t at = 0;
+  for (const ModelParam& mp : params_) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < blocks_of(mp.tensor.numel()); ++j) sum += v[at++];
+    total += sum;
+  }
+  return total;
+}
+
 void ZeroOptimizer::reduce_gradient_stats(const Tensor& found_inf, const Tensor& sq_norms) {
   NoGradGuard no_grad;
-  // Entry per kShardAlign block of every model parameter (each rank fills the blocks it holds,
-  // zeros elsewhere, so the sum over ranks is exact: x + 0 = x), and found_inf last.
-  Tensor all = zeros({total_blocks_ + 1}, {.dtype = DType::f64});
-  double* v = all.data_ptr<double>();
   const std::vector<double> local = sq_norms.to(Device::cpu()).to(DType::f64).to_vector<double>();
+  std::vector<std::pair<int64_t, double>> blocks;
   size_t k = 0;
   for (const Piece& p : pieces_) {
     if (!p.tensor.grad().defined()) continue;  // the scaler measured the pieces with a gradient
     PRECIS_INTERNAL_ASSERT(k < local.size(), "ZeroOptimizer: more pieces with gradients than squared norms");
-    if (p.param >= 0) v[params_[static_cast<size_t>(p.param)].first_block + p.begin / kShardAlign] = local[k];
+    if (p.param >= 0) blocks.emplace_back(params_[static_cast<size_t>(p.param)].first_block + p.begin / kShardAlign, local[k]);
     ++k;
   }
-  v[total_blocks_] = found_inf.to(Device::cpu()).to(DType::f64).item<double>() != 0.0 ? 1.0 : 0.0;
-  ddp_.group_->all_reduce(all, ReduceOp::sum)->wait();
-  // The unsharded order: per parameter its blocks from 0, then the parameters in order from 0
-  // (ops/cpu/unscale.cpp, then clip_grad_norm's combination).
-  double total = 0.0;
-  for (const ModelParam& mp : params_) {
-    double sq = 0.0;
-    const int64_t blocks = (mp.tensor.numel() + kShardAlign - 1) / kShardAlign;
-    for (int64_t j = 0; j < blocks; ++j) sq += v[mp.first_block + j];
-    total += sq;
-  }
-  Tensor(found_inf).copy_(scalar_tensor(v[total_blocks_] > 0 ? 1.0 : 0.0, {.dtype = DType::f32}).to(found_inf.device()));
+  double found = found_inf.to(Device::cpu()).to(DType::f64).item<double>() != 0.0 ? 1.0 : 0.0;
+  const double total = combine_blocks(blocks, kShardAlign, found);
+  Tensor(found_inf).copy_(scalar_tensor(found > 0 ? 1.0 : 0.0, {.dtype = DType::f32}).to(found_inf.device()));
   if (sq_norms.numel() == 0) return;
   std::vector<double> out(static_cast<size_t>(sq_norms.numel()), 0.0);
   out[0] = total;
   Tensor(sq_norms).copy_(from_vector<double>(out).to(sq_norms.dtype()).to(sq_norms.device()));
+}
+
+Tensor ZeroOptimizer::clip_grad_norm_(double max_norm, double norm_type) {
+  PRECIS_CHECK_T(NotImplementedError, norm_type == 2.0, name_, ".clip_grad_norm_: norm_type ", norm_type,
+                 " is not supported sharded; only the 2-norm (the loss scaler's and precis-train's --clip)");
+  NoGradGuard no_grad;
+  constexpr int64_t kClipBlock = kShardAlign / 2;  // ops/cpu/clip.cpp's power-sum block
+  std::vector<Tensor> views;
+  std::vector<int64_t> at;
+  std::vector<Tensor> with_grad;
+  for (const Piece& p : pieces_) {
+    Tensor g = p.tensor.grad();
+    if (!g.defined()) continue;
+    with_grad.push_back(p.tensor);
+    if (p.param < 0) continue;
+    for (int64_t b = 0; b < p.length; b += kClipBlock) {
+      views.push_back(g.narrow(0, b, std::min(kClipBlock, p.length - b)));
+      at.push_back(static_cast<int64_t>(p.param));
+      at.push_back(p.begin + b);
+    }
+  }
+  // Global block index at kClipBlock granularity of each view.
+  std::vector<int64_t> first_block(params_.size(), 0);
+  for (size_t i = 1; i < params_.size(); ++i)
+    first_block[i] = first_block[i - 1] + (params_[i - 1].tensor.numel() + kClipBlock - 1) / kClipBlock;
+  std::vector<std::pair<int64_t, double>> blocks;
+  if (!views.empty()) {
+    Tensor sums = zeros({static_cast<int64_t>(views.size())}, {.dtype = DType::f64, .device = views[0].device()});
+    kernel<kernels::GradNormKernel>(OpId::grad_norms, views[0].device().type, DType::f32)(views, 2.0, sums);
+    const std::vector<double> s = sums.to(Device::cpu()).to_vector<double>();
+    for (size_t k = 0; k < views.size(); ++k)
+      blocks.emplace_back(first_block[static_cast<size_t>(at[2 * k])] + at[2 * k + 1] / kClipBlock, s[k]);
+  }
+  double unused = 0.0;
+  const double total = combine_blocks(blocks, kClipBlock, unused);
+  if (with_grad.empty()) return scalar_tensor(std::sqrt(total), {.dtype = DType::f32});
+  std::vector<double> per_piece(with_grad.size(), 0.0);
+  per_piece[0] = total;
+  return optim::clip_grad_norm_(with_grad, max_norm, per_piece);
 }
 
 StateDict ZeroOptimizer::state_dict() const {

@@ -91,6 +91,14 @@ class ZeroOptimizer : public optim::Optimizer {
   /// norm (see the file comment). Reads the values on the host.
   void reduce_gradient_stats(const Tensor& found_inf, const Tensor& sq_norms) override;
 
+  /// Clips the pieces' gradients by the whole model's 2-norm, as optim::clip_grad_norm_ over the
+  /// model's gradients would (bit for bit on the CPU): the pieces' block sums (every
+  /// kShardAlign / 2 elements, clipping's block) are all-reduced and combined in the unsharded
+  /// order. A collective; call it on every rank. Only norm_type 2 (NotImplementedError otherwise).
+  /// With a loss scaler, clip through GradScaler::clip_grad_norm_ instead (it uses
+  /// reduce_gradient_stats).
+  Tensor clip_grad_norm_(double max_norm, double norm_type = 2.0) override;
+
   /// The wrapped optimizer (over this rank's pieces).
   optim::Optimizer& inner() { return *inner_; }
   /// The model's parameters, group after group.
@@ -118,13 +126,16 @@ class ZeroOptimizer : public optim::Optimizer {
   ZeroOptimizer(DistributedDataParallel& ddp, Layout layout, const Factory& make);
   static Layout plan(DistributedDataParallel& ddp, std::vector<std::vector<Tensor>> groups);
   void attach_gradients();
+  // Sums over the ranks the per-block values `local` (global block index at granularity `block`,
+  // value), each held by one rank, and combines them in the unsharded order: per parameter from
+  // its first block, then over the parameters. `extra` rides along (summed) and comes back.
+  double combine_blocks(const std::vector<std::pair<int64_t, double>>& local, int64_t block, double& extra) const;
 
   DistributedDataParallel& ddp_;
   std::vector<ModelParam> params_;
   std::vector<Tensor> model_params_;
   std::vector<Piece> pieces_;         // parameters() order
   std::vector<Tensor> shard_params_;  // per bucket: this rank's block, in the parameters' dtype
-  int64_t total_blocks_ = 0;
   std::unique_ptr<optim::Optimizer> inner_;
 };
 

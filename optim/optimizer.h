@@ -103,6 +103,10 @@ class Optimizer {
   /// are replaced by the saved ones. A resumed run continues bit for bit.
   virtual void load_state_dict(const StateDict& dict);
 
+  /// optim::clip_grad_norm_ over parameters() (optim/clip_grad.h); a sharded optimizer
+  /// (dist::ZeroOptimizer) clips by the whole model's norm instead. Returns the total norm.
+  virtual Tensor clip_grad_norm_(double max_norm, double norm_type = 2.0);
+
   /// For an optimizer whose parameters are this process's shard of a model's (dist::ZeroOptimizer):
   /// the loss scaler calls it after measuring this process's gradients, to make the measurement
   /// the whole model's. found_inf: 0-d f32, nonzero when a gradient here is not finite; becomes 1

@@ -15,6 +15,7 @@
 #include "dist/zero.h"
 #include "ops/functional.h"
 #include "optim/adam.h"
+#include "optim/clip_grad.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
 #include "tests/dist/wave.h"
@@ -174,6 +175,38 @@ TEST_CASE("zero: Adam, f16 autocast, scaler with an overflow, clipping and 2 mic
     CHECK(same_bits(net.params()[i], plain_net.params()[i]));
   }
   CHECK(same_state(opt.state_dict(), plain_opt->state_dict()));
+}
+
+TEST_CASE("zero: clip_grad_norm_ without a scaler (SGD, f32) equals plain DDP's clipping bit for bit", "[dist][zero]") {
+  auto pg = dist::init_process_group();
+  auto make_sgd = [](std::vector<std::vector<Tensor>> shards) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::SGD>(shards[0], optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  };
+  Mlp plain_net, net;
+  DistributedDataParallel plain_ddp(pg, plain_net.named(), {}, small_buckets(nullptr));
+  auto plain_opt = make_sgd({plain_net.params()});
+  DistributedDataParallel ddp(pg, net.named(), {}, small_buckets(nullptr));
+  ZeroOptimizer opt(ddp, net.params(), make_sgd);
+  int clipped = 0;
+  for (int s = 0; s < 4; ++s) {
+    plain_net.loss(pg->rank(), s, 0).backward();
+    const double plain_norm = optim::clip_grad_norm_(plain_net.params(), 0.2).item<double>();
+    plain_opt->step();
+    plain_opt->zero_grad();
+    net.loss(pg->rank(), s, 0).backward();
+    const double norm = opt.clip_grad_norm_(0.2).item<double>();
+    opt.step();
+    opt.zero_grad();
+    CHECK(norm == plain_norm);
+    clipped += norm > 0.2;
+  }
+  CHECK(clipped >= 2);
+  for (size_t i = 0; i < net.params().size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(same_bits(net.params()[i], plain_net.params()[i]));
+  }
+  CHECK(same_state(opt.state_dict(), plain_opt->state_dict()));
+  CHECK_THROWS_AS(opt.clip_grad_norm_(1.0, 1.0), NotImplementedError);
 }
 
 TEST_CASE("zero: each rank holds 1/N of the optimizer state, and the ranks together hold plain DDP's",
