@@ -173,8 +173,15 @@ void ZeroOptimizer::zero_grad(bool set_to_none) {
 }
 
 void ZeroOptimizer::step(const optim::StepOptions& options) {
-  inner_->step(options);
   NoGradGuard no_grad;
+  // The pieces start from the parameters as they are now: a checkpoint may have been loaded into
+  // the model (or the parameters set otherwise) since the last step's gather.
+  for (const Piece& p : pieces_) {
+    if (p.param < 0) continue;
+    const Tensor& param = params_[static_cast<size_t>(p.param)].tensor;
+    Tensor(p.tensor).detach().copy_(param.detach().reshape({param.numel()}).narrow(0, p.begin, p.length));
+  }
+  inner_->step(options);
   ProcessGroup& group = *ddp_.group_;
   const int64_t world = group.size();
   std::vector<Tensor> gathered(shard_params_.size());

@@ -58,7 +58,8 @@ class ZeroOptimizer : public optim::Optimizer {
   ZeroOptimizer(DistributedDataParallel& ddp, std::vector<Tensor> params, const Factory& make)
       : ZeroOptimizer(ddp, std::vector<std::vector<Tensor>>{std::move(params)}, make) {}
 
-  /// Steps this rank's pieces with the wrapped optimizer (options as optim::StepOptions: the
+  /// Copies the model's parameters into this rank's pieces (so that parameters loaded or set since
+  /// the last step count), steps the pieces with the wrapped optimizer (options as optim::StepOptions: the
   /// scaler's found_inf is already every rank's), then all-gathers every bucket's pieces into the
   /// model's parameters. The gathers of all buckets are in flight together; the call returns when
   /// the parameters hold the new values.

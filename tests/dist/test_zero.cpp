@@ -257,16 +257,17 @@ TEST_CASE("zero: the state dict is the unsharded one; loading it, or a plain opt
       train(first_ddp, opt, first_scaler, first, 0, 3);
       saved = opt.state_dict();
     }
-    // A new job from the saved parameters, optimizer and scaler.
+    // A new job, set up as at the start, then given the saved parameters, optimizer and scaler
+    // (after the optimizer exists, as precis-train resumes).
     Mlp resumed;
+    amp::GradScaler scaler(so);
+    DistributedDataParallel ddp(pg, resumed.named(), {}, small_buckets(&scaler));
+    ZeroOptimizer opt(ddp, resumed.params(), make_adam);
     {
       NoGradGuard no_grad;
       for (size_t i = 0; i < resumed.params().size(); ++i) Tensor(resumed.params()[i]).detach().copy_(first.params()[i]);
     }
-    amp::GradScaler scaler(so);
     scaler.load_state_dict(first_scaler.state_dict());
-    DistributedDataParallel ddp(pg, resumed.named(), {}, small_buckets(&scaler));
-    ZeroOptimizer opt(ddp, resumed.params(), make_adam);
     opt.load_state_dict(saved);
     CHECK(same_state(opt.state_dict(), saved));  // the round trip through the shards loses nothing
     train(ddp, opt, scaler, resumed, 3, 3);
