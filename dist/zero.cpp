@@ -146,7 +146,9 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, Layout layout, const 
                "for group (", inner_->num_param_groups(), " groups for ", groups_.size(),
                "); build it from its argument, shard_groups[g] for group g");
   name_ = "ZeRO(" + inner_->name() + ")";
-  ddp_.after_reduce_ = [this] { attach_gradients(); };
+  ddp_.after_reduce_ = [this, alive = std::weak_ptr<int>(alive_)] {
+    if (!alive.expired()) attach_gradients();
+  };
 }
 
 // After a synced backward: each piece's gradient is its slice of the reduced block (the bucket

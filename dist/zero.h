@@ -52,7 +52,7 @@ class ZeroOptimizer : public optim::Optimizer {
   /// no two groups (ValueError naming the parameter otherwise). Rebuilds ddp's buckets for
   /// reduce-scatter (StateError when ddp already has a ZeroOptimizer, or during backward), copies
   /// this rank's block of the parameters into its pieces and calls `make` with them. `ddp` must
-  /// outlive this optimizer.
+  /// outlive every call of this optimizer (either may be destroyed first).
   ZeroOptimizer(DistributedDataParallel& ddp, std::vector<std::vector<Tensor>> param_groups, const Factory& make);
   /// One parameter group.
   ZeroOptimizer(DistributedDataParallel& ddp, std::vector<Tensor> params, const Factory& make)
@@ -138,6 +138,9 @@ class ZeroOptimizer : public optim::Optimizer {
   std::vector<Piece> pieces_;         // parameters() order
   std::vector<Tensor> shard_params_;  // per bucket: this rank's block, in the parameters' dtype
   std::unique_ptr<optim::Optimizer> inner_;
+  // ddp's end-of-backward callback holds a weak reference: destroyed first, this optimizer is no
+  // longer called (its buckets stay sharded); destroyed last, it never touches ddp.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 };
 
 }  // namespace precis::dist
