@@ -186,16 +186,20 @@ void ZeroOptimizer::step(const optim::StepOptions& options) {
   inner_->step(options);
   ProcessGroup& group = *ddp_.group_;
   const int64_t world = group.size();
+  std::vector<std::vector<size_t>> by_bucket(shard_params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) by_bucket[static_cast<size_t>(params_[i].bucket)].push_back(i);
+  // Two buckets in flight at a time: bucket b + 1 is gathered while bucket b is copied out, and
+  // at most two buckets' worth of gathered parameters exist at once.
   std::vector<Tensor> gathered(shard_params_.size());
   std::vector<std::shared_ptr<Work>> works(shard_params_.size());
-  for (size_t b = 0; b < shard_params_.size(); ++b) {
+  auto launch = [&](size_t b) {
     const Tensor& mine = shard_params_[b];
     gathered[b] = empty({world, mine.numel()}, {.dtype = mine.dtype(), .device = mine.device()});
     works[b] = group.all_gather(mine, gathered[b]);
-  }
-  std::vector<std::vector<size_t>> by_bucket(shard_params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) by_bucket[static_cast<size_t>(params_[i].bucket)].push_back(i);
+  };
+  if (!shard_params_.empty()) launch(0);
   for (size_t b = 0; b < shard_params_.size(); ++b) {
+    if (b + 1 < shard_params_.size()) launch(b + 1);
     works[b]->wait();
     const Tensor all = gathered[b].reshape({gathered[b].numel()});
     for (size_t i : by_bucket[b]) {
@@ -203,6 +207,8 @@ void ZeroOptimizer::step(const optim::StepOptions& options) {
       Tensor(mp.tensor).detach().reshape({mp.tensor.numel()}).copy_(all.narrow(0, mp.offset, mp.tensor.numel()));
       mp.tensor.bump_version();
     }
+    gathered[b] = Tensor();
+    works[b].reset();
   }
 }
 

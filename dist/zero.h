@@ -61,8 +61,9 @@ class ZeroOptimizer : public optim::Optimizer {
   /// Copies the model's parameters into this rank's pieces (so that parameters loaded or set since
   /// the last step count), steps the pieces with the wrapped optimizer (options as optim::StepOptions: the
   /// scaler's found_inf is already every rank's), then all-gathers every bucket's pieces into the
-  /// model's parameters. The gathers of all buckets are in flight together; the call returns when
-  /// the parameters hold the new values.
+  /// model's parameters. Two buckets' gathers are in flight at a time (one copied out while the
+  /// next travels), so the step holds at most two buckets of gathered values; the call returns
+  /// when the parameters hold the new values.
   void step(const optim::StepOptions& options = {}) override;
   /// Clears the model parameters' gradients (as Optimizer::zero_grad) and drops the pieces'.
   void zero_grad(bool set_to_none = true) override;
