@@ -187,6 +187,9 @@ void GradScaler::check_grads(optim::Optimizer& opt, OptimizerState& s, bool writ
     if (write)
       for (const Tensor& g : grads) g.bump_version();
   }
+  // A sharded optimizer's gradients are this process's shard: found_inf and the norm become the
+  // whole model's, so that every process skips, backs off and clips alike.
+  opt.reduce_gradient_stats(s.found_inf, s.sq_norms);
   s.grad_norm = Tensor();
 }
 
@@ -201,7 +204,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
 }
 
 Tensor GradScaler::clip_grad_norm_(optim::Optimizer& opt, double max_norm) {
-  if (!options_.enabled) return optim::clip_grad_norm_(opt.parameters(), max_norm);
+  if (!options_.enabled) return opt.clip_grad_norm_(max_norm);
   unscale_(opt);
   OptimizerState& s = state_of(opt);
   Tensor norm = optim::clip_grad_norm_(s.params, max_norm, s.sq_norms);  // stays on the device

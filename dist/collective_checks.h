@@ -11,6 +11,9 @@ void check_collective_tensor(const char* collective, const Tensor& t);
 void check_reduce_dtype(const Tensor& t, ReduceOp op);
 /// ShapeError unless out is contiguous, in's dtype, shape [world, *in.shape].
 void check_all_gather_shapes(const Tensor& in, const Tensor& out, int world);
+/// ShapeError unless in and out are contiguous, of one dtype, with in.numel() == world · out.numel();
+/// plus check_reduce_dtype.
+void check_reduce_scatter_shapes(const Tensor& in, const Tensor& out, int world, ReduceOp op);
 
 /// The buffer an all_reduce hands to its transport: `t` itself, or for f16/bf16 an f32 copy, so that
 /// the sum over ranks is taken in f32 and rounded once (MPI has no half types; NCCL's half sums

@@ -158,6 +158,12 @@ DistributedDataParallel::~DistributedDataParallel() {
       } catch (...) {  // a destructor cannot report it; the failed collective ends the job anyway
       }
     }
+  if (flag_work_) {
+    try {
+      flag_work_->wait();
+    } catch (...) {
+    }
+  }
 }
 
 void DistributedDataParallel::verify_same_everywhere(const NamedTensors& params, const NamedTensors& buffers) {
@@ -207,6 +213,7 @@ void DistributedDataParallel::build_buckets(const DistributedDataParallelOptions
   const double mib = 1024.0 * 1024.0;
   double bytes = 0;
   DType bucket_dtype = DType::f32;
+  DType bucket_param_dtype = DType::f32;
   std::vector<int64_t> sizes;
   for (int64_t i = static_cast<int64_t>(params_.size()) - 1; i >= 0; --i) {  // reverse registration order
     Param& p = params_[static_cast<size_t>(i)];
@@ -214,33 +221,63 @@ void DistributedDataParallel::build_buckets(const DistributedDataParallelOptions
     const double pbytes = static_cast<double>(p.tensor.numel()) * static_cast<double>(element_size(d));
     // The bucket being filled is buckets_.back(); the first one (index 0) has the smaller cap.
     const double cap = (buckets_.size() == 1 ? o.first_bucket_cap_mb : o.bucket_cap_mb) * mib;
-    const bool start_new = buckets_.empty() || d != bucket_dtype || (bytes > 0 && bytes + pbytes > cap);
+    // Sharded, a bucket holds one parameter dtype: its shard of parameters is one tensor to gather.
+    const bool start_new = buckets_.empty() || d != bucket_dtype || (bytes > 0 && bytes + pbytes > cap) ||
+                           (sharded_ && p.tensor.dtype() != bucket_param_dtype);
     if (start_new) {
       buckets_.emplace_back();
       sizes.push_back(0);
       bytes = 0;
       bucket_dtype = d;
+      bucket_param_dtype = p.tensor.dtype();
     }
     Bucket& b = buckets_.back();
+    int64_t offset = sizes.back();
+    // Sharded: a parameter that would cross a multiple of align_ starts at one, so that shard
+    // boundaries (multiples of align_) cut it only at its own multiples of align_.
+    if (sharded_ && offset % align_ + p.tensor.numel() > align_) offset = (offset + align_ - 1) / align_ * align_;
     p.bucket = static_cast<int64_t>(buckets_.size()) - 1;
-    p.offset = sizes.back();
-    sizes.back() += p.tensor.numel();
+    p.offset = offset;
+    sizes.back() = offset + p.tensor.numel();
     bytes += pbytes;
     b.params.push_back(i);
   }
   const bool tail = o.scaler != nullptr && o.scaler->is_enabled();
-  if (tail && buckets_.empty()) {  // no trainable parameter: the flag still travels
+  if (tail && buckets_.empty() && !sharded_) {  // no trainable parameter: the flag still travels
     buckets_.emplace_back();
     sizes.push_back(0);
   }
+  const int64_t world = group_->size();
   for (size_t k = 0; k < buckets_.size(); ++k) {
     const bool last = k + 1 == buckets_.size();
     DType d = DType::f32;
     if (!buckets_[k].params.empty() && params_[static_cast<size_t>(buckets_[k].params[0])].tensor.dtype() == DType::f64)
       d = DType::f64;
+    if (sharded_) {
+      const int64_t unit = world * align_;
+      const int64_t padded = (sizes[k] + unit - 1) / unit * unit;
+      buckets_[k].flat = zeros({padded}, {.dtype = d, .device = device_});
+      buckets_[k].shard = zeros({padded / world}, {.dtype = d, .device = device_});
+      continue;
+    }
     if (last && tail) tail_offset_ = sizes[k];
     buckets_[k].flat = zeros({sizes[k] + (last && tail ? 1 : 0)}, {.dtype = d, .device = device_});
   }
+  if (sharded_ && tail) flag_ = zeros({1}, {.dtype = DType::f32, .device = device_});
+}
+
+void DistributedDataParallel::enable_sharding(int64_t align, std::function<void()> after_reduce) {
+  PRECIS_CHECK_T(StateError, !sharded_, "DistributedDataParallel: a second ZeroOptimizer over the same "
+                 "DistributedDataParallel; one optimizer owns the gradient shards");
+  PRECIS_CHECK_T(StateError, !pass_active_, "DistributedDataParallel: a ZeroOptimizer was made during backward; "
+                 "make it before the first forward");
+  PRECIS_CHECK(align >= 1, "DistributedDataParallel: shard alignment ", align, " must be positive");
+  sharded_ = true;
+  align_ = align;
+  after_reduce_ = std::move(after_reduce);
+  buckets_.clear();
+  tail_offset_ = -1;
+  build_buckets(options_);
 }
 
 void DistributedDataParallel::reset_pass() {
@@ -249,6 +286,7 @@ void DistributedDataParallel::reset_pass() {
     b.pending = static_cast<int64_t>(b.params.size());
     b.work.reset();
   }
+  flag_work_.reset();
   next_launch_ = 0;
   pass_active_ = false;
 }
@@ -288,10 +326,24 @@ void DistributedDataParallel::launch_ready() {
         else b.flat.data_ptr<float>()[tail_offset_] = static_cast<float>(v);
       }
     }
-    b.work = group_->all_reduce(b.flat, ReduceOp::sum);
+    if (sharded_) {
+      b.work = group_->reduce_scatter(b.flat, b.shard, ReduceOp::sum);
+      if (next_launch_ + 1 == buckets_.size() && flag_.defined()) launch_flag();
+    } else {
+      b.work = group_->all_reduce(b.flat, ReduceOp::sum);
+    }
     ++next_launch_;
   }
   for (size_t k = 0; k < next_launch_; ++k) buckets_[k].work->done();  // lets MPI make progress
+}
+
+// Sharded, the flag cannot ride in a bucket (each rank would see its shard's slot only): one
+// one-element all_reduce, issued right after the last bucket on every rank.
+void DistributedDataParallel::launch_flag() {
+  Tensor flag = options_.scaler->loss_nonfinite();
+  if (flag.defined()) flag_.copy_(flag.reshape({1}));
+  else flag_.zero_();
+  flag_work_ = group_->all_reduce(flag_, ReduceOp::sum);
 }
 
 void DistributedDataParallel::finalize() {
@@ -324,6 +376,14 @@ void DistributedDataParallel::finalize() {
     PRECIS_INTERNAL_ASSERT(next_launch_ == buckets_.size(), "DistributedDataParallel: ", next_launch_, " of ",
                            buckets_.size(), " buckets launched at the end of backward");
     for (auto& b : buckets_) b.work->wait();
+    if (sharded_) {
+      if (flag_work_) flag_work_->wait();
+      if (flag_.defined() && options_.scaler->loss_nonfinite().defined())
+        options_.scaler->set_loss_nonfinite(flag_.clone());
+      if (after_reduce_) after_reduce_();
+      reset_pass();
+      return;
+    }
     for (auto& p : params_) {
       const Bucket& b = buckets_[static_cast<size_t>(p.bucket)];
       Tensor mean = b.flat.narrow(0, p.offset, p.tensor.numel()).reshape(p.tensor.sizes());

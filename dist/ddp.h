@@ -21,8 +21,11 @@
 // launches what is left, waits for every bucket and writes the means back into .grad (in place).
 // With a scaler, the rank-local "non-finite loss" flag rides in one extra element at the tail of
 // the last bucket, so every rank skips (and keeps its scale) alike without another collective.
+// With a ZeroOptimizer (dist/zero.h) the buckets are reduce-scattered instead: each rank keeps the
+// mean of its shard only, and the optimizer steps that shard.
 // Works on dist/ (not nn::Module) so that it sits below models: pass named_parameters().
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -103,8 +106,11 @@ class DistributedDataParallel {
   ProcessGroup& process_group() const { return *group_; }
   /// The parameter names of each bucket, in launch order.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
+  /// Whether a ZeroOptimizer shards the gradients (reduce-scatter instead of all-reduce).
+  bool sharded() const { return sharded_; }
 
  private:
+  friend class ZeroOptimizer;
   struct Param {
     std::string name;
     Tensor tensor;
@@ -118,14 +124,22 @@ class DistributedDataParallel {
     std::vector<int64_t> params;   // indices into params_
     int64_t pending = 0;
     std::shared_ptr<Work> work;
+    Tensor shard;                  // sharded: this rank's block of the reduced bucket, flat.numel() / world
   };
 
   void verify_same_everywhere(const NamedTensors& params, const NamedTensors& buffers);
   void build_buckets(const DistributedDataParallelOptions& o);
   void on_gradient(int64_t index);
   void launch_ready();
+  void launch_flag();
   void finalize();
   void reset_pass();
+  // ZeRO (dist/zero.h): rebuilds the buckets so that each is a whole number of world · align
+  // elements, holds one parameter dtype, and no parameter crosses a multiple of `align` except at
+  // its own multiples of `align` (so every block of `align` elements of a parameter, counted from
+  // its start, lies in one rank's shard); then reduce-scatters them, and calls after_reduce at
+  // the end of each synced backward instead of writing the means into .grad.
+  void enable_sharding(int64_t align, std::function<void()> after_reduce);
 
   std::shared_ptr<ProcessGroup> group_;
   std::vector<Param> params_;
@@ -137,6 +151,11 @@ class DistributedDataParallel {
   size_t next_launch_ = 0;
   Device device_ = Device::cpu();  // where every parameter, buffer and bucket lives
   int64_t tail_offset_ = -1;  // the scaler flag's slot in the last bucket, or -1
+  bool sharded_ = false;
+  int64_t align_ = 1;
+  Tensor flag_;                       // sharded: the scaler's flag, reduced by its own all_reduce
+  std::shared_ptr<Work> flag_work_;
+  std::function<void()> after_reduce_;
 };
 
 }  // namespace precis::dist

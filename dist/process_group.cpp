@@ -50,6 +50,16 @@ void check_all_gather_shapes(const Tensor& in, const Tensor& out, int world) {
                      " but must be [world size = ", world, ", *in.shape] with in's dtype for in ", in.describe());
 }
 
+void check_reduce_scatter_shapes(const Tensor& in, const Tensor& out, int world, ReduceOp op) {
+  check_collective_tensor("reduce_scatter", in);
+  check_collective_tensor("reduce_scatter", out);
+  check_reduce_dtype(in, op);
+  PRECIS_CHECK_SHAPE(in.numel() == static_cast<int64_t>(world) * out.numel() && in.dtype() == out.dtype(),
+                     "dist::reduce_scatter: in is ", in.describe(), " and out ", out.describe(),
+                     "; in must hold world size (", world, ") times out's elements, in out's dtype: pad the input "
+                     "to a multiple of the world size");
+}
+
 Tensor reduce_buffer(const Tensor& t) {
   if (t.dtype() != DType::f16 && t.dtype() != DType::bf16) return t;
   NoGradGuard no_grad;
@@ -73,6 +83,24 @@ class DoneWork : public Work {
   bool done() override { return true; }
 };
 
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  PRECIS_CHECK(in.defined() && out.defined(), "dist::reduce_scatter: a tensor is undefined");
+  PRECIS_CHECK_SHAPE(in.numel() == static_cast<int64_t>(size()) * out.numel() && in.dtype() == out.dtype() &&
+                         in.device() == out.device(),
+                     "dist::reduce_scatter: in is ", in.describe(), " and out ", out.describe(),
+                     "; in must hold world size (", size(), ") times out's elements, in out's dtype and device");
+  NoGradGuard no_grad;
+  Tensor all = in.detach().contiguous().clone();
+  all_reduce(all, op)->wait();
+  Tensor(out).detach().copy_(all.reshape({in.numel()}).narrow(0, rank() * out.numel(), out.numel()).reshape(out.sizes()));
+  out.bump_version();
+  return std::make_shared<DoneWork>();
+}
+
+namespace {
+
 // A world of one: every collective is the identity, completed on return.
 class LocalProcessGroup : public ProcessGroup {
  public:
@@ -83,6 +111,13 @@ class LocalProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override {
     detail::check_collective_tensor("all_reduce", t);
     detail::check_reduce_dtype(t, op);
+    return std::make_shared<DoneWork>();
+  }
+  std::shared_ptr<Work> reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    detail::check_reduce_scatter_shapes(in, out, 1, op);
+    NoGradGuard no_grad;
+    Tensor(out).detach().copy_(in.reshape(out.sizes()));
+    out.bump_version();
     return std::make_shared<DoneWork>();
   }
   std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {

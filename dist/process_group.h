@@ -44,7 +44,8 @@ class Work {
   virtual bool done() = 0;
 };
 
-/// The ranks of a job and their collectives (all_reduce, broadcast, all_gather, barrier), each
+/// The ranks of a job and their collectives (all_reduce, reduce_scatter, broadcast, all_gather,
+/// barrier), each
 /// asynchronous, returning a Work to wait on. Backends: MPI (CPU tensors), NCCL (CUDA tensors), and
 /// a world of one without MPI (docs/distributed.md).
 class ProcessGroup {
@@ -64,6 +65,13 @@ class ProcessGroup {
   /// the same shape and dtype everywhere; f16/bf16 are reduced through f32; avg needs a floating
   /// dtype. Integer-valued inputs give exact results.
   virtual std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) = 0;
+  /// Reduces `in` (contiguous, size() · out.numel() elements, the same on every rank) over the ranks
+  /// and leaves in this rank's `out` (contiguous, in's dtype and device) the block of out.numel()
+  /// elements starting at rank() · out.numel(): a ring all-reduce's first half (MPI
+  /// MPI_Ireduce_scatter_block, NCCL ncclReduceScatter). `in` itself is left as it was. Dtypes as
+  /// all_reduce. This base version is an all_reduce of a copy of `in` (twice the traffic), for
+  /// wrappers and backends without one; the MPI and NCCL groups override it.
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op);
   /// Copies `root`'s `t` into every rank's `t` (same shape and dtype everywhere).
   virtual std::shared_ptr<Work> broadcast(const Tensor& t, int root) = 0;
   /// out (shape [size(), *in.shape], contiguous, in's dtype) receives every rank's `in`, in rank order.

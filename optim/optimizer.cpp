@@ -6,6 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/warning.h"
+#include "optim/clip_grad.h"
 #include "tensor/factory.h"
 
 namespace precis::optim {
@@ -72,6 +73,10 @@ std::vector<Tensor> Optimizer::parameters() const {
   std::vector<Tensor> out;
   for (const auto& g : groups_) out.insert(out.end(), g.begin(), g.end());
   return out;
+}
+
+Tensor Optimizer::clip_grad_norm_(double max_norm, double norm_type) {
+  return optim::clip_grad_norm_(parameters(), max_norm, norm_type);
 }
 
 void Optimizer::set_lr(double lr) {

@@ -61,7 +61,7 @@ class Optimizer {
 
   /// Clears the gradients: set_to_none drops them (the default, as in PyTorch >= 2.0), otherwise
   /// they are filled with zeros in place.
-  void zero_grad(bool set_to_none = true);
+  virtual void zero_grad(bool set_to_none = true);
 
   /// "SGD", "Adam", "AdamW": used in messages and state-dict errors.
   const std::string& name() const { return name_; }
@@ -90,18 +90,34 @@ class Optimizer {
 
   /// A per-parameter state tensor ("step", "master", "momentum_buffer", "exp_avg", "exp_avg_sq",
   /// "max_exp_avg_sq"); undefined when the parameter has none (yet). The tensor is the live state.
-  Tensor state(const Tensor& param, const std::string& key) const;
+  virtual Tensor state(const Tensor& param, const std::string& key) const;
 
   /// Hyperparameters of every group and all per-parameter state, as a StateDict:
   ///   "param_groups.<g>.params"  1-D i64, the indices of the group's parameters
   ///   "param_groups.<g>.<option>" 0-d f64 (booleans as 0-d i64)
   ///   "state.<i>.<key>"          the per-parameter state of parameter i (see parameters())
   /// The tensors are copies (later steps do not change a returned dict).
-  StateDict state_dict() const;
+  virtual StateDict state_dict() const;
   /// Restores what state_dict() returned, into an optimizer over parameters of the same groups,
   /// counts and shapes (ValueError / ShapeError naming the mismatch otherwise). The group options
   /// are replaced by the saved ones. A resumed run continues bit for bit.
-  void load_state_dict(const StateDict& dict);
+  virtual void load_state_dict(const StateDict& dict);
+
+  /// optim::clip_grad_norm_ over parameters() (optim/clip_grad.h); a sharded optimizer
+  /// (dist::ZeroOptimizer) clips by the whole model's norm instead. Returns the total norm.
+  virtual Tensor clip_grad_norm_(double max_norm, double norm_type = 2.0);
+
+  /// For an optimizer whose parameters are this process's shard of a model's (dist::ZeroOptimizer):
+  /// the loss scaler calls it after measuring this process's gradients, to make the measurement
+  /// the whole model's. found_inf: 0-d f32, nonzero when a gradient here is not finite; becomes 1
+  /// where any process's is, else 0. sq_norms: 1-D f64, the squared 2-norm of each parameter
+  /// with a gradient (parameters() order); becomes values whose in-order sum is the squared norm
+  /// of the whole model's gradient, as unsharded training would compute it. A collective where
+  /// the parameters are sharded (every process calls it alike); this default changes nothing.
+  virtual void reduce_gradient_stats(const Tensor& found_inf, const Tensor& sq_norms) {
+    (void)found_inf;
+    (void)sq_norms;
+  }
 
  protected:
   /// Checks the parameters (defined, floating, leaf, requires grad, contiguous, each in one group

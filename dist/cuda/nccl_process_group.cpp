@@ -1,4 +1,5 @@
-// The NCCL backend: CUDA tensors are reduced by NCCL on each device's communication stream
+// The NCCL backend: CUDA tensors are reduced (ncclAllReduce, ncclReduceScatter), broadcast and
+// gathered by NCCL on each device's communication stream
 // (cuda::comm_stream, core/cuda/cuda_context.h); CPU tensors and barriers go to the wrapped group
 // (MPI or the world of one).
 //
@@ -162,6 +163,39 @@ class NcclRoutingGroup : public ProcessGroup {
     return work;
   }
 
+  std::shared_ptr<Work> reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    if (!in.defined() || !in.device().is_cuda()) {
+      PRECIS_CHECK_DEVICE(!out.defined() || !out.device().is_cuda(), "dist::reduce_scatter: in is ", in.describe(),
+                          " but out is ", out.describe(), "; both must be on one device");
+      return cpu_->reduce_scatter(in, out, op);
+    }
+    const int dev = in.device().index;
+    check_cuda_tensor("reduce_scatter", in, dev);
+    check_cuda_tensor("reduce_scatter", out, dev);
+    check_reduce_dtype(in, op);
+    PRECIS_CHECK_SHAPE(in.numel() == static_cast<int64_t>(size()) * out.numel() && in.dtype() == out.dtype(),
+                       "dist::reduce_scatter: in is ", in.describe(), " and out ", out.describe(),
+                       "; in must hold world size (", size(), ") times out's elements, in out's dtype");
+    const std::string what = std::string("reduce_scatter(") + reduce_op_name(op) + ") of " + in.describe();
+    const Tensor send = reduce_buffer(in);  // f16/bf16 travel as f32, rounded back once when done
+    const Tensor recv = reduce_buffer(out);
+    const int n = size();
+    auto finish = [out, recv, op, n] {
+      if (op == ReduceOp::avg && n > 1) {
+        NoGradGuard no_grad;
+        Tensor b = recv.detach();
+        b.copy_(div(b, static_cast<double>(n)));
+      }
+      finish_reduce_buffer(out, recv);
+    };
+    const ncclRedOp_t nop = op == ReduceOp::max ? ncclMax : ncclSum;
+    auto work = launch(dev, what, {in, out, send, recv}, {send, recv}, finish, [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclReduceScatter(send.data_ptr(), recv.data_ptr(), static_cast<size_t>(recv.numel()),
+                               nccl_type(recv.dtype()), nop, comm, s);
+    });
+    out.bump_version();
+    return work;
+  }
   std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {
     if (!t.defined() || !t.device().is_cuda()) return cpu_->broadcast(t, root);
     const int dev = t.device().index;

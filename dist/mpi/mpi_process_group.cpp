@@ -1,5 +1,5 @@
-// The MPI backend: nonblocking collectives (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather,
-// MPI_Ibarrier) on a duplicate of MPI_COMM_WORLD whose errors return codes (MPI_ERRORS_RETURN),
+// The MPI backend: nonblocking collectives (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Ibcast,
+// MPI_Iallgather, MPI_Ibarrier) on a duplicate of MPI_COMM_WORLD whose errors return codes (MPI_ERRORS_RETURN),
 // turned into DistributedError. f16/bf16 are reduced through an f32 staging copy (Open MPI has no
 // half types); avg is a sum divided by the world size when the work completes.
 #include <mpi.h>
@@ -120,6 +120,29 @@ class MpiProcessGroup : public ProcessGroup {
                              mpi_type(buf.dtype()), mop, comm_, work->request()),
               what);
     t.bump_version();
+    return work;
+  }
+
+  std::shared_ptr<Work> reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    check_reduce_scatter_shapes(in, out, size_, op);
+    const std::string what = std::string("reduce_scatter(") + reduce_op_name(op) + ") of " + in.describe();
+    const Tensor send = reduce_buffer(in);  // f16/bf16 travel as f32, as in all_reduce
+    const Tensor recv = reduce_buffer(out);
+    const int n = size_;
+    auto finish = [out, recv, send, op, n] {  // send is kept alive until the collective is done
+      if (op == ReduceOp::avg) {
+        if (recv.dtype() == DType::f64) divide_in_place<double>(recv, n);
+        else divide_in_place<float>(recv, n);
+      }
+      finish_reduce_buffer(out, recv);
+    };
+    auto work = std::make_shared<MpiWork>(what, finish);
+    const MPI_Op mop = op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+    check_mpi(MPI_Ireduce_scatter_block(send.data_ptr(), recv.data_ptr(),
+                                        checked_count("reduce_scatter", recv, recv.element_size()),
+                                        mpi_type(recv.dtype()), mop, comm_, work->request()),
+              what);
+    out.bump_version();
     return work;
   }
 

@@ -173,6 +173,8 @@ void validate(const TrainOptions& o) {
                "--precision bf16 or f16", o.precision_choice.empty() ? "" : " (this run has f32 from " +
                o.precision_choice + ")");
   PRECIS_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be a finite number > 0, got ", o.lr);
+  PRECIS_CHECK(!o.zero || o.distributed, "--zero shards the optimizer state over the ranks of an mpirun job; it "
+               "needs --distributed (mpirun -np N precis-train ... --distributed --zero)");
   PRECIS_CHECK(o.clip >= 0, "--clip must be a number ≥ 0 (0: no clipping), got ", o.clip);
   PRECIS_CHECK(o.weight_decay >= 0, "--weight-decay must be a number ≥ 0, got ", o.weight_decay);
   PRECIS_CHECK(!o.resume || !o.checkpoint_dir.empty() || !o.resume_from.empty(),

@@ -83,6 +83,9 @@ struct TrainOptions {
   /// One rank of an mpirun job (docs/distributed.md): DDP, this rank's share of each global batch,
   /// rank-0 checkpoints and output, sharded evaluation.
   bool distributed = false;
+  /// With distributed: shard the optimizer state over the ranks (dist::ZeroOptimizer, ZeRO-1).
+  /// Checkpoints are the same as without it.
+  bool zero = false;
 };
 
 /// Whether the run resumes from a checkpoint: --resume (the newest in --checkpoint DIR) or

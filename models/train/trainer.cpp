@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
+#include "dist/zero.h"
 #include "models/train/checkpoint.h"
 #include "models/train/distributed.h"
 #include "models/train/metrics.h"
@@ -147,6 +148,12 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
   if (o_.distributed) {
     dist_ = make_distributed_run(*model_, *scaler_, task_->train_loader(), task_->test_loader());
     loader_ = dist_->train_loader.get();
+    // --zero: the optimizer made above (no state yet) is replaced by one over this rank's shard.
+    if (o_.zero)
+      opt_ = std::make_unique<dist::ZeroOptimizer>(*dist_->ddp, model_->parameters(),
+                                                   [this](std::vector<std::vector<Tensor>> shards) {
+                                                     return make_optimizer(o_, std::move(shards[0]));
+                                                   });
     // Each rank its own dropout stream, advancing in step with rank 0's (whose state checkpoints keep).
     default_generator().set_state(o_.seed + static_cast<uint64_t>(dist_->rank()), default_generator().offset());
   }
@@ -245,6 +252,9 @@ void Trainer::checkpoint(data::DataPosition at) {
   if (global_step_ == written_step_ && at == written_at_) return;
   int64_t unused = 0;
   const RunningMetrics figures = global(epoch_metrics_, unused);  // the job's sums (a collective)
+  // --zero: the optimizer's state dict gathers the shards, a collective every rank takes part in.
+  StateDict optimizer_state;
+  if (o_.zero) optimizer_state = opt_->state_dict();
   if (!rank0()) {  // rank 0 writes; the others wait until the file is complete
     written_step_ = global_step_;
     written_at_ = at;
@@ -261,7 +271,7 @@ void Trainer::checkpoint(data::DataPosition at) {
                   {"generator_offset", state_int(static_cast<int64_t>(g.offset()))}});
   StateDict state;
   state_merge(state, model_->state_dict(), "model.");
-  state_merge(state, opt_->state_dict(), "optimizer.");
+  state_merge(state, o_.zero ? optimizer_state : opt_->state_dict(), "optimizer.");
   state_merge(state, scaler_->state_dict(), "scaler.");
   if (sched_) state_merge(state, sched_->state_dict(), "scheduler.");
   state_merge(state, acc_->state_dict(), "accumulator.");

@@ -36,6 +36,18 @@ if(PRECIS_WITH_MPI)
                    ${CMAKE_CURRENT_BINARY_DIR}/dist-kill-work 8 ${_mpirun} ${MPIEXEC_NUMPROC_FLAG})
   set_tests_properties("dist/precis-train np 2 killed at random moments resumes bit for bit" PROPERTIES LABELS dist
                        TIMEOUT 900 PROCESSORS 2 SKIP_RETURN_CODE 77 ENVIRONMENT "${_dist_env};${_root_env}")
+  # ZeRO-1 through precis-train on a generated corpus (no data package needed): --zero equals plain
+  # DDP at np 2 and 3, resumes (from its own or a plain checkpoint) and survives a killed rank.
+  add_test(NAME "dist/precis-train --zero equals plain DDP at np 2 and 3 bit for bit; resume and a killed rank too"
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_zero.sh $<TARGET_FILE:precis-train>
+                   ${CMAKE_CURRENT_BINARY_DIR}/dist-zero-work ${_mpirun} ${MPIEXEC_NUMPROC_FLAG})
+  set_tests_properties("dist/precis-train --zero equals plain DDP at np 2 and 3 bit for bit; resume and a killed rank too"
+                       PROPERTIES LABELS dist TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${_dist_env};${_root_env}")
+  add_test(NAME "dist/ZeRO state saved at np 2 resumes at np 3 and np 1"
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/zero_reshard.sh $<TARGET_FILE:precis_dist_tests>
+                   ${CMAKE_CURRENT_BINARY_DIR}/dist-zero-reshard ${_mpirun} ${MPIEXEC_NUMPROC_FLAG})
+  set_tests_properties("dist/ZeRO state saved at np 2 resumes at np 3 and np 1" PROPERTIES LABELS dist TIMEOUT 300
+                       PROCESSORS 2 ENVIRONMENT "${_dist_env};${_root_env}")
   add_test(NAME "dist/an exception on one rank ends the job (np 2)"
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect_abort.sh 60
                    ${_mpirun} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:precis_dist_abort_probe>)
@@ -44,7 +56,9 @@ if(PRECIS_WITH_MPI)
 else()
   foreach(_name "dist/mpirun -np 2" "dist/mpirun -np 3" "dist/an exception on one rank ends the job (np 2)"
                 "dist/precis-train np 2 equals --accum 2 bit for bit; resume too"
-                "dist/precis-train np 2 killed at random moments resumes bit for bit")
+                "dist/precis-train np 2 killed at random moments resumes bit for bit"
+                "dist/precis-train --zero equals plain DDP at np 2 and 3 bit for bit; resume and a killed rank too"
+                "dist/ZeRO state saved at np 2 resumes at np 3 and np 1")
     add_test(NAME "${_name}" COMMAND sh -c "echo 'SKIPPED: precis was built without MPI (PRECIS_MPI; scripts/install-deps.sh installs Open MPI)'; exit 77")
     set_tests_properties("${_name}" PROPERTIES LABELS dist SKIP_RETURN_CODE 77)
   endforeach()

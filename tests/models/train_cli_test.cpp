@@ -141,6 +141,8 @@ TEST_CASE("precis-train range and type errors say what is allowed, on one line",
       {"resnet --precision fp8", "--precision must be one of auto, f32, bf16, f16, amp, got 'fp8'"},
       {"resnet --optimizer adamm", "--optimizer must be one of sgd, adam, adamw, got 'adamm' (did you mean adam?)"},
       {"resnet --device gpu", "--device must be cpu, cuda or cuda:N, got 'gpu'"},
+      {"resnet --zero", "--zero shards the optimizer state over the ranks of an mpirun job; it needs --distributed "
+                        "(mpirun -np N precis-train ... --distributed --zero)"},
   };
   for (const Case& c : cases) {
     const Run r = run_cli(c.args);
