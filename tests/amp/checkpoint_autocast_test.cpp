@@ -1,6 +1,6 @@
 // Checkpointing under autocast: the three shapes in which PyTorch's recomputation fails to repeat
 // its forward cannot happen here (autocast state on recompute, the cast cache across recompute;
-// checkpoint inside DDP is tests/dist/test_ddp_checkpoint.cpp), the audit counts each op once, and
+// checkpoint inside DDP is tests/dist/ddp_checkpoint_test.cpp), the audit counts each op once, and
 // the loss scaler skips an overflow in the recomputed backward like any other.
 #include <catch2/catch.hpp>
 

@@ -3,7 +3,7 @@
 # per rank, as root in CI) and once without mpirun (a world of one, no MPI needed). The abort
 # probe checks that an exception on one rank ends the job within 60 s. Without MPI the mpirun
 # entries are registered as skipped (exit 77), loudly, not passed.
-file(GLOB _dist_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_*.cpp)
+file(GLOB _dist_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/dist/*_test.cpp)
 add_executable(precis_dist_tests ${CMAKE_CURRENT_SOURCE_DIR}/dist/dist_main.cpp ${_dist_tests})
 target_link_libraries(precis_dist_tests PRIVATE precis_test_support)
 set(_dist_env OMP_NUM_THREADS=1 PRECIS_NUM_THREADS=1 OMP_WAIT_POLICY=passive)

@@ -2,7 +2,7 @@
 # Usage: zero_reshard.sh PRECIS_DIST_TESTS WORKDIR MPIRUN-COMMAND... (ending in its -n flag)
 # A ZeroOptimizer state saved at np 2 resumes at np 3 and in a single process (no mpirun): its
 # state dict comes back bit for bit, and the continuation equals plain DDP resumed from the same
-# file at that world size (test_zero.cpp, "a state saved at one world size resumes at another").
+# file at that world size (zero_test.cpp, "a state saved at one world size resumes at another").
 set -u
 tests=$1 work=$2; shift 2
 rm -rf "$work" && mkdir -p "$work" || exit 1
