@@ -126,9 +126,9 @@ struct ScaledMatmulResult {
 /// operands were cast with (x_fp8 = saturate(x · scale), scale_inv = 1 / scale). Products are exact
 /// and accumulate in fp32, so on the CPU (an exact upcast to bf16 and oneDNN's bf16 GEMM) the
 /// result differs from a GPU's only by summation order. CUDA (sm_89 and newer): cuBLASLt's fp8
-/// GEMM; shapes it cannot take (a dimension not a multiple of 16) run as a bf16 GEMM of the same
-/// exact values and warn once. Not differentiable; under autocast it is left alone. Errors:
-/// ShapeError, DTypeError, DeviceError naming the operands.
+/// GEMM; what it cannot take (a dimension not a multiple of 16, sm < 89) runs as an f32 GEMM of the
+/// exactly widened values and warns once. Not differentiable; under autocast it is left alone.
+/// Errors: ShapeError, DTypeError, DeviceError naming the operands.
 ScaledMatmulResult scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& a_scale_inv,
                                  const Tensor& b_scale_inv, const ScaledMatmulOptions& options = {});
 
