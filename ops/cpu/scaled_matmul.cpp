@@ -15,6 +15,7 @@
 #include "ops/cpu/gemm.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
+#include "tensor/factory.h"
 
 namespace precis::cpu {
 
@@ -54,7 +55,9 @@ float scalar_f32(const Tensor& t) {
 void scaled_matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& a_scale_inv,
                           const Tensor& b_scale_inv, bool /*fast_accum: the CPU accumulates exactly*/) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  std::vector<float> acc(static_cast<size_t>(m * n));
+  // Scratch from the caching allocator, not std::vector: nothing is zero-filled first.
+  const Tensor acc_t = empty({m, n});
+  auto* acc = static_cast<float*>(acc_t.data_ptr());
   GemmArgs g;
   g.m = m;
   g.k = k;
@@ -63,40 +66,42 @@ void scaled_matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, c
   g.a.col_stride = 1;
   g.b.row_stride = n;
   g.b.col_stride = 1;
-  g.c = acc.data();
+  g.c = acc;
   bool done = false;
 #ifdef PRECIS_HAS_ONEDNN
   {
-    std::vector<BFloat16> a16(static_cast<size_t>(m * k)), b16(static_cast<size_t>(k * n));
-    widen(a, a16.data());
-    widen(b, b16.data());
+    const Tensor a16 = empty({m, k}, {.dtype = DType::bf16}), b16 = empty({k, n}, {.dtype = DType::bf16});
+    widen(a, static_cast<BFloat16*>(a16.data_ptr()));
+    widen(b, static_cast<BFloat16*>(b16.data_ptr()));
     g.dtype = DType::bf16;
     g.c_f32 = true;  // the fp32 accumulator itself, scaled below before the one rounding
-    g.a.data = a16.data();
-    g.b.data = b16.data();
+    g.a.data = a16.data_ptr();
+    g.b.data = b16.data_ptr();
     done = onednn_gemm(g);
   }
 #endif
   if (!done) {
-    std::vector<float> a32(static_cast<size_t>(m * k)), b32(static_cast<size_t>(k * n));
-    widen(a, a32.data());
-    widen(b, b32.data());
+    const Tensor a32 = empty({m, k}), b32 = empty({k, n});
+    widen(a, static_cast<float*>(a32.data_ptr()));
+    widen(b, static_cast<float*>(b32.data_ptr()));
     g.dtype = DType::f32;
     g.c_f32 = false;
-    g.a.data = a32.data();
-    g.b.data = b32.data();
+    g.a.data = a32.data_ptr();
+    g.b.data = b32.data_ptr();
     eigen_gemm(g);
   }
   // One factor, as cuBLASLt applies its scale pointers: (sa · sb) · acc, then one rounding.
   const float scale = scalar_f32(a_scale_inv) * scalar_f32(b_scale_inv);
-  const int64_t total = m * n;
-  if (out.dtype() == DType::f32) {
-    auto* o = static_cast<float*>(out.data_ptr());
-    for (int64_t i = 0; i < total; ++i) o[i] = acc[static_cast<size_t>(i)] * scale;
-  } else {
-    auto* o = static_cast<BFloat16*>(out.data_ptr());
-    for (int64_t i = 0; i < total; ++i) o[i] = BFloat16(acc[static_cast<size_t>(i)] * scale);
-  }
+  const bool f32 = out.dtype() == DType::f32;
+  parallel_for(0, m * n, 16384, [&](int64_t i0, int64_t i1) {
+    if (f32) {
+      auto* o = static_cast<float*>(out.data_ptr());
+      for (int64_t i = i0; i < i1; ++i) o[i] = acc[i] * scale;
+    } else {
+      auto* o = static_cast<BFloat16*>(out.data_ptr());
+      for (int64_t i = i0; i < i1; ++i) o[i] = BFloat16(acc[i] * scale);
+    }
+  });
 }
 
 }  // namespace
