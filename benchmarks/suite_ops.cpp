@@ -49,6 +49,7 @@ std::string conv_name(const ConvShape& c) {
 struct OpCase {
   std::string name;
   std::function<std::function<void()>()> make;
+  std::string dtype = "f32";  ///< the record's dtype label (and the --cases suffix)
 };
 
 // One timed step: forward, then the gradients of `wrt` for `grad_out` (undefined for a scalar
@@ -204,6 +205,22 @@ std::vector<OpCase> make_cases() {
                                   b = leaf({1024}, gen, 0.1), gy = randn({2048, 1024}, {}, &gen);
                      return step([=] { return linear_gelu(x, w, b); }, {x, w, b}, gy);
                    }});
+  // fp8 GEMM at BERT-mini's intermediate-layer shape, forward only, beside the bf16 GEMM of the
+  // same values. On the CPU scaled_matmul is an emulation (an exact widening to bf16, then the bf16
+  // GEMM): it measures what emulation costs, never an fp8 speed-up.
+  cases.push_back({"fp8 emulation: scaled_matmul e4m3 2048x256->1024", [] {
+                     Generator gen(11);
+                     const Tensor x = (randn({2048, 256}, {}, &gen) * 64.0).to(DType::f8_e4m3);
+                     const Tensor w = (randn({1024, 256}, {}, &gen) * 64.0).to(DType::f8_e4m3);
+                     const Tensor s = full({}, 1.0 / 64);
+                     return std::function<void()>([=] { (void)scaled_matmul(x, w.t(), s, s); });
+                   }, "f8_e4m3"});
+  cases.push_back({"fp8 emulation: the same GEMM in bf16 2048x256->1024", [] {
+                     Generator gen(11);
+                     const Tensor x = (randn({2048, 256}, {}, &gen) * 64.0).to(DType::f8_e4m3).to(DType::bf16);
+                     const Tensor w = (randn({1024, 256}, {}, &gen) * 64.0).to(DType::f8_e4m3).to(DType::bf16);
+                     return std::function<void()>([=] { (void)matmul(x, w.t()); });
+                   }, "bf16"});
   return cases;
 }
 
@@ -229,22 +246,24 @@ SuiteReport run_ops(const Options& options) {
       "operands whose innermost dim is strided in memory (transposed, NCHW read as NHWC). GFLOP/s is 0 "
       "for the memory-bound ops. 'elementwise:' cases: the op front-end's cost (100 calls on 64 values a "
       "repetition) and gelu forward+backward. 'linear_gelu': gelu(linear()) as one op, BERT-mini's "
-      "intermediate layer, x, W and b gradients (6·M·K·N FLOPs). "
+      "intermediate layer, x, W and b gradients (6·M·K·N FLOPs). 'fp8 emulation:' cases: forward only; "
+      "scaled_matmul on the CPU widens fp8 exactly to bf16 and runs the bf16 GEMM, so it shows the cost "
+      "of emulation beside that bf16 GEMM, not an fp8 speed-up (no peer case). "
       "benchmarks/peers/torch_ops.py times the same cases in PyTorch.";
   const int initial_threads = get_num_threads();
   for (const OpCase& c : make_cases()) {
-    if (!case_selected(options, std::string(c.name) + " f32")) continue;
+    if (!case_selected(options, c.name + " " + c.dtype)) continue;
     const std::function<void()> run = c.make();
     for (int threads : options.threads) {
       set_threads(threads);
-      const StepTiming st = time_step(run, options, c.name + " f32, " + std::to_string(threads) +
+      const StepTiming st = time_step(run, options, c.name + " " + c.dtype + ", " + std::to_string(threads) +
                                                            (threads == 1 ? " thread" : " threads"));
       const Timing& t = st.timing;
       Record r;
       r.suite = "ops";
       r.case_name = c.name;
       r.impl = "precis";
-      r.dtype = "f32";
+      r.dtype = c.dtype;
       r.threads = threads;
       r.median_ms = t.median_ms;
       r.min_ms = t.min_ms;

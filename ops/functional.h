@@ -105,6 +105,33 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                    const std::string& approximate = "none");
 
+/// scaled_matmul's options (docs/fp8.md); fill only what you change: {.out_dtype = DType::f32}.
+struct ScaledMatmulOptions {
+  DType out_dtype = DType::bf16;  ///< bf16 or f32
+  bool compute_amax = false;      ///< also return max |out| (ScaledMatmulResult::amax)
+  /// cuBLASLt's fast fp8 accumulation on CUDA (Transformer Engine uses it for the forward GEMM,
+  /// not for the gradients); the CPU accumulates exactly in fp32 either way.
+  bool fast_accum = false;
+};
+/// scaled_matmul's outputs.
+struct ScaledMatmulResult {
+  Tensor out;   ///< (M, N) in options.out_dtype
+  Tensor amax;  ///< max |out| over the stored (rounded) out, an f32 0-d tensor on out's device
+                ///< (NaN when out holds a NaN); undefined unless options.compute_amax
+};
+/// The fp8 GEMM with per-tensor scales, as torch._scaled_mm: out = (a_scale_inv · b_scale_inv) ·
+/// (a @ b). a: (M, K), b: (K, N), each f8_e4m3 or f8_e5m2 (not both e5m2: no GPU library has that
+/// GEMM; the fp8 recipes pair E5M2 gradients with E4M3), any strides; a_scale_inv, b_scale_inv:
+/// f32 tensors of one element on the operands' device: the factors that undo the scaling the
+/// operands were cast with (x_fp8 = saturate(x · scale), scale_inv = 1 / scale). Products are exact
+/// and accumulate in fp32, so on the CPU (an exact upcast to bf16 and oneDNN's bf16 GEMM) the
+/// result differs from a GPU's only by summation order. CUDA (sm_89 and newer): cuBLASLt's fp8
+/// GEMM; what it cannot take (a dimension not a multiple of 16, sm < 89) runs as an f32 GEMM of the
+/// exactly widened values and warns once. Not differentiable; under autocast it is left alone.
+/// Errors: ShapeError, DTypeError, DeviceError naming the operands.
+ScaledMatmulResult scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& a_scale_inv,
+                                 const Tensor& b_scale_inv, const ScaledMatmulOptions& options = {});
+
 // ---- joining and indexing -------------------------------------------------------------------
 /// Concatenates along an existing dim; other sizes must match. Promote.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

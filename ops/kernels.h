@@ -55,6 +55,16 @@ using MatmulKernel = void(const Tensor& out, const Tensor& a, const Tensor& b);
 /// out: (M, out) contiguous.
 using LinearKernel = void(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
 
+/// FP8 GEMM (scaled_matmul, docs/fp8.md): out = (a_scale_inv · b_scale_inv) · (a·b), rounded once
+/// to out's dtype (bf16 or f32). a: (M, K) f8_e4m3 or f8_e5m2, b: (K, N) fp8 (not both e5m2), any
+/// strides (a kernel copies what its library cannot take); a_scale_inv, b_scale_inv: f32 with one
+/// element, on a's device (read there: no host sync); out: (M, N) contiguous. Every product of
+/// two fp8 values is exact in fp32, and the sums accumulate in fp32; `fast_accum` lets the CUDA
+/// kernel use cuBLASLt's fast fp8 accumulation (Transformer Engine's choice for the forward GEMM),
+/// the CPU ignores it. Keyed by a's dtype.
+using ScaledMatmulKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& a_scale_inv,
+                                const Tensor& b_scale_inv, bool fast_accum);
+
 /// Copies each input into out along dim at its offset; inputs already have out's dtype.
 using CatKernel = void(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim);
 /// out = x.index_select(dim, index); index 1-D i64 (already range-checked).

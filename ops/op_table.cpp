@@ -118,6 +118,11 @@ void throw_missing_kernel(OpId op, DeviceType device, DType dtype) {
                                             have.empty() ? "none" : have,
                                             device == DeviceType::cuda && !cuda_backend_available()
                                                 ? " (" + cuda_backend_unavailable_reason() + ")"
+                                                : "",
+                                            is_float8(dtype)
+                                                ? "; fp8 is a storage and GEMM format (casts, fills, views, "
+                                                  "scaled_matmul), not a compute dtype: cast to bf16 or f32 first "
+                                                  "(x.to(DType::bf16)), as in PyTorch"
                                                 : ""));
 }
 

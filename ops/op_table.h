@@ -16,8 +16,9 @@ namespace precis {
 
 /// What autocast does with an op's floating inputs (docs/design/precision.md).
 enum class Category : uint8_t { Lower, FP32, Promote, Passthrough, Banned };
-/// How an op is implemented: its own kernel, a view (metadata only), or composed of other ops.
-enum class OpKind : uint8_t { Kernel, View, Composite };
+/// How an op is implemented: its own kernel (per compute dtype, or per fp8 dtype of its first
+/// operand for the fp8 ops), a view (metadata only), or composed of other ops.
+enum class OpKind : uint8_t { Kernel, View, Composite, Fp8Kernel };
 
 enum class OpId : uint16_t {
 #define PRECIS_OP(name, category, differentiable, kind) name,

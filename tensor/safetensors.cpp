@@ -19,7 +19,7 @@ namespace {
 // The reference implementation refuses headers above 100 MB; so do we, before allocating.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
-constexpr const char* kSupported = "F64, F32, F16, BF16, I64, I32, BOOL";
+constexpr const char* kSupported = "F64, F32, F16, BF16, I64, I32, BOOL, F8_E4M3, F8_E5M2";
 
 struct DTypeName {
   DType dtype;
@@ -27,7 +27,8 @@ struct DTypeName {
 };
 constexpr DTypeName kDTypeNames[] = {{DType::f64, "F64"},  {DType::f32, "F32"}, {DType::f16, "F16"},
                                      {DType::bf16, "BF16"}, {DType::i64, "I64"}, {DType::i32, "I32"},
-                                     {DType::boolean, "BOOL"}};
+                                     {DType::boolean, "BOOL"}, {DType::f8_e4m3, "F8_E4M3"},
+                                     {DType::f8_e5m2, "F8_E5M2"}};
 
 // ---- byte order ---------------------------------------------------------------------------------
 void store_u64_le(uint64_t v, unsigned char* out) {

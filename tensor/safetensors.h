@@ -6,7 +6,7 @@
 //   header: {"__metadata__": {"k": "v"}, "name": {"dtype": "F32", "shape": [2, 3],
 //            "data_offsets": [begin, end]}, ...}     (offsets relative to the start of data)
 //
-// Supported dtypes: F64, F32, F16, BF16, I64, I32, BOOL. Data is little-endian and row-major.
+// Supported dtypes: F64, F32, F16, BF16, I64, I32, BOOL, F8_E4M3, F8_E5M2. Data is little-endian and row-major.
 // Reading validates everything (a malformed, truncated or hostile file raises precis::IOError
 // naming the file and the problem; it never crashes or yields garbage).
 #include <map>

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/float8.h"
 #include "core/half.h"
 #include "tensor/safetensors.h"
 
@@ -36,6 +37,8 @@ T host_value(const Tensor& t) {
     case DType::i64: return static_cast<T>(as(int64_t{}));
     case DType::i32: return static_cast<T>(as(int32_t{}));
     case DType::boolean: return static_cast<T>(raw[0] != 0);
+    case DType::f8_e4m3: return static_cast<T>(static_cast<float>(Float8E4M3::from_bits(raw[0])));
+    case DType::f8_e5m2: return static_cast<T>(static_cast<float>(Float8E5M2::from_bits(raw[0])));
   }
   throw InternalError("state_dict: unknown dtype");
 }
@@ -72,7 +75,7 @@ double state_get_real(const StateDict& dict, const std::string& key, const char*
 int64_t state_get_int(const StateDict& dict, const std::string& key, const char* owner) {
   Tensor t = state_tensor(dict, key, owner);
   PRECIS_CHECK_SHAPE(t.numel() == 1, owner, ": state entry '", key, "' should hold one value, got ", t.describe());
-  PRECIS_CHECK_DTYPE(!is_floating(t.dtype()), owner, ": state entry '", key, "' should be an integer, got ",
+  PRECIS_CHECK_DTYPE(!is_floating(t.dtype()) && !is_float8(t.dtype()), owner, ": state entry '", key, "' should be an integer, got ",
                      t.describe());
   return host_value<int64_t>(t);
 }

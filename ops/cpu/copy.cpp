@@ -1,5 +1,6 @@
 // copy (strided, with dtype conversion) and fill on the CPU. Same-dtype transposing copies of 4-
-// and 2-byte elements take the blocked kernel of ops/cpu/transpose.h.
+// and 2-byte elements take the blocked kernel of ops/cpu/transpose.h. The fp8 dtypes take part
+// (casts to and from them are copies; the plain cast rule of core/float8.h).
 #include "ops/cpu/cpu_backend.h"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
@@ -15,7 +16,7 @@ namespace {
 template <typename Dst>
 void copy_kernel(const Tensor& dst, const Tensor& src) {
   Dst* d = static_cast<Dst*>(dst.data_ptr());
-  visit_dtype(src.dtype(), [&]<typename Src>() {
+  visit_dtype_with_fp8(src.dtype(), [&]<typename Src>() {
     if constexpr (std::is_same_v<Dst, Src> && (sizeof(Dst) == 4 || sizeof(Dst) == 2)) {
       if (transpose_copy<Dst>(dst, src)) return;
     }
@@ -70,7 +71,7 @@ void fill_kernel(const Tensor& dst, Scalar value) {
 void register_copy_kernels() {
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType dt = static_cast<DType>(i);
-    visit_dtype(dt, [&]<typename T>() {
+    visit_dtype_with_fp8(dt, [&]<typename T>() {
       register_kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cpu, dt, &copy_kernel<T>);
       register_kernel<kernels::FillKernel>(OpId::fill, DeviceType::cpu, dt, &fill_kernel<T>);
     });

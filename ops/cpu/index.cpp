@@ -189,6 +189,7 @@ void register_index_kernels() {
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType dt = static_cast<DType>(i);
     register_kernel<kernels::CatKernel>(OpId::cat, DeviceType::cpu, dt, &kernels::cat_by_copy);
+    if (is_float8(dt)) continue;  // fp8 joins by copy only (no indexing kernels, as in PyTorch)
     visit_dtype(dt, [&]<typename T>() {
       register_kernel<kernels::IndexSelectKernel>(OpId::index_select, DeviceType::cpu, dt, &index_select_kernel<T>);
       register_kernel<kernels::GatherKernel>(OpId::gather, DeviceType::cpu, dt, &gather_kernel<T>);

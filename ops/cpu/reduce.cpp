@@ -347,6 +347,7 @@ void max_dim_kernel(const Tensor& values, const Tensor& indices, const Tensor& x
 void register_reduce_kernels() {
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType dt = static_cast<DType>(i);
+    if (is_float8(dt)) continue;  // a storage format: no reductions
     visit_dtype(dt, [&]<typename T>() {
       register_kernel<kernels::ReduceKernel>(OpId::sum, DeviceType::cpu, dt, &sum_kernel<T>);
       register_kernel<kernels::MaxDimKernel>(OpId::max, DeviceType::cpu, dt, &max_dim_kernel<T>);

@@ -22,6 +22,7 @@ void register_cpu_kernels() {
   register_optim_kernels();
   register_clip_kernels();
   register_gelu_epilogue_kernels();
+  register_scaled_matmul_kernels();
 }
 
 }  // namespace precis::cpu

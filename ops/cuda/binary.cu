@@ -68,6 +68,7 @@ void launch_typed(void* out, const void* a, const void* b, double alpha, const E
 }
 
 constexpr bool supported(BinaryOp op, DType t) {
+  if (is_float8(t)) return false;  // a storage format (docs/fp8.md)
   if (is_comparison(op)) return true;
   if (t == DType::boolean) return false;
   if (op == BinaryOp::div) return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;

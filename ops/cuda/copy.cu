@@ -105,8 +105,9 @@ __global__ void masked_fill_strided_kernel(T* __restrict__ out, const T* __restr
 
 void launch_copy(DType dst_dtype, void* dst, DType src_dtype, const void* src, const ElementwiseLaunch& l) {
   if (l.numel == 0) return;
-  visit_device_dtype(dst_dtype, [&]<typename Dst>() {
-    visit_device_dtype(src_dtype, [&]<typename Src>() {
+  // fp8 on either side: the shared conversions of core/float8.h, so the device casts as the CPU.
+  visit_dtype_with_fp8<DeviceTypes>(dst_dtype, [&]<typename Dst>() {
+    visit_dtype_with_fp8<DeviceTypes>(src_dtype, [&]<typename Src>() {
       Dst* d = static_cast<Dst*>(dst);
       const Src* s = static_cast<const Src*>(src);
       if (l.contiguous) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_context.h"
+#include "core/float8.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -149,6 +150,8 @@ uint64_t fill_bits(DType t, Scalar value) {
     case DType::i64: put(value.to_int64()); break;
     case DType::i32: put(static_cast<int32_t>(value.to_int64())); break;
     case DType::boolean: put(static_cast<uint8_t>(value.to_bool() ? 1 : 0)); break;
+    case DType::f8_e4m3: put(Float8E4M3(static_cast<float>(value.to_double())).bits); break;
+    case DType::f8_e5m2: put(Float8E5M2(static_cast<float>(value.to_double())).bits); break;
   }
   return bits;
 }
@@ -219,6 +222,7 @@ void register_elementwise_kernels() {
     const DType dt = static_cast<DType>(i);
     register_kernel<kernels::CopyKernel>(OpId::copy, DeviceType::cuda, dt, &copy_kernel);
     register_kernel<kernels::FillKernel>(OpId::fill, DeviceType::cuda, dt, &fill_kernel);
+    if (is_float8(dt)) continue;  // a storage format: copies and fills only, as on the CPU
     register_kernel<kernels::WhereKernel>(OpId::where, DeviceType::cuda, dt, &where_kernel);
     register_kernel<kernels::MaskedFillKernel>(OpId::masked_fill, DeviceType::cuda, dt, &masked_fill_kernel);
   }

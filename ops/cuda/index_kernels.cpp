@@ -116,6 +116,7 @@ void register_index_kernels() {
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType dt = static_cast<DType>(i);
     register_kernel<kernels::CatKernel>(OpId::cat, DeviceType::cuda, dt, &kernels::cat_by_copy);
+    if (is_float8(dt)) continue;  // fp8 joins by copy only, as on the CPU
     register_kernel<kernels::IndexSelectKernel>(OpId::index_select, DeviceType::cuda, dt, &index_select_kernel);
     register_kernel<kernels::GatherKernel>(OpId::gather, DeviceType::cuda, dt, &gather_kernel);
     if (dt == DType::boolean) continue;  // nothing to add

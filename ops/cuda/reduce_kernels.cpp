@@ -146,6 +146,7 @@ void max_dim_kernel(const Tensor& values, const Tensor& indices, const Tensor& x
 void register_reduce_kernels() {
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType dt = static_cast<DType>(i);
+    if (is_float8(dt)) continue;  // a storage format: no reductions
     register_kernel<kernels::ReduceKernel>(OpId::sum, DeviceType::cuda, dt, &sum_kernel);
     register_kernel<kernels::MaxDimKernel>(OpId::max, DeviceType::cuda, dt, &max_dim_kernel);
     if (is_floating(dt)) {

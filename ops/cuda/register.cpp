@@ -24,6 +24,7 @@ void register_cuda_backend() {
   register_conv_kernels();
 #endif
   register_linear_kernels();
+  register_scaled_matmul_kernels();
   register_device_timer();
 }
 

@@ -175,7 +175,9 @@ const std::vector<Entry>& entries() {
 // forward's dtypes, never by users under autocast), cross_entropy_with_grad (called only by
 // linear_cross_entropy, on operands autocast has already cast), copy and fill (kernels behind
 // Tensor::to, copy_ and fill_, which autocast never touches), unscale_grads (the loss scaler's own
-// pass) and the optimizer and clipping kernels (called by optim/ on gradients, never under autocast).
+// pass) and the optimizer and clipping kernels (called by optim/ on gradients, never under autocast),
+// and scaled_matmul (fp8 operands and an explicit output dtype: autocast has nothing to choose;
+// docs/fp8.md).
 const std::set<OpId> kNoEntry = {
     OpId::copy,
     OpId::fill,
@@ -201,6 +203,7 @@ const std::set<OpId> kNoEntry = {
     OpId::grad_norms,
     OpId::clip_grad_norm,
     OpId::clip_grad_value,
+    OpId::scaled_matmul,
 };
 
 // Ops that by design do not call the autocast hook: views alias their input (a cast would break

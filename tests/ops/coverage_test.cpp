@@ -1,6 +1,6 @@
 // The op-table coverage test: every row of ops/op_list.def must be complete. A Kernel op needs CPU
 // kernels for f32, f64, f16 and bf16 (backward-only rows too: low-precision training calls them
-// with f16/bf16 gradients); a differentiable op needs at least one registered gradient-check case
+// with f16/bf16 gradients), an Fp8Kernel op CPU kernels for f8_e4m3 and f8_e5m2; a differentiable op needs at least one registered gradient-check case
 // (which, run by gradcheck_test.cpp, proves it has a backward); every op needs at least two
 // registered bad-input cases (run by bad_input_cases_test.cpp, which checks the typed error).
 #include <map>
@@ -32,6 +32,11 @@ TEST_CASE("every op in the table has its kernels and gradient checks", "[ops][co
     const OpInfo& info = op_info(op);
     if (info.kind == OpKind::Kernel) {
       for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
+        if (find_kernel(op, DeviceType::cpu, dt) == nullptr)
+          missing += std::string(info.name) + ": no CPU kernel for " + std::string(dtype_name(dt)) + "\n";
+    }
+    if (info.kind == OpKind::Fp8Kernel) {
+      for (DType dt : {DType::f8_e4m3, DType::f8_e5m2})
         if (find_kernel(op, DeviceType::cpu, dt) == nullptr)
           missing += std::string(info.name) + ": no CPU kernel for " + std::string(dtype_name(dt)) + "\n";
     }

@@ -287,10 +287,12 @@ const std::map<OpId, OpId> kBackwardOf = {
 
 // Rows checked by a test case of their own: unscale_grads in this file, the optimizer and
 // clipping kernels in tests/optim/optim_kernels_test.cpp (f16/bf16 parameters and gradients
-// against f64), cross_entropy_with_grad in cross_entropy_with_grad_test.cpp (f16/bf16 logits against f64).
+// against f64), cross_entropy_with_grad in cross_entropy_with_grad_test.cpp (f16/bf16 logits
+// against f64), scaled_matmul in scaled_matmul_test.cpp (fp8 operands, bf16/f32 outputs against an
+// exact f64 sum).
 const std::set<OpId> kOwnTest = {OpId::unscale_grads,  OpId::sgd_step,        OpId::adam_step,
                                    OpId::grad_norms,     OpId::clip_grad_norm,  OpId::clip_grad_value,
-                                   OpId::cross_entropy_with_grad};
+                                   OpId::cross_entropy_with_grad, OpId::scaled_matmul};
 
 // [cuda]: with a GPU present grad_cases() holds to_device's case (cpu to cuda and back).
 TEST_CASE("every op matches the f64 reference in f16 and bf16, outputs and gradients", "[ops][lowp][cuda]") {
