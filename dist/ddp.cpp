@@ -56,25 +56,12 @@ std::string first_difference(const std::vector<std::string>& ref, const std::vec
          " more that rank 0 has";
 }
 
-// dst[k] = src[k] / n for the gradient's values, in the bucket's dtype (f32 or f64).
+// The gradient's values / n into the bucket at `offset`, in the bucket's dtype (f32 or f64): the
+// op table's division on any device (an IEEE division by an exact integer, so the same bits on
+// the CPU and on a GPU).
 void copy_divided(const Tensor& grad, const Tensor& flat, int64_t offset, int n) {
-  if (flat.device().is_cuda()) {  // device kernels: the same IEEE division, in the bucket's dtype
-    const int64_t count = grad.numel();
-    flat.narrow(0, offset, count).copy_(div(grad.reshape({count}).to(flat.dtype()), static_cast<double>(n)));
-    return;
-  }
-  Tensor src = grad.contiguous();
-  if (src.dtype() != flat.dtype()) src = src.to(flat.dtype());
-  const int64_t count = src.numel();
-  if (flat.dtype() == DType::f64) {
-    const double* s = src.data_ptr<double>();
-    double* d = flat.data_ptr<double>() + offset;
-    for (int64_t k = 0; k < count; ++k) d[k] = s[k] / static_cast<double>(n);
-  } else {
-    const float* s = src.data_ptr<float>();
-    float* d = flat.data_ptr<float>() + offset;
-    for (int64_t k = 0; k < count; ++k) d[k] = s[k] / static_cast<float>(n);
-  }
+  const int64_t count = grad.numel();
+  flat.narrow(0, offset, count).copy_(div(grad.reshape({count}).to(flat.dtype()), static_cast<double>(n)));
 }
 
 // Broadcasts `tensors` from rank 0 with one collective per (device, dtype): each group is packed
@@ -314,17 +301,11 @@ void DistributedDataParallel::launch_ready() {
     Bucket& b = buckets_[next_launch_];
     if (next_launch_ + 1 == buckets_.size() && tail_offset_ >= 0) {
       Tensor flag = options_.scaler->loss_nonfinite();
-      if (b.flat.device().is_cuda()) {
-        // A device copy on the compute stream: item() here would stall backward until the GPU
-        // caught up, serialising the overlap the buckets exist for.
-        Tensor slot = b.flat.narrow(0, tail_offset_, 1);
-        if (flag.defined()) slot.copy_(flag);
-        else slot.zero_();
-      } else {
-        const double v = flag.defined() ? flag.item<double>() : 0.0;
-        if (b.flat.dtype() == DType::f64) b.flat.data_ptr<double>()[tail_offset_] = v;
-        else b.flat.data_ptr<float>()[tail_offset_] = static_cast<float>(v);
-      }
+      // A copy on the device (on a GPU, the compute stream): reading the flag with item() would
+      // stall backward until the GPU caught up, serialising the overlap the buckets exist for.
+      Tensor slot = b.flat.narrow(0, tail_offset_, 1);
+      if (flag.defined()) slot.copy_(flag.reshape({1}));
+      else slot.zero_();
     }
     if (sharded_) {
       b.work = group_->reduce_scatter(b.flat, b.shard, ReduceOp::sum);
@@ -388,15 +369,8 @@ void DistributedDataParallel::finalize() {
       const Bucket& b = buckets_[static_cast<size_t>(p.bucket)];
       Tensor mean = b.flat.narrow(0, p.offset, p.tensor.numel()).reshape(p.tensor.sizes());
       Tensor g = p.tensor.grad();
-      if (!g.defined()) {
-        p.tensor.set_grad(mean.to(p.tensor.dtype()).clone());
-      } else if (g.device().is_cpu() && g.is_contiguous() && g.dtype() == mean.dtype()) {
-        std::copy_n(static_cast<const char*>(mean.data_ptr()), g.numel() * g.element_size(),
-                    static_cast<char*>(g.data_ptr()));
-        g.bump_version();
-      } else {
-        g.copy_(mean);
-      }
+      if (!g.defined()) p.tensor.set_grad(mean.to(p.tensor.dtype()).clone());
+      else g.copy_(mean);
     }
     if (tail_offset_ >= 0 && options_.scaler->loss_nonfinite().defined()) {
       const Bucket& b = buckets_.back();
