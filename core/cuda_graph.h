@@ -32,7 +32,9 @@ class Graph {
   explicit Graph(int device = 0);
   /// Frees the graph (waiting for its replays) and its memory pool. Abandons a capture left open.
   ~Graph();
+  /// Takes other's graph or capture in progress; other is left empty.
   Graph(Graph&& other) noexcept;
+  /// Frees this graph's (reset()), then takes other's; other is left empty.
   Graph& operator=(Graph&& other) noexcept;
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
