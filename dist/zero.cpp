@@ -373,11 +373,7 @@ StateDict ZeroOptimizer::state_dict() const {
 
 void ZeroOptimizer::load_state_dict(const StateDict& dict) {
   const std::string owner = name_ + ".load_state_dict";
-  size_t saved_groups = 0;
-  while (dict.count("param_groups." + std::to_string(saved_groups) + ".params")) ++saved_groups;
-  PRECIS_CHECK(saved_groups == groups_.size(), owner, ": the state dict has ", saved_groups,
-               " parameter groups but this optimizer has ", groups_.size(),
-               saved_groups == 0 ? " (is it an optimizer state dict?)" : "");
+  check_group_count(dict, owner);
   StateDict inner;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = "param_groups." + std::to_string(g) + ".";

@@ -187,14 +187,18 @@ StateDict Optimizer::state_dict() const {
   return out;
 }
 
-void Optimizer::load_state_dict(const StateDict& dict) {
-  const std::string owner = name_ + ".load_state_dict";
-  // Structure first: the same number of groups, of the same sizes.
+void Optimizer::check_group_count(const StateDict& dict, const std::string& owner) const {
   size_t saved_groups = 0;
   while (dict.count("param_groups." + std::to_string(saved_groups) + ".params")) ++saved_groups;
   PRECIS_CHECK(saved_groups == groups_.size(), owner, ": the state dict has ", saved_groups,
                " parameter groups but this optimizer has ", groups_.size(),
                saved_groups == 0 ? " (is it an optimizer state dict?)" : "");
+}
+
+void Optimizer::load_state_dict(const StateDict& dict) {
+  const std::string owner = name_ + ".load_state_dict";
+  // Structure first: the same number of groups, of the same sizes.
+  check_group_count(dict, owner);
   for (size_t g = 0; g < groups_.size(); ++g) {
     const Tensor ids = state_tensor(dict, "param_groups." + std::to_string(g) + ".params", owner.c_str());
     PRECIS_CHECK(ids.numel() == static_cast<int64_t>(groups_[g].size()), owner, ": parameter group ", g,

@@ -131,6 +131,9 @@ class Optimizer {
   virtual void load_group_options(size_t group, const StateDict& entries) = 0;
   /// The state keys this optimizer may hold (load_state_dict rejects others).
   virtual std::vector<std::string> state_keys() const = 0;
+  /// ValueError, named for `owner`, unless `dict` has exactly this optimizer's number of
+  /// parameter groups (the first structural check of load_state_dict).
+  void check_group_count(const StateDict& dict, const std::string& owner) const;
 
   /// Calls fn(group, index, param, grad) for each parameter with a defined gradient, after
   /// checking the gradient (shape, device, accepted dtype) and the scaler inputs against it.

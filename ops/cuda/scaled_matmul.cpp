@@ -21,6 +21,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
+#include "core/device.h"
 #include "core/warning.h"
 #include "ops/conv_plan.h"
 #include "ops/cuda/cublaslt_util.h"
@@ -34,15 +35,6 @@ namespace precis::cuda {
 namespace {
 
 cudaDataType_t fp8_type(DType t) { return t == DType::f8_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
-
-int device_capability(int index) {
-  int major = 0, minor = 0;
-  PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index),
-                    "reading the compute capability of cuda:", index);
-  PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index),
-                    "reading the compute capability of cuda:", index);
-  return major * 10 + minor;
-}
 
 struct Fp8Plan {
   cublasLtMatmulAlgo_t algo{};
@@ -117,7 +109,7 @@ void scaled_matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, c
   const int index = dev.index;
   DeviceGuard guard(index);
   const bool shape_ok = m % 16 == 0 && n % 16 == 0 && k % 16 == 0;
-  const int capability = device_capability(index);
+  const int capability = cuda_compute_capability(index);
   std::string why;
   if (capability < 89) why = "cuda:" + std::to_string(index) + " is sm_" + std::to_string(capability) + " (fp8 GEMMs need sm_89 or newer)";
   else if (!shape_ok) why = "cuBLASLt's fp8 GEMM needs M, N and K multiples of 16";
