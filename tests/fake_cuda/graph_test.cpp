@@ -60,7 +60,7 @@ TEST_CASE("a CUDA graph capture refuses a host wait before it is issued, naming 
   CHECK(upload.find("pageable") != std::string::npos);
   const std::string sync = capture_error(g, [&] { cuda::synchronize(0); });
   CHECK(sync.find("synchronize") != std::string::npos);
-  CHECK(sum(x).item<float>() == sum(x).item<float>());  // outside a capture the host reads as always
+  CHECK_NOTHROW((void)sum(x).item<float>());  // outside a capture the host reads as always
 }
 
 TEST_CASE("a CUDA graph capture refuses a random draw: a replay would repeat the captured dropout mask") {
