@@ -17,7 +17,7 @@
 #include "tensor/factory.h"
 
 #ifdef PRECIS_HAS_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
+#include "ops/cpu/onednn_compat.h"
 #endif
 #ifdef PRECIS_BENCH_HAS_OPENMP
 #include <omp.h>
@@ -92,7 +92,7 @@ double onednn_matmul_gflops(int64_t n, dnnl::memory::data_type dt, int reps) {
   using dnnl::memory;
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   const memory::desc md({n, n}, dt, memory::format_tag::ab);
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine);
+  const auto pd = precis::cpu::onednn::matmul_pd(engine, md, md, nullptr, md);
   // oneDNN's reference kernels are no peak (and would take minutes at this size).
   if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return 0;
   const size_t bytes = static_cast<size_t>(n * n) * element_bytes(dt);
@@ -114,10 +114,8 @@ double onednn_conv_gflops(dnnl::memory::data_type dt, int reps) {
   const int64_t n = 64, c = 128, hw = 16;
   const memory::desc src({n, c, hw, hw}, dt, memory::format_tag::nhwc), dst = src;
   const memory::desc weights({c, c, 3, 3}, dt, memory::format_tag::any);
-  const dnnl::convolution_forward::primitive_desc pd(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                      weights, dst, {1, 1}, {1, 1}, {1, 1}),
-      engine);
+  const auto pd = precis::cpu::onednn::conv_forward_pd(engine, dnnl::prop_kind::forward_inference, src, weights,
+                                                       nullptr, dst, {{1, 1}, {0, 0}, {1, 1}, {1, 1}});
   if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return 0;
   Buffer x(static_cast<size_t>(n * c * hw * hw) * element_bytes(dt)), y(static_cast<size_t>(n * c * hw * hw) * element_bytes(dt));
   Buffer w(pd.weights_desc().get_size());

@@ -14,7 +14,7 @@
 #include "tensor/factory.h"
 
 #ifdef PRECIS_HAS_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
+#include "ops/cpu/onednn_compat.h"
 #endif
 #ifdef PRECIS_BENCH_HAS_OPENMP
 #include <omp.h>
@@ -46,7 +46,7 @@ class OnednnGemm {
     const memory::desc a_md({c.m, c.k}, memory::data_type::f32, memory::format_tag::ab);
     const memory::desc b_md({c.k, c.n}, memory::data_type::f32, memory::format_tag::ab);
     const memory::desc c_md({c.m, c.n}, memory::data_type::f32, memory::format_tag::ab);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine_);
+    const auto pd = precis::cpu::onednn::matmul_pd(engine_, a_md, b_md, nullptr, c_md);
     impl_ = pd.impl_info_str();
     primitive_ = dnnl::matmul(pd);
     args_ = {{DNNL_ARG_SRC, memory(a_md, engine_, a)},

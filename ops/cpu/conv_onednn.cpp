@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/conv_impl.h"
+#include "ops/cpu/onednn_compat.h"
 #include "ops/cpu/onednn_util.h"
 #include "tensor/factory.h"
 
@@ -75,7 +76,8 @@ ConvCache& conv_cache() {
 }
 
 struct Descs {
-  memory::dims src, weights, dst, strides, dilates, padding;
+  memory::dims src, weights, dst;
+  onednn::ConvWindow window;
   memory::data_type dt;
   tag weights_tag;
 };
@@ -92,10 +94,11 @@ Descs descs_of(DType dtype, const ConvShape& s) {
     d.weights = {s.o, s.c, s.kh, s.kw};
     d.weights_tag = tag::oihw;
   }
-  d.strides = {s.p.stride[0], s.p.stride[1]};
-  d.dilates = {s.p.dilation[0] - 1, s.p.dilation[1] - 1};  // oneDNN counts dilation from 0
+  d.window.strides = {s.p.stride[0], s.p.stride[1]};
+  d.window.dilates = {s.p.dilation[0] - 1, s.p.dilation[1] - 1};  // oneDNN counts dilation from 0
   // Right padding as PyTorch passes it: equal to the left; oneDNN floors the window count.
-  d.padding = {s.p.padding[0], s.p.padding[1]};
+  d.window.padding_l = {s.p.padding[0], s.p.padding[1]};
+  d.window.padding_r = d.window.padding_l;
   return d;
 }
 
@@ -123,16 +126,9 @@ bool is_reference(const char* impl) {
 // channels-last tensors in place).
 dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias, tag act) {
   const memory::desc any_src(d.src, d.dt, act), any_w(d.weights, d.dt, tag::any), any_dst(d.dst, d.dt, act);
-  const dnnl::engine& e = cpu_engine();
-  if (bias) {
-    const memory::desc b({d.dst[1]}, d.dt, tag::a);
-    return {dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                            any_src, any_w, b, any_dst, d.strides, d.dilates, d.padding, d.padding),
-            scratchpad_attr(), e};
-  }
-  return {dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                          any_src, any_w, any_dst, d.strides, d.dilates, d.padding, d.padding),
-          scratchpad_attr(), e};
+  const memory::desc b({d.dst[1]}, d.dt, tag::a);
+  return onednn::conv_forward_pd(cpu_engine(), dnnl::prop_kind::forward_training, any_src, any_w,
+                                 bias ? &b : nullptr, any_dst, d.window, scratchpad_attr());
 }
 
 // The primitive of a pass with activations created in layout `act`; empty when oneDNN has only a
@@ -159,11 +155,9 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
       }
     } else if (pass == Pass::backward_input) {
       const auto hint = forward_pd(d, false, act);
-      const dnnl::convolution_backward_data::desc desc(
-          dnnl::algorithm::convolution_direct, memory::desc(d.src, d.dt, act),
-          memory::desc(d.weights, d.dt, tag::any), memory::desc(d.dst, d.dt, act), d.strides, d.dilates,
-          d.padding, d.padding);
-      const dnnl::convolution_backward_data::primitive_desc pd(desc, scratchpad_attr(), e, hint);
+      const auto pd = onednn::conv_backward_data_pd(e, memory::desc(d.src, d.dt, act),
+                                                    memory::desc(d.weights, d.dt, tag::any),
+                                                    memory::desc(d.dst, d.dt, act), d.window, hint, scratchpad_attr());
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_backward_data(pd);
       c->scratchpad = pd.scratchpad_desc();
@@ -173,14 +167,9 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
     } else {
       const auto hint = forward_pd(d, bias, act);
       const memory::desc any_src(d.src, d.dt, act), any_w(d.weights, d.dt, tag::any), any_dst(d.dst, d.dt, act);
-      const auto desc = bias ? dnnl::convolution_backward_weights::desc(
-                                   dnnl::algorithm::convolution_direct, any_src, any_w,
-                                   memory::desc({s.o}, d.dt, tag::a), any_dst, d.strides, d.dilates, d.padding,
-                                   d.padding)
-                             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any_src,
-                                                                        any_w, any_dst, d.strides, d.dilates,
-                                                                        d.padding, d.padding);
-      const dnnl::convolution_backward_weights::primitive_desc pd(desc, scratchpad_attr(), e, hint);
+      const memory::desc b({s.o}, d.dt, tag::a);
+      const auto pd = onednn::conv_backward_weights_pd(e, any_src, any_w, bias ? &b : nullptr, any_dst, d.window,
+                                                       hint, scratchpad_attr());
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_backward_weights(pd);
       c->scratchpad = pd.scratchpad_desc();

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/onednn_compat.h"
 #include "ops/cpu/onednn_util.h"
 #include "tensor/factory.h"
 
@@ -94,14 +95,11 @@ std::shared_ptr<const CachedMatmul> build(const Problem& problem) {
       ops.append_sum(1.0f);
       attr.set_post_ops(ops);
     }
-    dnnl::matmul::primitive_desc pd;
-    if (g.bias != nullptr) {
+    if (g.bias != nullptr)
       p->bias = g.batch2 == 1 ? memory::desc({1, 1, g.n}, dt, {g.n, g.n, 1})
                               : memory::desc({1, 1, 1, g.n}, dt, {g.n, g.n, g.n, 1});
-      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->bias, p->c), attr, cpu_engine());
-    } else {
-      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->c), attr, cpu_engine());
-    }
+    const dnnl::matmul::primitive_desc pd =
+        onednn::matmul_pd(cpu_engine(), p->a, p->b, g.bias != nullptr ? &p->bias : nullptr, p->c, attr);
     // The reference implementations are slower than our own fallbacks.
     if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::make_shared<CachedMatmul>();
     p->primitive = dnnl::matmul(pd);
