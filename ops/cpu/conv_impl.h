@@ -32,6 +32,14 @@ bool onednn_conv_forward(DType dtype, const ConvShape& s, const void* x, const v
 bool onednn_conv_backward(DType dtype, const ConvShape& s, const void* grad_out, const void* x, const void* w,
                           void* grad_x, void* grad_w, void* grad_bias);
 
+/// Whether onednn_conv_backward computes the input gradient as a forward convolution of grad_out
+/// by the flipped, channel-swapped weights (stride 1, oneDNN 2.x only: 3.x does so itself;
+/// ops/cpu/conv_onednn.cpp has the measurements), and how many times it has (for tests).
+bool onednn_input_gradient_as_forward(const ConvShape& s);
+int64_t onednn_input_gradients_as_forward_run();
+/// oneDNN's major version precis is built against (2: Debian 12's 2.6; 3: PyPI's onednn-cpu-gomp).
+int onednn_major_version();
+
 /// The passes of a training step.
 enum class ConvPass { forward, backward_input, backward_weight };
 

@@ -15,11 +15,14 @@
 #ifdef PRECIS_HAS_ONEDNN
 
 #include <array>
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/cpu/conv_impl.h"
 #include "ops/cpu/onednn_compat.h"
 #include "ops/cpu/onednn_util.h"
@@ -65,6 +68,8 @@ struct CachedConv {
   Operand in0, in1, out;
   int bias_arg = 0;
   memory::desc bias;
+  // Input gradient run as a forward convolution: in1 must be the flipped, transposed weights.
+  bool flipped_weights = false;
   bool supported() const { return static_cast<bool>(primitive); }
 };
 
@@ -122,6 +127,48 @@ bool is_reference(const char* impl) {
   return s.starts_with("ref");
 }
 
+// ---- the input gradient as a forward convolution ---------------------------------------------
+// oneDNN 2.6 has no brgemm kernel for the input gradient: its jit one runs at 0.65-0.85x the
+// forward brgemm kernel's speed on the same shape (2-vCPU AMX machine, 2 threads; ResNet-18 CIFAR
+// b64 per step, f32: 64 channels on 32x32 67 ms against 57 ms for the forward, 128 on 16x16 45
+// against 41, 256 on 8x8 49 against 40; bf16: 1.9/2.0/2.4 against 1.75/1.4/1.7 ms a call). With
+// stride 1 the input gradient *is* a forward convolution: of grad_out, by the weights with input
+// and output channels swapped and the window flipped, padded by k - 1 - p. oneDNN 3.x does this
+// itself (its "brg_fwd" input-gradient kernel), so it is done here for 2.x only. Not on 4x4 maps,
+// where 2.6's input-gradient kernel beats its forward one (f32 41 against 60 ms per step), nor
+// on channel counts that are not whole 16-channel blocks. Measured (benchmarks/results/
+// onednn-2026-12-05-amx.md) on AMX machines only, so the rule is on there only, as the GEMM
+// route's (gemm_conv_rule_active): f32 channels-last conv forward + backward 0.94x (64 channels,
+// 32x32), 0.97x (128, 16x16); the f32 ResNet-18 step 0.97x; bf16 unchanged.
+
+std::atomic<int64_t> input_gradients_as_forward{0};
+
+// out (C, O, kh, kw) = w (O, C, kh, kw) with the channels swapped and the window flipped, element
+// by element (`bytes` per element: the bit patterns are moved, nothing is converted).
+template <typename Bits>
+void flip_transpose(const ConvShape& s, const Bits* w, Bits* out) {
+  const int64_t taps = s.kh * s.kw;
+  parallel_for(0, s.c, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c)
+      for (int64_t o = 0; o < s.o; ++o) {
+        const Bits* from = w + (o * s.c + c) * taps;
+        Bits* to = out + (c * s.o + o) * taps;
+        for (int64_t t = 0; t < taps; ++t) to[t] = from[taps - 1 - t];
+      }
+  });
+}
+
+// The weights as the input gradient's forward convolution wants them, in `holder`.
+const void* flipped_weights(DType dtype, const ConvShape& s, const void* w, Tensor& holder) {
+  ++input_gradients_as_forward;
+  holder = empty({s.c, s.o, s.kh, s.kw}, {.dtype = dtype});
+  if (dtype == DType::f32)
+    flip_transpose(s, static_cast<const uint32_t*>(w), static_cast<uint32_t*>(holder.data_ptr()));
+  else
+    flip_transpose(s, static_cast<const uint16_t*>(w), static_cast<uint16_t*>(holder.data_ptr()));
+  return holder.data_ptr();
+}
+
 // act: the activations' layout the primitive is created with (`any`, or nhwc to work on
 // channels-last tensors in place).
 dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias, tag act) {
@@ -153,6 +200,21 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
         c->bias_arg = DNNL_ARG_BIAS;
         c->bias = pd.bias_desc();
       }
+    } else if (pass == Pass::backward_input && onednn_input_gradient_as_forward(s)) {
+      Descs f = d;  // grad_out → grad_x by the flipped weights, padded by k - 1 - p
+      f.src = d.dst;
+      f.dst = d.src;
+      f.weights = {s.c, s.o, s.kh, s.kw};
+      f.window.padding_l = {s.kh - 1 - s.p.padding[0], s.kw - 1 - s.p.padding[1]};
+      f.window.padding_r = f.window.padding_l;
+      const auto pd = forward_pd(f, false, act);
+      if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
+      c->primitive = dnnl::convolution_forward(pd);
+      c->scratchpad = pd.scratchpad_desc();
+      c->flipped_weights = true;
+      c->in0 = make_operand(DNNL_ARG_SRC, plain_dst, pd.src_desc(), false);
+      c->in1 = make_operand(DNNL_ARG_WEIGHTS, memory::desc(f.weights, d.dt, tag::oihw), pd.weights_desc(), false);
+      c->out = make_operand(DNNL_ARG_DST, plain_src, pd.dst_desc(), true);
     } else if (pass == Pass::backward_input) {
       const auto hint = forward_pd(d, false, act);
       const auto pd = onednn::conv_backward_data_pd(e, memory::desc(d.src, d.dt, act),
@@ -248,6 +310,19 @@ bool supported(DType dtype, const ConvShape& s) {
 
 }  // namespace
 
+// The rule of the section "the input gradient as a forward convolution" above.
+bool onednn_input_gradient_as_forward(const ConvShape& s) {
+  if (onednn_major_version() >= 3 || !gemm_conv_rule_active()) return false;
+  const auto& p = s.p;
+  return p.groups == 1 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
+         p.padding[0] <= s.kh - 1 && p.padding[1] <= s.kw - 1 && s.ho * s.wo >= 64 && s.c % 16 == 0 &&
+         s.o % 16 == 0;
+}
+
+int64_t onednn_input_gradients_as_forward_run() { return input_gradients_as_forward.load(); }
+
+int onednn_major_version() { return DNNL_VERSION_MAJOR; }
+
 bool onednn_conv_forward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* bias, void* out) {
   if (!supported(dtype, s)) return false;
   const auto c = primitive_for(Pass::forward, dtype, sync_thread_count(), bias != nullptr, s);
@@ -279,7 +354,10 @@ bool onednn_conv_backward(DType dtype, const ConvShape& s, const void* grad_out,
       PRECIS_INTERNAL_ASSERT(false, "oneDNN reorder failed: ", err.what());
     }
   }
-  if (data != nullptr) execute(*data, grad_out, w, grad_x, nullptr, share ? &shared : nullptr);
+  Tensor flipped;
+  if (data != nullptr)
+    execute(*data, grad_out, data->flipped_weights ? flipped_weights(dtype, s, w, flipped) : w, grad_x, nullptr,
+            share ? &shared : nullptr);
   if (weights != nullptr) execute(*weights, grad_out, x, grad_w, grad_bias, share ? &shared : nullptr);
   return true;
 }

@@ -202,6 +202,35 @@ TEST_CASE("conv2d GEMM route: conv2d takes it for a 512-channel 4x4 bf16 channel
   REQUIRE(w.grad().defined());
 }
 
+// oneDNN 2.x on AMX: the input gradient of a stride-1 convolution runs as a forward convolution
+// (ops/cpu/conv_onednn.cpp); check_case compares it with the f64 reference in f32 and bf16.
+TEST_CASE("conv2d oneDNN: a stride-1 input gradient as a forward convolution matches the reference",
+          "[ops][conv]") {
+  const Case basic = cases()[0];  // 16 -> 16 channels, 3x3 stride 1 padding 1 on 8x8
+  const ConvShape s = shape_of(basic);
+  // Never where it was not measured: strided, grouped, 4x4 maps, channel counts off the blocks.
+  for (const Case& other : {cases()[1], cases()[2], cases()[6], Case{2, 24, 8, 24, 3, 1, 1}})
+    CHECK_FALSE(cpu::onednn_input_gradient_as_forward(shape_of(other)));
+  ConvShape grouped = s;
+  grouped.p.groups = 2;
+  CHECK_FALSE(cpu::onednn_input_gradient_as_forward(grouped));
+  if (cpu::onednn_major_version() >= 3 || !cpu::gemm_conv_rule_active()) {
+    WARN("oneDNN " << cpu::onednn_major_version()
+                   << " or no AMX: the input gradient runs as oneDNN's own (not checked here)");
+    CHECK_FALSE(cpu::onednn_input_gradient_as_forward(s));
+    return;
+  }
+  REQUIRE(cpu::onednn_input_gradient_as_forward(s));
+  ConvShape nchw = s;  // either activation layout
+  nchw.nhwc = false;
+  CHECK(cpu::onednn_input_gradient_as_forward(nchw));
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const int64_t before = cpu::onednn_input_gradients_as_forward_run();
+    check_case(basic, dtype);  // the oneDNN side's input gradient against the reference
+    CHECK(cpu::onednn_input_gradients_as_forward_run() > before);
+  }
+}
+
 }  // namespace
 }  // namespace precis
 
