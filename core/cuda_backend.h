@@ -57,6 +57,10 @@ struct CudaCoreHooks {
   void (*graph_abandon)(void* graph) noexcept;
   void (*graph_replay)(void* graph);
   void (*graph_destroy)(void* graph) noexcept;
+  /// Writes `value` to the 8 bytes of device memory at `dst` on `device`'s current stream, in
+  /// stream order and without a host wait (the offset base of a graph's random draws before each
+  /// replay, core/cuda_graph.cpp). Null where graph_begin is.
+  void (*write_u64_async)(int device, void* dst, uint64_t value);
 };
 
 /// The loaded backend's hooks, or nullptr when it cannot be loaded.

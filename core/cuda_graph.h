@@ -16,12 +16,24 @@
 // random seed. Allocations during the capture come from a private pool of the device's caching
 // allocator that nothing else receives while the graph lives (its replays write there).
 //
+// Random numbers (dropout) are graph-safe: the captured kernels add a device-side base to their
+// Philox offsets, and each replay first sets that base to the generator's current offset and then
+// advances the generator by what the captured work draws, so every replay draws new numbers — the
+// ones an eager step would have drawn at that point (the capture itself, which does not run on a
+// GPU, leaves the generators where they were). The default generator is always registered; others
+// need register_generator() before the capture.
+//
 // A capture refuses, with GraphCaptureError, work a graph cannot hold, before it is issued: any
-// host wait for the device (item(), a pageable copy, synchronize) and any random draw (dropout's
-// masks would repeat on every replay). Work on the CPU inside the region runs once, during the
-// capture, and is not replayed.
+// host wait for the device (item(), a pageable copy, synchronize), a draw from a generator it does
+// not know, and a draw made on the host (rand, randn: their numbers would be frozen). Work on the
+// CPU inside the region runs once, during the capture, and is not replayed.
 #include <cstdint>
 #include <utility>
+#include <vector>
+
+namespace precis {
+class Generator;
+}  // namespace precis
 
 namespace precis::cuda {
 
@@ -47,8 +59,13 @@ class Graph {
   /// that work inside it broke (a DeviceError from the runtime) leaves the graph empty.
   void capture_end();
   /// Launches the captured work on the device's current stream; returns without waiting for it.
-  /// StateError when nothing was captured.
+  /// Before it, for each generator the work draws from: writes the generator's offset where the
+  /// captured kernels read it and advances the generator past the work's draws. StateError when
+  /// nothing was captured, or when manual_seed changed a generator's seed since the capture.
   void replay();
+  /// Lets the next capture's work draw random numbers from `generator` (the default generator needs
+  /// no registering). `generator` must outlive this graph. StateError while capturing.
+  void register_generator(Generator& generator);
   /// Frees the captured graph and its pool; the graph can capture again.
   void reset();
   /// Whether a finished capture can be replayed.
@@ -57,11 +74,22 @@ class Graph {
   int device() const { return device_; }
 
  private:
+  friend class CaptureDraws;
+  // A generator the captured work may draw from.
+  struct RandomStream {
+    Generator* generator = nullptr;
+    uint64_t seed = 0;      // its seed at capture_begin (a replay refuses another)
+    void* base = nullptr;   // 8 bytes of device memory: the offset the captured kernels add
+    uint64_t drawn = 0;     // Philox blocks the captured work draws per replay
+  };
   void abandon() noexcept;
+  void free_random_streams() noexcept;
   int device_;
   void* handle_ = nullptr;  // the backend's capture or graph
   bool capturing_ = false;
   uint64_t pool_ = 0;
+  std::vector<Generator*> registered_;
+  std::vector<RandomStream> random_;
 };
 
 /// Whether the calling thread is capturing a graph now.

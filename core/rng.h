@@ -15,6 +15,16 @@ inline float uint32_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8
 
 class Generator;
 
+/// Where a kernel's random numbers start: block `offset` of the Philox stream `seed`, plus, for a
+/// kernel captured in a CUDA graph, the value at `offset_base` when the kernel runs — device memory
+/// the graph rewrites before each replay (core/cuda_graph.h), so that every replay draws new
+/// numbers. `offset_base` is null outside a capture; a kernel adds it once at entry.
+struct PhiloxDraw {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  const uint64_t* offset_base = nullptr;
+};
+
 /// Sees every draw from any Generator on the thread it is installed on, before the draw moves the
 /// generator's offset. Activation checkpointing (autograd/checkpoint.h) installs one around a
 /// region's forward to learn which generators the region drew from and where each stood, so that
@@ -34,6 +44,19 @@ inline thread_local DrawObserver* t_draw_observer = nullptr;
 /// Installs `observer` on this thread (nullptr: none) and returns the previous one; an observer
 /// that nests (checkpoints do) passes each draw on to the one it replaced.
 DrawObserver* set_draw_observer(DrawObserver* observer);
+
+/// Answers Generator::draw on the thread it is installed on: cuda::Graph installs one while it
+/// captures, giving each draw an offset relative to a device-side base instead of the host offset.
+class CapturedDraws {
+ public:
+  virtual ~CapturedDraws() = default;
+  /// The draw of n_blocks from `generator` inside the capture.
+  virtual PhiloxDraw draw(Generator& generator, uint64_t n_blocks) = 0;
+};
+
+namespace detail {
+inline thread_local CapturedDraws* t_captured_draws = nullptr;
+}  // namespace detail
 
 /// A seeded stream of Philox blocks. `offset` counts 128-bit blocks already consumed; kernels
 /// reserve a range of blocks with `reserve(n)` and generate them in parallel from (seed, start).
@@ -56,6 +79,15 @@ class Generator {
     uint64_t start = offset_;
     offset_ += n_blocks;
     return start;
+  }
+  /// A kernel's draw of n blocks: (seed, reserve(n)), or inside a CUDA graph capture on this
+  /// thread what the capture answers (a position relative to the graph's device-side base).
+  /// Kernels that can run on a device take their numbers through this.
+  PhiloxDraw draw(uint64_t n_blocks) {
+    if (CapturedDraws* c = detail::t_captured_draws) [[unlikely]]
+      return c->draw(*this, n_blocks);
+    const uint64_t start = reserve(n_blocks);
+    return {seed_, start, nullptr};
   }
   /// The four outputs of block `index` of this stream.
   std::array<uint32_t, 4> block(uint64_t index) const {

@@ -10,6 +10,7 @@
 #include "ops/kernels_attention.h"
 #include "ops/op_table.h"
 #include "ops/precision.h"
+#include "ops/random_draw.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -60,7 +61,7 @@ Tensor attention_softmax(const Tensor& scores_in, const Tensor& attn_mask, bool 
   }
   const DType dtype = scores.dtype();
   const DType acc = dtype == DType::f64 ? DType::f64 : DType::f32;
-  kernels::AttentionSoftmaxArgs args{.scale = scale, .dropout_p = dropout_p};
+  kernels::AttentionSoftmaxArgs args{.scale = scale, .dropout_p = dropout_p, .rng = {}};
   Tensor mask;
   if (is_causal) {
     args.mask = kernels::AttentionMask::causal;
@@ -71,8 +72,8 @@ Tensor attention_softmax(const Tensor& scores_in, const Tensor& attn_mask, bool 
   }
   if (dropout_p > 0.0) {
     Generator& gen = generator != nullptr ? *generator : default_generator();
-    args.seed = gen.seed();
-    args.offset = gen.reserve((static_cast<uint64_t>(scores.numel()) + 3) / 4);
+    args.rng = detail::draw_for(gen, (static_cast<uint64_t>(scores.numel()) + 3) / 4, scores.device(),
+                                "attention_softmax");
   }
   const Tensor sc = scores.detach().contiguous();
   Tensor p = empty(sc.sizes(), {.dtype = dtype, .device = sc.device()});

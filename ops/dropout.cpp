@@ -12,6 +12,7 @@
 #include "ops/functional.h"
 #include "ops/kernels_loss.h"
 #include "ops/op_table.h"
+#include "ops/random_draw.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -20,19 +21,19 @@ using autograd::TensorList;
 
 namespace {
 
-// out = x with the mask of (seed, offset) applied and scaled; p in (0, 1).
-Tensor apply_mask(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+// out = x with the mask of the draw applied and scaled; p in (0, 1).
+Tensor apply_mask(const Tensor& x, double p, const PhiloxDraw& rng) {
   Tensor out = empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()});
-  kernel<kernels::DropoutKernel>(OpId::dropout, x.device().type, x.dtype())(out, x, p, seed, offset);
+  kernel<kernels::DropoutKernel>(OpId::dropout, x.device().type, x.dtype())(out, x, p, rng);
   return out;
 }
 
 // Differentiable: backward applies the same mask to the gradient (itself differentiable).
-Tensor masked(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
-  Tensor out = apply_mask(x.detach(), p, seed, offset);
+Tensor masked(const Tensor& x, double p, const PhiloxDraw& rng) {
+  Tensor out = apply_mask(x.detach(), p, rng);
   if (autograd::needs_grad({&x}))
-    autograd::record(OpId::dropout, {x}, {out}, [p, seed, offset](const TensorList& g) -> TensorList {
-      return {masked(g[0], p, seed, offset)};
+    autograd::record(OpId::dropout, {x}, {out}, [p, rng](const TensorList& g) -> TensorList {
+      return {masked(g[0], p, rng)};
     });
   return out;
 }
@@ -54,8 +55,7 @@ Tensor dropout(const Tensor& x_in, double p, bool training, Generator* generator
   }
   Generator& gen = generator != nullptr ? *generator : default_generator();
   const uint64_t blocks = (static_cast<uint64_t>(x.numel()) + 3) / 4;
-  const uint64_t offset = gen.reserve(blocks);
-  return masked(x, p, gen.seed(), offset);
+  return masked(x, p, detail::draw_for(gen, blocks, x.device(), "dropout"));
 }
 
 }  // namespace precis

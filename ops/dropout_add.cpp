@@ -17,6 +17,7 @@
 #include "ops/kernels_loss.h"
 #include "ops/op_table.h"
 #include "ops/precision.h"
+#include "ops/random_draw.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -27,18 +28,17 @@ namespace {
 
 // keep ? g·scale : 0 in out_dtype, rounded once (the kernel without a residual). Differentiable:
 // its gradient is the same mask applied to the incoming gradient, in g's dtype.
-Tensor masked_grad(const Tensor& g_in, DType out_dtype, double p, uint64_t seed, uint64_t offset) {
+Tensor masked_grad(const Tensor& g_in, DType out_dtype, double p, const PhiloxDraw& rng) {
   // The kernel computes in out's compute type; a gradient of the other family (f64 beside f32)
   // is cast first. Not reached by dropout_add's own fast path, whose operands share one family.
   const bool wide = out_dtype == DType::f64;
   const Tensor g = (g_in.dtype() == DType::f64) == wide ? g_in : g_in.to(wide ? DType::f64 : DType::f32);
   Tensor out = empty(g.sizes(), {.dtype = out_dtype, .device = g.device()});
-  kernel<kernels::DropoutAddKernel>(OpId::dropout_add, g.device().type, out_dtype)(out, g.detach(), Tensor(), p, seed,
-                                                                                   offset);
+  kernel<kernels::DropoutAddKernel>(OpId::dropout_add, g.device().type, out_dtype)(out, g.detach(), Tensor(), p, rng);
   if (autograd::needs_grad({&g_in}))
     autograd::record(OpId::dropout_add, {g_in}, {out},
-                     [p, seed, offset, dt = g_in.dtype()](const TensorList& gg) -> TensorList {
-                       return {masked_grad(gg[0], dt, p, seed, offset)};
+                     [p, rng, dt = g_in.dtype()](const TensorList& gg) -> TensorList {
+                       return {masked_grad(gg[0], dt, p, rng)};
                      });
   return out;
 }
@@ -72,17 +72,16 @@ Tensor dropout_add(const Tensor& x_in, const Tensor& residual_in, double p, bool
 
   // Dropout's draw: one Philox block per 4 elements, reserved from the generator.
   Generator& gen = generator != nullptr ? *generator : default_generator();
-  const uint64_t offset = gen.reserve((static_cast<uint64_t>(x.numel()) + 3) / 4), seed = gen.seed();
+  const PhiloxDraw rng = detail::draw_for(gen, (static_cast<uint64_t>(x.numel()) + 3) / 4, x.device(), op);
   Tensor out = empty(x.sizes(), {.dtype = out_dtype, .device = x.device()});
-  kernel<kernels::DropoutAddKernel>(OpId::dropout_add, dev, out_dtype)(out, x.detach(), residual.detach(), p, seed,
-                                                                        offset);
+  kernel<kernels::DropoutAddKernel>(OpId::dropout_add, dev, out_dtype)(out, x.detach(), residual.detach(), p, rng);
   const bool need_x = autograd::needs_grad({&x}), need_r = autograd::needs_grad({&residual});
   if (need_x || need_r)
     autograd::record(OpId::dropout_add, {x, residual}, {out},
-                     [p, seed, offset, need_x, need_r, x_dtype = x.dtype(),
+                     [p, rng, need_x, need_r, x_dtype = x.dtype(),
                       r_dtype = residual.dtype()](const TensorList& g) -> TensorList {
                        Tensor gx, gr;
-                       if (need_x) gx = masked_grad(g[0], x_dtype, p, seed, offset);
+                       if (need_x) gx = masked_grad(g[0], x_dtype, p, rng);
                        if (need_r) gr = g[0].dtype() == r_dtype ? g[0] : g[0].to(r_dtype);
                        return {gx, gr};
                      });

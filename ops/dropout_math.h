@@ -19,6 +19,13 @@ inline uint32_t dropout_keep_threshold(double p) {
   return static_cast<uint32_t>(std::llround((1.0 - p) * 16777216.0));
 }
 
+/// The stream offset a kernel draws from: its (seed, offset) draw's offset plus, for a kernel
+/// captured in a CUDA graph, the base the graph writes before each replay (core/rng.h PhiloxDraw;
+/// null outside a capture). Read once per kernel (per thread on a GPU).
+PRECIS_HD_INLINE uint64_t philox_offset(uint64_t offset, const uint64_t* offset_base) {
+  return offset_base != nullptr ? offset + *offset_base : offset;
+}
+
 /// Whether the element whose random lane is `bits` is kept under `threshold`.
 PRECIS_HD_INLINE bool dropout_keep(uint32_t bits, uint32_t threshold) { return (bits >> 8) < threshold; }
 

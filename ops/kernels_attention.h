@@ -5,6 +5,7 @@
 // f16/bf16/f32 scores, f64 for f64 ("acc dtype" below).
 #include <cstdint>
 
+#include "core/rng.h"
 #include "tensor/tensor.h"
 
 namespace precis::kernels {
@@ -18,14 +19,13 @@ enum class AttentionMask : uint8_t {
 };
 
 /// The fused pass's parameters: the mask kind, the score scale, and dropout's p (0 <= p < 1; 0 =
-/// no dropout) with the Philox (seed, offset) of ops/dropout_math.h (element index = the row-major
-/// index into the scores).
+/// no dropout) with the Philox draw `rng` of ops/dropout_math.h (element index = the row-major
+/// index into the scores; the offset plus rng.offset_base's value when set, as DropoutKernel).
 struct AttentionSoftmaxArgs {
   AttentionMask mask = AttentionMask::none;
   double scale = 1.0;
   double dropout_p = 0.0;
-  uint64_t seed = 0;
-  uint64_t offset = 0;
+  PhiloxDraw rng;
 };
 
 /// Forward, per row of S keys: t = scores·scale (in the acc dtype), masked; y = softmax(t) (acc

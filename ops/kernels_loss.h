@@ -4,6 +4,7 @@
 // to the layout the kernel expects and turns the per-row results into the reduction.
 #include <cstdint>
 
+#include "core/rng.h"
 #include "tensor/tensor.h"
 
 namespace precis::kernels {
@@ -71,11 +72,13 @@ using NllLossKernel = void(const Tensor& loss_rows, const Tensor& weight_rows, c
 
 /// out = keep ? x·scale : 0, scale = 1 / (1 − p), where element i (row-major over x's shape) is kept
 /// when the 24 high bits of lane i % 4 of Philox block (offset + i / 4) of `seed`, read as a
-/// fraction of 2^24, are below 1 − p. The mask is a pure function of (seed, offset, i), so backward
+/// fraction of 2^24, are below 1 − p, with rng's seed and its offset plus the value at
+/// rng.offset_base when that is set (a kernel captured in a CUDA graph: kernels::philox_offset,
+/// read where the kernel runs). The mask is a pure function of (seed, offset, i), so backward
 /// regenerates it by running this kernel on the gradient, and the result does not depend on the
 /// thread count. out: contiguous; x: out's shape, any strides. 0 <= p < 1. Computes in fp32 for
 /// f16/bf16 (f64 for f64).
-using DropoutKernel = void(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t offset);
+using DropoutKernel = void(const Tensor& out, const Tensor& x, double p, const PhiloxDraw& rng);
 
 /// dropout_add's pass (ops/dropout_add.cpp): out = residual + (keep ? x·scale : 0) with
 /// DropoutKernel's mask and scale, computed in fp32 (f64 when out is f64) and rounded once to
@@ -83,7 +86,7 @@ using DropoutKernel = void(const Tensor& out, const Tensor& x, double p, uint64_
 /// x, from the output gradient, in x's dtype). out: contiguous; x and residual: out's shape, any
 /// strides, any dtypes whose compute type is out's (f32, f16, bf16 around an f32/f16/bf16 out;
 /// f64 with f64). Keyed by out's dtype. 0 < p < 1.
-using DropoutAddKernel = void(const Tensor& out, const Tensor& x, const Tensor& residual, double p, uint64_t seed,
-                              uint64_t offset);
+using DropoutAddKernel = void(const Tensor& out, const Tensor& x, const Tensor& residual, double p,
+                              const PhiloxDraw& rng);
 
 }  // namespace precis::kernels

@@ -34,6 +34,7 @@ constexpr precis::detail::CudaCoreHooks kHooks{
     .graph_abandon = &precis::cuda::graph_abandon,
     .graph_replay = &precis::cuda::graph_replay,
     .graph_destroy = &precis::cuda::graph_destroy,
+    .write_u64_async = &precis::cuda::write_u64_async,
 };
 
 }  // namespace

@@ -9,5 +9,6 @@ void graph_end(void* graph);
 void graph_abandon(void* graph) noexcept;
 void graph_replay(void* graph);
 void graph_destroy(void* graph) noexcept;
+void write_u64_async(int device, void* dst, uint64_t value);  // core/cuda/graph_rng.cu
 
 }  // namespace precis::cuda

@@ -107,6 +107,7 @@ void attention_softmax_kernel(const Tensor& p, const Tensor& y, const Tensor& sc
   const bool drop = args.dropout_p > 0.0;
   const uint32_t threshold = drop ? kernels::dropout_keep_threshold(args.dropout_p) : 0;
   const A drop_scale = static_cast<A>(1.0 / (1.0 - args.dropout_p));
+  const uint64_t seed = args.rng.seed, offset = kernels::philox_offset(args.rng.offset, args.rng.offset_base);
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / n), [&](int64_t r0, int64_t r1) {
     // Locals, not the captures: stores through the row pointers could alias a captured scale, and
@@ -161,11 +162,11 @@ void attention_softmax_kernel(const Tensor& p, const Tensor& y, const Tensor& sc
       if (!drop) {
         if (!y_is_p) store_block<T>(yr, pr, 1, n);
       } else if constexpr (std::is_same_v<T, A>) {
-        dropout_row<T>(pr, yr, 1, n, first, args.seed, args.offset, threshold, drop_scale);
+        dropout_row<T>(pr, yr, 1, n, first, seed, offset, threshold, drop_scale);
       } else {
         // Rounded to T first, then dropped and rounded again: the weights' cast, then dropout.
         store_block<T>(yr, pr, 1, n);
-        dropout_row<T>(pr, pr, 1, n, first, args.seed, args.offset, threshold, drop_scale);
+        dropout_row<T>(pr, pr, 1, n, first, seed, offset, threshold, drop_scale);
       }
     }
   });
@@ -184,6 +185,7 @@ void attention_softmax_backward_kernel(const Tensor& ds, const Tensor& grad, con
   const bool drop = args.dropout_p > 0.0;
   const uint32_t threshold = drop ? kernels::dropout_keep_threshold(args.dropout_p) : 0;
   const A drop_scale = static_cast<A>(1.0 / (1.0 - args.dropout_p));
+  const uint64_t seed = args.rng.seed, offset = kernels::philox_offset(args.rng.offset, args.rng.offset_base);
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / n), [&](int64_t r0, int64_t r1) {
     std::vector<A> gbuf(static_cast<size_t>(n)), dxbuf(static_cast<size_t>(n));
     A* __restrict g = gbuf.data();
@@ -205,9 +207,9 @@ void attention_softmax_backward_kernel(const Tensor& ds, const Tensor& grad, con
       if (!drop) {
         load_block<A>(gp + first, 1, g, n);
       } else if constexpr (std::is_same_v<T, A>) {
-        dropout_row<T>(g, gp + first, 1, n, first, args.seed, args.offset, threshold, drop_scale);
+        dropout_row<T>(g, gp + first, 1, n, first, seed, offset, threshold, drop_scale);
       } else {
-        dropout_row<T>(dropped.data(), gp + first, 1, n, first, args.seed, args.offset, threshold, drop_scale);
+        dropout_row<T>(dropped.data(), gp + first, 1, n, first, seed, offset, threshold, drop_scale);
         load_block<A>(dropped.data(), 1, g, n);
       }
       row_softmax_backward<A>(g, yr, dx, n);

@@ -22,8 +22,9 @@ namespace {
 // out: contiguous (so its element offset is the row-major index); x: out's shape, any strides.
 // Computes x·scale in opmath_t<T>.
 template <typename T>
-void dropout_kernel(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+void dropout_kernel(const Tensor& out, const Tensor& x, double p, const PhiloxDraw& rng) {
   using C = opmath_t<T>;
+  const uint64_t seed = rng.seed, offset = kernels::philox_offset(rng.offset, rng.offset_base);
   const uint32_t threshold = kernels::dropout_keep_threshold(p);
   const C scale = static_cast<C>(1.0 / (1.0 - p));
   T* o = static_cast<T*>(out.data_ptr());

@@ -116,8 +116,8 @@ void run(const Tensor& out, const Tensor& x, const Tensor& residual, double p, u
 }
 
 // Keyed by out's dtype; x's and residual's dtypes are dispatched per step (above).
-void dropout_add_kernel(const Tensor& out, const Tensor& x, const Tensor& residual, double p, uint64_t seed,
-                        uint64_t offset) {
+void dropout_add_kernel(const Tensor& out, const Tensor& x, const Tensor& residual, double p, const PhiloxDraw& rng) {
+  const uint64_t seed = rng.seed, offset = kernels::philox_offset(rng.offset, rng.offset_base);
   const bool wide = out.dtype() == DType::f64;
   auto same_compute = [&](const Tensor& t) { return !t.defined() || (t.dtype() == DType::f64) == wide; };
   PRECIS_INTERNAL_ASSERT(out.is_contiguous() && x.sizes() == out.sizes() &&

@@ -11,8 +11,10 @@ namespace {
 
 template <typename T>
 __global__ void dropout_kernel(T* __restrict__ out, const T* __restrict__ x, uint32_t threshold, opmath_t<T> scale,
-                               uint64_t seed, uint64_t offset, const ElementwiseLaunch l) {
+                               uint64_t seed, uint64_t offset, const uint64_t* offset_base,
+                               const ElementwiseLaunch l) {
   using C = opmath_t<T>;
+  offset = kernels::philox_offset(offset, offset_base);  // a captured graph's base: read when it runs
   const int64_t blocks = (l.numel + 3) / 4;
   PRECIS_GRID_STRIDE_LOOP(b, blocks) {
     const PhiloxBlock bits = kernels::dropout_block(seed, offset, b);
@@ -36,14 +38,14 @@ __global__ void dropout_kernel(T* __restrict__ out, const T* __restrict__ x, uin
 }  // namespace
 
 void launch_dropout(DType dtype, void* out, const void* x, uint32_t threshold, double scale, uint64_t seed,
-                    uint64_t offset, const ElementwiseLaunch& l) {
+                    uint64_t offset, const uint64_t* offset_base, const ElementwiseLaunch& l) {
   if (l.numel == 0) return;
   const int64_t blocks = (l.numel + 3) / 4;
   visit_device_dtype(dtype, [&]<typename T>() {
     if constexpr (std::is_floating_point_v<opmath_t<T>>) {
       dropout_kernel<T><<<grid_for(blocks), kThreads, 0, l.stream>>>(static_cast<T*>(out), static_cast<const T*>(x),
                                                                       threshold, static_cast<opmath_t<T>>(scale), seed,
-                                                                      offset, l);
+                                                                      offset, offset_base, l);
     } else {
       PRECIS_INTERNAL_ASSERT(false, "dropout: no CUDA kernel for ", dtype_name(dtype));
     }

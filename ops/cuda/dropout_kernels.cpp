@@ -12,7 +12,7 @@ namespace precis::cuda {
 namespace {
 
 // out: contiguous; x: out's shape, any strides; 0 <= p < 1 (ops/dropout.cpp handles p = 0 and 1).
-void dropout_kernel(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+void dropout_kernel(const Tensor& out, const Tensor& x, double p, const PhiloxDraw& rng) {
   PRECIS_CHECK_DTYPE(out.dtype() == x.dtype() && is_floating(x.dtype()),
                      "dropout: the CUDA kernel expects floating x and out of its dtype; got out ", out.describe(),
                      ", x ", x.describe());
@@ -21,8 +21,8 @@ void dropout_kernel(const Tensor& out, const Tensor& x, double p, uint64_t seed,
   const ElementwiseLaunch l = make_elementwise_launch("dropout", {&out, &x});
   if (l.numel == 0) return;
   DeviceGuard guard(out.device().index);
-  launch_dropout(x.dtype(), out.data_ptr(), x.data_ptr(), kernels::dropout_keep_threshold(p), 1.0 / (1.0 - p), seed,
-                 offset, l);
+  launch_dropout(x.dtype(), out.data_ptr(), x.data_ptr(), kernels::dropout_keep_threshold(p), 1.0 / (1.0 - p), rng.seed,
+                 rng.offset, rng.offset_base, l);
 }
 
 }  // namespace

@@ -58,8 +58,10 @@ void launch_pool2d(PoolOp op, DType dtype, void* out, int64_t* out_indices, cons
 
 // ---- dropout (ops/cuda/dropout.cu) ---------------------------------------------------------------
 /// out = keep ? x · scale : 0 with the mask of ops/dropout_math.h (the CPU's): `l` describes
-/// (out, x) with out contiguous, so out's offset is the element's row-major index.
+/// (out, x) with out contiguous, so out's offset is the element's row-major index. The stream
+/// offset is `offset` plus, when offset_base is set (a kernel captured in a CUDA graph), the device
+/// value there when the kernel runs.
 void launch_dropout(DType dtype, void* out, const void* x, uint32_t threshold, double scale, uint64_t seed,
-                    uint64_t offset, const ElementwiseLaunch& l);
+                    uint64_t offset, const uint64_t* offset_base, const ElementwiseLaunch& l);
 
 }  // namespace precis::cuda

@@ -43,6 +43,16 @@ TEST_CASE("Generator: reserve advances the offset, block is a pure function", "[
   REQUIRE(g.offset() == 0);
 }
 
+TEST_CASE("Generator: draw outside a graph capture is (seed, reserve(n)) with no device base", "[core][rng]") {
+  Generator g(77);
+  (void)g.reserve(5);
+  const PhiloxDraw d = g.draw(3);
+  CHECK(d.seed == 77);
+  CHECK(d.offset == 5);
+  CHECK(d.offset_base == nullptr);
+  CHECK(g.offset() == 8);
+}
+
 TEST_CASE("default generator and manual_seed", "[core][rng]") {
   manual_seed(1234);
   REQUIRE(default_generator().seed() == 1234);

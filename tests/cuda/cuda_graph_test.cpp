@@ -1,13 +1,16 @@
 // CUDA graphs on a GPU (core/cuda_graph.h): a replay repeats the captured work on inputs refilled
 // in place, and a captured f16 training step replayed N times gives the parameters N eager steps
-// give, bit for bit (the same kernels on the same data). What a capture refuses is checked
+// give, bit for bit (the same kernels on the same data) — with dropout too, whose masks each
+// replay draws anew from the generator's offset (graph-safe random numbers). What a capture refuses is checked
 // without a GPU on the fake device (tests/fake_cuda/graph_test.cpp).
 #include <vector>
 
 #include "amp/amp.h"
 #include "core/cuda_graph.h"
 #include "core/device.h"
+#include "models/bert.h"
 #include "models/resnet.h"
+#include "optim/adam.h"
 #include "ops/functional.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
@@ -66,6 +69,53 @@ TEST_CASE("a captured f16 ResNet-20 step replayed equals the eager steps bit for
     return params;
   };
   const std::vector<Tensor> eager = run(false), graphed = run(true);
+  REQUIRE(eager.size() == graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
+}
+
+TEST_CASE("a captured BERT step with dropout replayed equals the eager steps bit for bit", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  models::BertConfig cfg;
+  cfg.vocab_size = 60;
+  cfg.hidden_size = 32;
+  cfg.num_hidden_layers = 1;
+  cfg.num_attention_heads = 2;
+  cfg.intermediate_size = 64;
+  cfg.max_position_embeddings = 16;
+  cfg.hidden_dropout_prob = 0.1;
+  cfg.attention_probs_dropout_prob = 0.1;
+  auto run = [&](bool graphed) {
+    manual_seed(9);
+    models::BertForMaskedLM model(cfg);
+    model.to(kGpu);
+    optim::Adam opt(model.parameters(), {.lr = 1e-3});
+    amp::GradScaler scaler;
+    const Tensor host_ids = randint(1, 60, {2, 8}, {.dtype = DType::i64});
+    const Tensor ids = host_ids.to(kGpu);
+    const Tensor labels = where(lt(rand({2, 8}), 0.3), host_ids, full({2, 8}, -100.0, {.dtype = DType::i64})).to(kGpu);
+    auto step = [&] {
+      Tensor loss;
+      {
+        amp::Autocast ac(DType::f16, DeviceType::cuda);
+        loss = model.forward_with_labels(ids, Tensor(), labels).loss;
+      }
+      scaler.scale(loss).backward();
+      (void)scaler.step(opt);
+      scaler.update();
+      opt.zero_grad(false);
+    };
+    step();
+    step();
+    cuda::Graph g;
+    if (graphed) cuda::capture(g, step);
+    for (int i = 0; i < 4; ++i) graphed ? g.replay() : step();
+    std::vector<Tensor> params;
+    for (const Tensor& p : model.parameters()) params.push_back(p.detach().to(Device::cpu()));
+    return std::make_pair(params, default_generator().offset());
+  };
+  const auto [eager, eager_offset] = run(false);
+  const auto [graphed, graphed_offset] = run(true);
+  CHECK(graphed_offset == eager_offset);  // four replays advanced the generator as four steps
   REQUIRE(eager.size() == graphed.size());
   for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
 }

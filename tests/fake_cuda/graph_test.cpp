@@ -1,15 +1,18 @@
 // CUDA graph capture (core/cuda_graph.h) on the fake device: what a capture refuses before it is
-// issued (a host wait, a random draw), the state errors, the private pool a capture allocates
-// from, and that whole training steps are capturable — no host wait and no draw inside them. The
+// issued (a host wait, a draw it could not replay), the state errors, the private pool a capture
+// allocates from, that whole training steps are capturable — no host wait inside them — and that
+// a captured step's dropout draws the masks an eager step draws. The
 // fake device runs kernels as they are launched, so it has nothing to replay: replays, and the
 // captured work's results, are checked on a GPU.
 #include <string>
+#include <vector>
 
 #include "amp/amp.h"
 #include "models/bert.h"
 #include "models/resnet.h"
 #include "precis.h"
 #include "tests/fake_cuda/fake_device.h"
+#include "tests/support/tensor_testing.h"
 
 using namespace precis;
 using precis::fake_cuda_testing::require_fake_device;
@@ -63,14 +66,56 @@ TEST_CASE("a CUDA graph capture refuses a host wait before it is issued, naming 
   CHECK_NOTHROW((void)sum(x).item<float>());  // outside a capture the host reads as always
 }
 
-TEST_CASE("a CUDA graph capture refuses a random draw: a replay would repeat the captured dropout mask") {
+TEST_CASE("a CUDA graph capture draws dropout's numbers relative to a base the replays set") {
   require_fake_device();
   const Tensor x = randn({64}).to(kDev);
+  Generator& gen = default_generator();
+  const uint64_t seed = gen.seed(), start = gen.offset();
+  const Tensor eager = dropout(x, 0.5, true).to(Device::cpu());
+  const uint64_t after_eager = gen.offset();
+  REQUIRE(after_eager > start);
+  // The fake device runs the captured kernels as they are issued, with the base written at
+  // capture_begin (the generator's offset then): the eager step's mask, bit for bit.
+  gen.set_state(seed, start);
   cuda::Graph g;
-  const std::string m = capture_error(g, [&] { (void)dropout(x, 0.5, true); });
-  CHECK(m.find("random draw") != std::string::npos);
-  CHECK(m.find("every replay would repeat them") != std::string::npos);
-  CHECK_NOTHROW(dropout(x, 0.5, true));  // the draw observer is gone with the capture
+  Tensor captured;
+  cuda::capture(g, [&] { captured = dropout(x, 0.5, true); });
+  PRECIS_REQUIRE_SAME_BITS(captured.to(Device::cpu()), eager);
+  CHECK(gen.offset() == start);  // on a GPU the capture does not run: replays draw, not the capture
+  // A replay writes the base and advances the generator after launching; the fake device has
+  // nothing to launch, so it refuses before the generator moves.
+  CHECK_THROWS_AS(g.replay(), NotImplementedError);
+  CHECK(gen.offset() == start);
+  // Reseeding between capture and replay is refused: the captured kernels hold the old seed.
+  gen.manual_seed(seed + 1);
+  CHECK_THROWS_AS(g.replay(), StateError);
+  gen.set_state(seed, after_eager);
+}
+
+TEST_CASE("a CUDA graph capture refuses draws it cannot replay: unknown generators, host draws, CPU tensors") {
+  require_fake_device();
+  const Tensor x = randn({64}).to(kDev);
+  Generator other(7);
+  cuda::Graph g;
+  const std::string unknown = capture_error(g, [&] { (void)dropout(x, 0.5, true, &other); });
+  CHECK(unknown.find("register_generator") != std::string::npos);
+  CHECK(unknown.find("every replay would repeat them") != std::string::npos);
+  g.register_generator(other);
+  Tensor y;
+  CHECK_NOTHROW(cuda::capture(g, [&] { y = dropout(x, 0.5, true, &other); }));
+  CHECK(other.offset() == 0);
+  cuda::Graph h;
+  const std::string host = capture_error(h, [&] { (void)randn({4}); });
+  CHECK(host.find("made on the host") != std::string::npos);
+  const Tensor on_cpu = randn({8});
+  const std::string cpu = capture_error(h, [&] { (void)dropout(on_cpu, 0.5, true); });
+  CHECK(cpu.find("CPU tensor") != std::string::npos);
+  CHECK_NOTHROW(dropout(x, 0.5, true));  // nothing is left installed after the captures
+  CHECK_NOTHROW(randn({4}));
+  cuda::Graph k;
+  k.capture_begin();
+  CHECK_THROWS_AS(k.register_generator(other), StateError);
+  k.reset();
 }
 
 TEST_CASE("cuda::Graph refuses what its state does not allow with StateError") {
@@ -150,15 +195,46 @@ TEST_CASE("whole f16 training steps are capturable: ResNet-20 with SGD, BERT wit
     cuda::Graph g;
     CHECK_NOTHROW(cuda::capture(g, step));
     CHECK(g.captured());
-    // With dropout on, the same step is refused, naming the draw.
-    cfg.hidden_dropout_prob = 0.1;
-    models::BertForMaskedLM with_dropout(cfg);
-    with_dropout.to(kDev);
-    optim::Adam opt2(with_dropout.parameters(), {.lr = 1e-3});
-    cuda::Graph g2;
-    const std::string m = capture_error(g2, [&] {
-      train_step([&] { return with_dropout.forward_with_labels(ids, Tensor(), labels).loss; }, opt2, scaler);
-    });
-    CHECK(m.find("random draw") != std::string::npos);
   }
+}
+
+// BERT with dropout everywhere (hidden, attention): a captured step, run where kernels run as issued,
+// draws the masks an eager step draws from the same generator state — parameters equal bit for bit.
+TEST_CASE("a whole BERT step with dropout is capturable and its captured run equals an eager step") {
+  require_fake_device();
+  models::BertConfig cfg;
+  cfg.vocab_size = 60;
+  cfg.hidden_size = 32;
+  cfg.num_hidden_layers = 1;
+  cfg.num_attention_heads = 2;
+  cfg.intermediate_size = 64;
+  cfg.max_position_embeddings = 16;
+  cfg.hidden_dropout_prob = 0.1;
+  cfg.attention_probs_dropout_prob = 0.1;
+  const Tensor host_ids = randint(1, 60, {2, 8}, {.dtype = DType::i64});
+  const Tensor ids = host_ids.pin_memory().to(kDev, true);
+  const Tensor labels =
+      where(lt(rand({2, 8}), 0.3), host_ids, full({2, 8}, -100.0, {.dtype = DType::i64})).pin_memory().to(kDev, true);
+  auto run = [&](bool captured) {
+    manual_seed(11);
+    models::BertForMaskedLM model(cfg);
+    model.to(kDev);
+    optim::Adam opt(model.parameters(), {.lr = 1e-3});
+    amp::GradScaler scaler;
+    auto step = [&] { train_step([&] { return model.forward_with_labels(ids, Tensor(), labels).loss; }, opt, scaler); };
+    step();  // warm-up outside the capture
+    cuda::Graph g;
+    if (captured) {
+      cuda::capture(g, step);
+      CHECK(g.captured());
+    } else {
+      step();
+    }
+    std::vector<Tensor> params;
+    for (const Tensor& p : model.parameters()) params.push_back(p.detach().to(Device::cpu()));
+    return params;
+  };
+  const std::vector<Tensor> eager = run(false), graphed = run(true);
+  REQUIRE(eager.size() == graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
 }

@@ -156,7 +156,7 @@ TEST_CASE("the dropout kernel matches the scalar rule for any layout and thread 
           const double p = 0.25;
           const uint64_t seed = 77, offset = 3;
           Tensor out = empty(x.sizes(), {.dtype = dt});
-          kernel<kernels::DropoutKernel>(OpId::dropout, DeviceType::cpu, dt)(out, x, p, seed, offset);
+          kernel<kernels::DropoutKernel>(OpId::dropout, DeviceType::cpu, dt)(out, x, p, PhiloxDraw{seed, offset});
           const Tensor xc = x.contiguous();
           const T* xs = xc.data_ptr<T>();
           const T* os = out.data_ptr<T>();

@@ -129,7 +129,7 @@ TEST_CASE("the dropout mask functions give the CPU kernel's mask and values", "[
         Tensor x = testing::uniform_input({3, 7, 5}, 0.5, 2.0, false, 9, dt);
         if (strided) x = testing::non_contiguous(x);
         Tensor out = empty(x.sizes(), {.dtype = dt});
-        kernel<kernels::DropoutKernel>(OpId::dropout, DeviceType::cpu, dt)(out, x, p, seed, offset);
+        kernel<kernels::DropoutKernel>(OpId::dropout, DeviceType::cpu, dt)(out, x, p, PhiloxDraw{seed, offset});
         const Tensor xc = x.contiguous();
         const uint32_t threshold = kernels::dropout_keep_threshold(p);
         int64_t kept = 0;

@@ -187,6 +187,9 @@ void graph_replay(void*) {
 
 void graph_destroy(void* handle) noexcept { release(static_cast<FakeGraph*>(handle)); }
 
+// Device memory is host memory here, and the fake device's "stream" runs everything at once.
+void write_u64_async(int, void* dst, uint64_t value) { *static_cast<uint64_t*>(dst) = value; }
+
 constexpr detail::CudaCoreHooks kHooks{
     .device_count = &device_count,
     .unavailable_reason = &unavailable_reason,
@@ -199,6 +202,7 @@ constexpr detail::CudaCoreHooks kHooks{
     .graph_abandon = &graph_abandon,
     .graph_replay = &graph_replay,
     .graph_destroy = &graph_destroy,
+    .write_u64_async = &write_u64_async,
 };
 
 }  // namespace
