@@ -20,9 +20,9 @@ class Generator;
 /// the graph rewrites before each replay (core/cuda_graph.h), so that every replay draws new
 /// numbers. `offset_base` is null outside a capture; a kernel adds it once at entry.
 struct PhiloxDraw {
-  uint64_t seed = 0;
-  uint64_t offset = 0;
-  const uint64_t* offset_base = nullptr;
+  uint64_t seed = 0;                      ///< the Philox key
+  uint64_t offset = 0;                    ///< the first block (relative to *offset_base when set)
+  const uint64_t* offset_base = nullptr;  ///< device memory added to offset when the kernel runs
 };
 
 /// Sees every draw from any Generator on the thread it is installed on, before the draw moves the

@@ -15,6 +15,7 @@
 #include "optim/sgd.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"
+#include "tests/support/tiny_bert.h"
 
 namespace precis {
 namespace {
@@ -75,15 +76,7 @@ TEST_CASE("a captured f16 ResNet-20 step replayed equals the eager steps bit for
 
 TEST_CASE("a captured BERT step with dropout replayed equals the eager steps bit for bit", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
-  models::BertConfig cfg;
-  cfg.vocab_size = 60;
-  cfg.hidden_size = 32;
-  cfg.num_hidden_layers = 1;
-  cfg.num_attention_heads = 2;
-  cfg.intermediate_size = 64;
-  cfg.max_position_embeddings = 16;
-  cfg.hidden_dropout_prob = 0.1;
-  cfg.attention_probs_dropout_prob = 0.1;
+  const models::BertConfig cfg = testing::tiny_bert_config(0.1);
   auto run = [&](bool graphed) {
     manual_seed(9);
     models::BertForMaskedLM model(cfg);

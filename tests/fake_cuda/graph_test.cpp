@@ -13,6 +13,7 @@
 #include "precis.h"
 #include "tests/fake_cuda/fake_device.h"
 #include "tests/support/tensor_testing.h"
+#include "tests/support/tiny_bert.h"
 
 using namespace precis;
 using precis::fake_cuda_testing::require_fake_device;
@@ -172,15 +173,7 @@ TEST_CASE("whole f16 training steps are capturable: ResNet-20 with SGD, BERT wit
     CHECK(g.captured());
   }
   {
-    models::BertConfig cfg;
-    cfg.vocab_size = 60;
-    cfg.hidden_size = 32;
-    cfg.num_hidden_layers = 1;
-    cfg.num_attention_heads = 2;
-    cfg.intermediate_size = 64;
-    cfg.max_position_embeddings = 16;
-    cfg.hidden_dropout_prob = 0.0;
-    cfg.attention_probs_dropout_prob = 0.0;
+    const models::BertConfig cfg = testing::tiny_bert_config();
     models::BertForMaskedLM model(cfg);
     model.to(kDev);
     optim::Adam opt(model.parameters(), {.lr = 1e-3});
@@ -202,15 +195,7 @@ TEST_CASE("whole f16 training steps are capturable: ResNet-20 with SGD, BERT wit
 // draws the masks an eager step draws from the same generator state — parameters equal bit for bit.
 TEST_CASE("a whole BERT step with dropout is capturable and its captured run equals an eager step") {
   require_fake_device();
-  models::BertConfig cfg;
-  cfg.vocab_size = 60;
-  cfg.hidden_size = 32;
-  cfg.num_hidden_layers = 1;
-  cfg.num_attention_heads = 2;
-  cfg.intermediate_size = 64;
-  cfg.max_position_embeddings = 16;
-  cfg.hidden_dropout_prob = 0.1;
-  cfg.attention_probs_dropout_prob = 0.1;
+  const models::BertConfig cfg = testing::tiny_bert_config(0.1);
   const Tensor host_ids = randint(1, 60, {2, 8}, {.dtype = DType::i64});
   const Tensor ids = host_ids.pin_memory().to(kDev, true);
   const Tensor labels =

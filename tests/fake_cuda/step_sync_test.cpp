@@ -13,6 +13,7 @@
 #include "models/resnet.h"
 #include "precis.h"
 #include "tests/fake_cuda/fake_device.h"
+#include "tests/support/tiny_bert.h"
 
 using namespace precis;
 using precis::fake_cuda_testing::require_fake_device;
@@ -87,13 +88,7 @@ TEST_CASE("a ResNet-20 step with f16 autocast, GradScaler, clipping and SGD make
 
 TEST_CASE("a BERT step with f16 autocast, GradScaler, clipping and Adam makes no host sync") {
   require_fake_device();
-  models::BertConfig cfg;
-  cfg.vocab_size = 60;
-  cfg.hidden_size = 32;
-  cfg.num_hidden_layers = 1;
-  cfg.num_attention_heads = 2;
-  cfg.intermediate_size = 64;
-  cfg.max_position_embeddings = 16;
+  const models::BertConfig cfg = testing::tiny_bert_config();
   models::BertForMaskedLM model(cfg);
   model.to(kDev);
   optim::Adam opt(model.parameters(), {.lr = 1e-3});
