@@ -144,7 +144,7 @@ bool is_reference(const char* impl) {
 std::atomic<int64_t> input_gradients_as_forward{0};
 
 // out (C, O, kh, kw) = w (O, C, kh, kw) with the channels swapped and the window flipped, element
-// by element (`bytes` per element: the bit patterns are moved, nothing is converted).
+// by element (Bits: an unsigned integer of the element's width; bit patterns are moved, not converted).
 template <typename Bits>
 void flip_transpose(const ConvShape& s, const Bits* w, Bits* out) {
   const int64_t taps = s.kh * s.kw;
