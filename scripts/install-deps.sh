@@ -22,8 +22,9 @@ build_packages+=(libopenmpi-dev openmpi-bin)
 # Training data for `make train`: required, and optional (reported, never fatal, when absent).
 data_packages=(dataset-fashion-mnist)
 optional_data_packages=(wordnet-base)
-# CI only: the fresh-machine test builds a Debian root with debootstrap.
-ci_packages=(debootstrap)
+# CI only: the fresh-machine test builds a Debian root with debootstrap; scripts/onednn3-check.sh
+# fetches oneDNN 3.x's headers with pip.
+ci_packages=(debootstrap python3-pip)
 
 want_data=0
 want_ci=0

@@ -3,6 +3,7 @@
 // give, bit for bit (the same kernels on the same data) — with dropout too, whose masks each
 // replay draws anew from the generator's offset (graph-safe random numbers). What a capture refuses is checked
 // without a GPU on the fake device (tests/fake_cuda/graph_test.cpp).
+#include <functional>
 #include <vector>
 
 #include "amp/amp.h"
@@ -21,6 +22,21 @@ namespace precis {
 namespace {
 
 const Device kGpu = Device::cuda(0);
+
+// Two warm-up steps, then four more: run eagerly, or as replays of one capture of the step.
+void run_steps(const std::function<void()>& step, bool graphed) {
+  step();
+  step();
+  cuda::Graph g;
+  if (graphed) cuda::capture(g, step);
+  for (int i = 0; i < 4; ++i) graphed ? g.replay() : step();
+}
+
+std::vector<Tensor> on_host(const std::vector<Tensor>& params) {
+  std::vector<Tensor> out;
+  for (const Tensor& p : params) out.push_back(p.detach().to(Device::cpu()));
+  return out;
+}
 
 TEST_CASE("a CUDA graph replay repeats the captured work on inputs refilled in place", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
@@ -60,14 +76,8 @@ TEST_CASE("a captured f16 ResNet-20 step replayed equals the eager steps bit for
       scaler.update();
       opt.zero_grad(false);  // gradients stay allocated: a replay writes the captured buffers
     };
-    step();
-    step();
-    cuda::Graph g;
-    if (graphed) cuda::capture(g, step);
-    for (int i = 0; i < 4; ++i) graphed ? g.replay() : step();
-    std::vector<Tensor> params;
-    for (const Tensor& p : model->parameters()) params.push_back(p.detach().to(Device::cpu()));
-    return params;
+    run_steps(step, graphed);
+    return on_host(model->parameters());
   };
   const std::vector<Tensor> eager = run(false), graphed = run(true);
   REQUIRE(eager.size() == graphed.size());
@@ -97,14 +107,8 @@ TEST_CASE("a captured BERT step with dropout replayed equals the eager steps bit
       scaler.update();
       opt.zero_grad(false);
     };
-    step();
-    step();
-    cuda::Graph g;
-    if (graphed) cuda::capture(g, step);
-    for (int i = 0; i < 4; ++i) graphed ? g.replay() : step();
-    std::vector<Tensor> params;
-    for (const Tensor& p : model.parameters()) params.push_back(p.detach().to(Device::cpu()));
-    return std::make_pair(params, default_generator().offset());
+    run_steps(step, graphed);
+    return std::make_pair(on_host(model.parameters()), default_generator().offset());
   };
   const auto [eager, eager_offset] = run(false);
   const auto [graphed, graphed_offset] = run(true);
