@@ -19,6 +19,7 @@ struct StepResult::Record {
   Tensor scale_before;    // 0-d f32
   Tensor scale_after;     // 0-d f32, set by update()
   Tensor found_inf;       // 0-d f32: non-finite gradients
+  Tensor skip;            // 0-d f32: the optimizer's found_inf (non-finite gradients or loss)
   Tensor loss_nonfinite;  // 0-d f32: a non-finite loss since the last update
   Tensor sq_norm;         // 0-d f64: total squared norm of the unscaled gradients
 };
@@ -52,6 +53,8 @@ SkipReason StepResult::reason() const {
   if (code > 0.0) return SkipReason::overflow;
   return SkipReason::none;
 }
+
+Tensor StepResult::skip_flag() const { return record_ ? record_->skip : Tensor(); }
 
 double StepResult::scale_before() const { return record_ ? read(record_->scale_before) : 1.0; }
 
@@ -240,6 +243,7 @@ StepResult GradScaler::step(optim::Optimizer& opt) {
   record->step = steps_;
   record->scale_before = scale_.clone();
   record->found_inf = s.found_inf;
+  record->skip = skip;
   record->loss_nonfinite = loss_nonfinite_.clone();
   {
     NoGradGuard no_grad;

@@ -94,6 +94,10 @@ class StepResult {
   /// they are). An enabled scaler measures it at every step, in unscale_ or in step()'s check
   /// pass; empty only for a default-constructed (disabled scaler's) result.
   std::optional<double> grad_norm() const;
+  /// The skip decision where it was made, without reading it: a 0-d f32 on the scaler's device,
+  /// nonzero when the step was skipped (the found_inf the optimizer was given). What
+  /// LRScheduler::step_on_device takes. Undefined for a disabled scaler's result (always applied).
+  Tensor skip_flag() const;
 
   struct Record;  // internal, shared with the scaler
   /// Internal: made by GradScaler::step, sharing the record that update() completes.

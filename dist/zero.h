@@ -79,6 +79,14 @@ class ZeroOptimizer : public optim::Optimizer {
   /// As the wrapped optimizer's.
   void set_group_momentum(size_t group, double momentum) override { inner_->set_group_momentum(group, momentum); }
 
+  /// Makes the wrapped optimizer capturable (its steps read the lr from device memory). A
+  /// ZeroOptimizer step itself cannot be captured: it reads the ranks' gradient statistics on the host.
+  void set_capturable(bool capturable) override { inner_->set_capturable(capturable); }
+  /// As the wrapped optimizer's.
+  bool capturable() const override { return inner_->capturable(); }
+  /// The wrapped optimizer's device copy of a group's lr and momentum.
+  Tensor scheduled(size_t group) const override { return inner_->scheduled(group); }
+
   /// The state of one of this rank's pieces (parameters()); the whole model's is state_dict().
   Tensor state(const Tensor& piece, const std::string& key) const override;
   /// The unsharded optimizer's state dict over the model's parameters (full shapes, the same keys

@@ -30,14 +30,18 @@ struct AdamParam {
 /// Updates every parameter of `params` (all of the dtype the kernel is registered for, on one
 /// device) in one pass over its buffers, and adds 1 to each defined step counter. grad_scale and
 /// found_inf: undefined, or 0-d f32 on the parameters' device; the gradient used is
-/// grad · float(1 / grad_scale), and a nonzero found_inf makes the call a no-op. Looked up by the
+/// grad · float(1 / grad_scale), and a nonzero found_inf makes the call a no-op. scheduled:
+/// undefined, or a contiguous 1-D f64 tensor {lr, momentum} on that device (momentum: SGD's
+/// momentum, Adam's beta1) whose values replace hyper's when the kernel runs — a capturable
+/// optimizer's (optim/optimizer.h); the host values of hyper still decide which buffers must be
+/// present. All three are read by the kernel, never by the host. Looked up by the
 /// parameters' dtype. Each element's result is exactly sgd_element / adam_element
 /// (ops/optim_math.h) applied to it alone, however a backend splits, vectorises or specialises
 /// the loop (CPU: bit for bit; CUDA: nvcc may contract, see optim_math.h).
 using SgdStepKernel = void(const std::vector<SgdParam>& params, const SgdHyper& hyper, const Tensor& grad_scale,
-                           const Tensor& found_inf);
+                           const Tensor& found_inf, const Tensor& scheduled);
 using AdamStepKernel = void(const std::vector<AdamParam>& params, const AdamHyper& hyper, const Tensor& grad_scale,
-                            const Tensor& found_inf);
+                            const Tensor& found_inf, const Tensor& scheduled);
 
 /// out[i] = the power sum of grads[i] for the norm_type-norm (ops/optim_math.h: Σ|x|^p, max|x|
 /// for p = inf, NaN if any element is NaN), accumulated in f64 in blocks of a size fixed per

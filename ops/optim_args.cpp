@@ -87,7 +87,8 @@ std::vector<AdamTensor> adam_tensors(const char* op, const std::vector<AdamParam
   return out;
 }
 
-ScalerArgs scaler_args(const char* op, const Tensor& grad_scale, const Tensor& found_inf, Device device) {
+StepInputs step_inputs(const char* op, const Tensor& grad_scale, const Tensor& found_inf, const Tensor& scheduled,
+                       Device device) {
   for (const auto& [what, t] : {std::pair<const char*, const Tensor&>{"grad_scale", grad_scale},
                                 std::pair<const char*, const Tensor&>{"found_inf", found_inf}}) {
     if (!t.defined()) continue;
@@ -96,9 +97,18 @@ ScalerArgs scaler_args(const char* op, const Tensor& grad_scale, const Tensor& f
     PRECIS_CHECK_DEVICE(t.device() == device, op, ": ", what, " ", t.describe(), " is not on the parameters' device ",
                         device.str());
   }
-  ScalerArgs s;
+  StepInputs s;
   if (grad_scale.defined()) s.grad_scale = static_cast<const float*>(grad_scale.data_ptr());
   if (found_inf.defined()) s.found_inf = static_cast<const float*>(found_inf.data_ptr());
+  if (scheduled.defined()) {
+    PRECIS_CHECK_DTYPE(scheduled.dtype() == DType::f64 && scheduled.dim() == 1 && scheduled.numel() == 2 &&
+                           scheduled.is_contiguous(),
+                       op, ": scheduled must be a contiguous 1-D f64 tensor of 2 values (lr, momentum), got ",
+                       scheduled.describe());
+    PRECIS_CHECK_DEVICE(scheduled.device() == device, op, ": scheduled ", scheduled.describe(),
+                        " is not on the parameters' device ", device.str());
+    s.scheduled = static_cast<const double*>(scheduled.data_ptr());
+  }
   return s;
 }
 

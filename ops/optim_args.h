@@ -19,8 +19,10 @@ std::vector<SgdTensor> sgd_tensors(const char* op, const std::vector<SgdParam>& 
 std::vector<AdamTensor> adam_tensors(const char* op, const std::vector<AdamParam>& params, const AdamHyper& hyper,
                                      Device device, DType param_dtype);
 
-/// The scaler pointers: each tensor undefined or one f32 value on `device`.
-ScalerArgs scaler_args(const char* op, const Tensor& grad_scale, const Tensor& found_inf, Device device);
+/// The device-resident step inputs: grad_scale and found_inf each undefined or one f32 value on
+/// `device`; scheduled undefined or a contiguous 1-D f64 tensor of 2 values there.
+StepInputs step_inputs(const char* op, const Tensor& grad_scale, const Tensor& found_inf, const Tensor& scheduled,
+                       Device device);
 
 /// Checks a gradient list: defined, floating, contiguous, all on `device`.
 void check_grad_list(const char* op, const std::vector<Tensor>& grads, Device device);

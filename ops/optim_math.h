@@ -63,13 +63,32 @@ struct AdamTensor {
   int64_t numel = 0;
 };
 
-/// The loss scaler's inputs: each points to one f32 on the parameters' device, or is null.
-/// The gradient used is grad * float(1 / *grad_scale); a nonzero *found_inf makes the step a no-op
-/// (parameters, states and step counters untouched).
-struct ScalerArgs {
+/// The inputs of a step that live on the parameters' device, each null when absent, read by the
+/// kernel when it runs (so that a step captured in a CUDA graph reads the values of each replay).
+/// The loss scaler's: one f32 each; the gradient used is grad * float(1 / *grad_scale), and a
+/// nonzero *found_inf makes the step a no-op (parameters, states and step counters untouched).
+/// A capturable optimizer's scheduled hyperparameters (optim/optimizer.h): two f64, the lr and the
+/// momentum-like coefficient (SGD's momentum, Adam's beta1), replacing the host values of the
+/// hyperparameter struct (apply_scheduled).
+struct StepInputs {
   const float* grad_scale = nullptr;
   const float* found_inf = nullptr;
+  const double* scheduled = nullptr;
 };
+
+/// The hyperparameters with the scheduled values of `in` in place of the host ones.
+template <typename Hyper>
+PRECIS_HD_INLINE Hyper apply_scheduled(Hyper h, const StepInputs& in) {
+  if (in.scheduled != nullptr) {
+    h.lr = in.scheduled[0];
+    if constexpr (requires { h.momentum; }) {
+      h.momentum = in.scheduled[1];
+    } else {
+      h.beta1 = in.scheduled[1];
+    }
+  }
+  return h;
+}
 
 /// The reciprocal as GradScaler.unscale_ forms it: in double, rounded to f32.
 PRECIS_HD_INLINE float inverse_scale(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }

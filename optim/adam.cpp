@@ -95,7 +95,8 @@ void Adam::step(const StepOptions& step_options) {
     const kernels::AdamHyper hyper{o.lr,      o.betas.first, o.betas.second, o.eps, o.weight_decay,
                                    o.amsgrad, decoupled_,    o.maximize};
     kernel<kernels::AdamStepKernel>(OpId::adam_step, device, dtype)(params, hyper, step_options.grad_scale,
-                                                                    step_options.found_inf);
+                                                                    step_options.found_inf,
+                                                                    scheduled_for_step(g, params.front().param.device()));
   });
 }
 

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <numbers>
 
+#include "autograd/grad_mode.h"
+#include "core/cuda_graph.h"
+#include "ops/functional.h"
 #include "tensor/factory.h"
 
 namespace precis::optim {
@@ -18,10 +21,12 @@ void LRScheduler::apply() {
     last_lr_[g] = lr_at(g, step_);
     optimizer_.set_group_lr(g, last_lr_[g]);
   }
-  apply_extra(step_);
+  if (const std::optional<double> m = momentum_at(step_))
+    for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) optimizer_.set_group_momentum(g, *m);
 }
 
 void LRScheduler::step(bool applied) {
+  pull();
   if (!applied) return;
   ++step_;
   try {
@@ -30,10 +35,76 @@ void LRScheduler::step(bool applied) {
     --step_;  // a schedule that refuses the step leaves the count as it was
     throw;
   }
+  push();
 }
 
 StateDict LRScheduler::state_dict() const {
+  pull();
   return {{"last_step", state_int(step_)}, {"base_lrs", from_vector<double>(base_lrs_)}};
+}
+
+// ---- on the device -------------------------------------------------------------------------------
+
+void LRScheduler::to_device(int64_t horizon) {
+  PRECIS_CHECK_T(StateError, optimizer_.capturable(), name_, ".to_device: the ", optimizer_.name(),
+                 " optimizer is not capturable, so its steps would not read the lrs set on the device; call "
+                 "set_capturable(true) on it first");
+  PRECIS_CHECK_T(StateError, !cuda::is_capturing(), name_,
+                 ".to_device: called while a CUDA graph capture is in progress; move the schedule before capturing");
+  pull();
+  PRECIS_CHECK(horizon >= step_, name_, ".to_device: horizon ", horizon, " is before the current step ", step_,
+               "; give the last step count the run reaches (its total number of optimizer steps)");
+  const Device device = optimizer_.scheduled(0).device();
+  for (size_t g = 1; g < optimizer_.num_param_groups(); ++g)
+    PRECIS_CHECK(optimizer_.scheduled(g).device() == device, name_, ".to_device: parameter group ", g, " is on ",
+                 optimizer_.scheduled(g).device().str(), " and group 0 on ", device.str(),
+                 "; a schedule on the device needs every group on one device");
+  // One column (lr) or two (lr, momentum) when the schedule drives the momentum; a momentum it
+  // does not drive stays the optimizer's.
+  const int64_t columns = momentum_at(step_).has_value() ? 2 : 1;
+  std::vector<Tensor> table;
+  for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) {
+    std::vector<double> rows;
+    rows.reserve(static_cast<size_t>(columns * (horizon + 1)));
+    for (int64_t k = 0; k <= horizon; ++k) {
+      rows.push_back(lr_at(g, k));
+      if (columns == 2) rows.push_back(*momentum_at(k));
+    }
+    table.push_back(from_vector<double>(rows).reshape({horizon + 1, columns}).to(device));
+  }
+  table_ = std::move(table);
+  horizon_ = horizon;
+  device_count_ = full({1}, step_, {.dtype = DType::i64, .device = device});
+}
+
+void LRScheduler::step_on_device(const Tensor& skip) {
+  PRECIS_CHECK_T(StateError, on_device(), name_,
+                 ".step_on_device: the schedule is not on the device; call to_device(horizon) first");
+  NoGradGuard no_grad;
+  if (skip.defined()) {
+    PRECIS_CHECK_DTYPE(skip.dtype() == DType::f32 && skip.numel() == 1, name_,
+                       ".step_on_device: skip must be one f32 value (StepResult::skip_flag()), got ", skip.describe());
+    PRECIS_CHECK_DEVICE(skip.device() == device_count_.device(), name_, ".step_on_device: skip ", skip.describe(),
+                        " is not on the schedule's device ", device_count_.device().str());
+    device_count_.copy_(add(device_count_, eq(skip.reshape({1}), 0.0).to(DType::i64)));
+  } else {
+    device_count_.copy_(add(device_count_, int64_t{1}));
+  }
+  const Tensor row = minimum(device_count_, horizon_);
+  for (size_t g = 0; g < table_.size(); ++g)
+    optimizer_.scheduled(g).narrow(0, 0, table_[g].size(1)).copy_(index_select(table_[g], 0, row).reshape({-1}));
+}
+
+void LRScheduler::pull() const {
+  if (!on_device()) return;
+  const int64_t count = device_count_.item<int64_t>();
+  if (count == step_) return;
+  step_ = count;
+  for (size_t g = 0; g < last_lr_.size(); ++g) last_lr_[g] = lr_at(g, std::min(step_, horizon_));
+}
+
+void LRScheduler::push() {
+  if (on_device()) device_count_.fill_(step_);
 }
 
 void LRScheduler::load_state_dict(const StateDict& dict) {
@@ -45,6 +116,10 @@ void LRScheduler::load_state_dict(const StateDict& dict) {
   base_lrs_ = base.to_vector<double>();
   step_ = step;
   apply();
+  if (on_device()) {  // the count, and a table of the loaded base lrs
+    push();
+    to_device(std::max(horizon_, step_));
+  }
 }
 
 // ---- StepLR / MultiStepLR / CosineAnnealingLR ---------------------------------------------------
@@ -154,10 +229,9 @@ std::pair<double, double> OneCycleLR::values_at(int64_t step) const {
 
 double OneCycleLR::lr_at(size_t, int64_t step) const { return values_at(step).first; }
 
-void OneCycleLR::apply_extra(int64_t step) {
-  if (!options_.cycle_momentum) return;
-  const double m = values_at(step).second;
-  for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) optimizer_.set_group_momentum(g, m);
+std::optional<double> OneCycleLR::momentum_at(int64_t step) const {
+  if (!options_.cycle_momentum) return std::nullopt;
+  return values_at(step).second;
 }
 
 }  // namespace precis::optim

@@ -9,7 +9,18 @@
 // skipped does not consume schedule: a warmup stays a warmup of real updates. The values equal
 // PyTorch's torch.optim.lr_scheduler classes (closed forms; PyTorch's recursive forms agree to
 // the last bits of double). Like PyTorch, constructing a scheduler sets the step-0 lrs.
+//
+// On the device, for a step captured in a CUDA graph (core/cuda_graph.h), where the host neither
+// learns whether a step was skipped nor runs inside the replay:
+//
+//   opt.set_capturable(true);                  // the steps read the lr from device memory
+//   sched.to_device(total_steps);              // the schedule tabulated there
+//   ... inside the captured step: StepResult r = scaler.step(opt); sched.step_on_device(r.skip_flag());
+//
+// step_on_device counts the step on the device unless it was skipped and copies the new count's
+// lr (and momentum) into the optimizer's device copy: the lrs equal step(r.applied())'s.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -28,9 +39,15 @@ class LRScheduler {
   /// step (applied == false) changes nothing.
   void step(bool applied = true);
   /// The lr of each group as last set.
-  const std::vector<double>& get_last_lr() const { return last_lr_; }
+  const std::vector<double>& get_last_lr() const {
+    pull();
+    return last_lr_;
+  }
   /// Applied steps counted so far (PyTorch's last_epoch).
-  int64_t last_step() const { return step_; }
+  int64_t last_step() const {
+    pull();
+    return step_;
+  }
   /// The lrs the schedule starts from (each group's lr when the scheduler was made).
   const std::vector<double>& base_lrs() const { return base_lrs_; }
 
@@ -38,6 +55,23 @@ class LRScheduler {
   StateDict state_dict() const;
   /// Restores the count and base lrs and sets the lrs they give.
   void load_state_dict(const StateDict& dict);
+
+  /// Moves the count onto the device of the optimizer's parameters and tabulates there the lrs
+  /// (and the momenta the schedule drives) of every count 0 .. `horizon`, for step_on_device.
+  /// Needs a capturable optimizer (Optimizer::set_capturable; StateError otherwise) whose groups
+  /// are on one device (ValueError), and horizon >= last_step() (ValueError). Outside a capture.
+  /// From then on last_step(), get_last_lr(), step(), state_dict() and load_state_dict() read or
+  /// write the device count (a host wait, like item()); the optimizer's group_lr() keeps the
+  /// last value set on the host, and a host-side change of its options writes the device copy
+  /// until the next step_on_device.
+  void to_device(int64_t horizon);
+  /// Whether to_device() was called.
+  bool on_device() const { return device_count_.defined(); }
+  /// step(applied) done on the device, without a host wait (capturable): adds 1 to the count unless
+  /// `skip` is nonzero, then copies the lr and momentum of the count (of `horizon` past it) into
+  /// the optimizer's scheduled() tensors. skip: 0-d f32 on the parameters' device, the loss
+  /// scaler's StepResult::skip_flag(); undefined: the step was applied. StateError before to_device().
+  void step_on_device(const Tensor& skip = Tensor());
 
  protected:
   /// Takes each group's current lr as its base lr; sets no lr itself (derived constructors call
@@ -47,14 +81,25 @@ class LRScheduler {
   void apply();
   /// The lr of `group` after `step` applied steps.
   virtual double lr_at(size_t group, int64_t step) const = 0;
-  /// Other options the schedule drives (OneCycleLR: momentum).
-  virtual void apply_extra(int64_t step) {}
+  /// The momentum-like coefficient the schedule sets after `step` applied steps (OneCycleLR with
+  /// cycle_momentum), or nullopt when it leaves the optimizer's as it is.
+  virtual std::optional<double> momentum_at(int64_t step) const { return std::nullopt; }
 
   Optimizer& optimizer_;          ///< the optimizer whose lrs are set (not owned)
   const char* name_;              ///< "StepLR", ...: the scheduler in messages
   std::vector<double> base_lrs_;  ///< see base_lrs()
-  int64_t step_ = 0;              ///< see last_step()
-  std::vector<double> last_lr_;   ///< see get_last_lr()
+  mutable int64_t step_ = 0;             ///< see last_step()
+  mutable std::vector<double> last_lr_;  ///< see get_last_lr()
+
+ private:
+  /// On the device: reads the count into step_ and last_lr_ (a host wait).
+  void pull() const;
+  /// On the device: writes step_ into the device count.
+  void push();
+  Tensor device_count_;        ///< 1-D i64 {count} on the device; undefined until to_device()
+  /// Per group: (horizon + 1, 1 or 2) f64 rows {lr[, momentum]} by count (momentum when driven).
+  std::vector<Tensor> table_;
+  int64_t horizon_ = 0;        ///< the last tabulated count
 };
 
 /// StepLR's options, as torch.optim.lr_scheduler.StepLR's arguments (step_size has no default there).
@@ -167,7 +212,7 @@ class OneCycleLR : public LRScheduler {
 
  protected:
   double lr_at(size_t group, int64_t step) const override;
-  void apply_extra(int64_t step) override;
+  std::optional<double> momentum_at(int64_t step) const override;
 
  private:
   struct Phase {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "autograd/grad_mode.h"
+#include "core/cuda_graph.h"
 #include "core/warning.h"
 #include "optim/clip_grad.h"
 #include "tensor/factory.h"
@@ -131,6 +132,55 @@ void Optimizer::follow_param(size_t index, const Tensor& p) {
     }
     ++it;
   }
+}
+
+void Optimizer::set_capturable(bool capturable) {
+  PRECIS_CHECK_T(StateError, !cuda::is_capturing(), name_,
+                 ".set_capturable: called while a CUDA graph capture is in progress; set the mode before capturing");
+  if (capturable) {
+    for (size_t g = 0; g < groups_.size(); ++g)
+      for (const Tensor& p : groups_[g])
+        PRECIS_CHECK(p.device() == groups_[g].front().device(), name_,
+                     ".set_capturable: the parameters of group ", g, " are on different devices (",
+                     groups_[g].front().describe(), " and ", p.describe(),
+                     "); a capturable optimizer keeps one device copy of each group's lr. Move the model to one "
+                     "device first, or put each device's parameters in their own group.");
+  }
+  capturable_ = capturable;
+  scheduled_.assign(capturable ? groups_.size() : 0, Tensor());
+  for (size_t g = 0; g < scheduled_.size(); ++g) {
+    scheduled_[g] = empty({2}, {.dtype = DType::f64, .device = groups_[g].front().device()});
+    write_scheduled(g);
+  }
+}
+
+Tensor Optimizer::scheduled(size_t group) const {
+  (void)group_params(group);  // range check
+  return capturable_ ? scheduled_[group] : Tensor();
+}
+
+void Optimizer::write_scheduled(size_t group) {
+  if (!capturable_) return;
+  PRECIS_CHECK_T(StateError, !cuda::is_capturing(), name_, ": the learning rate or momentum of group ", group,
+                 " was set while a CUDA graph capture is in progress; the write would be recorded and repeated by "
+                 "every replay. Set it between replays (outside the captured region); a schedule that advances "
+                 "inside the captured step is LRScheduler::step_on_device.");
+  NoGradGuard no_grad;
+  Tensor& t = scheduled_[group];
+  t.narrow(0, 0, 1).fill_(group_lr(group));
+  t.narrow(0, 1, 1).fill_(has_momentum() ? group_momentum(group) : 0.0);
+}
+
+Tensor Optimizer::scheduled_for_step(size_t group, Device device) {
+  if (!capturable_) return Tensor();
+  if (scheduled_[group].device() != device) {
+    PRECIS_CHECK_T(StateError, !cuda::is_capturing(), name_, ": the parameters of group ", group, " moved to ",
+                   device.str(), " since the optimizer became capturable (its lr is on ",
+                   scheduled_[group].device().str(), "); take one step outside the capture first");
+    scheduled_[group] = empty({2}, {.dtype = DType::f64, .device = device});
+    write_scheduled(group);
+  }
+  return scheduled_[group];
 }
 
 void Optimizer::warn_no_gradients() {

@@ -88,6 +88,25 @@ class Optimizer {
   /// Sets that coefficient (validated like the options); ValueError when has_momentum() is false.
   virtual void set_group_momentum(size_t group, double momentum);
 
+  /// Capturable mode, for a step captured in a CUDA graph (PyTorch's capturable=True with tensor
+  /// lrs): each group's lr and momentum-like coefficient are also kept in device memory, on the
+  /// device of the group's parameters (scheduled()), and the step kernels read them there when
+  /// they run, so that a replayed step uses the values set since its capture (set_group_lr, an
+  /// LRScheduler's step or step_on_device) instead of the capture's. Setting an option writes
+  /// the device values with device work only (no host wait); it is refused while a capture is in
+  /// progress (StateError: the write would be recorded, and each replay would repeat it).
+  /// Turning the mode on or off while capturing is a StateError too; turning it on is a
+  /// ValueError when a group's parameters are on different devices. The steps' results are
+  /// those of the host values, bit for bit. Off by default.
+  virtual void set_capturable(bool capturable);
+  /// Whether the optimizer is in capturable mode.
+  virtual bool capturable() const { return capturable_; }
+  /// The device copy of a group's scheduled hyperparameters in capturable mode: a 1-D f64 tensor
+  /// {lr, momentum} (momentum: SGD's momentum, Adam's beta1; 0 without one) on the device of the
+  /// group's parameters, the live tensor the steps read (LRScheduler::step_on_device writes it).
+  /// Undefined when not capturable; IndexError when `group` is out of range.
+  virtual Tensor scheduled(size_t group) const;
+
   /// A per-parameter state tensor ("step", "master", "momentum_buffer", "exp_avg", "exp_avg_sq",
   /// "max_exp_avg_sq"); undefined when the parameter has none (yet). The tensor is the live state.
   virtual Tensor state(const Tensor& param, const std::string& key) const;
@@ -159,6 +178,15 @@ class Optimizer {
     if (!t.defined()) t = make();
     return t;
   }
+  /// In capturable mode, writes a group's lr and momentum-like coefficient into its scheduled()
+  /// tensor (StateError while capturing); does nothing otherwise. Every change of the options
+  /// calls it (OptimizerWithOptions::set_options).
+  void write_scheduled(size_t group);
+  /// The scheduled() tensor a step of group `group`'s parameters on `device` passes its kernel:
+  /// undefined unless capturable; remade on `device` (outside a capture: StateError inside one)
+  /// when the parameters were moved there since it was made.
+  Tensor scheduled_for_step(size_t group, Device device);
+
   /// The fp32 master of a low-precision parameter (made from its values at first use), else
   /// undefined.
   Tensor master_for(size_t index, const Tensor& param);
@@ -170,6 +198,8 @@ class Optimizer {
   /// Per-parameter state, indexed as parameters().
   std::vector<std::map<std::string, Tensor>> state_;
   bool warned_no_gradients_ = false;  ///< set once warn_no_gradients() has warned
+  bool capturable_ = false;            ///< see capturable()
+  std::vector<Tensor> scheduled_;      ///< see scheduled(): one per group in capturable mode
 };
 
 /// The base of the optimizers configured by an options struct per group (SGD, Adam): the
@@ -187,6 +217,7 @@ class OptimizerWithOptions : public Optimizer {
     (void)group_params(group);
     check_options(options, group);
     options_[group] = options;
+    write_scheduled(group);
   }
 
   /// The learning rate of a group (its options' lr).

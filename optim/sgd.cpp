@@ -58,8 +58,9 @@ void SGD::step(const StepOptions& step_options) {
     p.bump_version();
   });
   batches.run([&](size_t g, DeviceType device, DType dtype, const std::vector<kernels::SgdParam>& params) {
-    kernel<kernels::SgdStepKernel>(OpId::sgd_step, device, dtype)(params, hyper_of(options_[g]),
-                                                                  step_options.grad_scale, step_options.found_inf);
+    kernel<kernels::SgdStepKernel>(OpId::sgd_step, device, dtype)(
+        params, hyper_of(options_[g]), step_options.grad_scale, step_options.found_inf,
+        scheduled_for_step(g, params.front().param.device()));
   });
 }
 

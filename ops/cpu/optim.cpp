@@ -32,7 +32,7 @@ namespace {
 
 using kernels::AdamHyper;
 using kernels::AdamTensor;
-using kernels::ScalerArgs;
+using kernels::StepInputs;
 using kernels::SgdHyper;
 using kernels::SgdTensor;
 
@@ -83,7 +83,7 @@ opmath_t<P>* working_values(void* param, float* master) {
   }
 }
 
-bool skipped(const ScalerArgs& sc) { return sc.found_inf != nullptr && *sc.found_inf != 0.0f; }
+bool skipped(const StepInputs& sc) { return sc.found_inf != nullptr && *sc.found_inf != 0.0f; }
 
 /// The SGD update of n elements with the configuration flags fixed at compile time, so the loop
 /// has no per-element branches and vectorises (with the flags as run-time values GCC kept the
@@ -114,7 +114,7 @@ SgdBlockFn<C> pick_sgd_block(const bool (&flags)[5]) {
 }
 
 template <typename P, typename G>
-void sgd_tensor(const SgdTensor& t, const SgdHyper& h, const ScalerArgs& sc) {
+void sgd_tensor(const SgdTensor& t, const SgdHyper& h, const StepInputs& sc) {
   using C = opmath_t<P>;
   // The momentum buffer is new (takes the gradient as it is) until one step has been applied.
   const bool first = t.step != nullptr && *t.step == 0.0f;
@@ -168,7 +168,7 @@ AdamBlockFn<C> pick_adam_block(const bool (&flags)[4]) {
 }
 
 template <typename P, typename G>
-void adam_tensor(const AdamTensor& t, const AdamHyper& h, const ScalerArgs& sc) {
+void adam_tensor(const AdamTensor& t, const AdamHyper& h, const StepInputs& sc) {
   using C = opmath_t<P>;
   const float step = *t.step + 1.0f;  // f32 like PyTorch's state["step"]
   const kernels::AdamScalars<C> s = kernels::make_adam_scalars<C>(h, static_cast<double>(step));
@@ -199,14 +199,15 @@ void adam_tensor(const AdamTensor& t, const AdamHyper& h, const ScalerArgs& sc) 
 // the kernel in messages), skips the step when found_inf is set, else updates each parameter with
 // update<G>, G the gradient's element type (P, or f32 for an f16/bf16 parameter's fp32 gradient).
 template <typename P, typename Param, typename Hyper, typename MakeTensors, typename Update>
-void run_step(const char* op, const std::vector<Param>& params, const Hyper& h, const Tensor& grad_scale,
-              const Tensor& found_inf, MakeTensors make_tensors, Update update) {
+void run_step(const char* op, const std::vector<Param>& params, const Hyper& host_hyper, const Tensor& grad_scale,
+              const Tensor& found_inf, const Tensor& scheduled, MakeTensors make_tensors, Update update) {
   // Host memory: the CPU's, or the tests' fake CUDA device's (tests/support/fake_cuda), which runs
   // these kernels too; the operands must share the parameters' device either way.
   const Device device = params.empty() ? Device::cpu() : params[0].param.device();
-  const ScalerArgs sc = kernels::scaler_args(op, grad_scale, found_inf, device);
-  const auto ts = make_tensors(op, params, h, device, dtype_of<P>());
+  const StepInputs sc = kernels::step_inputs(op, grad_scale, found_inf, scheduled, device);
+  const auto ts = make_tensors(op, params, host_hyper, device, dtype_of<P>());
   if (skipped(sc)) return;
+  const Hyper h = kernels::apply_scheduled(host_hyper, sc);
   for (size_t i = 0; i < ts.size(); ++i) {
     if (params[i].grad.dtype() == params[i].param.dtype()) {
       update.template operator()<P>(ts[i], h, sc);
@@ -218,16 +219,16 @@ void run_step(const char* op, const std::vector<Param>& params, const Hyper& h, 
 
 template <typename P>
 void sgd_kernel(const std::vector<kernels::SgdParam>& params, const SgdHyper& h, const Tensor& grad_scale,
-                const Tensor& found_inf) {
-  run_step<P>("sgd_step", params, h, grad_scale, found_inf, &kernels::sgd_tensors,
-              []<typename G>(const SgdTensor& t, const SgdHyper& hy, const ScalerArgs& sc) { sgd_tensor<P, G>(t, hy, sc); });
+                const Tensor& found_inf, const Tensor& scheduled) {
+  run_step<P>("sgd_step", params, h, grad_scale, found_inf, scheduled, &kernels::sgd_tensors,
+              []<typename G>(const SgdTensor& t, const SgdHyper& hy, const StepInputs& sc) { sgd_tensor<P, G>(t, hy, sc); });
 }
 
 template <typename P>
 void adam_kernel(const std::vector<kernels::AdamParam>& params, const AdamHyper& h, const Tensor& grad_scale,
-                 const Tensor& found_inf) {
-  run_step<P>("adam_step", params, h, grad_scale, found_inf, &kernels::adam_tensors,
-              []<typename G>(const AdamTensor& t, const AdamHyper& hy, const ScalerArgs& sc) {
+                 const Tensor& found_inf, const Tensor& scheduled) {
+  run_step<P>("adam_step", params, h, grad_scale, found_inf, scheduled, &kernels::adam_tensors,
+              []<typename G>(const AdamTensor& t, const AdamHyper& hy, const StepInputs& sc) {
                 adam_tensor<P, G>(t, hy, sc);
               });
 }

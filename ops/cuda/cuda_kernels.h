@@ -147,12 +147,13 @@ void launch_unscale(const GradBuffer* grads, int count, const float* inv_scale, 
 /// The fused SGD / Adam(W) updates (ops/kernels_optim.h, element math ops/optim_math.h) of `count`
 /// parameters on the current device, all with parameter dtype `param_dtype` and gradient dtype
 /// `grad_dtype` (the same, or f32 for f16/bf16 parameters). Multi-tensor apply: a few launches
-/// for any number of tensors. found_inf, grad_scale and the step counters are read by the kernels
-/// (a second kernel bumps the counters after the updates): no host synchronisation.
+/// for any number of tensors. found_inf, grad_scale, the scheduled hyperparameters and the step
+/// counters are read by the kernels (a second kernel bumps the counters after the updates): no
+/// host synchronisation.
 void launch_sgd_step(DType param_dtype, DType grad_dtype, const kernels::SgdTensor* tensors, int count,
-                     const kernels::SgdHyper& hyper, const kernels::ScalerArgs& scaler, cudaStream_t stream);
+                     const kernels::SgdHyper& hyper, const kernels::StepInputs& inputs, cudaStream_t stream);
 void launch_adam_step(DType param_dtype, DType grad_dtype, const kernels::AdamTensor* tensors, int count,
-                      const kernels::AdamHyper& hyper, const kernels::ScalerArgs& scaler, cudaStream_t stream);
+                      const kernels::AdamHyper& hyper, const kernels::StepInputs& inputs, cudaStream_t stream);
 
 // ---- gradient norms and clipping (ops/cuda/clip.cu) ------------------------------------------------
 /// Elements per block of the norm and clipping passes; every gradient takes

@@ -4,9 +4,10 @@
 // ops/optim_math.h, shared with the CPU kernels (nvcc may contract the remaining multiply-adds
 // into FMA: CUDA results agree with the CPU's to rounding, not bit for bit).
 //
-// found_inf is read by every block (a skipped step touches nothing) and the per-parameter step
-// counters are read by the update kernel and bumped by a second kernel queued after all of a
-// call's update launches, so no host synchronisation is needed.
+// found_inf is read by every block (a skipped step touches nothing), as are a capturable
+// optimizer's scheduled lr and momentum, and the per-parameter step counters are read by the
+// update kernel and bumped by a second kernel queued after all of a call's update launches, so no
+// host synchronisation is needed.
 #include <cstdint>
 #include <type_traits>
 
@@ -18,7 +19,7 @@ namespace {
 
 using kernels::AdamHyper;
 using kernels::AdamTensor;
-using kernels::ScalerArgs;
+using kernels::StepInputs;
 using kernels::SgdHyper;
 using kernels::SgdTensor;
 
@@ -34,7 +35,7 @@ struct LaunchArgs {
   unsigned char block_tensor[kMaxBlocks];
   int block_chunk[kMaxBlocks];
 };
-static_assert(sizeof(LaunchArgs<AdamTensor>) + sizeof(AdamHyper) + sizeof(ScalerArgs) <= 4096,
+static_assert(sizeof(LaunchArgs<AdamTensor>) + sizeof(AdamHyper) + sizeof(StepInputs) <= 4096,
               "optimizer kernel parameters exceed 4 KiB");
 
 struct StepArgs {
@@ -42,14 +43,15 @@ struct StepArgs {
   int count;
 };
 
-__device__ __forceinline__ bool skipped(const ScalerArgs& sc) { return sc.found_inf != nullptr && *sc.found_inf != 0.0f; }
+__device__ __forceinline__ bool skipped(const StepInputs& sc) { return sc.found_inf != nullptr && *sc.found_inf != 0.0f; }
 
 // param, grad, momentum buffer of one chunk: (kChunk,). P, G: device storage types; the update
 // runs in opmath_t<P> (f64 for f64 parameters, fp32 otherwise, on the master for f16/bf16).
 template <typename P, typename G>
-__global__ void sgd_kernel(LaunchArgs<SgdTensor> a, SgdHyper h, ScalerArgs sc) {
+__global__ void sgd_kernel(LaunchArgs<SgdTensor> a, SgdHyper host_hyper, StepInputs sc) {
   using C = opmath_t<P>;
   if (skipped(sc)) return;
+  const SgdHyper h = kernels::apply_scheduled(host_hyper, sc);
   const SgdTensor& t = a.t[a.block_tensor[blockIdx.x]];
   const int64_t begin = static_cast<int64_t>(a.block_chunk[blockIdx.x]) * kChunk;
   const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
@@ -77,7 +79,7 @@ __global__ void sgd_kernel(LaunchArgs<SgdTensor> a, SgdHyper h, ScalerArgs sc) {
 
 // param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq of one chunk: (kChunk,)
 template <typename P, typename G>
-__global__ void adam_kernel(LaunchArgs<AdamTensor> a, AdamHyper h, ScalerArgs sc) {
+__global__ void adam_kernel(LaunchArgs<AdamTensor> a, AdamHyper host_hyper, StepInputs sc) {
   using C = opmath_t<P>;
   if (skipped(sc)) return;
   const AdamTensor& t = a.t[a.block_tensor[blockIdx.x]];
@@ -85,7 +87,8 @@ __global__ void adam_kernel(LaunchArgs<AdamTensor> a, AdamHyper h, ScalerArgs sc
   const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
   // The bias corrections (two pow in double) once per block.
   __shared__ kernels::AdamScalars<C> shared_s;
-  if (threadIdx.x == 0) shared_s = kernels::make_adam_scalars<C>(h, static_cast<double>(*t.step + 1.0f));
+  if (threadIdx.x == 0)
+    shared_s = kernels::make_adam_scalars<C>(kernels::apply_scheduled(host_hyper, sc), static_cast<double>(*t.step + 1.0f));
   __syncthreads();
   const kernels::AdamScalars<C> s = shared_s;
   const bool scaled = sc.grad_scale != nullptr;
@@ -113,7 +116,7 @@ __global__ void adam_kernel(LaunchArgs<AdamTensor> a, AdamHyper h, ScalerArgs sc
   }
 }
 
-__global__ void bump_steps_kernel(StepArgs a, ScalerArgs sc) {
+__global__ void bump_steps_kernel(StepArgs a, StepInputs sc) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < a.count && !skipped(sc)) *a.step[i] += 1.0f;
 }
@@ -121,7 +124,7 @@ __global__ void bump_steps_kernel(StepArgs a, ScalerArgs sc) {
 /// Splits the tensors into launches of at most kMaxTensors tensors / kMaxBlocks chunks, then bumps
 /// every step counter once all updates are queued.
 template <typename Args, typename Launch>
-void multi_tensor_apply(const Args* tensors, int count, const ScalerArgs& sc, const char* what, cudaStream_t stream,
+void multi_tensor_apply(const Args* tensors, int count, const StepInputs& sc, const char* what, cudaStream_t stream,
                         Launch&& launch) {
   LaunchArgs<Args> args;
   int ntensors = 0, nblocks = 0;
@@ -179,7 +182,7 @@ void visit_param_grad(DType param_dtype, DType grad_dtype, F&& f) {
 }  // namespace
 
 void launch_sgd_step(DType param_dtype, DType grad_dtype, const SgdTensor* tensors, int count, const SgdHyper& h,
-                     const ScalerArgs& s, cudaStream_t stream) {
+                     const StepInputs& s, cudaStream_t stream) {
   visit_param_grad(param_dtype, grad_dtype, [&]<typename P, typename G>() {
     multi_tensor_apply(tensors, count, s, "sgd_step", stream, [&](const LaunchArgs<SgdTensor>& a, int blocks) {
       sgd_kernel<P, G><<<blocks, kUpdateThreads, 0, stream>>>(a, h, s);
@@ -188,7 +191,7 @@ void launch_sgd_step(DType param_dtype, DType grad_dtype, const SgdTensor* tenso
 }
 
 void launch_adam_step(DType param_dtype, DType grad_dtype, const AdamTensor* tensors, int count, const AdamHyper& h,
-                      const ScalerArgs& s, cudaStream_t stream) {
+                      const StepInputs& s, cudaStream_t stream) {
   visit_param_grad(param_dtype, grad_dtype, [&]<typename P, typename G>() {
     multi_tensor_apply(tensors, count, s, "adam_step", stream, [&](const LaunchArgs<AdamTensor>& a, int blocks) {
       adam_kernel<P, G><<<blocks, kUpdateThreads, 0, stream>>>(a, h, s);

@@ -34,11 +34,11 @@ void per_grad_dtype(const std::vector<Param>& params, const std::vector<Raw>& ra
 }
 
 void sgd_kernel(const std::vector<kernels::SgdParam>& params, const kernels::SgdHyper& h, const Tensor& grad_scale,
-                const Tensor& found_inf) {
+                const Tensor& found_inf, const Tensor& scheduled) {
   if (params.empty()) return;
   const Device dev = device_of("sgd_step", params.front().param);
   const DType dtype = params.front().param.dtype();
-  const kernels::ScalerArgs sc = kernels::scaler_args("sgd_step", grad_scale, found_inf, dev);
+  const kernels::StepInputs sc = kernels::step_inputs("sgd_step", grad_scale, found_inf, scheduled, dev);
   const std::vector<kernels::SgdTensor> raw = kernels::sgd_tensors("sgd_step", params, h, dev, dtype);
   DeviceGuard guard(dev.index);
   per_grad_dtype(params, raw, [&](DType grad_dtype, const std::vector<kernels::SgdTensor>& ts) {
@@ -47,11 +47,11 @@ void sgd_kernel(const std::vector<kernels::SgdParam>& params, const kernels::Sgd
 }
 
 void adam_kernel(const std::vector<kernels::AdamParam>& params, const kernels::AdamHyper& h, const Tensor& grad_scale,
-                 const Tensor& found_inf) {
+                 const Tensor& found_inf, const Tensor& scheduled) {
   if (params.empty()) return;
   const Device dev = device_of("adam_step", params.front().param);
   const DType dtype = params.front().param.dtype();
-  const kernels::ScalerArgs sc = kernels::scaler_args("adam_step", grad_scale, found_inf, dev);
+  const kernels::StepInputs sc = kernels::step_inputs("adam_step", grad_scale, found_inf, scheduled, dev);
   const std::vector<kernels::AdamTensor> raw = kernels::adam_tensors("adam_step", params, h, dev, dtype);
   DeviceGuard guard(dev.index);
   per_grad_dtype(params, raw, [&](DType grad_dtype, const std::vector<kernels::AdamTensor>& ts) {

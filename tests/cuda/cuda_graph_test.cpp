@@ -12,6 +12,7 @@
 #include "models/bert.h"
 #include "models/resnet.h"
 #include "optim/adam.h"
+#include "optim/lr_scheduler.h"
 #include "ops/functional.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
@@ -113,6 +114,50 @@ TEST_CASE("a captured BERT step with dropout replayed equals the eager steps bit
   const auto [eager, eager_offset] = run(false);
   const auto [graphed, graphed_offset] = run(true);
   CHECK(graphed_offset == eager_offset);  // four replays advanced the generator as four steps
+  REQUIRE(eager.size() == graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
+}
+
+// The learning rate inside a captured step: a capturable Adam with OneCycleLR counted on the
+// device (lr and beta1 change every step) replays as the eager steps with the host schedule.
+TEST_CASE("a captured step with its lr schedule on the device replays as the eager steps with the host schedule",
+          "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  auto run = [](bool graphed) {
+    manual_seed(6);
+    auto model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 4});
+    model->to(kGpu);
+    optim::Adam opt(model->parameters(), {.lr = 1e-3});
+    optim::OneCycleLR sched(opt, {.max_lr = 1e-2, .total_steps = 6});
+    if (graphed) {
+      opt.set_capturable(true);
+      sched.to_device(6);
+    }
+    amp::GradScaler scaler;
+    const Tensor x = randn({8, 1, 8, 8}).to(kGpu);
+    const Tensor y = from_vector<int64_t>({1, 3, 5, 7, 0, 2, 4, 6}).to(kGpu);
+    auto step = [&] {
+      Tensor loss;
+      {
+        amp::Autocast ac(DType::f16, DeviceType::cuda);
+        loss = cross_entropy(model->forward(x), y);
+      }
+      scaler.scale(loss).backward();
+      const amp::StepResult r = scaler.step(opt);
+      scaler.update();
+      if (graphed) {
+        sched.step_on_device(r.skip_flag());
+      } else {
+        sched.step(r.applied());
+      }
+      opt.zero_grad(false);
+    };
+    run_steps(step, graphed);
+    return std::make_pair(on_host(model->parameters()), sched.last_step());
+  };
+  const auto [eager, eager_steps] = run(false);
+  const auto [graphed, graphed_steps] = run(true);
+  CHECK(graphed_steps == eager_steps);
   REQUIRE(eager.size() == graphed.size());
   for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
 }

@@ -223,3 +223,68 @@ TEST_CASE("a whole BERT step with dropout is capturable and its captured run equ
   REQUIRE(eager.size() == graphed.size());
   for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
 }
+
+// A capturable optimizer with its schedule on the device (optim/optimizer.h, optim/lr_scheduler.h):
+// the whole step — loss scaler, optimizer, OneCycleLR counting on the device — captures, and its
+// captured run (here: run as issued) keeps equal to eager steps with the host schedule. Setting
+// the lr, the mode or the table inside a capture is refused.
+TEST_CASE("a whole step with a capturable optimizer and its schedule on the device captures and equals the eager steps") {
+  require_fake_device();
+  auto make_model = [] {
+    manual_seed(11);
+    auto m = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 4});
+    m->to(kDev);
+    return m;
+  };
+  auto eager_model = make_model(), graph_model = make_model();
+  optim::SGD eager_opt(eager_model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD graph_opt(graph_model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  graph_opt.set_capturable(true);
+  optim::OneCycleLR eager_sched(eager_opt, {.max_lr = 0.1, .total_steps = 8});
+  optim::OneCycleLR graph_sched(graph_opt, {.max_lr = 0.1, .total_steps = 8});
+  graph_sched.to_device(8);
+  amp::GradScaler eager_scaler, graph_scaler;
+  const Tensor x = randn({4, 1, 8, 8}).pin_memory().to(kDev, true);
+  const Tensor y = from_vector<int64_t>({1, 3, 5, 7}).pin_memory().to(kDev, true);
+  auto step = [&](nn::Module& model, optim::Optimizer& opt, amp::GradScaler& scaler) {
+    Tensor loss;
+    {
+      amp::Autocast ac(DType::f16, DeviceType::cuda);
+      loss = cross_entropy(model.forward(x), y);
+    }
+    scaler.scale(loss).backward();
+    amp::StepResult r = scaler.step(opt);
+    scaler.update();
+    opt.zero_grad();
+    return r;
+  };
+  auto eager_step = [&] { eager_sched.step(step(*eager_model, eager_opt, eager_scaler).applied()); };
+  auto graph_step = [&] { graph_sched.step_on_device(step(*graph_model, graph_opt, graph_scaler).skip_flag()); };
+  auto require_equal = [&] {
+    const auto a = eager_model->parameters(), b = graph_model->parameters();
+    for (size_t i = 0; i < a.size(); ++i) PRECIS_REQUIRE_SAME_BITS(b[i].to(Device::cpu()), a[i].to(Device::cpu()));
+  };
+  for (int i = 0; i < 2; ++i) {  // warm-up outside the capture: the first scaler steps overflow and skip
+    eager_step();
+    graph_step();
+    require_equal();
+  }
+  cuda::Graph g;
+  REQUIRE_NOTHROW(cuda::capture(g, graph_step));  // no host wait anywhere in the step
+  eager_step();
+  require_equal();
+  CHECK(graph_sched.last_step() == eager_sched.last_step());
+  CHECK(graph_opt.scheduled(0).to(Device::cpu()).to_vector<double>() ==
+        std::vector<double>{eager_opt.group_lr(0), eager_opt.group_momentum(0)});
+
+  cuda::Graph refused;
+  PRECIS_REQUIRE_THROWS_WITH_ALL(cuda::capture(refused, [&] { graph_opt.set_lr(0.2); }), StateError,
+                                 "capture is in progress", "between replays", "step_on_device");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(cuda::capture(refused, [&] { graph_opt.set_capturable(false); }), StateError,
+                                 "set_capturable", "before capturing");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(cuda::capture(refused, [&] { graph_sched.to_device(8); }), StateError,
+                                 "OneCycleLR.to_device", "before capturing");
+  // The host form of the schedule reads the device count: a host wait, refused before it is issued.
+  CHECK(capture_error(refused, [&] { graph_sched.step(); }).find("Tensor::item()") != std::string::npos);
+  CHECK_FALSE(refused.captured());
+}

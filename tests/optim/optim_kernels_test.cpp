@@ -94,7 +94,7 @@ TEST_CASE("sgd_step matches an f64 reference for every parameter dtype, masters 
         b = step == 0 ? d : h.momentum * b + (1 - h.dampening) * d;
         p -= h.lr * b;
       });
-      kernel<SgdStepKernel>(OpId::sgd_step, DeviceType::cpu, dt.param)(args, h, f32_scalar(8.0), Tensor());
+      kernel<SgdStepKernel>(OpId::sgd_step, DeviceType::cpu, dt.param)(args, h, f32_scalar(8.0), Tensor(), Tensor());
     }
     for (size_t i = 0; i < args.size(); ++i) {
       CHECK(args[i].step.item<float>() == 4.0f);
@@ -116,9 +116,9 @@ TEST_CASE("sgd_step without momentum keeps no state, and found_inf makes it a no
   const std::vector<double> p0 = values(p);
   std::vector<SgdParam> args = {{p, g, Tensor(), Tensor(), Tensor()}};
   auto sgd = kernel<SgdStepKernel>(OpId::sgd_step, DeviceType::cpu, DType::f32);
-  sgd(args, {.lr = 0.5}, Tensor(), f32_scalar(1.0));
+  sgd(args, {.lr = 0.5}, Tensor(), f32_scalar(1.0), Tensor());
   CHECK(values(p) == p0);  // skipped: bits kept
-  sgd(args, {.lr = 0.5}, Tensor(), f32_scalar(0.0));
+  sgd(args, {.lr = 0.5}, Tensor(), f32_scalar(0.0), Tensor());
   const std::vector<double> gv = values(g);
   for (size_t k = 0; k < p0.size(); ++k) CHECK(values(p)[k] == static_cast<float>(p0[k] - 0.5f * static_cast<float>(gv[k])));
 }
@@ -128,23 +128,23 @@ TEST_CASE("sgd_step rejects mismatched arguments, naming the parameter and tenso
   const Tensor p = zeros({4}), g = zeros({4});
   // A parameter of another dtype than the kernel's.
   PRECIS_REQUIRE_THROWS_WITH_ALL(sgd({{zeros({4}, {.dtype = DType::f64}), zeros({4}, {.dtype = DType::f64})}}, {.lr = 1},
-                                     Tensor(), Tensor()),
+                                     Tensor(), Tensor(), Tensor()),
                                  DTypeError, "sgd_step", "parameter 0", "f64", "f32");
   // momentum != 0 needs a buffer and a step counter.
-  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd({{p, g}}, {.lr = 1, .momentum = 0.9}, Tensor(), Tensor()), ValueError, "sgd_step",
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd({{p, g}}, {.lr = 1, .momentum = 0.9}, Tensor(), Tensor(), Tensor()), ValueError, "sgd_step",
                                  "momentum_buffer", "missing");
   // A gradient of another size.
-  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd({{p, zeros({5})}}, {.lr = 1}, Tensor(), Tensor()), ShapeError, "grad", "[5]",
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd({{p, zeros({5})}}, {.lr = 1}, Tensor(), Tensor(), Tensor()), ShapeError, "grad", "[5]",
                                  "4 elements");
   // An f16 parameter may take an f32 gradient, an f32 one no f16 gradient.
-  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd({{p, zeros({4}, {.dtype = DType::f16})}}, {.lr = 1}, Tensor(), Tensor()), DTypeError,
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd({{p, zeros({4}, {.dtype = DType::f16})}}, {.lr = 1}, Tensor(), Tensor(), Tensor()), DTypeError,
                                  "gradient", "f16");
   // The scaler inputs are single f32 values.
-  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd({{p, g}}, {.lr = 1}, Tensor(), scalar_tensor(0.0, {.dtype = DType::f64})),
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd({{p, g}}, {.lr = 1}, Tensor(), scalar_tensor(0.0, {.dtype = DType::f64}), Tensor()),
                                  DTypeError, "found_inf", "f32");
   // A low-precision parameter without its master.
   auto sgd16 = kernel<SgdStepKernel>(OpId::sgd_step, DeviceType::cpu, DType::f16);
-  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd16({{zeros({4}, {.dtype = DType::f16}), g}}, {.lr = 1}, Tensor(), Tensor()),
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sgd16({{zeros({4}, {.dtype = DType::f16}), g}}, {.lr = 1}, Tensor(), Tensor(), Tensor()),
                                  ValueError, "master", "missing");
 }
 
@@ -180,7 +180,7 @@ TEST_CASE("adam_step matches an f64 reference for every parameter dtype, Adam an
           const double bc1 = 1 - std::pow(h.beta1, step), bc2 = 1 - std::pow(h.beta2, step);
           p -= h.lr / bc1 * m / (std::sqrt(vmax) / std::sqrt(bc2) + h.eps);
         });
-        kernel<AdamStepKernel>(OpId::adam_step, DeviceType::cpu, dt.param)(args, h, Tensor(), f32_scalar(0.0));
+        kernel<AdamStepKernel>(OpId::adam_step, DeviceType::cpu, dt.param)(args, h, Tensor(), f32_scalar(0.0), Tensor());
       }
       for (size_t i = 0; i < args.size(); ++i) {
         CHECK(args[i].step.item<float>() == 4.0f);
@@ -201,24 +201,24 @@ TEST_CASE("adam_step: found_inf keeps every bit and the step counter", "[ops][op
   const std::vector<double> p0 = values(p), master0 = values(a.master);
   auto adam = kernel<AdamStepKernel>(OpId::adam_step, DeviceType::cpu, DType::bf16);
   const AdamHyper h{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
-  adam({a}, h, f32_scalar(1024.0), f32_scalar(1.0));
+  adam({a}, h, f32_scalar(1024.0), f32_scalar(1.0), Tensor());
   CHECK(values(p) == p0);
   CHECK(values(a.master) == master0);
   CHECK(a.step.item<float>() == 0.0f);
   CHECK(values(a.exp_avg) == std::vector<double>(100, 0.0));
-  adam({a}, h, f32_scalar(1024.0), f32_scalar(0.0));
+  adam({a}, h, f32_scalar(1024.0), f32_scalar(0.0), Tensor());
   CHECK(a.step.item<float>() == 1.0f);
   CHECK(values(a.master) != master0);
   // amsgrad off: a max_exp_avg_sq is refused; amsgrad on: it is required.
   PRECIS_REQUIRE_THROWS_WITH_ALL(adam({{p, a.grad, a.master, a.exp_avg, a.exp_avg_sq, zeros({100}), a.step}}, h,
-                                      Tensor(), Tensor()),
+                                      Tensor(), Tensor(), Tensor()),
                                  ValueError, "adam_step", "max_exp_avg_sq", "unexpected");
   AdamHyper ams = h;
   ams.amsgrad = true;
-  PRECIS_REQUIRE_THROWS_WITH_ALL(adam({a}, ams, Tensor(), Tensor()), ValueError, "max_exp_avg_sq", "missing");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(adam({a}, ams, Tensor(), Tensor(), Tensor()), ValueError, "max_exp_avg_sq", "missing");
   PRECIS_REQUIRE_THROWS_WITH_ALL(adam({{p, a.grad, a.master, zeros({100}, {.dtype = DType::f64}), a.exp_avg_sq,
                                         Tensor(), a.step}},
-                                      h, Tensor(), Tensor()),
+                                      h, Tensor(), Tensor(), Tensor()),
                                  DTypeError, "exp_avg", "f64", "expected f32");
 }
 

@@ -118,7 +118,7 @@ void check_sgd(const DTypePair& dt, const SgdHyper& h, bool scaled, int threads)
     }
     set_num_threads(threads);
     kernel<SgdStepKernel>(OpId::sgd_step, DeviceType::cpu, dt.param)(
-        args, h, scaled ? scalar_tensor(scale, {.dtype = DType::f32}) : Tensor(), Tensor());
+        args, h, scaled ? scalar_tensor(scale, {.dtype = DType::f32}) : Tensor(), Tensor(), Tensor());
   }
   for (size_t i = 0; i < args.size(); ++i) {
     INFO("tensor of " << args[i].param.numel() << " elements");
@@ -160,7 +160,7 @@ void check_adam(const DTypePair& dt, const AdamHyper& h, bool scaled, int thread
     }
     set_num_threads(threads);
     kernel<AdamStepKernel>(OpId::adam_step, DeviceType::cpu, dt.param)(
-        args, h, scaled ? scalar_tensor(scale, {.dtype = DType::f32}) : Tensor(), Tensor());
+        args, h, scaled ? scalar_tensor(scale, {.dtype = DType::f32}) : Tensor(), Tensor(), Tensor());
   }
   for (size_t i = 0; i < args.size(); ++i) {
     INFO("tensor of " << args[i].param.numel() << " elements");
