@@ -131,9 +131,13 @@ def pair_key(r):
 
 
 def math_of(variant):
-    """A variant's math without its layout and compilation: "f32-tf32-cl" -> "f32-tf32",
-    "compile-f16-amp-cl" -> "f16-amp", "f32-nchw" -> "f32" (PyTorch's defaults)."""
-    v = variant[len("compile-"):] if variant.startswith("compile-") else variant
+    """A variant's math without its layout, compilation or graph capture: "f32-tf32-cl" -> "f32-tf32",
+    "compile-f16-amp-cl" -> "f16-amp", "graphs-bf16-amp-cl" -> "bf16-amp", "f32-nchw" -> "f32"
+    (PyTorch's defaults)."""
+    v = variant
+    for prefix in ("compile-", "graphs-"):
+        if v.startswith(prefix):
+            v = v[len(prefix):]
     for suffix in ("-nchw", "-cl"):
         if v.endswith(suffix):
             v = v[: -len(suffix)]

@@ -38,6 +38,10 @@
 //   f32-tf32     f32, "high" everywhere: TF32 GEMMs and convolutions
 //   f16-amp      f16 autocast + the dynamic loss scaler (torch.autocast + GradScaler)
 //   bf16-amp     bf16 autocast, no scaler (bf16 has fp32's range)
+//   graphs-f16-amp, graphs-bf16-amp   the same step captured once in a CUDA graph (core/cuda_graph.h)
+//                and replayed: one launch per step instead of one per kernel (torch.cuda.CUDAGraph,
+//                whole-network capture); the optimizer is capturable (its lr read from the device)
+//                and the FLOPs are the eager step's
 // --cases S keeps the (case, variant) whose "case variant" or "case dtype" contains S.
 // Each step ends with a wait for the device's stream, so the time is the device's. Per case: the
 // median step time, images or tokens per second at that time, and the peak of the device
@@ -61,6 +65,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "benchmarks/bench.h"
+#include "core/cuda_graph.h"
 #include "core/rng.h"
 #include "core/synchronize.h"
 #include "core/thread_pool.h"
@@ -69,6 +74,7 @@
 #include "ops/float32_precision.h"
 #include "ops/memory_format.h"
 #include "ops/functional.h"
+#include "ops/profiler.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
 
@@ -197,8 +203,8 @@ struct GpuCase {
   bool convolutions;   // runs cuDNN (and has an image layout)
   bool channels_last;  // the input (so every activation) channels-last: the "-cl" variants
   // Builds the model and data on `device` and returns one training step: f32 (no autocast) or
-  // autocast to `dtype` (f16 with the loss scaler, bf16 without).
-  std::function<std::function<void()>(Device device, DType dtype)> make;
+  // autocast to `dtype` (f16 with the loss scaler, bf16 without); see gpu_training_step.
+  std::function<std::function<void()>(Device device, DType dtype, bool graphed, double* flops)> make;
 };
 
 // One GPU variant: the autocast dtype (f32: none) and, for f32, the precision of GEMMs and
@@ -208,6 +214,7 @@ struct GpuVariant {
   DType dtype;
   std::optional<Float32Precision> f32_precision;
   bool needs_convolutions;  // differs from another variant only where the model has convolutions
+  bool graphed = false;     // captured once in a CUDA graph, replayed
 };
 
 const GpuVariant kGpuVariants[] = {
@@ -216,6 +223,8 @@ const GpuVariant kGpuVariants[] = {
     {"f32-tf32", DType::f32, Float32Precision::tf32, false},
     {"f16-amp", DType::f16, std::nullopt, false},
     {"bf16-amp", DType::bf16, std::nullopt, false},
+    {"graphs-f16-amp", DType::f16, std::nullopt, false, true},
+    {"graphs-bf16-amp", DType::bf16, std::nullopt, false, true},
 };
 
 // Waits until the device has run everything queued so far (a step's time is the device's).
@@ -223,15 +232,19 @@ void device_wait(Device device) {
   if (device.is_cuda()) cuda::synchronize(device.index);
 }
 
-std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Device device, DType dtype,
-                                        std::function<Tensor(nn::Module&)> loss_fn) {
+// One training step of `model` on `device` (the caller's loss_fn reads inputs already there), as a
+// function that runs it and waits for the device. graphed: two eager warm-up steps (the first
+// one's FLOPs written to *flops), then one capture of the step; the function replays it.
+std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Device device, DType dtype, bool graphed,
+                                        double* flops, std::function<Tensor(nn::Module&)> loss_fn) {
   model->to(device);  // before the optimizer: its state is made on the device
   model->train();
   auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 1e-3, .momentum = 0.9});
   const bool amp = dtype != DType::f32;
   auto scaler =
       std::make_shared<amp::GradScaler>(amp::GradScalerOptions{.enabled = dtype == DType::f16, .device = device});
-  return [model, opt, scaler, device, dtype, amp, loss_fn] {
+  // The step's device work: no host wait in it, so that it can be captured.
+  auto work = [model, opt, scaler, device, dtype, amp, loss_fn] {
     opt->zero_grad();
     Tensor loss;
     {
@@ -241,30 +254,55 @@ std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Devic
     scaler->scale(loss).backward();
     scaler->step(*opt);
     scaler->update();
+  };
+  if (!graphed) {
+    return [work, device] {
+      work();
+      device_wait(device);
+    };
+  }
+  opt->set_capturable(true);  // a schedule could set the lr between replays
+  {
+    profiler::FlopCounter counter;
+    work();
+    *flops = counter.flops();
+  }
+  work();
+  device_wait(device);
+  auto graph = std::make_shared<cuda::Graph>(device.index);
+  cuda::capture(*graph, work);
+  // The replays write the model's parameters and the optimizer's state: `work` keeps them alive.
+  return [graph, work, device] {
+    graph->replay();
     device_wait(device);
   };
 }
 
-std::function<void()> resnet50_gpu_step(Device device, DType dtype, MemoryFormat format) {
+std::function<void()> resnet50_gpu_step(Device device, DType dtype, MemoryFormat format, bool graphed, double* flops) {
   manual_seed(1);
   std::shared_ptr<models::ResNet> model = models::resnet50({.num_classes = 1000});
   Tensor x = contiguous(randn({256, 3, 224, 224}).to(device), format);
   Tensor y = randint(0, 1000, {256}).to(device);
-  return gpu_training_step(model, device, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
+  return gpu_training_step(model, device, dtype, graphed, flops,
+                           [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
 }
 
 const GpuCase kGpuCases[] = {
     {"resnet50 b256 224", "images", 256, true, false,
-     [](Device device, DType dtype) { return resnet50_gpu_step(device, dtype, MemoryFormat::Contiguous); }},
+     [](Device device, DType dtype, bool graphed, double* flops) {
+       return resnet50_gpu_step(device, dtype, MemoryFormat::Contiguous, graphed, flops);
+     }},
     // What PyTorch users run on a GPU (torch_models.py's "-cl" variants): NHWC end to end.
     {"resnet50 b256 224", "images", 256, true, true,
-     [](Device device, DType dtype) { return resnet50_gpu_step(device, dtype, MemoryFormat::ChannelsLast); }},
+     [](Device device, DType dtype, bool graphed, double* flops) {
+       return resnet50_gpu_step(device, dtype, MemoryFormat::ChannelsLast, graphed, flops);
+     }},
     {"bert_mini b64x128", "tokens", 64 * 128, false, false,
-     [](Device device, DType dtype) {
+     [](Device device, DType dtype, bool graphed, double* flops) {
        manual_seed(1);
        auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
        Tensor ids = randint(0, 30522, {64, 128}).to(device);
-       return gpu_training_step(model, device, dtype, [ids](nn::Module& m) {
+       return gpu_training_step(model, device, dtype, graphed, flops, [ids](nn::Module& m) {
          auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
          return models::BertForMaskedLM::loss(bert.forward(ids, Tensor()), ids);
        });
@@ -291,7 +329,8 @@ SuiteReport run_models_gpu(const Options& options, Device device) {
       "GPU training steps on " + device.str() +
       " (forward, backward, SGD momentum step), variants named as torch_models.py's: f32-notf32 = IEEE f32 GEMMs "
       "and convolutions, f32 = the defaults (PyTorch's: TF32 convolutions, IEEE GEMMs), f32-tf32 = TF32 GEMMs and "
-      "convolutions, f16-amp = autocast f16 + dynamic loss scaler, bf16-amp = autocast bf16; resnet50 -nchw (NCHW) and -cl "
+      "convolutions, f16-amp = autocast f16 + dynamic loss scaler, bf16-amp = autocast bf16, graphs-* = the same step "
+      "captured once in a CUDA graph and replayed; resnet50 -nchw (NCHW) and -cl "
       "(channels-last input, so NHWC activations end to end) batch 256 of 3×224×224, 1000 classes; bert_mini batch 64×128 tokens, vocabulary 30522, MLM loss on every token. "
       "Each step waits for the device. images/s or tokens/s at the median; peak_device_mb (JSON) is the device "
       "allocator's peak allocated bytes over the case.";
@@ -310,8 +349,10 @@ SuiteReport run_models_gpu(const Options& options, Device device) {
       {
         std::optional<Float32PrecisionGuard> precision;
         if (v.f32_precision) precision.emplace(*v.f32_precision);
-        std::function<void()> step = c.make(device, v.dtype);
+        double graphed_flops = 0;
+        std::function<void()> step = c.make(device, v.dtype, v.graphed, &graphed_flops);
         st = time_step(step, options, std::string(c.name) + " " + variant + ", " + device.str());
+        if (v.graphed) st.flops = graphed_flops;  // a replay issues no op the counter could see
       }  // the model, optimizer and data are released here, and the precision settings restored
       const Timing& t = st.timing;
       Record rec;
