@@ -135,7 +135,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
     Tensor l = loss.detach().to(DType::f32);
     // Non-finite iff not |l| < inf (NaN fails every comparison).
     Tensor bad = max(1.0 - lt(abs(l), std::numeric_limits<double>::infinity()).to(DType::f32));
-    loss_nonfinite_ = maximum(loss_nonfinite_, bad);
+    loss_nonfinite_.copy_(maximum(loss_nonfinite_, bad));  // in place: see update()
     if (l.numel() == 1) {
       recent_loss_tensors_.push_back(l.reshape({}).clone());
       if (recent_loss_tensors_.size() > 16) recent_loss_tensors_.pop_front();
@@ -151,7 +151,7 @@ void GradScaler::set_loss_nonfinite(const Tensor& flag) {
   PRECIS_CHECK_SHAPE(flag.numel() == 1, "GradScaler::set_loss_nonfinite: the flag must have one element, got ",
                      flag.describe());
   NoGradGuard no_grad;
-  loss_nonfinite_ = ne(flag.detach().reshape({}).to(DType::f32).to(device_), 0.0).to(DType::f32);
+  loss_nonfinite_.copy_(ne(flag.detach().reshape({}).to(DType::f32).to(device_), 0.0).to(DType::f32));
 }
 
 GradScaler::OptimizerState& GradScaler::state_of(optim::Optimizer& opt) { return per_optimizer_[&opt]; }
@@ -282,14 +282,17 @@ void GradScaler::update() {
     hyst = where(grow.to(DType::boolean), full({}, static_cast<double>(o.hysteresis), {.device = device_}), hyst);
     Tensor skipped = maximum(found, loss_bad);
     Tensor at_floor = le(scale, o.min_scale).to(DType::f32);
-    floor_skips_ = (floor_skips_ + 1.0) * skipped * at_floor;
-    scale_ = scale;
-    growth_tracker_ = growth;
-    hysteresis_tracker_ = hyst;
-    loss_nonfinite_ = zeros({}, {.dtype = DType::f32, .device = device_});
+    // The state is written in place, never replaced: a step captured in a CUDA graph reads and
+    // writes these very tensors at every replay, so each replay starts from the previous one's state.
+    floor_skips_.copy_((floor_skips_ + 1.0) * skipped * at_floor);
+    scale_.copy_(scale);
+    growth_tracker_.copy_(growth);
+    hysteresis_tracker_.copy_(hyst);
+    loss_nonfinite_.zero_();
   }
+  const Tensor scale_after = scale_.clone();
   for (auto& r : pending_) {
-    r->scale_after = scale_;
+    r->scale_after = scale_after;
     history_.push_back(r);
   }
   while (static_cast<int64_t>(history_.size()) > o.history_size) history_.pop_front();
@@ -501,11 +504,24 @@ void GradScaler::load_state_dict(const StateDict& d) {
     return t.reshape({}).to(DType::f32).to(dev).clone();
   };
   device_ = dev;
-  scale_ = load("scale");
-  growth_tracker_ = load("growth_tracker");
-  hysteresis_tracker_ = load("hysteresis_tracker");
-  floor_skips_ = load("floor_skips");
-  loss_nonfinite_ = zeros({}, {.dtype = DType::f32, .device = dev});
+  // Into the existing state tensors when there are some (a captured step keeps reading them).
+  auto set = [&](Tensor& state, const char* key) {
+    Tensor t = load(key);
+    if (state.defined()) {
+      state.copy_(t);
+    } else {
+      state = t;
+    }
+  };
+  set(scale_, "scale");
+  set(growth_tracker_, "growth_tracker");
+  set(hysteresis_tracker_, "hysteresis_tracker");
+  set(floor_skips_, "floor_skips");
+  if (loss_nonfinite_.defined()) {
+    loss_nonfinite_.zero_();
+  } else {
+    loss_nonfinite_ = zeros({}, {.dtype = DType::f32, .device = dev});
+  }
   initialised_ = true;
   steps_ = state_get_int(d, "steps", owner);
   updates_since_check_ = state_get_int(d, "updates_since_check", owner);

@@ -166,6 +166,11 @@ class GradScaler {
 
   /// The current scale (reads the device; runs a floor check that update() left due).
   double get_scale() const;
+  /// The scale where it lives, without reading it: the 0-d f32 tensor on the scaler's device that
+  /// scale() multiplies by (PyTorch's scaler._scale); undefined before the first scale(). The
+  /// scaler's state is updated in place — update() and load_state_dict() write into the same
+  /// tensors — so that a step captured in a CUDA graph carries the scale from replay to replay.
+  Tensor scale_tensor() const { return scale_; }
   bool is_enabled() const { return options_.enabled; }  ///< GradScalerOptions::enabled
   /// The options in force (those of the last load_state_dict, if any); aliases the scaler's copy.
   const GradScalerOptions& options() const { return options_; }

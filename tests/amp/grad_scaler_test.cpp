@@ -67,6 +67,31 @@ TEST_CASE("an overflow at step k skips that step and halves the scale, and clean
   CHECK(rig.scaler.skipped_steps() == 1);
 }
 
+// A step captured in a CUDA graph reads and writes the tensors the scaler held at capture: its
+// state must be updated in place, or every replay would start from the capture's scale.
+TEST_CASE("the scaler's state is updated in place: the scale tensor stays the same object", "[amp][scaler]") {
+  Rig rig({.init_scale = 1024.0, .growth_interval = 2});
+  CHECK_FALSE(rig.scaler.scale_tensor().defined());
+  (void)rig.run(1.0, 0.25);
+  const Tensor scale = rig.scaler.scale_tensor();
+  REQUIRE(scale.defined());
+  const void* storage = scale.data_ptr();
+  StepResult clean = rig.run(1.0, 0.25);                 // the 2nd clean step: grows to 2048
+  StepResult overflow = rig.run(1.0, kInf);              // backs off to 1024
+  CHECK(rig.scaler.scale_tensor().data_ptr() == storage);
+  CHECK(scale.item<double>() == 1024.0);
+  CHECK(clean.scale_after() == 2048.0);                  // each result keeps its own value
+  CHECK(overflow.scale_before() == 2048.0);
+  CHECK(overflow.scale_after() == 1024.0);
+  // A load writes into the same tensor too.
+  const StateDict saved = rig.scaler.state_dict();
+  (void)rig.run(1.0, kInf);
+  CHECK(scale.item<double>() == 512.0);
+  rig.scaler.load_state_dict(saved);
+  CHECK(rig.scaler.scale_tensor().data_ptr() == storage);
+  CHECK(scale.item<double>() == 1024.0);
+}
+
 TEST_CASE("the scale grows after growth_interval clean steps, and an overflow resets the count", "[amp][scaler]") {
   Rig rig({.init_scale = 8.0, .growth_interval = 3});
   std::vector<double> scales;

@@ -118,6 +118,40 @@ TEST_CASE("a captured BERT step with dropout replayed equals the eager steps bit
   for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
 }
 
+// The loss scaler's state carries from replay to replay: a scale far too large overflows every
+// f16 step and halves at each, replayed or eager alike (the scaler updates its tensors in place).
+TEST_CASE("replayed f16 steps back the loss scale off from replay to replay, as eager steps do", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  auto run = [](bool graphed) {
+    manual_seed(7);
+    auto model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 4});
+    model->to(kGpu);
+    optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+    amp::GradScaler scaler({.init_scale = 3e38, .max_scale = 3e38});
+    const Tensor x = randn({8, 1, 8, 8}).to(kGpu);
+    const Tensor y = from_vector<int64_t>({1, 3, 5, 7, 0, 2, 4, 6}).to(kGpu);
+    auto step = [&] {
+      Tensor loss;
+      {
+        amp::Autocast ac(DType::f16, DeviceType::cuda);
+        loss = cross_entropy(model->forward(x), y);
+      }
+      scaler.scale(loss).backward();
+      (void)scaler.step(opt);
+      scaler.update();
+      opt.zero_grad(false);
+    };
+    run_steps(step, graphed);
+    return std::make_pair(on_host(model->parameters()), scaler.get_scale());
+  };
+  const auto [eager, eager_scale] = run(false);
+  const auto [graphed, graphed_scale] = run(true);
+  CHECK(eager_scale == 3e38f / 64.0f);  // six overflowing steps, six halvings
+  CHECK(graphed_scale == eager_scale);
+  REQUIRE(eager.size() == graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
+}
+
 // The learning rate inside a captured step: a capturable Adam with OneCycleLR counted on the
 // device (lr and beta1 change every step) replays as the eager steps with the host schedule.
 TEST_CASE("a captured step with its lr schedule on the device replays as the eager steps with the host schedule",
