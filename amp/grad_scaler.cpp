@@ -56,6 +56,16 @@ SkipReason StepResult::reason() const {
 
 Tensor StepResult::skip_flag() const { return record_ ? record_->skip : Tensor(); }
 
+StepResult StepResult::snapshot() const {
+  if (!record_) return StepResult();
+  NoGradGuard no_grad;
+  auto copy = std::make_shared<Record>(*record_);
+  for (Tensor* t : {&copy->scale_before, &copy->scale_after, &copy->found_inf, &copy->skip, &copy->loss_nonfinite,
+                    &copy->sq_norm})
+    if (t->defined()) *t = t->clone();
+  return StepResult(std::move(copy));
+}
+
 double StepResult::scale_before() const { return record_ ? read(record_->scale_before) : 1.0; }
 
 double StepResult::scale_after() const {
@@ -338,6 +348,12 @@ void GradScaler::check_floor_if_due() const {
          "for a bug producing inf/NaN (log of 0, division by 0, exploding activations), lower the learning "
          "rate, or clip gradients.";
   throw StateError(msg.str());
+}
+
+void GradScaler::check_floor() const {
+  if (!options_.enabled || !initialised_ || options_.max_skips_at_floor <= 0) return;
+  floor_check_due_ = true;
+  check_floor_if_due();
 }
 
 double GradScaler::get_scale() const {

@@ -98,6 +98,11 @@ class StepResult {
   /// nonzero when the step was skipped (the found_inf the optimizer was given). What
   /// LRScheduler::step_on_device takes. Undefined for a disabled scaler's result (always applied).
   Tensor skip_flag() const;
+  /// A copy of this result whose values are copied on the device as they are now, without a host
+  /// wait. For the result of a step captured in a CUDA graph: its tensors are rewritten by every
+  /// replay, so a snapshot after each replay keeps that replay's outcome (the scaler's own history
+  /// holds the steps it ran on the host only).
+  StepResult snapshot() const;
 
   struct Record;  // internal, shared with the scaler
   /// Internal: made by GradScaler::step, sharing the record that update() completes.
@@ -171,6 +176,11 @@ class GradScaler {
   /// scaler's state is updated in place — update() and load_state_dict() write into the same
   /// tensors — so that a step captured in a CUDA graph carries the scale from replay to replay.
   Tensor scale_tensor() const { return scale_; }
+  /// Runs the floor check now (a host read): StateError with the diagnostic when the last
+  /// max_skips_at_floor steps were all skipped with the scale at its floor. update() schedules it
+  /// every few updates itself; a loop replaying a captured step, where update()'s host code does
+  /// not run, calls it at its log points. A no-op when disabled or before the first step.
+  void check_floor() const;
   bool is_enabled() const { return options_.enabled; }  ///< GradScalerOptions::enabled
   /// The options in force (those of the last load_state_dict, if any); aliases the scaler's copy.
   const GradScalerOptions& options() const { return options_; }

@@ -60,6 +60,7 @@ class Adam : public OptimizerWithOptions<AdamOptions> {
   /// `options` has one entry per group, each checked.
   Adam(std::string name, bool decoupled, std::vector<std::vector<Tensor>> groups, std::vector<AdamOptions> options);
   std::vector<std::pair<std::string, double>> group_options_as_reals(size_t group) const override;
+  const char* momentum_option_name() const override { return "beta1"; }
   void load_group_options(size_t group, const StateDict& entries) override;
   std::vector<std::string> state_keys() const override {
     return {"step", "master", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};

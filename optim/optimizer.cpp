@@ -228,6 +228,11 @@ StateDict Optimizer::state_dict() const {
     for (auto& id : ids) id = static_cast<int64_t>(index++);
     out[prefix + "params"] = from_vector<int64_t>(ids);
     for (const auto& [key, value] : group_options_as_reals(g)) out[prefix + key] = state_real(value);
+    if (capturable_) {  // the live values: a schedule on the device sets only these
+      const std::vector<double> live = scheduled_[g].to(Device::cpu()).to_vector<double>();
+      out[prefix + "lr"] = state_real(live[0]);
+      if (has_momentum()) out[prefix + momentum_option_name()] = state_real(live[1]);
+    }
   }
   for (size_t i = 0; i < state_.size(); ++i) {
     for (const auto& [key, t] : state_[i]) {

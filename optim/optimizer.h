@@ -97,7 +97,10 @@ class Optimizer {
   /// progress (StateError: the write would be recorded, and each replay would repeat it).
   /// Turning the mode on or off while capturing is a StateError too; turning it on is a
   /// ValueError when a group's parameters are on different devices. The steps' results are
-  /// those of the host values, bit for bit. Off by default.
+  /// those of the host values, bit for bit. A schedule counted on the device
+  /// (LRScheduler::step_on_device) changes only the device copy: group_lr() and group_momentum()
+  /// then return the values last set on the host, while state_dict() saves the device's. Off by
+  /// default.
   virtual void set_capturable(bool capturable);
   /// Whether the optimizer is in capturable mode.
   virtual bool capturable() const { return capturable_; }
@@ -146,6 +149,10 @@ class Optimizer {
 
   /// Options of a group as named reals (booleans as 0/1), for the state dict.
   virtual std::vector<std::pair<std::string, double>> group_options_as_reals(size_t group) const = 0;
+  /// The name group_options_as_reals gives the momentum-like coefficient ("momentum", "beta1");
+  /// empty when has_momentum() is false. state_dict() of a capturable optimizer saves it, and the
+  /// lr, as the device copy holds them.
+  virtual const char* momentum_option_name() const { return ""; }
   /// Sets group options from the state dict entries (a sub-dict of "param_groups.<g>.").
   virtual void load_group_options(size_t group, const StateDict& entries) = 0;
   /// The state keys this optimizer may hold (load_state_dict rejects others).

@@ -41,6 +41,7 @@ class SGD : public OptimizerWithOptions<SGDOptions> {
 
  protected:
   std::vector<std::pair<std::string, double>> group_options_as_reals(size_t group) const override;
+  const char* momentum_option_name() const override { return "momentum"; }
   void load_group_options(size_t group, const StateDict& entries) override;
   std::vector<std::string> state_keys() const override { return {"step", "master", "momentum_buffer"}; }
   void check_options(const SGDOptions& o, size_t group) const override;

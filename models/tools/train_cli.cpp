@@ -271,6 +271,9 @@ void add_common(CLI::App& app, TrainOptions& o, Common& c, const Texts& t) {
   app.add_flag("--quiet", o.quiet, "print only the final JSON line");
   app.add_flag("--distributed", o.distributed,
                "data-parallel: run as one rank of an mpirun job, batch per rank (docs/distributed.md)");
+  app.add_flag("--cuda-graphs", o.cuda_graphs,
+               "capture the step of a full batch in a CUDA graph and replay it (resnet, --device cuda, --accum 1): "
+               "one launch per step instead of one per kernel");
   app.add_flag("--zero", o.zero,
                "with --distributed: shard the optimizer state over the ranks (ZeRO-1; the same results and "
                "checkpoints, 1/N of the state per rank)");

@@ -184,6 +184,17 @@ void validate(const TrainOptions& o) {
                "--checkpoint-every needs --checkpoint DIR (the folder to write them to)");
   PRECIS_CHECK(o.tensorboard_histograms == 0 || !o.tensorboard.empty(),
                "--tensorboard-histograms needs --tensorboard DIR (the folder to write them to)");
+  if (o.cuda_graphs) {
+    PRECIS_CHECK(o.device.is_cuda(), "--cuda-graphs captures the training step in a CUDA graph; it needs "
+                 "--device cuda (this run trains on ", o.device.str(), ")");
+    PRECIS_CHECK(o.task == Task::resnet, "--cuda-graphs replays one captured step on batches of one shape; "
+                 "bert-mini's batches change shape (padding to the longest sentence, the masked positions the "
+                 "loader picks), so it trains without graphs: drop --cuda-graphs");
+    PRECIS_CHECK(o.accum == 1, "--cuda-graphs captures one whole optimizer step per batch; it needs --accum 1, "
+                 "got --accum ", o.accum);
+    PRECIS_CHECK(!o.distributed, "--cuda-graphs does not run with --distributed yet (the gradient all-reduce "
+                 "happens between the backward and the optimizer step, outside a captured step)");
+  }
   if (o.task == Task::bert_mini) {
     PRECIS_CHECK(o.max_len >= 3, "--max-len must be an integer ≥ 3 ([CLS] token [SEP]), got ", o.max_len);
     PRECIS_CHECK(o.max_tokens == 0 || o.max_tokens >= o.max_len, "--max-tokens ", o.max_tokens,

@@ -86,6 +86,11 @@ struct TrainOptions {
   /// With distributed: shard the optimizer state over the ranks (dist::ZeroOptimizer, ZeRO-1).
   /// Checkpoints are the same as without it.
   bool zero = false;
+  /// CUDA graphs (docs/training.md): the optimizer step of every full batch is captured once in a
+  /// CUDA graph (after warm-up steps) and replayed; the optimizer is capturable and the lr
+  /// schedule counts on the device. Needs a CUDA device, the resnet task, accum 1, no
+  /// --distributed.
+  bool cuda_graphs = false;
 };
 
 /// Whether the run resumes from a checkpoint: --resume (the newest in --checkpoint DIR) or

@@ -14,6 +14,7 @@
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
 #include "autograd/grad_mode.h"
+#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
@@ -52,6 +53,26 @@ struct Evaluation {
   double seconds = 0;
 };
 
+// What one optimizer step leaves on the device (nothing of it is read here).
+struct StepOutputs {
+  ForwardStats stats;
+  amp::StepResult result;
+  Tensor grad_norm;  // --clip: the total norm before clipping
+};
+
+// --cuda-graphs: the step of a full batch (forward, backward, clipping, the scaler's step and
+// update, the schedule's device step; the gradients zeroed in place first) captured once in a CUDA
+// graph after `warmup` eager steps, then replayed. Batches of another shape (an epoch's short
+// last one) run the same step eagerly.
+struct GraphedStep {
+  static constexpr int kWarmup = 2;  // eager full-batch steps first: optimizer state, cuDNN plans
+  cuda::Graph graph;
+  std::vector<Shape> shapes;    // the full batch's tensor shapes (empty until one is seen)
+  std::vector<Tensor> inputs;   // the device tensors the captured step reads, refilled per batch
+  StepOutputs captured;         // the captured step's outputs, rewritten by every replay
+  int warmup_left = kWarmup;
+};
+
 class Trainer {
  public:
   Trainer(const TrainOptions& options, std::ostream& out, const TrainHooks& hooks);
@@ -64,7 +85,10 @@ class Trainer {
   bool train_epoch(int64_t epoch);
   bool step(const data::Batch& batch);
   void update();
-  void log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm, double tb_grad_norm);
+  void after_update(const amp::StepResult& r, const Tensor& grad_norm);
+  bool graphed_step(const data::Batch& batch);
+  double step_lr() const;
+  void log_step(const amp::StepResult& r, const Tensor& grad_norm, double tb_grad_norm);
   void log_progress(bool last);
   void log_epoch(const Evaluation& ev);
   void print_precision();
@@ -92,6 +116,7 @@ class Trainer {
   std::unique_ptr<MetricsCsv> csv_;
   std::unique_ptr<TensorBoardLog> tb_;  // --tensorboard: opened in run(), after resume() knows the step
   bool tty_ = false;
+  std::unique_ptr<GraphedStep> graphed_;  // --cuda-graphs
 
   // ---- what a checkpoint carries besides the objects above
   int64_t global_step_ = 0;
@@ -111,6 +136,7 @@ class Trainer {
   Clock::time_point epoch_start_, step_start_;
   RunningMetrics step_metrics_;     // the current optimizer step's micro-batches
   double step_lr_ = 0;              // the lr the last optimizer step used (the scheduler has moved on)
+  Tensor step_lr_device_;           // --cuda-graphs with a schedule: that lr, copied on the device (step_lr())
   std::unique_ptr<Progress> progress_;
 
   std::string last_checkpoint_;     // the last checkpoint written, else the one resumed from
@@ -164,6 +190,14 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
                " examples, --batch ", o_.batch, "); check --data and --limit-train");
   sched_ = make_scheduler(o_, *opt_, steps_in(0), total_steps);
   step_lr_ = opt_->group_lr(0);
+  if (o_.cuda_graphs) {
+    PRECIS_CHECK(!hooks_.gradients_ready, "--cuda-graphs: a TrainHooks::gradients_ready hook cannot run inside a "
+                 "captured step (no host code runs in a replay); train without graphs to use it");
+    // The replays read the lr from the device, and the schedule counts applied steps there.
+    opt_->set_capturable(true);
+    if (sched_) sched_->to_device(total_steps);
+    graphed_ = std::make_unique<GraphedStep>();
+  }
   identity_ = run_identity(o_, *task_);
   if (dist_) identity_["world_size"] = std::to_string(dist_->size());
   csv_ = std::make_unique<MetricsCsv>(rank0() ? o_.metrics : std::string(), resuming(o_));
@@ -293,6 +327,7 @@ void Trainer::checkpoint(data::DataPosition at) {
 // loss scaler, its figures added on the device. When it completes an accumulation window, the
 // optimizer step follows. Returns whether it did.
 bool Trainer::step(const data::Batch& batch) {
+  if (graphed_) return graphed_step(batch);
   if (dist_) {  // reduce on a window's last micro-batch, and on the epoch's last (a short window)
     dist_->ddp->require_sync(acc_->is_last_micro_step() || batch.index + 1 == epoch_batches_);
     dist_->ddp->pre_forward();
@@ -321,14 +356,13 @@ void Trainer::update() {
                             .micro_batches = step_metrics_.micro_batches});
   Tensor grad_norm;
   if (o_.clip > 0) grad_norm = scaler_->clip_grad_norm_(*opt_, o_.clip);
-  const double lr = opt_->group_lr(0);
-  step_lr_ = lr;
+  step_lr_ = opt_->group_lr(0);
   amp::StepResult r = scaler_->step(*opt_);
   scaler_->update();
   if (sched_) {
     // A scheduler advances on applied steps only and sets the next step's learning rate on the
-    // host: this is the one read of the device a step keeps (docs/gpu.md), until the rate lives
-    // on the device.
+    // host: this is the one read of the device an eager step keeps (docs/gpu.md); --cuda-graphs
+    // counts on the device instead.
     const bool applied = r.applied();
     if (!applied) ++skipped_;
     sched_->step(applied);
@@ -338,6 +372,12 @@ void Trainer::update() {
     constexpr size_t kUnreadLimit = 256;
     if (unread_.size() >= kUnreadLimit) (void)skipped();
   }
+  after_update(r, grad_norm);
+}
+
+// What follows every optimizer step, eager or replayed: the --tensorboard reads, zero_grad (eager
+// steps: a graphed step zeroes the gradients in place at its start), the counters and the log.
+void Trainer::after_update(const amp::StepResult& r, const Tensor& grad_norm) {
   // --tensorboard reads the gradients before zero_grad: their norm (computed here when neither
   // clipping nor the scaler's unscale_ did) and, when due, their histograms.
   double tb_grad_norm = NAN;
@@ -353,12 +393,91 @@ void Trainer::update() {
     }
     if (tb_->histograms_due(global_step_ + 1)) tb_->histograms(*model_, global_step_ + 1);
   }
-  opt_->zero_grad();
+  if (!graphed_) opt_->zero_grad();
   ++global_step_;
   ++epoch_step_;
-  log_step(r, lr, grad_norm, tb_grad_norm);
+  log_step(r, grad_norm, tb_grad_norm);
   step_metrics_.reset();
   step_start_ = Clock::now();
+}
+
+// ---- --cuda-graphs ------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<Shape> shapes_of(const data::Batch& b) {
+  std::vector<Shape> out;
+  for (const Tensor& t : b.tensors) out.push_back(t.defined() ? t.sizes() : Shape{});
+  return out;
+}
+
+}  // namespace
+
+// One optimizer step of `batch` (accum is 1) as a graph replay, or eagerly: while warming up, to
+// capture, and for a batch of another shape. The step is the same either way; nothing in it waits
+// for the device, and what the log needs (metrics, the scaler's result, the lr) is copied on the
+// device after it and read only at log points.
+bool Trainer::graphed_step(const data::Batch& batch) {
+  GraphedStep& g = *graphed_;
+  const std::vector<Shape> shapes = shapes_of(batch);
+  if (g.shapes.empty() && batch[0].size(0) == o_.batch) g.shapes = shapes;  // the first full batch fixes the shape
+  const bool full = shapes == g.shapes;
+  data::Batch on_device = batch;
+  if (full) {
+    if (g.inputs.empty())
+      for (const Tensor& t : batch.tensors)
+        g.inputs.push_back(t.defined() ? empty(t.sizes(), {.dtype = t.dtype(), .device = o_.device}) : Tensor());
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      if (!g.inputs[i].defined()) continue;
+      g.inputs[i].copy_(batch.tensors[i], /*non_blocking=*/batch.tensors[i].is_pinned());
+      on_device.tensors[i] = g.inputs[i];
+    }
+  } else {
+    on_device = to_device(batch, o_.device);
+  }
+  // The lr this step uses, for the log: on the device when the schedule lives there.
+  if (sched_) step_lr_device_ = opt_->scheduled(0).narrow(0, 0, 1).clone();
+  auto run = [&] {
+    StepOutputs out;
+    opt_->zero_grad(/*set_to_none=*/false);  // the captured gradients stay where the graph writes them
+    {
+      amp::Autocast ac(autocast_for(o_.precision, o_.device));
+      out.stats = task_->forward(*model_, on_device, o_.device);
+    }
+    scaler_->scale(out.stats.loss).backward();
+    if (o_.clip > 0) out.grad_norm = scaler_->clip_grad_norm_(*opt_, o_.clip);
+    out.result = scaler_->step(*opt_);
+    scaler_->update();
+    if (sched_) sched_->step_on_device(out.result.skip_flag());
+    return out;
+  };
+  StepOutputs out;
+  if (full && (g.graph.captured() || g.warmup_left == 0)) {
+    if (!g.graph.captured()) cuda::capture(g.graph, [&] { g.captured = run(); });
+    g.graph.replay();
+    // This replay's outputs, copied before the next replay overwrites them.
+    out.stats = g.captured.stats;
+    out.stats.loss = g.captured.stats.loss.clone();
+    out.stats.correct = g.captured.stats.correct.clone();
+    out.result = g.captured.result.snapshot();
+    if (g.captured.grad_norm.defined()) out.grad_norm = g.captured.grad_norm.clone();
+  } else {
+    out = run();
+    if (full) --g.warmup_left;
+  }
+  epoch_metrics_.add(out.stats);
+  step_metrics_.add(out.stats);
+  epoch_samples_ += out.stats.samples;
+  unread_.push_back(out.result);
+  constexpr size_t kUnreadLimit = 256;  // as update(): one read per kUnreadLimit steps at most
+  if (unread_.size() >= kUnreadLimit) (void)skipped();
+  after_update(out.result, out.grad_norm);
+  return true;
+}
+
+// The lr of the last optimizer step (a device read under --cuda-graphs with a schedule).
+double Trainer::step_lr() const {
+  return step_lr_device_.defined() ? step_lr_device_.item<double>() : step_lr_;
 }
 
 // ---- log ---------------------------------------------------------------------------------------
@@ -368,15 +487,17 @@ void Trainer::update() {
 int64_t Trainer::skipped() {
   for (const amp::StepResult& r : unread_) skipped_ += !r.applied();
   unread_.clear();
+  if (graphed_) scaler_->check_floor();  // replays run no host update() that would schedule it
   if (scaler_->is_enabled()) (void)scaler_->get_scale();
   return skipped_;
 }
 
 // The --metrics row and the --tensorboard scalars of the step just taken (a log point: it reads
 // the step's device sums; under --distributed, the job's sums).
-void Trainer::log_step(const amp::StepResult& r, double lr, const Tensor& grad_norm, double tb_grad_norm) {
+void Trainer::log_step(const amp::StepResult& r, const Tensor& grad_norm, double tb_grad_norm) {
   // Not csv_->enabled() or tb_: only rank 0 writes, but every rank takes part in global().
   if (o_.metrics.empty() && o_.tensorboard.empty()) return;
+  const double lr = step_lr();
   int64_t samples = step_metrics_.samples;
   const RunningMetrics::Values v = global(step_metrics_, samples).read();
   const double dt = seconds_since(step_start_);
@@ -427,7 +548,7 @@ void Trainer::log_progress(bool last) {
   p.scale = scaler_->is_enabled() ? scaler_->get_scale() : 0.0;
   p.skipped = skipped();
   p.data_wait = loader_->wait_fraction();
-  p.lr = step_lr_;  // the step's own, as in --metrics and --tensorboard (group_lr is the next step's)
+  p.lr = step_lr();  // the step's own, as in --metrics and --tensorboard (group_lr is the next step's)
   const int64_t done_here = epoch_step_ - first_step_;
   p.eta_s = done_here > 0 ? elapsed / static_cast<double>(done_here) * static_cast<double>(epoch_steps_ - epoch_step_)
                           : -1.0;

@@ -158,6 +158,17 @@ TEST_CASE("consecutive skips at the floor stop training with a diagnostic", "[am
   CHECK(thrown);
 }
 
+// check_floor() runs the check at once (what a loop replaying a captured step calls): update()
+// alone checks every 8 updates, so after 10 skips at the floor with max_skips_at_floor 10 only
+// check_floor() has seen them.
+TEST_CASE("check_floor runs the floor check between update's own checks", "[amp][scaler]") {
+  Rig rig({.init_scale = 1.0, .min_scale = 1.0, .max_skips_at_floor = 10});
+  for (int i = 0; i < 10; ++i) REQUIRE_NOTHROW(rig.run(2.5, kInf));
+  PRECIS_REQUIRE_THROWS_WITH_ALL(rig.scaler.check_floor(), StateError, "10 consecutive steps", "floor");
+  GradScaler fresh;
+  CHECK_NOTHROW(fresh.check_floor());  // nothing scaled yet
+}
+
 TEST_CASE("overflow attribution names the parameters with non-finite gradients", "[amp][scaler]") {
   Tensor a = zeros({3}).requires_grad_(), b = zeros({2}).requires_grad_();
   optim::SGD opt({a, b}, {.lr = 0.1});

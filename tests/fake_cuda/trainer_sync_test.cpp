@@ -1,12 +1,14 @@
 // precis-train's step on the fake CUDA device: the host waits for the device only where it reads
 // anyway (log points, checkpoints, evaluation), and, with a learning-rate schedule, once per step
-// for the applied flag the scheduler needs on the host (docs/gpu.md says why).
+// for the applied flag the scheduler needs on the host (docs/gpu.md says why); --cuda-graphs
+// counts the schedule on the device and captures the step.
 #include <vector>
 
 #include "models/train/trainer.h"
 #include "precis.h"
 #include "tests/fake_cuda/fake_device.h"
 #include "tests/models/train_support.h"
+#include "tests/support/tensor_testing.h"
 
 using namespace precis;
 using namespace precis::train_testing;
@@ -56,4 +58,59 @@ TEST_CASE("precis-train on the fake device: a learning-rate schedule reads the a
   const std::vector<int64_t> between = waits_between_steps(o);
   REQUIRE(between.size() == 10);
   for (int64_t w : between) CHECK(w == 1);
+}
+
+// --cuda-graphs on the fake device, which runs kernels as they are issued and has nothing to
+// replay: the warm-up steps (eager, with the lr schedule counted on the device and the gradients
+// zeroed in place) end where the steps without graphs end, the third full batch's step captures —
+// no host wait inside it, or the capture would throw GraphCaptureError — and its replay is the
+// fake device's refusal (replays run on a GPU: tests/models/train_device_test.cpp).
+TEST_CASE("precis-train --cuda-graphs on the fake device: warm-up steps equal eager ones, then the step captures") {
+  require_fake_device();
+  TempDir dir("fake-train-graphs");
+  train::TrainOptions o = f16_run(image_data(dir));
+  o.schedule = train::Schedule::onecycle;
+  o.stop_after_steps = 2;
+  o.checkpoint_dir = dir / "eager";
+  std::ostringstream out;
+  const train::TrainSummary eager = train::train(o, out);
+  o.cuda_graphs = true;
+  o.checkpoint_dir = dir / "graphs";
+  const train::TrainSummary warm = train::train(o, out);
+  const train::Checkpoint a = train::load_checkpoint(eager.last_checkpoint);
+  const train::Checkpoint b = train::load_checkpoint(warm.last_checkpoint);
+  int64_t compared = 0;
+  for (const auto& [name, t] : a.state) {
+    if (name.rfind("model.", 0) != 0 && name.rfind("optimizer.", 0) != 0 && name.rfind("scheduler.", 0) != 0)
+      continue;
+    INFO(name);
+    REQUIRE(b.state.count(name) == 1);
+    CHECK(t.to(DType::f64).to_vector<double>() == b.state.at(name).to(DType::f64).to_vector<double>());
+    ++compared;
+  }
+  CHECK(compared > 20);
+
+  o.stop_after_steps = 3;
+  o.checkpoint_dir.clear();
+  PRECIS_REQUIRE_THROWS_WITH_ALL(train::train(o, out), NotImplementedError, "cuda::Graph::replay",
+                                 "replays run on a GPU");
+}
+
+TEST_CASE("precis-train --cuda-graphs refuses what a captured step cannot hold, naming the option") {
+  require_fake_device();
+  TempDir dir("graphs-refusals");
+  train::TrainOptions o = tiny_resnet(image_data(dir), "");
+  o.cuda_graphs = true;
+  std::ostringstream out;
+  PRECIS_REQUIRE_THROWS_WITH_ALL(train::train(o, out), ValueError, "--cuda-graphs", "--device cuda", "cpu");
+  o.device = Device::cuda(0);
+  o.accum = 2;
+  PRECIS_REQUIRE_THROWS_WITH_ALL(train::train(o, out), ValueError, "--cuda-graphs", "--accum 1");
+  o.accum = 1;
+  o.task = train::Task::bert_mini;
+  PRECIS_REQUIRE_THROWS_WITH_ALL(train::train(o, out), ValueError, "--cuda-graphs", "bert-mini");
+  o.task = train::Task::resnet;
+  train::TrainHooks hooks;
+  hooks.gradients_ready = [](const train::GradientsReady&) {};
+  PRECIS_REQUIRE_THROWS_WITH_ALL(train::train(o, out, hooks), ValueError, "--cuda-graphs", "gradients_ready");
 }

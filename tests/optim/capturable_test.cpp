@@ -177,6 +177,9 @@ TEST_CASE("a schedule on the device: host steps, loads, the horizon, and refusal
   CHECK(sched.last_step() == 7);
   CHECK(opt.scheduled(0).to_vector<double>()[0] == 0.1 * 0.5 * 0.5 * 0.5);
   CHECK(opt.scheduled(0).to_vector<double>()[1] == 0.9);  // a momentum StepLR does not drive stays
+  // The host option is the last one set on the host; the state dict saves the live one.
+  CHECK(opt.group_lr(0) == 0.1 * 0.5 * 0.5);
+  CHECK(opt.state_dict().at("param_groups.0.lr").item<double>() == 0.1 * 0.5 * 0.5 * 0.5);
   PRECIS_REQUIRE_THROWS_WITH_ALL(sched.step_on_device(full({}, 0.0, {.dtype = DType::f64})), DTypeError, "skip", "f64");
   // A load sets the count on the device and tabulates the loaded base lrs.
   StateDict d = sched.state_dict();
