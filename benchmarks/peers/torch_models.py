@@ -36,6 +36,10 @@ child process and record ("variant"):
     f16-amp-cl          the same, channels_last
     bf16-amp-cl         torch.autocast bf16 (no scaler), channels_last
     compile-f16-amp-cl  torch.compile(model), f16 AMP, channels_last (opt-in: ~75 s of compiling)
+    graphs-bf16-amp-cl  bf16-amp-cl with the whole step (zero_grad, forward, backward, SGD step)
+                        captured once in a torch.cuda.CUDAGraph after warm-up on a side stream,
+                        and replayed (the torch.cuda.graphs "whole-network capture" recipe; f16's
+                        GradScaler.step reads found_inf on the host, so only bf16 is captured)
 
 --variants NAME,... picks some (default: all but compile-f16-amp-cl; "all": every one); --cases S
 keeps the (case, variant) whose "case variant" or "case dtype" contains S.
@@ -44,7 +48,7 @@ through the legacy allow_tf32 API only (mixing it with fp32_precision is an erro
 BERT-mini has no convolutions and no image layout, so it runs four variants: f32-notf32 (for
 f32-notf32-nchw and f32-nchw: PyTorch's default leaves matmul TF32 off), f32-tf32 (TF32 matmul,
 for f32-tf32-cl), f16-amp (f16-amp-nchw, f16-amp-cl), bf16-amp (bf16-amp-cl); and
-compile-f16-amp for compile-f16-amp-cl.
+compile-f16-amp for compile-f16-amp-cl, graphs-bf16-amp for graphs-bf16-amp-cl.
 
 Records keep precis-bench's case names (report.py pairs them by case and dtype) and add
 "variant", "dtype" (f32, f16 or bf16: the autocast dtype), "device", "images_per_s" or
@@ -100,19 +104,21 @@ GPU_VARIANTS = {
     "f16-amp-cl": ("f16", None, True, False),
     "bf16-amp-cl": ("bf16", None, True, False),
     "compile-f16-amp-cl": ("f16", None, True, True),
+    "graphs-bf16-amp-cl": ("bf16", None, True, False),
     "f32-notf32": ("f32", False, False, False),
     "f32-tf32": ("f32", True, False, False),
     "f16-amp": ("f16", None, False, False),
     "bf16-amp": ("bf16", None, False, False),
     "compile-f16-amp": ("f16", None, False, True),
+    "graphs-bf16-amp": ("bf16", None, False, False),
 }
-VARIANT_NAMES = list(GPU_VARIANTS)[:7]  # what --variants takes
+VARIANT_NAMES = list(GPU_VARIANTS)[:8]  # what --variants takes
 DEFAULT_VARIANTS = [v for v in VARIANT_NAMES if not v.startswith("compile")]
 # BERT-mini's variant for each --variants name: no convolutions (cuDNN's TF32 flag changes
 # nothing) and no image layout; PyTorch's default leaves matmul TF32 off, so f32-nchw is f32-notf32.
 BERT_VARIANT = {"f32-notf32-nchw": "f32-notf32", "f32-nchw": "f32-notf32", "f32-tf32-cl": "f32-tf32",
                 "f16-amp-nchw": "f16-amp", "f16-amp-cl": "f16-amp", "bf16-amp-cl": "bf16-amp",
-                "compile-f16-amp-cl": "compile-f16-amp"}
+                "compile-f16-amp-cl": "compile-f16-amp", "graphs-bf16-amp-cl": "graphs-bf16-amp"}
 
 
 def case_variants(name, selected):
@@ -352,15 +358,37 @@ def make_gpu_step(torch, name, variant, device):
     amp = {"f16": torch.float16, "bf16": torch.bfloat16}.get(dtype)
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == "f16")
 
-    def step():
+    def work():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=amp or torch.float16, enabled=amp is not None):
             loss = loss_of(forward(*inputs))
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
+
+    if not variant.startswith("graphs-"):
+        def step():
+            work()
+            torch.cuda.synchronize(device)
+        return step
+    # torch.cuda.graphs' whole-network capture: warm up on a side stream (the optimizer's momentum
+    # buffers, cuDNN's benchmark search, the allocator), then capture the step into a graph whose
+    # private pool holds its activations and gradients, and replay it.
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            work()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        work()
+
+    def replay():
+        graph.replay()
         torch.cuda.synchronize(device)
-    return step
+    return replay
 
 
 def read_flag(get):
