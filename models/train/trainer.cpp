@@ -86,6 +86,8 @@ class Trainer {
   bool step(const data::Batch& batch);
   void update();
   void after_update(const amp::StepResult& r, const Tensor& grad_norm);
+  void keep_unread(const amp::StepResult& r);
+  void note_step_lr();
   bool graphed_step(const data::Batch& batch);
   double step_lr() const;
   void log_step(const amp::StepResult& r, const Tensor& grad_norm, double tb_grad_norm);
@@ -190,12 +192,16 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
                " examples, --batch ", o_.batch, "); check --data and --limit-train");
   sched_ = make_scheduler(o_, *opt_, steps_in(0), total_steps);
   step_lr_ = opt_->group_lr(0);
+  // On a GPU the schedule counts applied steps on the device, where the loss scaler decides them,
+  // and the optimizer reads its lr there: a step never waits to learn whether it was applied.
+  if (o_.device.is_cuda() && sched_) {
+    opt_->set_capturable(true);
+    sched_->to_device(total_steps);
+  }
   if (o_.cuda_graphs) {
     PRECIS_CHECK(!hooks_.gradients_ready, "--cuda-graphs: a TrainHooks::gradients_ready hook cannot run inside a "
                  "captured step (no host code runs in a replay); train without graphs to use it");
-    // The replays read the lr from the device, and the schedule counts applied steps there.
-    opt_->set_capturable(true);
-    if (sched_) sched_->to_device(total_steps);
+    opt_->set_capturable(true);  // the replays read the lr from the device
     graphed_ = std::make_unique<GraphedStep>();
   }
   identity_ = run_identity(o_, *task_);
@@ -356,23 +362,37 @@ void Trainer::update() {
                             .micro_batches = step_metrics_.micro_batches});
   Tensor grad_norm;
   if (o_.clip > 0) grad_norm = scaler_->clip_grad_norm_(*opt_, o_.clip);
-  step_lr_ = opt_->group_lr(0);
+  note_step_lr();
   amp::StepResult r = scaler_->step(*opt_);
   scaler_->update();
-  if (sched_) {
-    // A scheduler advances on applied steps only and sets the next step's learning rate on the
-    // host: this is the one read of the device an eager step keeps (docs/gpu.md); --cuda-graphs
-    // counts on the device instead.
+  if (sched_ && !sched_->on_device()) {
+    // A scheduler advances on applied steps only: on the CPU the host reads the flag at no cost.
     const bool applied = r.applied();
     if (!applied) ++skipped_;
     sched_->step(applied);
   } else {
-    unread_.push_back(r);
-    // Bounded memory in a run that never logs: one read per kUnreadLimit steps.
-    constexpr size_t kUnreadLimit = 256;
-    if (unread_.size() >= kUnreadLimit) (void)skipped();
+    if (sched_) sched_->step_on_device(r.skip_flag());  // a GPU: counted where the flag is
+    keep_unread(r);
   }
   after_update(r, grad_norm);
+}
+
+// Keeps a step result for the next log point; bounded memory in a run that never logs: one read
+// per kUnreadLimit steps.
+void Trainer::keep_unread(const amp::StepResult& r) {
+  unread_.push_back(r);
+  constexpr size_t kUnreadLimit = 256;
+  if (unread_.size() >= kUnreadLimit) (void)skipped();
+}
+
+// Notes the lr the coming optimizer step uses, for the log: on the host, or copied on the device
+// when the schedule lives there (read at a log point, step_lr()).
+void Trainer::note_step_lr() {
+  if (sched_ && sched_->on_device()) {
+    step_lr_device_ = opt_->scheduled(0).narrow(0, 0, 1).clone();
+  } else {
+    step_lr_ = opt_->group_lr(0);
+  }
 }
 
 // What follows every optimizer step, eager or replayed: the --tensorboard reads, zero_grad (eager
@@ -435,8 +455,7 @@ bool Trainer::graphed_step(const data::Batch& batch) {
   } else {
     on_device = to_device(batch, o_.device);
   }
-  // The lr this step uses, for the log: on the device when the schedule lives there.
-  if (sched_) step_lr_device_ = opt_->scheduled(0).narrow(0, 0, 1).clone();
+  note_step_lr();
   auto run = [&] {
     StepOutputs out;
     opt_->zero_grad(/*set_to_none=*/false);  // the captured gradients stay where the graph writes them
@@ -468,9 +487,7 @@ bool Trainer::graphed_step(const data::Batch& batch) {
   epoch_metrics_.add(out.stats);
   step_metrics_.add(out.stats);
   epoch_samples_ += out.stats.samples;
-  unread_.push_back(out.result);
-  constexpr size_t kUnreadLimit = 256;  // as update(): one read per kUnreadLimit steps at most
-  if (unread_.size() >= kUnreadLimit) (void)skipped();
+  keep_unread(out.result);
   after_update(out.result, out.grad_norm);
   return true;
 }

@@ -13,7 +13,8 @@
 // One optimizer step: forward under amp::Autocast (bf16 or f16 when precision is not f32) →
 // scaler.scale(loss / accum).backward() for each of `accum` micro-batches → the gradient-ready
 // hook (TrainHooks) → optional scaler.clip_grad_norm_ → scaler.step(opt) (skipped on overflow for
-// f16) → scaler.update() → scheduler.step(applied) → zero_grad. bf16 and f32 run with the scaler
+// f16) → scaler.update() → scheduler.step(applied) (on a GPU: step_on_device with the scaler's
+// skip flag, the optimizer capturable: no host read) → zero_grad. bf16 and f32 run with the scaler
 // disabled (a pass-through). The loss and accuracy sums stay on the device; they are read only
 // where they are printed (a due progress line, a --metrics row, the epoch summary).
 // With master_weights the model's parameters are cast to `precision` (normalisation layers stay fp32) and

@@ -1,7 +1,6 @@
 // precis-train's step on the fake CUDA device: the host waits for the device only where it reads
-// anyway (log points, checkpoints, evaluation), and, with a learning-rate schedule, once per step
-// for the applied flag the scheduler needs on the host (docs/gpu.md says why); --cuda-graphs
-// counts the schedule on the device and captures the step.
+// anyway (log points, checkpoints, evaluation) — with a learning-rate schedule too, which counts
+// applied steps on the device — and --cuda-graphs captures the step.
 #include <vector>
 
 #include "models/train/trainer.h"
@@ -50,14 +49,24 @@ TEST_CASE("precis-train on the fake device: f16 steps with clipping wait for the
   for (int64_t w : between) CHECK(w == 0);
 }
 
-TEST_CASE("precis-train on the fake device: a learning-rate schedule reads the applied flag once per step") {
+// The schedule counts on the device: a step with OneCycle waits for nothing either, and the run
+// ends where the same run on the CPU device ends (the host schedule there), weights and state.
+TEST_CASE("precis-train on the fake device: a learning-rate schedule counts on the device, no wait per step") {
   require_fake_device();
   TempDir dir("fake-train-sched");
   train::TrainOptions o = f16_run(image_data(dir));
   o.schedule = train::Schedule::onecycle;
   const std::vector<int64_t> between = waits_between_steps(o);
   REQUIRE(between.size() == 10);
-  for (int64_t w : between) CHECK(w == 1);
+  for (int64_t w : between) CHECK(w == 0);
+
+  o.checkpoint_dir = dir / "fake";
+  std::ostringstream out;
+  const train::TrainSummary fake = train::train(o, out);
+  o.device = Device::cpu();
+  o.checkpoint_dir = dir / "cpu";
+  const train::TrainSummary cpu = train::train(o, out);
+  require_same_state(fake.last_checkpoint, cpu.last_checkpoint);
 }
 
 // --cuda-graphs on the fake device, which runs kernels as they are issued and has nothing to
