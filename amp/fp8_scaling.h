@@ -14,8 +14,9 @@
 //
 // The formulas are TE's, bit for bit in fp32, and the tests check them against a re-implementation
 // of TE's code on recorded amax sequences (tests/golden/gen_fp8_fixtures.py names the files and
-// commits followed). This is host-side math on floats: the recipe that keeps the same state in
-// device tensors and calls these rules per GEMM is not written yet (docs/fp8.md).
+// commits followed). This is host-side math on floats; amp/fp8_recipe.h keeps the same state in
+// device tensors (DelayedScalingState, equal bit for bit), and the recipe that applies it per
+// GEMM inside autocast is not written yet (docs/fp8.md).
 #include <cstdint>
 #include <vector>
 

@@ -288,3 +288,28 @@ TEST_CASE("a whole step with a capturable optimizer and its schedule on the devi
   CHECK(capture_error(refused, [&] { graph_sched.step(); }).find("Tensor::item()") != std::string::npos);
   CHECK_FALSE(refused.captured());
 }
+
+// The fp8 recipe's device-side steps (amp/fp8_recipe.h) wait for nothing: a cast with its amax, the
+// record and the delayed-scaling update capture, and run where issued they equal the same steps on
+// the CPU.
+TEST_CASE("fp8 scaled casts and delayed-scaling updates capture, and equal the CPU's") {
+  require_fake_device();
+  const Tensor host_x = randn({64, 32}).to(DType::bf16);
+  const Tensor x = host_x.pin_memory().to(kDev, true);
+  amp::DelayedScalingState dev({.amax_history_len = 8}, kDev), cpu({.amax_history_len = 8});
+  auto step = [](const Tensor& input, amp::DelayedScalingState& s) {
+    const amp::Fp8Cast c = amp::fp8_scaled_cast(input, s.scale(), Fp8Format::e4m3);
+    s.record(c.amax);
+    s.update();
+    return c.data;
+  };
+  (void)step(x, dev);  // warm-up outside the capture
+  (void)step(host_x, cpu);
+  Tensor data;
+  cuda::Graph g;
+  REQUIRE_NOTHROW(cuda::capture(g, [&] { data = step(x, dev); }));
+  const Tensor want = step(host_x, cpu);
+  PRECIS_REQUIRE_SAME_BITS(data.to(Device::cpu()), want);
+  PRECIS_REQUIRE_SAME_BITS(dev.scale().to(Device::cpu()), cpu.scale());
+  PRECIS_REQUIRE_SAME_BITS(dev.amax_history().to(Device::cpu()), cpu.amax_history());
+}
