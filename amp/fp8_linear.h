@@ -1,0 +1,57 @@
+#pragma once
+// A linear layer's three GEMMs in fp8 with delayed scaling (docs/fp8.md), Transformer Engine's
+// HYBRID format: the forward GEMM E4M3 input × E4M3 weight, the input gradient E5M2 output
+// gradient × E4M3 weight, the weight gradient E5M2 output gradient × E4M3 input. Each operand is
+// cast with its DelayedScalingState's current scale and records its amax there; the scales change
+// only in update(), once per optimizer step.
+//
+//   amp::Fp8LinearState state(device);
+//   Tensor y = amp::fp8_linear(x, linear.weight, linear.bias, state);   // differentiable
+//   loss.backward();          // the E5M2 output gradient records its amax too
+//   opt.step();
+//   state.update();           // the next step's scales
+#include "amp/fp8_recipe.h"
+#include "tensor/state_dict.h"
+#include "tensor/tensor.h"
+
+namespace precis::amp {
+
+/// The delayed-scaling options of the three operands; the formats are fixed (E4M3, E4M3, E5M2).
+struct Fp8LinearOptions {
+  int64_t amax_history_len = 1024;              ///< TE's default
+  AmaxCompute amax_compute = AmaxCompute::max;  ///< TE's default
+  float margin = 0.0f;                          ///< TE's default
+};
+
+/// One linear layer's fp8 state: the DelayedScalingState of its input, its weight (E4M3) and its
+/// output gradient (E5M2), on the layer's device. Not copyable; movable.
+class Fp8LinearState {
+ public:
+  /// Fresh histories (zeros) and scales 1 on `device`.
+  explicit Fp8LinearState(Device device = Device::cpu(), Fp8LinearOptions options = {});
+
+  /// Ends the step for all three (DelayedScalingState::update): call it once per optimizer step,
+  /// after backward.
+  void update();
+
+  DelayedScalingState input;        ///< the forward GEMM's activation operand, E4M3
+  DelayedScalingState weight;       ///< the weight, E4M3
+  DelayedScalingState grad_output;  ///< the output gradient, E5M2
+
+  /// "input.*", "weight.*", "grad_output.*": each state's state_dict.
+  StateDict state_dict() const;
+  /// Restores what state_dict() returned.
+  void load_state_dict(const StateDict& dict);
+};
+
+/// y = x · weightᵀ + bias with the GEMMs in fp8 (see the file comment). x: (..., K) f32, bf16 or
+/// f16; weight: (N, K) f32 or bf16; bias: (N) or undefined; all on one device, the state's. y:
+/// (..., N) in x's dtype (the GEMM writes bf16 for bf16 inputs, f32 otherwise; the bias is added
+/// in that dtype). Gradients: x's in x's dtype, the weight's and the bias's in their dtypes; the
+/// bias gradient is the sum of the unquantized output gradient. The casts record their amaxes
+/// into `state` (the forward's input and weight, the backward's output gradient), which must
+/// outlive the backward. Products are exact and sums fp32 (scaled_matmul). Errors: ShapeError,
+/// DTypeError, DeviceError naming the operands.
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8LinearState& state);
+
+}  // namespace precis::amp
