@@ -1,6 +1,8 @@
 // fp8_linear: a linear layer's GEMMs through scaled_matmul with delayed scaling (amp/fp8_linear.h).
 #include "amp/fp8_linear.h"
 
+#include <utility>
+
 #include "autograd/grad_mode.h"
 #include "autograd/record.h"
 #include "core/error.h"
@@ -43,10 +45,22 @@ void check_operands(const Tensor& x, const Tensor& w, const Tensor& b, const Fp8
 
 }  // namespace
 
+namespace {
+thread_local bool t_fp8_autocast = false;
+}  // namespace
+
+Fp8Autocast::Fp8Autocast(bool enabled) : previous_(t_fp8_autocast) { t_fp8_autocast = enabled; }
+Fp8Autocast::~Fp8Autocast() { t_fp8_autocast = previous_; }
+bool is_fp8_autocast_enabled() { return t_fp8_autocast; }
+
 Fp8LinearState::Fp8LinearState(Device device, Fp8LinearOptions options)
     : input(options_for(Fp8Format::e4m3, options), device),
       weight(options_for(Fp8Format::e4m3, options), device),
       grad_output(options_for(Fp8Format::e5m2, options), device) {}
+
+Fp8LinearState::Fp8LinearState(DelayedScalingState input_state, DelayedScalingState weight_state,
+                               DelayedScalingState grad_output_state)
+    : input(std::move(input_state)), weight(std::move(weight_state)), grad_output(std::move(grad_output_state)) {}
 
 void Fp8LinearState::update() {
   input.update();
@@ -93,16 +107,16 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8
     out = out.reshape(out_shape).to(x.dtype());
   }
   if (autograd::needs_grad({&x, &weight, &bias})) {
-    DelayedScalingState* grad_state = &state.grad_output;
     autograd::record(
         OpId::linear, {x, weight, bias}, {out},
-        [xs, ws, grad_state, x_shape = x.sizes(), x_dtype = x.dtype(), w_dtype = weight.dtype(),
+        [xs, ws, grad_state = state.grad_output, x_shape = x.sizes(), x_dtype = x.dtype(), w_dtype = weight.dtype(),
          b_dtype = bias.defined() ? bias.dtype() : DType::f32, has_bias = bias.defined(), k,
          n](const autograd::TensorList& g) -> autograd::TensorList {
           const Tensor g2 = g[0].reshape({-1, n});
-          const Fp8Cast cg = fp8_scaled_cast(g2, grad_state->scale(), Fp8Format::e5m2);
-          grad_state->record(cg.amax);
-          const Tensor g_inv = grad_state->scale_inv();
+          DelayedScalingState s = grad_state;  // shares the layer's tensors
+          const Fp8Cast cg = fp8_scaled_cast(g2, s.scale(), Fp8Format::e5m2);
+          s.record(cg.amax);
+          const Tensor g_inv = s.scale_inv();
           // dx = g · W: (M, N) E5M2 × (N, K) E4M3; dW = gᵀ · x: (N, M) E5M2 × (M, K) E4M3.
           const Tensor dx = scaled_matmul(cg.data, ws.data, g_inv, ws.scale_inv, {.out_dtype = DType::f32}).out;
           const Tensor dw = scaled_matmul(cg.data.t(), xs.data, g_inv, xs.scale_inv, {.out_dtype = DType::f32}).out;

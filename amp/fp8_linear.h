@@ -16,6 +16,25 @@
 
 namespace precis::amp {
 
+/// RAII guard, Transformer Engine's fp8_autocast: while one is open (and enabled) on this thread,
+/// the linear layers a model converted with nn::enable_fp8 (models/nn/fp8.h) run through
+/// fp8_linear; other ops follow the ordinary autocast policy. Nestable; Fp8Autocast(false) turns
+/// fp8 off inside an enabled region (e.g. for an evaluation in bf16).
+class Fp8Autocast {
+ public:
+  /// Enables (or with false disables) fp8 linear layers until destroyed, restoring the previous state.
+  explicit Fp8Autocast(bool enabled = true);
+  ~Fp8Autocast();
+  Fp8Autocast(const Fp8Autocast&) = delete;
+  Fp8Autocast& operator=(const Fp8Autocast&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// Whether an enabled Fp8Autocast region is open on this thread.
+bool is_fp8_autocast_enabled();
+
 /// The delayed-scaling options of the three operands; the formats are fixed (E4M3, E4M3, E5M2).
 struct Fp8LinearOptions {
   int64_t amax_history_len = 1024;              ///< TE's default
@@ -24,11 +43,13 @@ struct Fp8LinearOptions {
 };
 
 /// One linear layer's fp8 state: the DelayedScalingState of its input, its weight (E4M3) and its
-/// output gradient (E5M2), on the layer's device. Not copyable; movable.
+/// output gradient (E5M2), on the layer's device. A copy shares the tensors.
 class Fp8LinearState {
  public:
   /// Fresh histories (zeros) and scales 1 on `device`.
   explicit Fp8LinearState(Device device = Device::cpu(), Fp8LinearOptions options = {});
+  /// A state over existing per-operand states (e.g. over a module's buffers).
+  Fp8LinearState(DelayedScalingState input, DelayedScalingState weight, DelayedScalingState grad_output);
 
   /// Ends the step for all three (DelayedScalingState::update): call it once per optimizer step,
   /// after backward.
@@ -49,8 +70,8 @@ class Fp8LinearState {
 /// (..., N) in x's dtype (the GEMM writes bf16 for bf16 inputs, f32 otherwise; the bias is added
 /// in that dtype). Gradients: x's in x's dtype, the weight's and the bias's in their dtypes; the
 /// bias gradient is the sum of the unquantized output gradient. The casts record their amaxes
-/// into `state` (the forward's input and weight, the backward's output gradient), which must
-/// outlive the backward. Products are exact and sums fp32 (scaled_matmul). Errors: ShapeError,
+/// into `state`'s tensors (the forward's input and weight, the backward's output gradient; the
+/// backward keeps a copy of the state, which shares them). Products are exact and sums fp32 (scaled_matmul). Errors: ShapeError,
 /// DTypeError, DeviceError naming the operands.
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8LinearState& state);
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
@@ -52,6 +53,19 @@ DelayedScalingState::DelayedScalingState(DelayedScalingOptions options, Device d
   history_ = zeros({options.amax_history_len}, {.device = device});
   scale_ = ones({}, {.device = device});
   scale_inv_ = ones({}, {.device = device});
+}
+
+DelayedScalingState::DelayedScalingState(DelayedScalingOptions options, Tensor history, Tensor scale,
+                                         Tensor scale_inv)
+    : options_(options), history_(std::move(history)), scale_(std::move(scale)), scale_inv_(std::move(scale_inv)) {
+  (void)DelayedScaling(options);
+  const char* who = "DelayedScalingState";
+  PRECIS_CHECK(history_.defined(), who, ": the amax history is undefined");
+  PRECIS_CHECK_SHAPE(history_.dim() == 1 && history_.numel() == options.amax_history_len, who, ": the amax history ",
+                     history_.describe(), " must hold amax_history_len = ", options.amax_history_len, " values");
+  PRECIS_CHECK_DTYPE(history_.dtype() == DType::f32, who, ": the amax history must be f32, got ", history_.describe());
+  check_scalar(who, "scale", scale_, history_.device());
+  check_scalar(who, "scale_inv", scale_inv_, history_.device());
 }
 
 void DelayedScalingState::record(const Tensor& amax) {

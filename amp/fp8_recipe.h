@@ -35,16 +35,16 @@ Fp8Cast fp8_scaled_cast(const Tensor& x, const Tensor& scale, Fp8Format format);
 
 /// DelayedScaling (amp/fp8_scaling.h) with its amax history and scale in tensors on a device,
 /// updated by ops there, in place. Equal to the host class bit for bit after every record and
-/// update. Not copyable (a captured step holds its tensors); movable.
+/// update. A copy shares the tensors (as a Tensor copy does): both see every update.
 class DelayedScalingState {
  public:
   /// A history of options.amax_history_len zeros and scale 1 on `device` (TE's initial state).
   /// ValueError as DelayedScaling for bad options.
   explicit DelayedScalingState(DelayedScalingOptions options = {}, Device device = Device::cpu());
-  DelayedScalingState(DelayedScalingState&&) = default;
-  DelayedScalingState& operator=(DelayedScalingState&&) = default;
-  DelayedScalingState(const DelayedScalingState&) = delete;
-  DelayedScalingState& operator=(const DelayedScalingState&) = delete;
+  /// A state over existing tensors, used in place (a module's buffers: nn::enable_fp8): history
+  /// 1-D f32 of amax_history_len values, scale and scale_inv one f32 value each, on one device
+  /// (ShapeError / DTypeError / DeviceError otherwise).
+  DelayedScalingState(DelayedScalingOptions options, Tensor history, Tensor scale, Tensor scale_inv);
 
   /// Folds an amax (one f32 value on the state's device, e.g. Fp8Cast::amax) into the current
   /// step's slot: the larger of the two, a NaN sticking. DTypeError / DeviceError otherwise.

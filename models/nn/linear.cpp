@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "amp/autocast.h"
 #include "models/nn/init.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
@@ -30,7 +31,26 @@ void Linear::reset_parameters(Generator* gen) {
 Tensor Linear::forward(const Tensor& x) {
   PRECIS_CHECK_SHAPE(x.dim() >= 1 && x.size(-1) == in_features_, "nn::Linear(", in_features_, ", ", out_features_,
                      "): input ", x.describe(), " must end with in_features = ", in_features_);
+  if (fp8_ && amp::is_fp8_autocast_enabled()) {
+    const DeviceType dev = x.device().type;
+    const Tensor in = amp::is_autocast_enabled(dev) ? x.to(amp::autocast_dtype(dev)) : x;
+    amp::Fp8LinearState state = fp8_->state();  // over the layer's buffers
+    return amp::fp8_linear(in, weight, bias, state);
+  }
   return linear(x, weight, bias);
+}
+
+void Linear::enable_fp8(amp::Fp8LinearOptions options) {
+  PRECIS_CHECK_T(StateError, !fp8_, "nn::Linear(", in_features_, ", ", out_features_,
+                 ").enable_fp8: fp8 is enabled already");
+  fp8_ = add("fp8", Fp8LinearScaling(options));
+  fp8_->to(weight.device());
+}
+
+Fp8LinearScaling& Linear::fp8_scaling() const {
+  PRECIS_CHECK_T(StateError, static_cast<bool>(fp8_), "nn::Linear(", in_features_, ", ", out_features_,
+                 ").fp8_scaling: fp8 is not enabled (enable_fp8)");
+  return *fp8_;
 }
 
 std::string Linear::extra_repr() const {

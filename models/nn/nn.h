@@ -4,6 +4,7 @@
 #include "models/nn/attention.h"
 #include "models/nn/conv.h"
 #include "models/nn/embedding.h"
+#include "models/nn/fp8.h"
 #include "models/nn/init.h"
 #include "models/nn/linear.h"
 #include "models/nn/module.h"
