@@ -127,8 +127,11 @@ BertLayer::BertLayer(const BertConfig& c) : attention(add("attention", BertAtten
 
 Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
   Tensor a = attention->forward(x, mask);
-  // gelu(intermediate_dense(a)) with the GELU in the GEMM's epilogue pass.
-  return output->forward(linear_gelu(a, intermediate_dense->weight, intermediate_dense->bias), a);
+  // gelu(intermediate_dense(a)) with the GELU in the GEMM's epilogue pass (unfused when the layer
+  // runs its GEMMs in fp8).
+  const Tensor h = intermediate_dense->runs_fp8() ? gelu(intermediate_dense(a))
+                                                  : linear_gelu(a, intermediate_dense->weight, intermediate_dense->bias);
+  return output->forward(h, a);
 }
 
 // ---- whole model --------------------------------------------------------------------------------
@@ -177,7 +180,8 @@ BertForMaskedLM::BertForMaskedLM(const BertConfig& c) : bert(add("bert", BertMod
 }
 
 Tensor BertForMaskedLM::transform(const Tensor& hidden) {
-  return transform_norm(linear_gelu(hidden, transform_dense->weight, transform_dense->bias));
+  return transform_norm(transform_dense->runs_fp8() ? gelu(transform_dense(hidden))
+                                                    : linear_gelu(hidden, transform_dense->weight, transform_dense->bias));
 }
 
 Tensor BertForMaskedLM::head(const Tensor& hidden) { return decoder(transform(hidden)); }

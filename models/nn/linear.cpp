@@ -31,7 +31,7 @@ void Linear::reset_parameters(Generator* gen) {
 Tensor Linear::forward(const Tensor& x) {
   PRECIS_CHECK_SHAPE(x.dim() >= 1 && x.size(-1) == in_features_, "nn::Linear(", in_features_, ", ", out_features_,
                      "): input ", x.describe(), " must end with in_features = ", in_features_);
-  if (fp8_ && amp::is_fp8_autocast_enabled()) {
+  if (runs_fp8()) {
     const DeviceType dev = x.device().type;
     const Tensor in = amp::is_autocast_enabled(dev) ? x.to(amp::autocast_dtype(dev)) : x;
     amp::Fp8LinearState state = fp8_->state();  // over the layer's buffers

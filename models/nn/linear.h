@@ -36,6 +36,9 @@ class Linear : public Module {
   void enable_fp8(amp::Fp8LinearOptions options = {});
   /// Whether enable_fp8 was called.
   bool fp8_enabled() const { return static_cast<bool>(fp8_); }
+  /// Whether forward runs in fp8 now: enabled, inside an enabled amp::Fp8Autocast region. Code
+  /// that fuses the layer with what follows (linear_gelu) checks it and calls forward instead.
+  bool runs_fp8() const { return fp8_enabled() && amp::is_fp8_autocast_enabled(); }
   /// The fp8 state module (StateError unless fp8_enabled()).
   Fp8LinearScaling& fp8_scaling() const;
 

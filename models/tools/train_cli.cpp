@@ -159,7 +159,7 @@ std::string explain_extras(const CLI::App& app, const CLI::App* sub, const std::
 
 // Options every subcommand has. Defaults are set per subcommand before parsing.
 struct Common {
-  std::string precision = "auto", eval_precision = "f32", optimizer, schedule, device = "cpu";
+  std::string precision = "auto", eval_precision = "f32", optimizer, schedule, device = "cpu", fp8_amax = "max";
   std::string checkpoint_activations = "none";
   std::optional<double> lr, weight_decay;
 };
@@ -187,13 +187,24 @@ void add_common(CLI::App& app, TrainOptions& o, Common& c, const Texts& t) {
   app.add_option("--precision", c.precision,
                  "training precision: auto (bf16 on a CPU with native bf16 dot products — AVX512-BF16 or AMX — "
                  "else f32; f16 + loss scaler on CUDA), f32, bf16 (autocast), f16 (autocast + loss scaler) or amp "
-                 "(the device's mixed precision: bf16 on the CPU, f16 + loss scaler on CUDA). The run's first line "
-                 "says which")
-      ->check(one_of({"auto", "f32", "bf16", "f16", "amp"}))
+                 "(the device's mixed precision: bf16 on the CPU, f16 + loss scaler on CUDA), or fp8 (bf16 with the "
+                 "linear layers' GEMMs in fp8, delayed scaling: docs/fp8.md). The run's first line says which")
+      ->check(one_of({"auto", "f32", "bf16", "f16", "fp8", "amp"}))
       ->capture_default_str();
   app.add_flag("--master-weights", o.master_weights,
                "low-precision model: parameters in bf16/f16 (" + t.normalisation +
                    " fp32), fp32 master copies in the optimizer");
+  app.add_option("--fp8-history", o.fp8_options.amax_history_len,
+                 "with --precision fp8: steps of amax history per scaled tensor (Transformer Engine's default)")
+      ->check(integer<int64_t>(1))
+      ->capture_default_str();
+  app.add_option("--fp8-amax", c.fp8_amax,
+                 "with --precision fp8: the history's amax: max (of the window) or most_recent")
+      ->check(one_of({"max", "most_recent"}))
+      ->capture_default_str();
+  app.add_option("--fp8-margin", o.fp8_options.margin, "with --precision fp8: scale = (fp8 max / amax) / 2^margin")
+      ->check(number(-64, true, 64))
+      ->capture_default_str();
   app.add_option("--eval-precision", c.eval_precision, "precision of the evaluation: f32, bf16 or f16")
       ->check(one_of({"f32", "bf16", "f16"}))
       ->capture_default_str();
@@ -403,6 +414,8 @@ std::optional<TrainOptions> parse_train_cli(int argc, const char* const* argv, s
   const PrecisionChoice precision = choose_precision(c.precision, o.device);
   o.precision = precision.dtype;
   o.precision_choice = precision.how;
+  o.fp8 = precision.fp8;
+  o.fp8_options.amax_compute = c.fp8_amax == "max" ? amp::AmaxCompute::max : amp::AmaxCompute::most_recent;
   o.eval_precision = resolve_precision(c.eval_precision, o.device);
   o.optimizer = kOptimizers.at(c.optimizer);
   o.schedule = kSchedules.at(c.schedule);

@@ -2,8 +2,11 @@
 #include "models/train/distributed.h"
 
 #include "amp/grad_scaler.h"
+#include "autograd/grad_mode.h"
 #include "dist/sampler.h"
+#include "models/nn/linear.h"
 #include "models/nn/module.h"
+#include "ops/functional.h"
 #include "tensor/factory.h"
 
 namespace precis::train {
@@ -62,6 +65,22 @@ void reduce_evaluation(DistributedRun& run, double& loss_sum, double& correct, d
   run.group->all_reduce(t, dist::ReduceOp::sum)->wait();
   const auto v = t.to_vector<double>();
   loss_sum = v[0], correct = v[1], count = v[2];
+}
+
+void reduce_fp8_amaxes(DistributedRun& run, nn::Module& model) {
+  std::vector<Tensor> slots;  // views of the live histories' slot 0
+  for (const auto& [name, m] : model.named_modules()) {
+    const auto* linear = dynamic_cast<const nn::Linear*>(m);
+    if (linear == nullptr || !linear->fp8_enabled()) continue;
+    const amp::Fp8LinearState s = linear->fp8_scaling().state();
+    for (const amp::DelayedScalingState* d : {&s.input, &s.weight, &s.grad_output})
+      slots.push_back(d->amax_history().narrow(0, 0, 1));
+  }
+  if (slots.empty()) return;
+  NoGradGuard no_grad;
+  const Tensor all = cat(slots, 0);
+  run.group->all_reduce(all, dist::ReduceOp::max)->wait();
+  for (size_t i = 0; i < slots.size(); ++i) Tensor(slots[i]).copy_(all.narrow(0, static_cast<int64_t>(i), 1));
 }
 
 }  // namespace precis::train

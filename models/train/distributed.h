@@ -36,4 +36,11 @@ std::unique_ptr<DistributedRun> make_distributed_run(nn::Module& model, amp::Gra
 /// (loss_sum, correct, count) summed over the ranks (in place, f64).
 void reduce_evaluation(DistributedRun& run, double& loss_sum, double& correct, double& count);
 
+/// --precision fp8: the step's amaxes (slot 0 of every fp8 linear layer's three histories) become
+/// their max over the ranks, so that every rank moves to the same scales, as one process
+/// accumulating the ranks' micro-batches would: one all_reduce(max) of one small tensor per
+/// optimizer step, after backward (the gradient buckets' all-reduces end before the output
+/// gradients' amaxes are known). A no-op without fp8 layers.
+void reduce_fp8_amaxes(DistributedRun& run, nn::Module& model);
+
 }  // namespace precis::train

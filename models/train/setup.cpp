@@ -27,6 +27,9 @@ PrecisionChoice choose_precision(const std::string& name, Device device) {
   if (name == "f32") return {DType::f32, "--precision f32"};
   if (name == "bf16") return {DType::bf16, "--precision bf16"};
   if (name == "f16") return {DType::f16, "--precision f16"};
+  if (name == "fp8")
+    return {DType::bf16, "--precision fp8: linear layers' GEMMs in fp8 with delayed scaling, the rest bf16 autocast",
+            true};
   if (name == "amp")
     return {amp::default_autocast_dtype(device.type),
             device.is_cuda() ? "--precision amp: f16 + loss scaler on CUDA" : "--precision amp: bf16 on the CPU"};
@@ -43,7 +46,7 @@ PrecisionChoice choose_precision(const std::string& name, Device device) {
     if (cpu_has_native_bf16()) return {DType::bf16, "--precision auto: this CPU computes bf16 dot products natively"};
     return {DType::f32, "--precision auto: this CPU has no native bf16 dot products, so bf16 would save little time"};
   }
-  throw ValueError("--precision must be auto, f32, bf16, f16 or amp, got '" + name + "'");
+  throw ValueError("--precision must be auto, f32, bf16, f16, fp8 or amp, got '" + name + "'");
 }
 
 DType resolve_precision(const std::string& name, Device device) { return choose_precision(name, device).dtype; }
@@ -135,7 +138,7 @@ std::map<std::string, std::string> run_identity(const TrainOptions& o, const Tra
   m["task"] = o.task == Task::resnet ? "resnet" : "bert-mini";
   m["model"] = o.model;
   m["width"] = std::to_string(o.width);
-  m["precision"] = precision_name(o.precision);
+  m["precision"] = o.fp8 ? "fp8" : precision_name(o.precision);
   m["master_weights"] = o.master_weights ? "1" : "0";
   m["optimizer"] = optimizer_name(o.optimizer);
   m["batch"] = std::to_string(o.batch);
@@ -168,6 +171,8 @@ void validate(const TrainOptions& o) {
                "--precision must be f32, bf16 or f16, got ", o.precision);
   PRECIS_CHECK(o.eval_precision == DType::f32 || o.eval_precision == DType::bf16 || o.eval_precision == DType::f16,
                "--eval-precision must be f32, bf16 or f16, got ", o.eval_precision);
+  PRECIS_CHECK(!o.fp8 || o.precision == DType::bf16, "--precision fp8 runs bf16 autocast around its fp8 linear "
+               "layers; the run's precision must be bf16, got ", o.precision);
   PRECIS_CHECK(!o.master_weights || o.precision != DType::f32,
                "--master-weights keeps the model in low precision with fp32 master copies; it needs "
                "--precision bf16 or f16", o.precision_choice.empty() ? "" : " (this run has f32 from " +

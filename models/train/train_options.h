@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "amp/fp8_linear.h"
 #include "autograd/checkpoint.h"
 #include "core/device.h"
 #include "core/dtype.h"
@@ -33,6 +34,11 @@ struct TrainOptions {
   /// --precision value and, for auto, the reason (choose_precision). Empty: not shown.
   std::string precision_choice;
   bool master_weights = false;      ///< low-precision model mode: params in `precision`, fp32 masters
+  /// --precision fp8 (docs/fp8.md): bf16 autocast (precision is bf16) with the model's linear
+  /// layers' GEMMs in fp8 with delayed scaling (nn::enable_fp8; BERT's vocabulary decoder stays
+  /// bf16), the scales moved once per optimizer step.
+  bool fp8 = false;
+  amp::Fp8LinearOptions fp8_options;  ///< --fp8-history, --fp8-amax, --fp8-margin
   DType eval_precision = DType::f32;
   int64_t epochs = 1;
   int64_t batch = 128;
@@ -103,9 +109,10 @@ const char* precision_name(DType dtype);  ///< "f32", "bf16", "f16"
 struct PrecisionChoice {
   DType dtype = DType::f32;
   std::string how;  ///< "--precision auto: this CPU computes bf16 dot products natively", ...
+  bool fp8 = false;  ///< --precision fp8: dtype is bf16, and linear layers run in fp8
 };
 /// The training precision a precis-train --precision value names on `device`: "f32", "bf16",
-/// "f16"; "amp" is the device's mixed-precision default (bf16 autocast on the CPU, f16 autocast +
+/// "f16"; "fp8" (bf16 with fp8 linear layers); "amp" is the device's mixed-precision default (bf16 autocast on the CPU, f16 autocast +
 /// the dynamic loss scaler on CUDA); "auto" (and "", not given) is bf16 on a CPU that computes
 /// bf16 dot products natively (cpu_has_native_bf16) and f32 on one that does not, where bf16
 /// operands are widened to f32 and save little time; on CUDA bf16 autocast on a GPU with bf16

@@ -19,6 +19,8 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "dist/zero.h"
+#include "models/nn/fp8.h"
+#include "models/nn/linear.h"
 #include "models/train/checkpoint.h"
 #include "models/train/distributed.h"
 #include "models/train/metrics.h"
@@ -167,6 +169,14 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
   // On the device before the optimizer exists, so that its state (and fp32 masters) are made there.
   model_->to(o_.device);
   model_->train();
+  if (o_.fp8) {
+    // Every linear layer but BERT's vocabulary decoder (its weight is the embedding table; the
+    // output layer stays in higher precision, as Transformer Engine recipes keep it).
+    const int layers = nn::enable_fp8(*model_, o_.fp8_options, [](const std::string& name, const nn::Linear&) {
+      return name.size() < 7 || name.compare(name.size() - 7, 7, "decoder") != 0;
+    });
+    if (!o_.quiet) out_ << "fp8: " << layers << " linear layer" << (layers == 1 ? "" : "s") << "\n";
+  }
   opt_ = make_optimizer(o_, model_->parameters());
   scaler_ = std::make_unique<amp::GradScaler>(
       amp::GradScalerOptions{.enabled = o_.precision == DType::f16, .device = o_.device});
@@ -341,6 +351,7 @@ bool Trainer::step(const data::Batch& batch) {
   ForwardStats s;
   {
     amp::Autocast ac(autocast_for(o_.precision, o_.device));
+    amp::Fp8Autocast fp8(o_.fp8);
     s = task_->forward(*model_, batch, o_.device);
   }
   Tensor loss = o_.accum > 1 ? mul(s.loss, acc_->loss_scale()) : s.loss;
@@ -365,6 +376,10 @@ void Trainer::update() {
   note_step_lr();
   amp::StepResult r = scaler_->step(*opt_);
   scaler_->update();
+  if (o_.fp8) {  // the next step's fp8 scales, from this step's amaxes (every rank's)
+    if (dist_) reduce_fp8_amaxes(*dist_, *model_);
+    nn::update_fp8(*model_);
+  }
   if (sched_ && !sched_->on_device()) {
     // A scheduler advances on applied steps only: on the CPU the host reads the flag at no cost.
     const bool applied = r.applied();
@@ -461,6 +476,7 @@ bool Trainer::graphed_step(const data::Batch& batch) {
     opt_->zero_grad(/*set_to_none=*/false);  // the captured gradients stay where the graph writes them
     {
       amp::Autocast ac(autocast_for(o_.precision, o_.device));
+      amp::Fp8Autocast fp8(o_.fp8);
       out.stats = task_->forward(*model_, on_device, o_.device);
     }
     scaler_->scale(out.stats.loss).backward();
@@ -468,6 +484,7 @@ bool Trainer::graphed_step(const data::Batch& batch) {
     out.result = scaler_->step(*opt_);
     scaler_->update();
     if (sched_) sched_->step_on_device(out.result.skip_flag());
+    if (o_.fp8) nn::update_fp8(*model_);
     return out;
   };
   StepOutputs out;
@@ -602,6 +619,7 @@ std::string precision_text(const TrainOptions& o) {
   if (o.master_weights) t += " model with fp32 master weights";
   else if (o.precision != DType::f32) t += " autocast";
   if (o.precision == DType::f16) t += " + loss scaler";
+  if (o.fp8) t += " with the linear layers' GEMMs in fp8 (E4M3 forward, E5M2 gradients, delayed scaling)";
   return t;
 }
 
@@ -724,7 +742,7 @@ TrainSummary Trainer::run() {
                                            resuming(o_) ? global_step_ : -1, identity_);
   TrainSummary summary;
   summary.model = o_.model;
-  summary.precision = std::string(precision_name(o_.precision)) + (o_.master_weights ? "-master" : "");
+  summary.precision = std::string(o_.fp8 ? "fp8" : precision_name(o_.precision)) + (o_.master_weights ? "-master" : "");
   summary.test_accuracy = NAN;
   summary.test_loss = NAN;
   summary.epochs = static_cast<double>(start_.epoch);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""compare_checkpoints.py A B [--tolerance T] [--with-buffers]: the parameters and optimizer state of
-two precis-train checkpoints (safetensors) are bit-identical (or, with --tolerance, within T
-absolute, f32 only). BatchNorm running statistics are left out unless --with-buffers: a
-data-parallel rank 0 updates them from its own micro-batch, one process accumulating from each
-micro-batch in turn (docs/distributed.md)."""
+"""compare_checkpoints.py A B [--tolerance T] [--with-buffers] [--skip SUFFIX,...]: the parameters and
+optimizer state of two precis-train checkpoints (safetensors) are bit-identical (or, with
+--tolerance, within T absolute, f32 only). BatchNorm running statistics are left out unless
+--with-buffers: a data-parallel rank 0 updates them from its own micro-batch, one process
+accumulating from each micro-batch in turn (docs/distributed.md). --skip leaves out the entries
+ending with the given suffixes too (the caller compares them otherwise)."""
 import json
 import struct
 import sys
@@ -36,6 +37,10 @@ def main():
     if "--with-buffers" in args:
         args.remove("--with-buffers")
         skip = ()
+    if "--skip" in args:
+        i = args.index("--skip")
+        skip = tuple(skip) + tuple(args[i + 1].split(","))
+        del args[i:i + 2]
     a, b = tensors(args[0], skip), tensors(args[1], skip)
     if a.keys() != b.keys():
         print(f"compare: different keys: {sorted(a.keys() ^ b.keys())[:5]}")

@@ -250,7 +250,8 @@ TEST_CASE("precis-train: usage errors are explained and exit with 2", "[train]")
       {"resnet --resume", {"--resume", "--checkpoint"}},
       {"bert-mini --max-len 64 --max-tokens 32", {"--max-tokens", "--max-len"}},
       {"resnet --device gpu", {"--device", "gpu", "cuda:N"}},
-      {"resnet --precision fp8", {"--precision", "fp8"}},
+      {"resnet --precision fp4", {"--precision", "fp4"}},
+      {"resnet --precision fp8 --fp8-amax avg", {"--fp8-amax", "avg", "most_recent"}},
   };
   for (const Case& c : cases) {
     const Run r = run_cli(c.args);
