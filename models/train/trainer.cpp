@@ -140,7 +140,7 @@ class Trainer {
   Clock::time_point epoch_start_, step_start_;
   RunningMetrics step_metrics_;     // the current optimizer step's micro-batches
   double step_lr_ = 0;              // the lr the last optimizer step used (the scheduler has moved on)
-  Tensor step_lr_device_;           // --cuda-graphs with a schedule: that lr, copied on the device (step_lr())
+  Tensor step_lr_device_;           // a schedule on the device (CUDA): that lr, copied there (step_lr())
   std::unique_ptr<Progress> progress_;
 
   std::string last_checkpoint_;     // the last checkpoint written, else the one resumed from
@@ -509,7 +509,7 @@ bool Trainer::graphed_step(const data::Batch& batch) {
   return true;
 }
 
-// The lr of the last optimizer step (a device read under --cuda-graphs with a schedule).
+// The lr of the last optimizer step (a device read when the schedule lives on the device).
 double Trainer::step_lr() const {
   return step_lr_device_.defined() ? step_lr_device_.item<double>() : step_lr_;
 }

@@ -4,6 +4,7 @@
 // replay draws anew from the generator's offset (graph-safe random numbers). What a capture refuses is checked
 // without a GPU on the fake device (tests/fake_cuda/graph_test.cpp).
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "amp/amp.h"
@@ -39,6 +40,33 @@ std::vector<Tensor> on_host(const std::vector<Tensor>& params) {
   return out;
 }
 
+void require_same_bits(const std::vector<Tensor>& graphed, const std::vector<Tensor>& eager) {
+  REQUIRE(eager.size() == graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
+}
+
+// ResNet-20 (width 4) on the GPU from seed `seed`, and a fixed batch of eight 1×8×8 images.
+struct TinyResNet {
+  std::shared_ptr<models::ResNet> model;
+  Tensor x, y;
+  explicit TinyResNet(uint64_t seed) {
+    manual_seed(seed);
+    model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 4});
+    model->to(kGpu);
+    x = randn({8, 1, 8, 8}).to(kGpu);
+    y = from_vector<int64_t>({1, 3, 5, 7, 0, 2, 4, 6}).to(kGpu);
+  }
+  // The f16 autocast forward and the scaled backward of one step.
+  void scaled_backward(amp::GradScaler& scaler) const {
+    Tensor loss;
+    {
+      amp::Autocast ac(DType::f16, DeviceType::cuda);
+      loss = cross_entropy(model->forward(x), y);
+    }
+    scaler.scale(loss).backward();
+  }
+};
+
 TEST_CASE("a CUDA graph replay repeats the captured work on inputs refilled in place", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   Tensor x = zeros({4096}, {.device = kGpu});
@@ -58,31 +86,20 @@ TEST_CASE("a CUDA graph replay repeats the captured work on inputs refilled in p
 TEST_CASE("a captured f16 ResNet-20 step replayed equals the eager steps bit for bit", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   auto run = [](bool graphed) {
-    manual_seed(5);
-    auto model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 4});
-    model->to(kGpu);
-    optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+    const TinyResNet net(5);
+    optim::SGD opt(net.model->parameters(), {.lr = 0.05, .momentum = 0.9});
     amp::GradScaler scaler;
-    const Tensor x = randn({8, 1, 8, 8}).to(kGpu);
-    const Tensor y = from_vector<int64_t>({1, 3, 5, 7, 0, 2, 4, 6}).to(kGpu);
     auto step = [&] {
-      Tensor loss;
-      {
-        amp::Autocast ac(DType::f16, DeviceType::cuda);
-        loss = cross_entropy(model->forward(x), y);
-      }
-      scaler.scale(loss).backward();
+      net.scaled_backward(scaler);
       (void)scaler.clip_grad_norm_(opt, 1.0);
       (void)scaler.step(opt);
       scaler.update();
       opt.zero_grad(false);  // gradients stay allocated: a replay writes the captured buffers
     };
     run_steps(step, graphed);
-    return on_host(model->parameters());
+    return on_host(net.model->parameters());
   };
-  const std::vector<Tensor> eager = run(false), graphed = run(true);
-  REQUIRE(eager.size() == graphed.size());
-  for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
+  require_same_bits(run(true), run(false));
 }
 
 TEST_CASE("a captured BERT step with dropout replayed equals the eager steps bit for bit", "[cuda]") {
@@ -114,8 +131,7 @@ TEST_CASE("a captured BERT step with dropout replayed equals the eager steps bit
   const auto [eager, eager_offset] = run(false);
   const auto [graphed, graphed_offset] = run(true);
   CHECK(graphed_offset == eager_offset);  // four replays advanced the generator as four steps
-  REQUIRE(eager.size() == graphed.size());
-  for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
+  require_same_bits(graphed, eager);
 }
 
 // The loss scaler's state carries from replay to replay: a scale far too large overflows every
@@ -123,33 +139,23 @@ TEST_CASE("a captured BERT step with dropout replayed equals the eager steps bit
 TEST_CASE("replayed f16 steps back the loss scale off from replay to replay, as eager steps do", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   auto run = [](bool graphed) {
-    manual_seed(7);
-    auto model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 4});
-    model->to(kGpu);
-    optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+    const TinyResNet net(7);
+    optim::SGD opt(net.model->parameters(), {.lr = 0.05, .momentum = 0.9});
     amp::GradScaler scaler({.init_scale = 3e38, .max_scale = 3e38});
-    const Tensor x = randn({8, 1, 8, 8}).to(kGpu);
-    const Tensor y = from_vector<int64_t>({1, 3, 5, 7, 0, 2, 4, 6}).to(kGpu);
     auto step = [&] {
-      Tensor loss;
-      {
-        amp::Autocast ac(DType::f16, DeviceType::cuda);
-        loss = cross_entropy(model->forward(x), y);
-      }
-      scaler.scale(loss).backward();
+      net.scaled_backward(scaler);
       (void)scaler.step(opt);
       scaler.update();
       opt.zero_grad(false);
     };
     run_steps(step, graphed);
-    return std::make_pair(on_host(model->parameters()), scaler.get_scale());
+    return std::make_pair(on_host(net.model->parameters()), scaler.get_scale());
   };
   const auto [eager, eager_scale] = run(false);
   const auto [graphed, graphed_scale] = run(true);
   CHECK(eager_scale == 3e38f / 64.0f);  // six overflowing steps, six halvings
   CHECK(graphed_scale == eager_scale);
-  REQUIRE(eager.size() == graphed.size());
-  for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
+  require_same_bits(graphed, eager);
 }
 
 // The learning rate inside a captured step: a capturable Adam with OneCycleLR counted on the
@@ -158,25 +164,16 @@ TEST_CASE("a captured step with its lr schedule on the device replays as the eag
           "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   auto run = [](bool graphed) {
-    manual_seed(6);
-    auto model = models::resnet20({.num_classes = 10, .in_channels = 1, .width = 4});
-    model->to(kGpu);
-    optim::Adam opt(model->parameters(), {.lr = 1e-3});
+    const TinyResNet net(6);
+    optim::Adam opt(net.model->parameters(), {.lr = 1e-3});
     optim::OneCycleLR sched(opt, {.max_lr = 1e-2, .total_steps = 6});
     if (graphed) {
       opt.set_capturable(true);
       sched.to_device(6);
     }
     amp::GradScaler scaler;
-    const Tensor x = randn({8, 1, 8, 8}).to(kGpu);
-    const Tensor y = from_vector<int64_t>({1, 3, 5, 7, 0, 2, 4, 6}).to(kGpu);
     auto step = [&] {
-      Tensor loss;
-      {
-        amp::Autocast ac(DType::f16, DeviceType::cuda);
-        loss = cross_entropy(model->forward(x), y);
-      }
-      scaler.scale(loss).backward();
+      net.scaled_backward(scaler);
       const amp::StepResult r = scaler.step(opt);
       scaler.update();
       if (graphed) {
@@ -187,13 +184,12 @@ TEST_CASE("a captured step with its lr schedule on the device replays as the eag
       opt.zero_grad(false);
     };
     run_steps(step, graphed);
-    return std::make_pair(on_host(model->parameters()), sched.last_step());
+    return std::make_pair(on_host(net.model->parameters()), sched.last_step());
   };
   const auto [eager, eager_steps] = run(false);
   const auto [graphed, graphed_steps] = run(true);
   CHECK(graphed_steps == eager_steps);
-  REQUIRE(eager.size() == graphed.size());
-  for (size_t i = 0; i < eager.size(); ++i) PRECIS_REQUIRE_SAME_BITS(graphed[i], eager[i]);
+  require_same_bits(graphed, eager);
 }
 
 }  // namespace
