@@ -2,7 +2,10 @@
 
 #include <cstdio>
 #include <sstream>
+#include <utility>
+#include <vector>
 
+#include "models/nn/linear.h"
 #include "models/nn/module.h"
 
 namespace precis::train {
@@ -45,6 +48,24 @@ void TensorBoardLog::step(const StepLog& s) {
     std::snprintf(line, sizeof line, "step %lld skipped: %s (loss scale %g -> %g)", static_cast<long long>(s.step),
                   amp::skip_reason_name(s.reason), s.loss_scale, s.scale_after);
     writer_.add_text("train/skipped", line, s.step);
+  }
+}
+
+void TensorBoardLog::fp8(const nn::Module& model, int64_t step) {
+  std::vector<std::pair<std::string, const nn::Linear*>> layers;
+  for (const auto& [name, m] : model.named_modules())
+    if (const auto* l = dynamic_cast<const nn::Linear*>(m); l != nullptr && l->fp8_enabled()) layers.emplace_back(name, l);
+  if (layers.empty()) return;
+  if (layers.size() > 2) layers.erase(layers.begin() + 1, layers.end() - 1);
+  for (const auto& [name, l] : layers) {
+    const amp::Fp8LinearState s = l->fp8_scaling().state();
+    for (const auto& [operand, d] : {std::pair<const char*, const amp::DelayedScalingState*>{"input", &s.input},
+                                     {"weight", &s.weight}, {"grad_output", &s.grad_output}}) {
+      const std::string tag = "fp8/" + name + "/" + operand;
+      const Tensor& h = d->amax_history();
+      writer_.add_scalar(tag + "_amax", h.narrow(0, h.numel() - 1, 1).item<double>(), step);
+      writer_.add_scalar(tag + "_scale", d->scale().item<double>(), step);
+    }
   }
 }
 

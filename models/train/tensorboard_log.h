@@ -13,6 +13,11 @@
 //   train/samples_per_s               examples per second of the step
 //   train/data_wait                   share of the epoch so far spent waiting for data, in [0, 1]
 //   eval/loss, eval/accuracy          the test split at each epoch end (at that epoch's last step)
+//   fp8/<layer>/<operand>_amax, fp8/<layer>/<operand>_scale
+//                                     --precision fp8, for the first and the last fp8 linear layer
+//                                     (operand: input, weight, grad_output): the amax the step
+//                                     recorded (the newest history entry) and the scale the next
+//                                     step casts with
 //   weights/<param>, grads/<param>    histograms every --tensorboard-histograms N steps
 //   run/options                       text at step 0: the run's options
 // Each run's file starts with a session START (SummaryWriterOptions::purge_step): at 0 for a fresh
@@ -54,6 +59,9 @@ class TensorBoardLog {
   bool histograms_due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
   /// Weight and gradient histograms of `model` at `step` (gradients: those the step applied).
   void histograms(const nn::Module& model, int64_t step);
+  /// The fp8 scalars (see the tags above) of `model`'s first and last fp8 linear layers after
+  /// `step`; nothing when it has none. Reads the device (a log point).
+  void fp8(const nn::Module& model, int64_t step);
   void evaluation(int64_t step, double loss, double accuracy);
   /// Writes everything pending (at checkpoints, so that a resumed run has no gap before its own).
   void flush() { writer_.flush(); }

@@ -544,6 +544,7 @@ void Trainer::log_step(const amp::StepResult& r, const Tensor& grad_norm, double
                .loss_scale = r.scale_before(), .applied = r.applied(), .reason = r.reason(),
                .scale_after = r.scale_after(), .skipped_total = skipped(), .grad_norm = tb_grad_norm,
                .samples_per_s = samples_per_s, .data_wait = loader_->wait_fraction()});
+  if (tb_ && o_.fp8) tb_->fp8(*model_, global_step_);
 }
 
 // --distributed: `m`'s sums (and `extra`) over the ranks, one all_reduce at a log point; else `m`.

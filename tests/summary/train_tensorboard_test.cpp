@@ -213,3 +213,32 @@ TEST_CASE("precis-train --tensorboard: a resumed run replaces the steps after it
       for (size_t i = 0; i < m.size(); ++i) CHECK(m[i].value == ref[i].value);
   }
 }
+
+// --precision fp8: the first and the last fp8 linear layer's amaxes and scales at every step
+// (ResNet has one: its head), equal to what the checkpoint's fp8 state says after the last step.
+TEST_CASE("precis-train --tensorboard with --precision fp8: fp8 amaxes and scales per step", "[summary][train][fp8]") {
+  TempDir dir("tensorboard-fp8");
+  train::TrainOptions o = tiny_resnet(image_data(dir), dir / "ck");
+  o.precision = DType::bf16;
+  o.fp8 = true;
+  o.fp8_options.amax_history_len = 4;
+  o.tensorboard = dir / "tb";
+  std::ostringstream log;
+  const train::TrainSummary s = train::train(o, log);
+  REQUIRE(s.steps == 12);
+  const auto sc = scalars(o.tensorboard);
+  const train::Checkpoint ck = train::load_checkpoint(s.last_checkpoint);
+  for (const char* operand : {"input", "weight", "grad_output"}) {
+    const std::string tag = std::string("fp8/fc/") + operand;
+    INFO(tag);
+    REQUIRE(sc.count(tag + "_amax") == 1);
+    REQUIRE(sc.count(tag + "_scale") == 1);
+    CHECK(sc.at(tag + "_scale").size() == 12);
+    const float scale = ck.state.at(std::string("model.fc.fp8.") + operand + "_scale").item<float>();
+    const std::vector<float> history =
+        ck.state.at(std::string("model.fc.fp8.") + operand + "_amax_history").to_vector<float>();
+    CHECK(sc.at(tag + "_scale").back().value == scale);
+    CHECK(sc.at(tag + "_amax").back().value == history.back());
+    CHECK(history.back() > 0.0f);
+  }
+}
