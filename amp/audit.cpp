@@ -80,6 +80,31 @@ std::vector<AuditRecord> Audit::near_fp16_limit(double margin) const {
   return out;
 }
 
+void Audit::observe_fp8(const std::string& operand, const Tensor& x, const Tensor& scale, const Tensor& data,
+                        double fp8_max) {
+  NoGradGuard no_grad;
+  Fp8AuditRecord& r = fp8_[operand];
+  r.operand = operand;
+  ++r.casts;
+  r.elements += x.numel();
+  r.last_scale = scale.item<double>();
+  if (x.numel() == 0) return;
+  auto count = [](const Tensor& mask) { return static_cast<int64_t>(sum(mask.to(DType::f64)).item<double>()); };
+  const Tensor xf = x.detach().to(DType::f32);
+  const double amax = max(abs(xf)).item<double>();
+  r.amax = std::isnan(amax) ? std::numeric_limits<double>::infinity() : std::max(r.amax, amax);
+  r.saturated += count(gt(abs(mul(xf, scale.reshape({}))), fp8_max));
+  const Tensor nonzero = ne(xf, 0.0);
+  r.nonzero += count(nonzero);
+  r.flushed += count(mul(nonzero.to(DType::f32), eq(data.to(DType::f32), 0.0).to(DType::f32)));
+}
+
+std::vector<Fp8AuditRecord> Audit::fp8_records() const {
+  std::vector<Fp8AuditRecord> out;
+  for (const auto& [name, r] : fp8_) out.push_back(r);
+  return out;
+}
+
 std::string Audit::report() const {
   std::ostringstream os;
   os << std::left << std::setw(32) << "op" << std::setw(8) << "calls" << std::setw(16) << "dtypes" << "max |input|\n";
@@ -96,6 +121,14 @@ std::string Audit::report() const {
     os << std::setw(32) << name << std::setw(8) << r.calls << std::setw(16) << dts << r.max_abs;
     if (r.max_abs >= kFp16Max / 2) os << "   <-- within 2x of the fp16 maximum (65504): keep this op in fp32 or use bf16";
     os << '\n';
+  }
+  if (!fp8_.empty()) {
+    auto share = [](int64_t part, int64_t whole) { return whole > 0 ? static_cast<double>(part) / whole : 0.0; };
+    os << "\n" << std::setw(40) << "fp8 operand" << std::setw(8) << "casts" << std::setw(14) << "amax"
+       << std::setw(14) << "last scale" << std::setw(12) << "saturated" << "flushed to 0 (of nonzero)\n";
+    for (const auto& [name, r] : fp8_)
+      os << std::setw(40) << name << std::setw(8) << r.casts << std::setw(14) << r.amax << std::setw(14)
+         << r.last_scale << std::setw(12) << share(r.saturated, r.elements) << share(r.flushed, r.nonzero) << '\n';
   }
   return os.str();
 }

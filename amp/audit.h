@@ -41,6 +41,20 @@ struct AuditRecord {
   double max_abs = 0.0;
 };
 
+/// What an Audit saw of the fp8 casts of one GEMM operand (amp::fp8_scaled_cast: fp8_linear's
+/// input, weight and output gradient, backward included), over all its casts: the numbers that say
+/// whether a scale fits its tensor.
+struct Fp8AuditRecord {
+  std::string operand;     ///< "fp8_linear input (M, K)", "... weight (N, K)", "... grad_output (M, N)"
+  int64_t casts = 0;       ///< casts recorded
+  int64_t elements = 0;    ///< elements cast, over all casts
+  int64_t nonzero = 0;     ///< of them, nonzero before the cast
+  int64_t saturated = 0;   ///< elements whose |x · scale| exceeded the format's max (clamped to it)
+  int64_t flushed = 0;     ///< nonzero elements that became zero (below half the smallest subnormal)
+  double amax = 0.0;       ///< largest |x| before scaling (NaN/inf count as inf)
+  double last_scale = 0.0; ///< the scale of the last cast
+};
+
 /// RAII recorder: while alive, every op called on the constructing thread (outside backward) is
 /// recorded (see the file comment). Audits nest: the innermost records, and the outer resumes when
 /// it is destroyed, so destroy them in reverse order of construction on the same thread.
@@ -60,7 +74,16 @@ class Audit {
   std::vector<AuditRecord> near_fp16_limit(double margin = 2.0) const;
   /// A table of every op (name, calls, dtypes, max |x|), flagging those near the fp16 limit. An
   /// f32 call that computed in TF32 is listed as "tf32" among the dtypes, an IEEE one as "f32".
+  /// When fp8 casts were seen, a second table lists them (fp8_records()).
   std::string report() const;
+  /// The fp8 operands seen, by name (empty without fp8 casts).
+  std::vector<Fp8AuditRecord> fp8_records() const;
+
+  /// Called by amp::fp8_scaled_cast while an Audit is open (backward included; not by users):
+  /// x the tensor cast, scale its one-element f32 scale, data the fp8 result. Reads them (a
+  /// reduction each).
+  void observe_fp8(const std::string& operand, const Tensor& x, const Tensor& scale, const Tensor& data,
+                   double fp8_max);
 
   /// Called by the precision hook of every op, built-in or registered with amp::register_custom_op
   /// (not by users). name: the op's; op: its OpId, none for a custom op (whose f32 calls count as
@@ -71,6 +94,7 @@ class Audit {
 
  private:
   std::map<std::string, AuditRecord> records_;
+  std::map<std::string, Fp8AuditRecord> fp8_;
   Audit* previous_;
 };
 

@@ -21,6 +21,13 @@ struct Fp8Operand {
   Tensor data, scale_inv;
 };
 
+// "(M, K)": an operand's shape in the audit's names.
+std::string shape_text(const Tensor& t) {
+  std::string s = "(";
+  for (size_t i = 0; i < t.sizes().size(); ++i) s += (i ? ", " : "") + std::to_string(t.sizes()[i]);
+  return s + ")";
+}
+
 // The GEMM's output dtype: bf16 for bf16 activations, else f32 (scaled_matmul writes those two).
 DType gemm_dtype(DType activation) { return activation == DType::bf16 ? DType::bf16 : DType::f32; }
 
@@ -93,8 +100,9 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8
   {
     NoGradGuard no_grad;
     const Tensor x2 = x.detach().reshape({-1, k});
-    const Fp8Cast cx = fp8_scaled_cast(x2, state.input.scale(), Fp8Format::e4m3);
-    const Fp8Cast cw = fp8_scaled_cast(weight.detach(), state.weight.scale(), Fp8Format::e4m3);
+    const Fp8Cast cx = fp8_scaled_cast(x2, state.input.scale(), Fp8Format::e4m3, "fp8_linear input " + shape_text(x2));
+    const Fp8Cast cw =
+        fp8_scaled_cast(weight.detach(), state.weight.scale(), Fp8Format::e4m3, "fp8_linear weight " + shape_text(weight));
     state.input.record(cx.amax);
     state.weight.record(cw.amax);
     // The scale-inverses as they are now: update() may run before this backward (a second step
@@ -114,7 +122,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8
          n](const autograd::TensorList& g) -> autograd::TensorList {
           const Tensor g2 = g[0].reshape({-1, n});
           DelayedScalingState s = grad_state;  // shares the layer's tensors
-          const Fp8Cast cg = fp8_scaled_cast(g2, s.scale(), Fp8Format::e5m2);
+          const Fp8Cast cg = fp8_scaled_cast(g2, s.scale(), Fp8Format::e5m2, "fp8_linear grad_output " + shape_text(g2));
           s.record(cg.amax);
           const Tensor g_inv = s.scale_inv();
           // dx = g · W: (M, N) E5M2 × (N, K) E4M3; dW = gᵀ · x: (N, M) E5M2 × (M, K) E4M3.

@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "amp/audit.h"
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "ops/functional.h"
@@ -32,7 +33,7 @@ Tensor nan_to_zero(const Tensor& t) { return where(eq(t, t), t, 0.0); }
 
 }  // namespace
 
-Fp8Cast fp8_scaled_cast(const Tensor& x, const Tensor& scale, Fp8Format format) {
+Fp8Cast fp8_scaled_cast(const Tensor& x, const Tensor& scale, Fp8Format format, const std::string& operand) {
   PRECIS_CHECK(x.defined(), "fp8_scaled_cast: the input is undefined");
   PRECIS_CHECK_DTYPE(x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16,
                      "fp8_scaled_cast: the input must be f32, bf16 or f16, got ", x.describe());
@@ -45,6 +46,7 @@ Fp8Cast fp8_scaled_cast(const Tensor& x, const Tensor& scale, Fp8Format format) 
   Fp8Cast out;
   out.data = minimum(maximum(scaled, -m), m).to(fp8_dtype(format)).contiguous();
   out.amax = x.numel() == 0 ? zeros({}, {.device = x.device()}) : max(abs(x.detach())).to(DType::f32);
+  if (Audit* audit = open_audit()) audit->observe_fp8(operand, x, scale, out.data, m);
   return out;
 }
 

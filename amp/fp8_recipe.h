@@ -12,6 +12,8 @@
 //
 // Both follow amp/fp8_scaling.h's host rules bit for bit (the tests compare them): the same fp32
 // products and divisions, the same handling of zero, inf and NaN amaxes.
+#include <string>
+
 #include "amp/fp8_scaling.h"
 #include "core/device.h"
 #include "tensor/state_dict.h"
@@ -30,8 +32,10 @@ struct Fp8Cast {
 /// cvt.rn.satfinite, Transformer Engine's cast) — and amax = max |x|, the value TE records while
 /// casting. x: f32, bf16 or f16 (DTypeError otherwise); scale: one f32 value on x's device
 /// (DTypeError / DeviceError otherwise), read by the ops that use it, so no host read. Not
-/// differentiable.
-Fp8Cast fp8_scaled_cast(const Tensor& x, const Tensor& scale, Fp8Format format);
+/// differentiable. While an amp::Audit is open the cast is recorded under `operand` (amax, scale,
+/// the saturated and flushed counts: Audit::fp8_records), which reads the device.
+Fp8Cast fp8_scaled_cast(const Tensor& x, const Tensor& scale, Fp8Format format,
+                        const std::string& operand = "fp8_scaled_cast");
 
 /// DelayedScaling (amp/fp8_scaling.h) with its amax history and scale in tensors on a device,
 /// updated by ops there, in place. Equal to the host class bit for bit after every record and

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "amp/audit.h"
 #include "amp/fp8_linear.h"
 #include "autograd/grad_mode.h"
 #include "core/float8.h"
@@ -23,8 +24,8 @@ namespace {
 
 // Exact value of saturate_fp8(v · scale) · scale_inv, as the GEMM sees the operand.
 double dequantized(float v, float scale, float scale_inv, Fp8Format f) {
-  const uint8_t b = detail::float_to_f8_bits_saturating(v * scale, f);
-  const float w = f == Fp8Format::e4m3 ? detail::f8e4m3_bits_to_float(b) : detail::f8e5m2_bits_to_float(b);
+  const uint8_t b = precis::detail::float_to_f8_bits_saturating(v * scale, f);
+  const float w = f == Fp8Format::e4m3 ? precis::detail::f8e4m3_bits_to_float(b) : precis::detail::f8e5m2_bits_to_float(b);
   return static_cast<double>(w) * static_cast<double>(scale_inv);
 }
 
@@ -142,4 +143,15 @@ TEST_CASE("fp8_linear on CUDA matches the CPU within summation order", "[amp][fp
   PRECIS_REQUIRE_CLOSE(cuda[0].to(DType::f32), cpu[0].to(DType::f32), DType::bf16);
   PRECIS_REQUIRE_CLOSE(cuda[1].to(DType::f32), cpu[1].to(DType::f32), DType::bf16);
   PRECIS_REQUIRE_CLOSE(cuda[2], cpu[2], DType::f32);
+}
+
+TEST_CASE("an Audit names fp8_linear's three operands, the output gradient's from backward", "[amp][fp8][audit]") {
+  Fp8LinearState state;
+  const Tensor x = randn({6, 8}).requires_grad_(), w = randn({4, 8}).requires_grad_();
+  amp::Audit audit;
+  fp8_linear(x, w, Tensor(), state).sum().backward();
+  std::vector<std::string> names;
+  for (const Fp8AuditRecord& r : audit.fp8_records()) names.push_back(r.operand);
+  CHECK(names == std::vector<std::string>{"fp8_linear grad_output (6, 4)", "fp8_linear input (6, 8)",
+                                          "fp8_linear weight (4, 8)"});
 }

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "amp/audit.h"
 #include "amp/fp8_recipe.h"
 #include "core/float8.h"
 #include "core/half.h"
@@ -42,8 +43,8 @@ uint32_t bits(float f) {
 std::pair<Tensor, std::vector<float>> all_16bit(DType dtype) {
   std::vector<float> values(65536);
   for (uint32_t c = 0; c < 65536; ++c)
-    values[c] = dtype == DType::f16 ? detail::half_bits_to_float(static_cast<uint16_t>(c))
-                                    : detail::bf16_bits_to_float(static_cast<uint16_t>(c));
+    values[c] = dtype == DType::f16 ? precis::detail::half_bits_to_float(static_cast<uint16_t>(c))
+                                    : precis::detail::bf16_bits_to_float(static_cast<uint16_t>(c));
   return {from_vector<float>(values).to(dtype), values};
 }
 
@@ -61,7 +62,7 @@ TEST_CASE("fp8_scaled_cast saturates float(x) * scale as the host rule, on every
         const std::vector<uint8_t> got = bytes_of(c.data);
         size_t wrong = 0, first = 0;
         for (size_t i = 0; i < values.size(); ++i) {
-          if (got[i] != detail::float_to_f8_bits_saturating(values[i] * scale, format)) {
+          if (got[i] != precis::detail::float_to_f8_bits_saturating(values[i] * scale, format)) {
             if (wrong++ == 0) first = i;
           }
         }
@@ -171,4 +172,25 @@ TEST_CASE("fp8_scaled_cast and DelayedScalingState on CUDA equal the CPU's bit f
     REQUIRE(bits(dev.scale().item<float>()) == bits(host.scale().item<float>()));
     REQUIRE(bits(dev.scale_inv().item<float>()) == bits(host.scale_inv().item<float>()));
   }
+}
+
+// An open amp::Audit records every fp8 cast: amax, scale, and how many values saturated or
+// flushed to zero — what a user checks before trusting a scale.
+TEST_CASE("an Audit records fp8 casts: amax, scale, saturated and flushed values", "[amp][fp8][audit]") {
+  Audit audit;
+  const Tensor x = from_vector<float>({1000.0f, 1.0f, 1e-6f, 0.0f, -500.0f});
+  (void)fp8_scaled_cast(x, full({}, 1.0f), Fp8Format::e4m3, "x");
+  (void)fp8_scaled_cast(x, full({}, 0.5f), Fp8Format::e4m3, "x");  // 500 still saturates, -250 not
+  const std::vector<Fp8AuditRecord> records = audit.fp8_records();
+  REQUIRE(records.size() == 1);
+  const Fp8AuditRecord& r = records[0];
+  CHECK(r.operand == "x");
+  CHECK(r.casts == 2);
+  CHECK(r.elements == 10);
+  CHECK(r.nonzero == 8);
+  CHECK(r.saturated == 3);  // 1000 and -500 at scale 1, 1000 at scale 0.5 (E4M3's max is 448)
+  CHECK(r.flushed == 2);    // 1e-6 at both scales (E4M3's smallest subnormal is 2^-9)
+  CHECK(r.amax == 1000.0);
+  CHECK(r.last_scale == 0.5);
+  CHECK(audit.report().find("fp8 operand") != std::string::npos);
 }
