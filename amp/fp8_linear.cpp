@@ -110,7 +110,10 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8
     xs = {cx.data, state.input.scale_inv().clone()};
     ws = {cw.data, state.weight.scale_inv().clone()};
     // (M, K) · (K, N): the weight's transpose is a view; scaled_matmul takes any strides.
-    out = scaled_matmul(xs.data, ws.data.t(), xs.scale_inv, ws.scale_inv, {.out_dtype = out_dtype}).out;
+    // The forward GEMM with cuBLASLt's fast fp8 accumulation, the gradients without, as
+    // Transformer Engine runs them (the CPU accumulates exactly in fp32 either way).
+    out = scaled_matmul(xs.data, ws.data.t(), xs.scale_inv, ws.scale_inv, {.out_dtype = out_dtype, .fast_accum = true})
+              .out;
     if (bias.defined()) out = add(out, bias.detach().to(out_dtype));
     out = out.reshape(out_shape).to(x.dtype());
   }

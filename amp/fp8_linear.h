@@ -71,8 +71,9 @@ class Fp8LinearState {
 /// in that dtype). Gradients: x's in x's dtype, the weight's and the bias's in their dtypes; the
 /// bias gradient is the sum of the unquantized output gradient. The casts record their amaxes
 /// into `state`'s tensors (the forward's input and weight, the backward's output gradient; the
-/// backward keeps a copy of the state, which shares them). Products are exact and sums fp32 (scaled_matmul). Errors: ShapeError,
-/// DTypeError, DeviceError naming the operands.
+/// backward keeps a copy of the state, which shares them). Products are exact and sums fp32
+/// (scaled_matmul; on CUDA the forward GEMM uses fast accumulation, as Transformer Engine's).
+/// Errors: ShapeError, DTypeError, DeviceError naming the operands.
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8LinearState& state);
 
 }  // namespace precis::amp
