@@ -16,6 +16,8 @@
 //   bert_mini b16x128 masked15  the same with 15 % of the tokens (307 of 2048, fixed positions) as
 //                       targets and the head at those positions only (as precis-train trains;
 //                       MaskedLMOptions::masked_positions_only)
+//   bert_mini b16x128 fp8-linear  bf16 only: the first case with the linear layers in fp8 (not the
+//                       decoder), as --precision fp8 trains: the emulation's cost on a CPU; no peer
 //
 // Peak memory: each case runs in a child process forked before it builds anything, and reports the
 // child's VmHWM (/proc/self/status) as peak_rss_mb, and its VmRSS before the model was built as
@@ -38,6 +40,8 @@
 //   f32-tf32     f32, "high" everywhere: TF32 GEMMs and convolutions
 //   f16-amp      f16 autocast + the dynamic loss scaler (torch.autocast + GradScaler)
 //   bf16-amp     bf16 autocast, no scaler (bf16 has fp32's range)
+//   fp8-linear   BERT-mini only: bf16-amp with the linear layers' GEMMs in fp8 (cuBLASLt, delayed
+//                scaling; precis-train --precision fp8's recipe, not BERT's vocabulary decoder)
 //   graphs-f16-amp, graphs-bf16-amp   the same step captured once in a CUDA graph (core/cuda_graph.h)
 //                and replayed: one launch per step instead of one per kernel (torch.cuda.CUDAGraph,
 //                whole-network capture); the optimizer is capturable (its lr read from the device)
@@ -60,6 +64,7 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/fp8_linear.h"
 #include "amp/grad_scaler.h"
 #include "core/allocator.h"
 #include "core/device.h"
@@ -70,6 +75,8 @@
 #include "core/synchronize.h"
 #include "core/thread_pool.h"
 #include "models/bert.h"
+#include "models/nn/fp8.h"
+#include "models/nn/linear.h"
 #include "models/resnet.h"
 #include "ops/float32_precision.h"
 #include "ops/memory_format.h"
@@ -85,20 +92,29 @@ struct ModelCase {
   const char* name;
   // Builds the model and data and returns one training step under `dtype` (f32: no autocast).
   std::function<std::function<void()>(DType dtype)> make;
+  bool bf16_only = false;  // a bf16 recipe (fp8 linear layers): no f32 run
 };
 
+// fp8: the model's linear layers (not BERT's vocabulary decoder) run in fp8 inside the bf16
+// region (nn::enable_fp8, amp::Fp8Autocast) and their scales move after each step.
 std::function<void()> training_step(std::shared_ptr<nn::Module> model, DType dtype,
-                                    std::function<Tensor(nn::Module&)> loss_fn) {
+                                    std::function<Tensor(nn::Module&)> loss_fn, bool fp8 = false) {
+  if (fp8)
+    nn::enable_fp8(*model, {}, [](const std::string& name, const nn::Linear&) {
+      return name.find("decoder") == std::string::npos;
+    });
   auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 1e-3, .momentum = 0.9});
-  return [model, opt, dtype, loss_fn] {
+  return [model, opt, dtype, loss_fn, fp8] {
     opt->zero_grad();
     Tensor loss;
     {
       amp::Autocast ac(DType::bf16, DeviceType::cpu, dtype == DType::bf16);
+      amp::Fp8Autocast fp8_region(fp8);
       loss = loss_fn(*model);
     }
     loss.backward();
     opt->step();
+    if (fp8) nn::update_fp8(*model);
   };
 }
 
@@ -133,14 +149,17 @@ std::function<void()> resnet18_cifar_step(DType dtype, MemoryFormat format) {
 
 // bert_mini b16x128's step: the MLM loss of forward_with_labels with `options`, on every token
 // (labels = the ids) or, with masked15, on masked15_labels(ids).
-std::function<void()> bert_mini_step(DType dtype, bool masked15, models::MaskedLMOptions options) {
+std::function<void()> bert_mini_step(DType dtype, bool masked15, models::MaskedLMOptions options, bool fp8 = false) {
   manual_seed(1);
   auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
   Tensor ids = randint(0, 30522, {16, 128});
   Tensor labels = masked15 ? masked15_labels(ids) : ids;
-  return training_step(model, dtype, [ids, labels, options](nn::Module& m) {
-    return dynamic_cast<models::BertForMaskedLM&>(m).forward_with_labels(ids, Tensor(), labels, options).loss;
-  });
+  return training_step(
+      model, dtype,
+      [ids, labels, options](nn::Module& m) {
+        return dynamic_cast<models::BertForMaskedLM&>(m).forward_with_labels(ids, Tensor(), labels, options).loss;
+      },
+      fp8);
 }
 
 const ModelCase kCases[] = {
@@ -150,6 +169,10 @@ const ModelCase kCases[] = {
     {"bert_mini b16x128 fused-loss", [](DType dtype) { return bert_mini_step(dtype, false, {.return_logits = false}); }},
     {"bert_mini b16x128 masked15",
      [](DType dtype) { return bert_mini_step(dtype, true, {.masked_positions_only = true}); }},
+    // precis-train --precision fp8's recipe: on the CPU the fp8 GEMMs are an exact emulation
+    // (widened to bf16) and the casts are composed of ops, so this is the recipe's cost here, not a
+    // speed-up (docs/fp8.md); no peer runs it.
+    {"bert_mini b16x128 fp8-linear", [](DType dtype) { return bert_mini_step(dtype, false, {}, true); }, true},
 };
 
 double status_mb(const char* field) {
@@ -204,7 +227,7 @@ struct GpuCase {
   bool channels_last;  // the input (so every activation) channels-last: the "-cl" variants
   // Builds the model and data on `device` and returns one training step: f32 (no autocast) or
   // autocast to `dtype` (f16 with the loss scaler, bf16 without); see gpu_training_step.
-  std::function<std::function<void()>(Device device, DType dtype, bool graphed, double* flops)> make;
+  std::function<std::function<void()>(Device device, DType dtype, bool graphed, bool fp8, double* flops)> make;
 };
 
 // One GPU variant: the autocast dtype (f32: none) and, for f32, the precision of GEMMs and
@@ -215,6 +238,7 @@ struct GpuVariant {
   std::optional<Float32Precision> f32_precision;
   bool needs_convolutions;  // differs from another variant only where the model has convolutions
   bool graphed = false;     // captured once in a CUDA graph, replayed
+  bool fp8 = false;         // linear layers in fp8 (BERT-mini only: ResNet-50's one is its head)
 };
 
 const GpuVariant kGpuVariants[] = {
@@ -225,6 +249,7 @@ const GpuVariant kGpuVariants[] = {
     {"bf16-amp", DType::bf16, std::nullopt, false},
     {"graphs-f16-amp", DType::f16, std::nullopt, false, true},
     {"graphs-bf16-amp", DType::bf16, std::nullopt, false, true},
+    {"fp8-linear", DType::bf16, std::nullopt, false, false, true},
 };
 
 // Waits until the device has run everything queued so far (a step's time is the device's).
@@ -236,24 +261,30 @@ void device_wait(Device device) {
 // function that runs it and waits for the device. graphed: two eager warm-up steps (the first
 // one's FLOPs written to *flops), then one capture of the step; the function replays it.
 std::function<void()> gpu_training_step(std::shared_ptr<nn::Module> model, Device device, DType dtype, bool graphed,
-                                        double* flops, std::function<Tensor(nn::Module&)> loss_fn) {
+                                        bool fp8, double* flops, std::function<Tensor(nn::Module&)> loss_fn) {
   model->to(device);  // before the optimizer: its state is made on the device
   model->train();
+  if (fp8)  // --precision fp8's layers: every linear layer but BERT's vocabulary decoder
+    nn::enable_fp8(*model, {}, [](const std::string& name, const nn::Linear&) {
+      return name.find("decoder") == std::string::npos;
+    });
   auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 1e-3, .momentum = 0.9});
   const bool amp = dtype != DType::f32;
   auto scaler =
       std::make_shared<amp::GradScaler>(amp::GradScalerOptions{.enabled = dtype == DType::f16, .device = device});
   // The step's device work: no host wait in it, so that it can be captured.
-  auto work = [model, opt, scaler, device, dtype, amp, loss_fn] {
+  auto work = [model, opt, scaler, device, dtype, amp, fp8, loss_fn] {
     opt->zero_grad();
     Tensor loss;
     {
       amp::Autocast ac(amp ? dtype : DType::f16, device.type, amp);
+      amp::Fp8Autocast fp8_region(fp8);
       loss = loss_fn(*model);
     }
     scaler->scale(loss).backward();
     scaler->step(*opt);
     scaler->update();
+    if (fp8) nn::update_fp8(*model);
   };
   if (!graphed) {
     return [work, device] {
@@ -283,26 +314,26 @@ std::function<void()> resnet50_gpu_step(Device device, DType dtype, MemoryFormat
   std::shared_ptr<models::ResNet> model = models::resnet50({.num_classes = 1000});
   Tensor x = contiguous(randn({256, 3, 224, 224}).to(device), format);
   Tensor y = randint(0, 1000, {256}).to(device);
-  return gpu_training_step(model, device, dtype, graphed, flops,
+  return gpu_training_step(model, device, dtype, graphed, false, flops,
                            [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
 }
 
 const GpuCase kGpuCases[] = {
     {"resnet50 b256 224", "images", 256, true, false,
-     [](Device device, DType dtype, bool graphed, double* flops) {
+     [](Device device, DType dtype, bool graphed, bool, double* flops) {
        return resnet50_gpu_step(device, dtype, MemoryFormat::Contiguous, graphed, flops);
      }},
     // What PyTorch users run on a GPU (torch_models.py's "-cl" variants): NHWC end to end.
     {"resnet50 b256 224", "images", 256, true, true,
-     [](Device device, DType dtype, bool graphed, double* flops) {
+     [](Device device, DType dtype, bool graphed, bool, double* flops) {
        return resnet50_gpu_step(device, dtype, MemoryFormat::ChannelsLast, graphed, flops);
      }},
     {"bert_mini b64x128", "tokens", 64 * 128, false, false,
-     [](Device device, DType dtype, bool graphed, double* flops) {
+     [](Device device, DType dtype, bool graphed, bool fp8, double* flops) {
        manual_seed(1);
        auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
        Tensor ids = randint(0, 30522, {64, 128}).to(device);
-       return gpu_training_step(model, device, dtype, graphed, flops, [ids](nn::Module& m) {
+       return gpu_training_step(model, device, dtype, graphed, fp8, flops, [ids](nn::Module& m) {
          auto& bert = dynamic_cast<models::BertForMaskedLM&>(m);
          return models::BertForMaskedLM::loss(bert.forward(ids, Tensor()), ids);
        });
@@ -330,7 +361,8 @@ SuiteReport run_models_gpu(const Options& options, Device device) {
       " (forward, backward, SGD momentum step), variants named as torch_models.py's: f32-notf32 = IEEE f32 GEMMs "
       "and convolutions, f32 = the defaults (PyTorch's: TF32 convolutions, IEEE GEMMs), f32-tf32 = TF32 GEMMs and "
       "convolutions, f16-amp = autocast f16 + dynamic loss scaler, bf16-amp = autocast bf16, graphs-* = the same step "
-      "captured once in a CUDA graph and replayed; resnet50 -nchw (NCHW) and -cl "
+      "captured once in a CUDA graph and replayed, fp8-linear = bf16-amp with BERT-mini's linear layers in fp8; "
+      "resnet50 -nchw (NCHW) and -cl "
       "(channels-last input, so NHWC activations end to end) batch 256 of 3×224×224, 1000 classes; bert_mini batch 64×128 tokens, vocabulary 30522, MLM loss on every token. "
       "Each step waits for the device. images/s or tokens/s at the median; peak_device_mb (JSON) is the device "
       "allocator's peak allocated bytes over the case.";
@@ -338,6 +370,7 @@ SuiteReport run_models_gpu(const Options& options, Device device) {
   for (const GpuCase& c : kGpuCases)
     for (const GpuVariant& v : kGpuVariants) {
       if (v.needs_convolutions && !c.convolutions) continue;
+      if (v.fp8 && c.convolutions) continue;
       const std::string dtype(dtype_name(v.dtype));
       const std::string variant = std::string(v.name) + (c.channels_last ? "-cl" : c.convolutions ? "-nchw" : "");
       if (!case_selected(options, std::string(c.name) + " " + variant) &&
@@ -350,7 +383,7 @@ SuiteReport run_models_gpu(const Options& options, Device device) {
         std::optional<Float32PrecisionGuard> precision;
         if (v.f32_precision) precision.emplace(*v.f32_precision);
         double graphed_flops = 0;
-        std::function<void()> step = c.make(device, v.dtype, v.graphed, &graphed_flops);
+        std::function<void()> step = c.make(device, v.dtype, v.graphed, v.fp8, &graphed_flops);
         st = time_step(step, options, std::string(c.name) + " " + variant + ", " + device.str());
         if (v.graphed) st.flops = graphed_flops;  // a replay issues no op the counter could see
       }  // the model, optimizer and data are released here, and the precision settings restored
@@ -387,13 +420,15 @@ SuiteReport run_models(const Options& options) {
       "One training step (forward, backward, SGD momentum step) on synthetic data; bf16 = autocast with "
       "fp32 weights. resnet18_cifar: batch 64 of 3×32×32; bert_mini: batch 16×128 tokens, vocabulary 30522, "
       "MLM loss on every token (fused-loss: the same without the logits, linear_cross_entropy; masked15: "
-      "on 15 % of them, the head at those positions only). FLOPs: the step's matmul, linear, conv2d and "
+      "on 15 % of them, the head at those positions only; fp8-linear: bf16 with the linear layers' GEMMs in "
+      "fp8, emulated exactly on the CPU, so its cost here, not a speed-up). FLOPs: the step's matmul, linear, conv2d and "
       "linear_cross_entropy FLOPs (forward and backward), "
       "counted from the model. Each case runs in a fresh child "
       "process; peak_rss_mb (JSON) is its VmHWM.";
   for (const ModelCase& c : kCases)
     for (DType dtype : {DType::f32, DType::bf16})
       for (int threads : options.threads) {
+        if (c.bf16_only && dtype != DType::bf16) continue;
         if (!case_selected(options, std::string(c.name) + (dtype == DType::f32 ? " f32" : " bf16"))) continue;
         bool isolated = false;
         const CaseResult r = run_isolated(c, dtype, threads, options, &isolated);

@@ -288,7 +288,7 @@ PY
   # Every case and variant: f32 IEEE, f32 defaults (TF32 convolutions), f32 TF32, f16 and bf16 AMP (eager and
   # captured in a CUDA graph: graphs-*),
   # named as the peer's variants so that benchmarks/report.py pairs them; ResNet-50 NCHW and channels-last
-  # (20 cases; the 4 of 2026-12-04 took 8 s).
+  # (21 cases with BERT-mini's fp8-linear; the 4 of 2026-12-04 took 8 s).
   t0=$SECONDS
   logged bench-precis 150 "$BIN/precis-bench" models --device cuda --no-peak --repeat 20 --min-time 1 \
     --json "$logdir/bench-precis.json"; rc=$?
