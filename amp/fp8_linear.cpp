@@ -121,7 +121,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8
     autograd::record(
         OpId::linear, {x, weight, bias}, {out},
         [xs, ws, grad_state = state.grad_output, x_shape = x.sizes(), x_dtype = x.dtype(), w_dtype = weight.dtype(),
-         b_dtype = bias.defined() ? bias.dtype() : DType::f32, has_bias = bias.defined(), k,
+         b_dtype = bias.defined() ? bias.dtype() : DType::f32, has_bias = bias.defined(),
          n](const autograd::TensorList& g) -> autograd::TensorList {
           const Tensor g2 = g[0].reshape({-1, n});
           DelayedScalingState s = grad_state;  // shares the layer's tensors
