@@ -63,16 +63,21 @@ bool is_fp8_autocast_enabled() { return t_fp8_autocast; }
 Fp8LinearState::Fp8LinearState(Device device, Fp8LinearOptions options)
     : input(options_for(Fp8Format::e4m3, options), device),
       weight(options_for(Fp8Format::e4m3, options), device),
-      grad_output(options_for(Fp8Format::e5m2, options), device) {}
+      grad_output(options_for(Fp8Format::e5m2, options), device),
+      weight_cache(std::make_shared<Fp8WeightCache>()) {}
 
 Fp8LinearState::Fp8LinearState(DelayedScalingState input_state, DelayedScalingState weight_state,
-                               DelayedScalingState grad_output_state)
-    : input(std::move(input_state)), weight(std::move(weight_state)), grad_output(std::move(grad_output_state)) {}
+                               DelayedScalingState grad_output_state, std::shared_ptr<Fp8WeightCache> cache)
+    : input(std::move(input_state)),
+      weight(std::move(weight_state)),
+      grad_output(std::move(grad_output_state)),
+      weight_cache(std::move(cache)) {}
 
 void Fp8LinearState::update() {
   input.update();
   weight.update();
   grad_output.update();
+  if (weight_cache) weight_cache->clear();
 }
 
 StateDict Fp8LinearState::state_dict() const {
@@ -101,14 +106,20 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8
     NoGradGuard no_grad;
     const Tensor x2 = x.detach().reshape({-1, k});
     const Fp8Cast cx = fp8_scaled_cast(x2, state.input.scale(), Fp8Format::e4m3, "fp8_linear input " + shape_text(x2));
-    const Fp8Cast cw =
-        fp8_scaled_cast(weight.detach(), state.weight.scale(), Fp8Format::e4m3, "fp8_linear weight " + shape_text(weight));
     state.input.record(cx.amax);
-    state.weight.record(cw.amax);
     // The scale-inverses as they are now: update() may run before this backward (a second step
     // through a retained graph), and the casts kept belong to these scales.
     xs = {cx.data, state.input.scale_inv().clone()};
-    ws = {cw.data, state.weight.scale_inv().clone()};
+    Fp8WeightCache* cache = state.weight_cache.get();
+    if (cache != nullptr && cache->valid_for(weight)) {  // a later micro-batch of the step
+      ws = {cache->data, cache->scale_inv};
+    } else {
+      const Fp8Cast cw = fp8_scaled_cast(weight.detach(), state.weight.scale(), Fp8Format::e4m3,
+                                         "fp8_linear weight " + shape_text(weight));
+      state.weight.record(cw.amax);
+      ws = {cw.data, state.weight.scale_inv().clone()};
+      if (cache != nullptr) *cache = {ws.data, ws.scale_inv, weight.impl(), weight.version()};
+    }
     // (M, K) · (K, N): the weight's transpose is a view; scaled_matmul takes any strides.
     // The forward GEMM with cuBLASLt's fast fp8 accumulation, the gradients without, as
     // Transformer Engine runs them (the CPU accumulates exactly in fp32 either way).

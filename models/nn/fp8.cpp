@@ -36,7 +36,8 @@ amp::Fp8LinearState Fp8LinearScaling::state() const {
       amp::DelayedScalingState(operand_options(Fp8Format::e4m3, options_), input_history, input_scale, input_scale_inv),
       amp::DelayedScalingState(operand_options(Fp8Format::e4m3, options_), weight_history, weight_scale,
                                weight_scale_inv),
-      amp::DelayedScalingState(operand_options(Fp8Format::e5m2, options_), grad_history, grad_scale, grad_scale_inv));
+      amp::DelayedScalingState(operand_options(Fp8Format::e5m2, options_), grad_history, grad_scale, grad_scale_inv),
+      weight_cache_);
 }
 
 int enable_fp8(Module& model, amp::Fp8LinearOptions options,

@@ -11,6 +11,7 @@
 //     nn::update_fp8(model);                              // once per optimizer step
 //   }
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "amp/fp8_linear.h"
@@ -27,7 +28,8 @@ class Fp8LinearScaling : public Module {
  public:
   /// Fresh histories and scales 1 (on the CPU; the module moves with its parent).
   explicit Fp8LinearScaling(amp::Fp8LinearOptions options = {});
-  /// A state over this module's buffers (it shares them: updates land here).
+  /// A state over this module's buffers (it shares them: updates land here) and its weight cache
+  /// (the weight's cast of the current step; a copy of the module shares it, keyed by the weight).
   amp::Fp8LinearState state() const;
   /// The options it was made with.
   const amp::Fp8LinearOptions& options() const { return options_; }
@@ -36,6 +38,7 @@ class Fp8LinearScaling : public Module {
 
  private:
   amp::Fp8LinearOptions options_;
+  std::shared_ptr<amp::Fp8WeightCache> weight_cache_ = std::make_shared<amp::Fp8WeightCache>();
   Tensor input_history, input_scale, input_scale_inv;
   Tensor weight_history, weight_scale, weight_scale_inv;
   Tensor grad_history, grad_scale, grad_scale_inv;

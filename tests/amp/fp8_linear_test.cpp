@@ -14,6 +14,7 @@
 #include "core/float8.h"
 #include "core/rng.h"
 #include "ops/functional.h"
+#include "optim/sgd.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"
 
@@ -154,4 +155,56 @@ TEST_CASE("an Audit names fp8_linear's three operands, the output gradient's fro
   for (const Fp8AuditRecord& r : audit.fp8_records()) names.push_back(r.operand);
   CHECK(names == std::vector<std::string>{"fp8_linear grad_output (6, 4)", "fp8_linear input (6, 8)",
                                           "fp8_linear weight (4, 8)"});
+}
+
+namespace {
+// Weight casts an Audit saw for a weight of `shape_text`.
+int64_t weight_casts(const Audit& audit, const std::string& shape) {
+  for (const Fp8AuditRecord& r : audit.fp8_records())
+    if (r.operand == "fp8_linear weight " + shape) return r.casts;
+  return 0;
+}
+}  // namespace
+
+// Transformer Engine casts a weight once per optimizer step: the micro-batches of a step reuse the
+// cast (the same bits as casting again), and update(), an optimizer step (the weight's version)
+// or another weight start a new one.
+TEST_CASE("fp8_linear casts the weight once per step: later micro-batches reuse it, bit for bit", "[amp][fp8]") {
+  auto run = [](bool cached, int64_t* casts) {
+    manual_seed(21);
+    const Tensor w = (randn({16, 32}) * 0.2).requires_grad_();
+    Fp8LinearState state(Device::cpu(), {.amax_history_len = 4});
+    if (!cached) state.weight_cache = nullptr;
+    optim::SGD opt({w}, {.lr = 0.1});
+    Audit audit;
+    for (int step = 0; step < 3; ++step) {
+      for (int micro = 0; micro < 2; ++micro) {
+        const Tensor y = fp8_linear(randn({8, 32}), w, Tensor(), state);
+        sum(mul(y, y)).backward();
+      }
+      opt.step();
+      opt.zero_grad();
+      state.update();
+    }
+    *casts = weight_casts(audit, "(16, 32)");
+    return std::make_pair(w.detach().clone(), state.weight.amax_history().clone());
+  };
+  int64_t cached_casts = 0, plain_casts = 0;
+  const auto [cached_w, cached_history] = run(true, &cached_casts);
+  const auto [plain_w, plain_history] = run(false, &plain_casts);
+  CHECK(cached_casts == 3);
+  CHECK(plain_casts == 6);
+  PRECIS_REQUIRE_SAME_BITS(cached_w, plain_w);
+  PRECIS_REQUIRE_SAME_BITS(cached_history, plain_history);
+
+  // Within a step: a weight changed in place is cast again.
+  Fp8LinearState state;
+  const Tensor w = randn({4, 8});
+  Audit audit;
+  (void)fp8_linear(randn({2, 8}), w, Tensor(), state);
+  (void)fp8_linear(randn({2, 8}), w, Tensor(), state);
+  CHECK(weight_casts(audit, "(4, 8)") == 1);
+  Tensor(w).copy_(mul(w, 2.0));  // in place: the version moves
+  (void)fp8_linear(randn({2, 8}), w, Tensor(), state);
+  CHECK(weight_casts(audit, "(4, 8)") == 2);
 }
