@@ -51,7 +51,7 @@ Fp8Cast fp8_scaled_cast(const Tensor& x, const Tensor& scale, Fp8Format format, 
 }
 
 DelayedScalingState::DelayedScalingState(DelayedScalingOptions options, Device device) : options_(options) {
-  (void)DelayedScaling(options);  // the same option checks
+  check_delayed_scaling_options(options);
   history_ = zeros({options.amax_history_len}, {.device = device});
   scale_ = ones({}, {.device = device});
   scale_inv_ = ones({}, {.device = device});
@@ -60,7 +60,7 @@ DelayedScalingState::DelayedScalingState(DelayedScalingOptions options, Device d
 DelayedScalingState::DelayedScalingState(DelayedScalingOptions options, Tensor history, Tensor scale,
                                          Tensor scale_inv)
     : options_(options), history_(std::move(history)), scale_(std::move(scale)), scale_inv_(std::move(scale_inv)) {
-  (void)DelayedScaling(options);
+  check_delayed_scaling_options(options);  // no host history: this runs at every fp8 layer's forward
   const char* who = "DelayedScalingState";
   PRECIS_CHECK(history_.defined(), who, ": the amax history is undefined");
   PRECIS_CHECK_SHAPE(history_.dim() == 1 && history_.numel() == options.amax_history_len, who, ": the amax history ",

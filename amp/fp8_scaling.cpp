@@ -14,16 +14,16 @@ namespace {
 
 constexpr float kFltMax = std::numeric_limits<float>::max();
 
-void check_options(const DelayedScalingOptions& o) {
+}  // namespace
+
+void check_delayed_scaling_options(const DelayedScalingOptions& o) {
   PRECIS_CHECK(o.amax_history_len >= 1, "DelayedScaling: amax_history_len must be >= 1, got ", o.amax_history_len,
                " (TE's default is 1024; 1 scales from the last step alone)");
   PRECIS_CHECK(std::isfinite(o.margin), "DelayedScaling: margin must be finite, got ", o.margin);
 }
 
-}  // namespace
-
 Fp8Scale delayed_scaling_update(std::vector<float>& history, Fp8Scale previous, const DelayedScalingOptions& options) {
-  check_options(options);
+  check_delayed_scaling_options(options);
   PRECIS_CHECK(!history.empty(), "delayed_scaling_update: the amax history is empty; it holds amax_history_len >= 1 "
                "values, slot 0 the step's amax");
   const size_t length = history.size();
@@ -46,7 +46,7 @@ Fp8Scale delayed_scaling_update(std::vector<float>& history, Fp8Scale previous, 
 }
 
 DelayedScaling::DelayedScaling(DelayedScalingOptions options) : options_(options) {
-  check_options(options_);
+  check_delayed_scaling_options(options_);
   history_.assign(static_cast<size_t>(options_.amax_history_len), 0.0f);
 }
 

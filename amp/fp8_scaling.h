@@ -39,6 +39,10 @@ struct DelayedScalingOptions {
   AmaxCompute amax_compute = AmaxCompute::max;  ///< how the window gives the amax
 };
 
+/// ValueError unless amax_history_len >= 1 and the margin is finite (what every DelayedScaling
+/// constructor checks).
+void check_delayed_scaling_options(const DelayedScalingOptions& options);
+
 /// A scale and its inverse (what scaled_matmul takes).
 struct Fp8Scale {
   float scale = 1.0f;      ///< the factor applied before the cast

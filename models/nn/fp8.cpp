@@ -25,7 +25,7 @@ amp::DelayedScalingOptions operand_options(Fp8Format format, const amp::Fp8Linea
 }  // namespace
 
 Fp8LinearScaling::Fp8LinearScaling(amp::Fp8LinearOptions options) : options_(options) {
-  (void)amp::Fp8LinearState(Device::cpu(), options);  // the option checks
+  amp::check_delayed_scaling_options({.margin = options.margin, .amax_history_len = options.amax_history_len});
   add_operand(*this, "input_", options.amax_history_len, input_history, input_scale, input_scale_inv);
   add_operand(*this, "weight_", options.amax_history_len, weight_history, weight_scale, weight_scale_inv);
   add_operand(*this, "grad_output_", options.amax_history_len, grad_history, grad_scale, grad_scale_inv);
