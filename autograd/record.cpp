@@ -30,7 +30,7 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
-bool needs_grad(const TensorList& inputs) {
+bool needs_grad(std::span<const Tensor> inputs) {
   if (!is_grad_enabled()) {
     if (t_use_observer != nullptr) [[unlikely]]
       for (const Tensor& t : inputs) report_uses({&t});

@@ -12,6 +12,7 @@
 // Backward closures run with grad mode off and compute with public ops, so they work on every
 // device that has the forward kernels.
 #include <initializer_list>
+#include <span>
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -22,7 +23,7 @@ namespace precis::autograd {
 /// records, so with grad mode off it is also where a GradientUseObserver learns of the tensors
 /// requiring grad that the ops read.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
-bool needs_grad(const TensorList& inputs);
+bool needs_grad(std::span<const Tensor> inputs);
 
 /// Sees, while installed on a thread with grad mode off, every tensor requiring grad that an op
 /// reads there (through needs_grad): the tensors whose gradient edges the op would have recorded
