@@ -21,6 +21,12 @@
 //      ctx.grad says a gradient is needed (and only then, so inference keeps nothing);
 //   4. when a gradient is needed, one backward node (autograd::record) owning Saved, which runs
 //      Op::backward with grad mode off.
+// A declaration may also name its operands for errors (`static constexpr const char* names[] =
+// {"input", "weight"}`), let some be undefined (`static constexpr unsigned optional = 0b100`: a
+// bias), and say that its kernel widens operand 0 from f16/bf16 itself (`static constexpr bool
+// widens_first_in_kernel = true`; then ctx.first_widened). The ops a policy casts with (cast,
+// clone, to_device) declare `static constexpr bool precision_hook = false`: the hook must not see
+// its own casts.
 // Index tensors, scalars and options are parameters, not operands: the hook never casts them and
 // no gradient flows to them. An op whose front-end is genuinely different (a fused loss, attention,
 // convolution planning, a list of operands) says why in one line where it is written out.
@@ -49,6 +55,10 @@ enum class Domain : uint8_t {
 template <typename Saved>
 struct OpContext {
   bool grad = false;  ///< a gradient is needed: fill `saved`
+  /// Only for an op declaring `widens_first_in_kernel`: the policy left operand 0 in f16/bf16 for
+  /// the kernel to widen as it reads it, so the result must be what in[0].to(f32) would give
+  /// (apply_precision_widening_in_kernel, ops/precision.h).
+  bool first_widened = false;
   Saved saved{};      ///< moved into the backward node when grad is true
 };
 
@@ -68,6 +78,15 @@ constexpr bool is_optional(size_t i) {
     return ((Op::optional >> i) & 1u) != 0;
   } else {
     return false;
+  }
+}
+
+template <typename Op>
+constexpr bool runs_precision_hook() {
+  if constexpr (requires { Op::precision_hook; }) {
+    return Op::precision_hook;
+  } else {
+    return true;
   }
 }
 
@@ -112,10 +131,15 @@ template <typename Op, size_t N, typename... Params>
 auto call(const Tensor (&operands)[N], Params&&... params) {
   std::array<Tensor, N> in;
   for (size_t i = 0; i < N; ++i) in[i] = operands[i];
-  if (PrecisionPolicy* p = t_precision_policy) [[unlikely]]
-    p->apply(Op::id, in);
-  check_operands<Op>(in);
   OpContext<typename Op::Saved> ctx;
+  if (PrecisionPolicy* p = runs_precision_hook<Op>() ? t_precision_policy : nullptr) [[unlikely]] {
+    if constexpr (requires { Op::widens_first_in_kernel; }) {
+      ctx.first_widened = p->apply_widening_in_kernel(Op::id, in);
+    } else {
+      p->apply(Op::id, in);
+    }
+  }
+  check_operands<Op>(in);
   ctx.grad = autograd::needs_grad(std::span<const Tensor>(in));
   auto result = Op::forward(ctx, std::as_const(in), std::forward<Params>(params)...);
   if (ctx.grad) {
