@@ -8,8 +8,7 @@
 #include <optional>
 #include <utility>
 
-#include "ops/precision.h"
-#include "autograd/record.h"
+#include "ops/frontend.h"
 #include "ops/broadcast.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
@@ -20,6 +19,8 @@ namespace precis {
 
 using autograd::SavedTensor;
 using autograd::TensorList;
+using detail::Domain;
+using detail::OpContext;
 
 Shape broadcast_shapes(const char* op, std::initializer_list<const Tensor*> operands,
                        std::initializer_list<const char*> names) {
@@ -83,28 +84,29 @@ void check_same_device(const char* op, const Tensor& a, const char* an, const Te
                       a.describe(), " and ", bn, " ", b.describe(), "; move one with .to(", a.device().str(), ")");
 }
 
-// The gradient of a broadcast operand: g summed down to the operand's shape.
-Tensor reduce_to(const Tensor& g, const Shape& shape) { return g.sizes() == shape ? g : sum_to(g, shape); }
 
-// Operands after checks and promotion: both `dtype` (cast differentiably), with their broadcast
-// shape.
-struct Operands {
-  Tensor a, b;
-  Shape shape;
-};
+// How a binary op promotes integer operands.
+enum class Promotion { Arithmetic, TrueDivision };
 
-// true_division: integer/bool operands are promoted to f32 (PyTorch's `/`).
-// Checks, autocasts (docs/design/precision.md: the op's policy category) and promotes the two operands.
-Operands prepare(OpId op_id, const Tensor& a_in, const Tensor& b_in, bool true_division = false) {
-  const char* op = op_name(op_id);
-  const auto [a, b] = apply_precision(op_id, a_in, b_in);
-  check_defined(op, a, "a");
-  check_defined(op, b, "b");
-  check_same_device(op, a, "a", b, "b");
-  Shape shape = broadcast_shapes(op, {&a, &b}, {"a", "b"});
-  DType dt = result_type({&a, &b});
-  if (true_division && !is_floating(dt)) dt = DType::f32;
-  return {cast(a, dt), cast(b, dt), std::move(shape)};
+// The dtype two operands compute in: their common one (result_type); TrueDivision: integer/bool
+// operands go to f32 (PyTorch's `/`).
+DType promoted_dtype(const Tensor& a, const Tensor& b, Promotion promotion) {
+  const DType dt = result_type({&a, &b});
+  return promotion == Promotion::TrueDivision && !is_floating(dt) ? DType::f32 : dt;
+}
+
+// An operand in the dtype the kernel computes in. Outside the graph: the op's node is recorded
+// against the operand itself, and its backward rounds the gradient back to the operand's dtype,
+// exactly as a recorded cast's backward would.
+// (The kernels and saved tensors detach what they read, so an operand already in that dtype is
+// passed as it is.)
+Tensor promoted(const Tensor& t, DType dt) { return t.dtype() == dt ? t : t.detach().to(dt); }
+
+// A gradient computed at the broadcast shape in the compute dtype, brought back to an operand:
+// summed to its shape, rounded to its dtype.
+Tensor grad_for(const Tensor& g, const Shape& shape, DType dtype) {
+  Tensor r = g.sizes() == shape ? g : sum_to(g, shape);
+  return r.dtype() == dtype ? r : r.to(dtype);
 }
 
 // Runs op's binary kernel (keyed by the operands' dtype) on a and b expanded to `shape`, into an
@@ -168,86 +170,184 @@ void check_alpha(const char* op, const Tensor& a, const Tensor& b, Scalar alpha)
 
 // When a binary op keeps an operand for its backward (ops/binary_ops.def).
 enum class Keep { never, for_a, for_b, always };
-// How a binary op promotes integer operands (prepare's true_division).
-enum class Promotion { Arithmetic, TrueDivision };
 
 constexpr bool kept(Keep k, bool need_a, bool need_b) {
   return k == Keep::always || (k == Keep::for_a && need_a) || (k == Keep::for_b && need_b);
 }
 
-// The front-end of the differentiable binary ops, after prepare(): runs op's kernel and, when a
-// gradient is needed, records a node whose backward returns derivative(grad, a, b, need_a,
-// need_b) = {ga, gb} (undefined where not needed), a and b being the operands kept as KA / KB
-// say (undefined otherwise), each gradient summed back to its operand's shape. `name` names the
-// op in a kept operand's in-place error. The derivative is a lambda stored in the one closure
-// record() keeps, built only when a gradient is needed: nothing per call over hand-written code.
-template <Keep KA, Keep KB, typename Derivative>
-Tensor binary_op(OpId op, const char* name, const Operands& o, double alpha, const Derivative& derivative) {
-  Tensor out = run_binary(op, o.a, o.b, o.shape, o.a.dtype(), alpha);
-  if (autograd::needs_grad({&o.a, &o.b})) {
-    const bool need_a = o.a.requires_grad(), need_b = o.b.requires_grad();
-    autograd::record(op, {o.a, o.b}, {out},
-                     [sa = kept(KA, need_a, need_b) ? SavedTensor(o.a) : SavedTensor(),
-                      sb = kept(KB, need_a, need_b) ? SavedTensor(o.b) : SavedTensor(), need_a, need_b,
-                      shape_a = o.a.sizes(), shape_b = o.b.sizes(), name, derivative](const TensorList& g) -> TensorList {
-                       const Tensor a = sa.unpack(name), b = sb.unpack(name);
-                       const auto [ga, gb] = derivative(g[0], a, b, need_a, need_b);
-                       return {need_a ? reduce_to(ga, shape_a) : Tensor(), need_b ? reduce_to(gb, shape_b) : Tensor()};
-                     });
-  }
-  return out;
-}
-
 using GradPair = std::pair<Tensor, Tensor>;
 
-Tensor add_sub(OpId op, const Tensor& a, const Tensor& b, Scalar alpha) {
-  Operands o = prepare(op, a, b);
-  check_alpha(op_name(op), o.a, o.b, alpha);
-  const double al = alpha.to_double();
-  const double gb_scale = op == OpId::add ? al : -al;
-  return binary_op<Keep::never, Keep::never>(
-      op, op_name(op), o, al, [gb_scale](const Tensor& grad, const Tensor&, const Tensor&, bool need_a, bool need_b) {
-        return GradPair{need_a ? grad : Tensor(), need_b ? (gb_scale == 1.0 ? grad : mul(grad, gb_scale)) : Tensor()};
-      });
-}
+// The declaration of every differentiable binary op (ops/frontend.h): broadcast, promote, the
+// kernel; the derivative D::of(grad, a, b, need_a, need_b, param) = {ga, gb} at the broadcast
+// shape in the compute dtype (undefined where not needed), a and b being the promoted operands
+// kept as KA / KB say (undefined otherwise). `alpha` is add/sub's (checked against the promoted
+// dtype); `param` is what the derivative needs besides the operands.
+template <OpId Id, Promotion P, Keep KA, Keep KB, typename Derivative>
+struct Binary {
+  static constexpr OpId id = Id;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"a", "b"};
+  struct Saved {
+    SavedTensor a, b;
+    bool need_a = false, need_b = false;
+    Shape shape_a, shape_b;
+    DType dtype_a = DType::f32, dtype_b = DType::f32;
+    double param = 0.0;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 2>& in, Scalar alpha, double param) {
+    const char* op = op_name(Id);
+    const Shape shape = broadcast_shapes(op, {&in[0], &in[1]}, {"a", "b"});
+    const DType dt = promoted_dtype(in[0], in[1], P);
+    const Tensor a = promoted(in[0], dt), b = promoted(in[1], dt);
+    if constexpr (Id == OpId::add || Id == OpId::sub) check_alpha(op, a, b, alpha);
+    Tensor out = run_binary(Id, a, b, shape, dt, alpha.to_double());
+    if (ctx.grad) {
+      const bool need_a = in[0].requires_grad(), need_b = in[1].requires_grad();
+      ctx.saved = {kept(KA, need_a, need_b) ? SavedTensor(a) : SavedTensor(),
+                   kept(KB, need_a, need_b) ? SavedTensor(b) : SavedTensor(),
+                   need_a, need_b, in[0].sizes(), in[1].sizes(), in[0].dtype(), in[1].dtype(), param};
+    }
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const char* op = op_name(Id);
+    const auto [ga, gb] = Derivative::of(g[0], s.a.unpack(op), s.b.unpack(op), s.need_a, s.need_b, s.param);
+    return {s.need_a ? grad_for(ga, s.shape_a, s.dtype_a) : Tensor(),
+            s.need_b ? grad_for(gb, s.shape_b, s.dtype_b) : Tensor()};
+  }
+};
+
+// add / sub: param = the factor of b's gradient (alpha, negated for sub).
+struct AddSubDerivative {
+  static GradPair of(const Tensor& grad, const Tensor&, const Tensor&, bool need_a, bool need_b, double gb_scale) {
+    return GradPair{need_a ? grad : Tensor(), need_b ? (gb_scale == 1.0 ? grad : mul(grad, gb_scale)) : Tensor()};
+  }
+};
 
 // maximum / minimum: the gradient goes to the selected operand, split in half on ties (PyTorch).
-Tensor max_min(OpId op, const Tensor& a, const Tensor& b) {
-  const bool is_max = op == OpId::maximum;
-  return binary_op<Keep::always, Keep::always>(
-      op, nullptr, prepare(op, a, b), 1.0,
-      [is_max](const Tensor& grad, const Tensor& a, const Tensor& b, bool need_a, bool need_b) {
-        const Tensor shared = where(eq(a, b), mul(grad, 0.5), grad);
-        // a loses where it is below (maximum) or above (minimum) b; NaN loses nowhere.
-        return GradPair{need_a ? masked_fill(shared, is_max ? lt(a, b) : gt(a, b), 0) : Tensor(),
-                        need_b ? masked_fill(shared, is_max ? gt(a, b) : lt(a, b), 0) : Tensor()};
-      });
-}
+// param: 1 for maximum, 0 for minimum.
+struct MaxMinDerivative {
+  static GradPair of(const Tensor& grad, const Tensor& a, const Tensor& b, bool need_a, bool need_b, double is_max) {
+    const Tensor shared = where(eq(a, b), mul(grad, 0.5), grad);
+    // a loses where it is below (maximum) or above (minimum) b; NaN loses nowhere.
+    return GradPair{need_a ? masked_fill(shared, is_max != 0.0 ? lt(a, b) : gt(a, b), 0) : Tensor(),
+                    need_b ? masked_fill(shared, is_max != 0.0 ? gt(a, b) : lt(a, b), 0) : Tensor()};
+  }
+};
 
-Tensor compare(OpId op, const Tensor& a, const Tensor& b) {
-  NoGradGuard no_grad;  // comparisons are not differentiable: the promotion casts need no graph
-  Operands o = prepare(op, a, b);
-  return run_binary(op, o.a, o.b, o.shape, DType::boolean);
-}
+template <OpId Id>
+struct AddSub : Binary<Id, Promotion::Arithmetic, Keep::never, Keep::never, AddSubDerivative> {};
+template <OpId Id>
+struct MaxMin : Binary<Id, Promotion::Arithmetic, Keep::always, Keep::always, MaxMinDerivative> {};
+
+// Comparisons: a bool result, no backward node.
+template <OpId Id>
+struct Compare {
+  static constexpr OpId id = Id;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"a", "b"};
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 2>& in) {
+    const Shape shape = broadcast_shapes(op_name(Id), {&in[0], &in[1]}, {"a", "b"});
+    const DType dt = promoted_dtype(in[0], in[1], Promotion::Arithmetic);
+    return run_binary(Id, promoted(in[0], dt), promoted(in[1], dt), shape, DType::boolean);
+  }
+};
+
+// where(cond, a, b): cond is a parameter (no gradient, never cast); a and b promote to their
+// common dtype.
+struct Where {
+  static constexpr OpId id = OpId::where;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"a", "b"};
+  struct Saved {
+    Tensor cond;
+    bool need_a = false, need_b = false;
+    Shape shape_a, shape_b;
+    DType dtype_a = DType::f32, dtype_b = DType::f32;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 2>& in, const Tensor& cond) {
+    const Tensor& a = in[0];
+    const Tensor& b = in[1];
+    check_defined("where", cond, "cond");
+    PRECIS_CHECK_DTYPE(cond.dtype() == DType::boolean, "where: cond must be bool, got cond ", cond.describe(), " (a ",
+                       a.describe(), ", b ", b.describe(), "); build it with a comparison or .to(DType::boolean)");
+    check_same_device("where", cond, "cond", a, "a");
+    const Shape shape = broadcast_shapes("where", {&cond, &a, &b}, {"cond", "a", "b"});
+    const DType dt = result_type({&a, &b});
+    const Tensor ac = promoted(a, dt), bc = promoted(b, dt);
+    Tensor out = empty_elementwise(shape, dt, a.device(), {&cond, &ac, &bc}, "where");
+    kernel<kernels::WhereKernel>(OpId::where, a.device().type, dt)(out, cond.expand(shape), ac.detach().expand(shape),
+                                                                   bc.detach().expand(shape));
+    if (ctx.grad)
+      ctx.saved = {cond.detach(), a.requires_grad(), b.requires_grad(), a.sizes(), b.sizes(), a.dtype(), b.dtype()};
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    Tensor ga, gb;
+    if (s.need_a) ga = grad_for(where(s.cond, g[0], 0), s.shape_a, s.dtype_a);
+    if (s.need_b) gb = grad_for(masked_fill(g[0], s.cond, 0), s.shape_b, s.dtype_b);
+    return {ga, gb};
+  }
+};
+
+// masked_fill(x, mask, value): mask and value are parameters.
+struct MaskedFill {
+  static constexpr OpId id = OpId::masked_fill;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"x"};
+  struct Saved {
+    Tensor mask;
+    Shape shape_x;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, const Tensor& mask, Scalar value) {
+    const Tensor& x = in[0];
+    check_defined("masked_fill", mask, "mask");
+    PRECIS_CHECK_DTYPE(mask.dtype() == DType::boolean, "masked_fill: mask must be bool, got mask ", mask.describe(),
+                       " (x ", x.describe(), "); build it with a comparison or .to(DType::boolean)");
+    check_same_device("masked_fill", x, "x", mask, "mask");
+    check_scalar_fits("masked_fill", "fill value", value, x.dtype(),
+                      detail::str_cat("x ", x.describe(), ", mask ", mask.describe()));
+    const Shape shape = broadcast_shapes("masked_fill", {&x, &mask}, {"x", "mask"});
+    // x's layout, as PyTorch's masked_fill (a masked_fill_ on a layout-preserving clone of x).
+    Tensor out = empty_elementwise(shape, x.dtype(), x.device(), {&x}, "masked_fill");
+    kernel<kernels::MaskedFillKernel>(OpId::masked_fill, x.device().type, x.dtype())(out, x.detach().expand(shape),
+                                                                                     mask.expand(shape), value);
+    if (ctx.grad) ctx.saved = {mask.detach(), x.sizes()};
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    return {grad_for(masked_fill(g[0], s.mask, 0), s.shape_x, g[0].dtype())};
+  }
+};
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) { return add_sub(OpId::add, a, b, alpha); }
-Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) { return add_sub(OpId::sub, a, b, alpha); }
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  return detail::call<AddSub<OpId::add>>({a, b}, alpha, alpha.to_double());
+}
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  return detail::call<AddSub<OpId::sub>>({a, b}, alpha, -alpha.to_double());
+}
 
-// One public function per row of the table.
-#define PRECIS_BINARY(op, promotion, keep_a, keep_b, grad_a, grad_b)                                                    \
-  Tensor op(const Tensor& a_in, const Tensor& b_in) {                                                                   \
-    return binary_op<Keep::keep_a, Keep::keep_b>(                                                                       \
-        OpId::op, #op, prepare(OpId::op, a_in, b_in, Promotion::promotion == Promotion::TrueDivision), 1.0,            \
-        [](const Tensor& grad, [[maybe_unused]] const Tensor& a, [[maybe_unused]] const Tensor& b, bool need_a,        \
-           bool need_b) { return GradPair{need_a ? (grad_a) : Tensor(), need_b ? (grad_b) : Tensor()}; });               \
+// One declaration and one public function per row of the table.
+#define PRECIS_BINARY(op, promotion, keep_a, keep_b, grad_a, grad_b)                                         \
+  namespace {                                                                                                \
+  struct op##_derivative {                                                                                   \
+    static GradPair of(const Tensor& grad, [[maybe_unused]] const Tensor& a, [[maybe_unused]] const Tensor& b, \
+                       bool need_a, bool need_b, double) {                                                   \
+      return GradPair{need_a ? (grad_a) : Tensor(), need_b ? (grad_b) : Tensor()};                           \
+    }                                                                                                        \
+  };                                                                                                         \
+  }                                                                                                          \
+  Tensor op(const Tensor& a, const Tensor& b) {                                                              \
+    return detail::call<Binary<OpId::op, Promotion::promotion, Keep::keep_a, Keep::keep_b, op##_derivative>>( \
+        {a, b}, Scalar(1.0), 0.0);                                                                           \
   }
 #include "ops/binary_ops.def"
 #undef PRECIS_BINARY
 
-Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(OpId::maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(OpId::minimum, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return detail::call<MaxMin<OpId::maximum>>({a, b}, Scalar(1.0), 1.0); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return detail::call<MaxMin<OpId::minimum>>({a, b}, Scalar(1.0), 0.0); }
 
 // The scalar-operand forms: the tensor form with the scalar as a 0-d tensor (with_scalar).
 #define PRECIS_DEFINE_SCALAR_FORM(name)                                                           \
@@ -262,7 +362,7 @@ PRECIS_DEFINE_SCALAR_FORM(maximum)
 PRECIS_DEFINE_SCALAR_FORM(minimum)
 
 #define PRECIS_DEFINE_COMPARISON(name)                                                \
-  Tensor name(const Tensor& a, const Tensor& b) { return compare(OpId::name, a, b); } \
+  Tensor name(const Tensor& a, const Tensor& b) { return detail::call<Compare<OpId::name>>({a, b}); } \
   PRECIS_DEFINE_SCALAR_FORM(name)
 PRECIS_DEFINE_COMPARISON(eq)
 PRECIS_DEFINE_COMPARISON(ne)
@@ -273,33 +373,7 @@ PRECIS_DEFINE_COMPARISON(ge)
 #undef PRECIS_DEFINE_COMPARISON
 #undef PRECIS_DEFINE_SCALAR_FORM
 
-Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
-  const auto [a, b] = apply_precision(OpId::where, a_in, b_in);
-  check_defined("where", cond, "cond");
-  check_defined("where", a, "a");
-  check_defined("where", b, "b");
-  PRECIS_CHECK_DTYPE(cond.dtype() == DType::boolean, "where: cond must be bool, got cond ", cond.describe(),
-                     " (a ", a.describe(), ", b ", b.describe(), "); build it with a comparison or .to(DType::boolean)");
-  check_same_device("where", cond, "cond", a, "a");
-  check_same_device("where", a, "a", b, "b");
-  const Shape shape = broadcast_shapes("where", {&cond, &a, &b}, {"cond", "a", "b"});
-  const DType dt = result_type({&a, &b});
-  const Tensor ac = cast(a, dt), bc = cast(b, dt);
-  Tensor out = empty_elementwise(shape, dt, a.device(), {&cond, &ac, &bc}, "where");
-  kernel<kernels::WhereKernel>(OpId::where, a.device().type, dt)(out, cond.expand(shape), ac.detach().expand(shape),
-                                                                 bc.detach().expand(shape));
-  if (autograd::needs_grad({&ac, &bc})) {
-    autograd::record(OpId::where, {ac, bc}, {out},
-                     [c = cond.detach(), shape_a = ac.sizes(), shape_b = bc.sizes(), need_a = ac.requires_grad(),
-                      need_b = bc.requires_grad()](const TensorList& g) -> TensorList {
-                       Tensor ga, gb;
-                       if (need_a) ga = reduce_to(where(c, g[0], 0), shape_a);
-                       if (need_b) gb = reduce_to(masked_fill(g[0], c, 0), shape_b);
-                       return {ga, gb};
-                     });
-  }
-  return out;
-}
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return detail::call<Where>({a, b}, cond); }
 
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   check_defined("where", a, "a");
@@ -310,26 +384,8 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   return where(cond, a, scalar_tensor(b, {.dtype = bd, .device = a.device()}));
 }
 
-Tensor masked_fill(const Tensor& x_in, const Tensor& mask, Scalar value) {
-  const Tensor x = apply_precision(OpId::masked_fill, x_in)[0];
-  check_defined("masked_fill", x, "x");
-  check_defined("masked_fill", mask, "mask");
-  PRECIS_CHECK_DTYPE(mask.dtype() == DType::boolean, "masked_fill: mask must be bool, got mask ", mask.describe(),
-                     " (x ", x.describe(), "); build it with a comparison or .to(DType::boolean)");
-  check_same_device("masked_fill", x, "x", mask, "mask");
-  check_scalar_fits("masked_fill", "fill value", value, x.dtype(), detail::str_cat("x ", x.describe(), ", mask ", mask.describe()));
-  const Shape shape = broadcast_shapes("masked_fill", {&x, &mask}, {"x", "mask"});
-  // x's layout, as PyTorch's masked_fill (a masked_fill_ on a layout-preserving clone of x).
-  Tensor out = empty_elementwise(shape, x.dtype(), x.device(), {&x}, "masked_fill");
-  kernel<kernels::MaskedFillKernel>(OpId::masked_fill, x.device().type, x.dtype())(out, x.detach().expand(shape),
-                                                                                   mask.expand(shape), value);
-  if (autograd::needs_grad({&x})) {
-    autograd::record(OpId::masked_fill, {x}, {out},
-                     [m = mask.detach(), shape_x = x.sizes()](const TensorList& g) -> TensorList {
-                       return {reduce_to(masked_fill(g[0], m, 0), shape_x)};
-                     });
-  }
-  return out;
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  return detail::call<MaskedFill>({x}, mask, value);
 }
 
 }  // namespace precis

@@ -21,12 +21,14 @@
 //      ctx.grad says a gradient is needed (and only then, so inference keeps nothing);
 //   4. when a gradient is needed, one backward node (autograd::record) owning Saved, which runs
 //      Op::backward with grad mode off.
-// A declaration may also name its operands for errors (`static constexpr const char* names[] =
+// A declaration may also give the name errors use (`static constexpr const char* name = "pow"`),
+// name its operands for errors (`static constexpr const char* names[] =
 // {"input", "weight"}`), let some be undefined (`static constexpr unsigned optional = 0b100`: a
 // bias), and say that its kernel widens operand 0 from f16/bf16 itself (`static constexpr bool
 // widens_first_in_kernel = true`; then ctx.first_widened). The ops a policy casts with (cast,
 // clone, to_device) declare `static constexpr bool precision_hook = false`: the hook must not see
 // its own casts.
+// A declaration without `backward` (and `Saved`) is an op that records no node (comparisons).
 // Index tensors, scalars and options are parameters, not operands: the hook never casts them and
 // no gradient flows to them. An op whose front-end is genuinely different (a fused loss, attention,
 // convolution planning, a list of operands) says why in one line where it is written out.
@@ -72,6 +74,17 @@ constexpr const char* operand_name(size_t i) {
   }
 }
 
+/// The name errors give the op: its table name, or the declaration's `name` where users know it
+/// by another (pow for pow_scalar).
+template <typename Op>
+const char* error_name() {
+  if constexpr (requires { Op::name; }) {
+    return Op::name;
+  } else {
+    return op_name(Op::id);
+  }
+}
+
 template <typename Op>
 constexpr bool is_optional(size_t i) {
   if constexpr (requires { Op::optional; }) {
@@ -93,7 +106,7 @@ constexpr bool runs_precision_hook() {
 /// Step 2 of call(): the declaration's checks.
 template <typename Op, size_t N>
 void check_operands(const std::array<Tensor, N>& in) {
-  const char* op = op_name(Op::id);
+  const char* op = error_name<Op>();
   const Tensor* first = nullptr;
   for (size_t i = 0; i < N; ++i) {
     const Tensor& t = in[i];
@@ -126,12 +139,26 @@ const Tensor& recorded_output(const std::tuple<Tensor, T...>& result) {
   return std::get<0>(result);
 }
 
+/// The Saved of an op without a backward.
+struct NoSaved {};
+
+/// What Op::backward reads: Op::Saved, or NoSaved for an op without a backward.
+template <typename Op>
+struct SavedOf {
+  using type = NoSaved;
+};
+template <typename Op>
+  requires requires { typename Op::Saved; }
+struct SavedOf<Op> {
+  using type = typename Op::Saved;
+};
+
 /// Runs an op declared as above: hook, checks, forward, and its backward node when needed.
 template <typename Op, size_t N, typename... Params>
 auto call(const Tensor (&operands)[N], Params&&... params) {
   std::array<Tensor, N> in;
   for (size_t i = 0; i < N; ++i) in[i] = operands[i];
-  OpContext<typename Op::Saved> ctx;
+  OpContext<typename SavedOf<Op>::type> ctx;
   if (PrecisionPolicy* p = runs_precision_hook<Op>() ? t_precision_policy : nullptr) [[unlikely]] {
     if constexpr (requires { Op::widens_first_in_kernel; }) {
       ctx.first_widened = p->apply_widening_in_kernel(Op::id, in);
@@ -140,13 +167,15 @@ auto call(const Tensor (&operands)[N], Params&&... params) {
     }
   }
   check_operands<Op>(in);
-  ctx.grad = autograd::needs_grad(std::span<const Tensor>(in));
+  constexpr bool differentiable = requires { &Op::backward; };
+  if constexpr (differentiable) ctx.grad = autograd::needs_grad(std::span<const Tensor>(in));
   auto result = Op::forward(ctx, std::as_const(in), std::forward<Params>(params)...);
-  if (ctx.grad) {
-    autograd::record(Op::id, autograd::TensorList(in.begin(), in.end()), {recorded_output(result)},
-                     [saved = std::move(ctx.saved)](const autograd::TensorList& grads) -> autograd::TensorList {
-                       return Op::backward(saved, grads);
-                     });
+  if constexpr (differentiable) {
+    if (ctx.grad)
+      autograd::record(Op::id, autograd::TensorList(in.begin(), in.end()), {recorded_output(result)},
+                       [saved = std::move(ctx.saved)](const autograd::TensorList& grads) -> autograd::TensorList {
+                         return Op::backward(saved, grads);
+                       });
   }
   return result;
 }

@@ -1,10 +1,10 @@
-// Unary element-wise ops: one front-end (unary_op) for all of them; the simple ones take their
-// derivative from the table ops/unary_ops.def. Kernels: ops/cpu/unary.cpp.
+// Unary element-wise ops: one declaration template (Unary) for all of them, run by the op
+// front-end (ops/frontend.h); the simple ones take their derivative from the table
+// ops/unary_ops.def. Kernels: ops/cpu/unary.cpp.
 #include <concepts>
 #include <string>
 
-#include "ops/precision.h"
-#include "autograd/record.h"
+#include "ops/frontend.h"
 #include "ops/broadcast.h"
 #include "ops/elementwise_backward.h"
 #include "ops/functional.h"
@@ -16,29 +16,13 @@ namespace precis {
 using autograd::SavedTensor;
 using autograd::TensorList;
 
+using detail::Domain;
+using detail::OpContext;
+
 namespace {
 
-// Which dtypes a unary op takes (ops/unary_ops.def).
-enum class Domain { Floating, Numeric };
 // What a unary op's derivative reads besides the incoming gradient.
-enum class Saved { nothing, self, result };
-
-// Runs the unary kernel of `op` into a new tensor of x's shape, dtype and layout (empty_elementwise).
-// Floating: the op is defined on f32/f64/f16/bf16 only; Numeric: also i32/i64.
-Tensor run_unary(OpId op, const Tensor& x, double param, Domain domain) {
-  const char* name = op_name(op);
-  PRECIS_CHECK(x.defined(), name, ": the input tensor is undefined");
-  if (domain == Domain::Floating) {
-    PRECIS_CHECK_DTYPE(x.is_floating_point(), name, ": expected a floating tensor, got ", x.describe(),
-                       "; convert it first, e.g. ", name, "(x.to(DType::f32))");
-  } else {
-    PRECIS_CHECK_DTYPE(x.dtype() != DType::boolean, name, ": not defined for a bool tensor ", x.describe(),
-                       "; convert it first, e.g. ", name, "(x.to(DType::f32))");
-  }
-  Tensor out = empty_elementwise(x.sizes(), x.dtype(), x.device(), {&x}, name);
-  kernel<kernels::UnaryKernel>(op, x.device().type, x.dtype())(out, x, param);
-  return out;
-}
+enum class Keep { nothing, self, result };
 
 // A kernel parameter, either a value or a function computing it: gelu validates its argument
 // only after the precision hook has seen the call, as every op checks its operands after it.
@@ -46,26 +30,37 @@ double param_value(double p) { return p; }
 template <std::invocable F>
 double param_value(const F& f) { return f(); }
 
-// The front-end of every unary op: precision hook, checks, kernel, and, when a gradient is
-// needed, a backward node returning derivative(grad, saved) with `saved` as S says (undefined for
-// Saved::nothing). `name` names the op in the saved tensor's in-place error. Nothing here costs
-// more than the hand-written form did: the derivative is a functor stored in the one closure that
-// record() keeps, built only when a gradient is needed.
-template <Saved S, typename Param, typename Derivative>
-Tensor unary_op(OpId op, const char* name, const Tensor& x_in, const Param& param, Domain domain,
-                const Derivative& derivative) {
-  const Tensor x = apply_precision(op, x_in)[0];
-  Tensor out = run_unary(op, x, param_value(param), domain);
-  if (autograd::needs_grad({&x})) {
-    SavedTensor saved;
-    if constexpr (S == Saved::self) saved = SavedTensor(x);
-    if constexpr (S == Saved::result) saved = SavedTensor(out);
-    autograd::record(op, {x}, {out}, [saved = std::move(saved), name, derivative](const TensorList& g) -> TensorList {
-      return {derivative(g[0], saved.unpack(name))};
-    });
+// The declaration of every unary op (ops/frontend.h): the kernel of `Id` into a new tensor of
+// x's shape, dtype and layout (empty_elementwise), and the derivative D::of(grad, kept, param)
+// with `kept` the input, the output or nothing as K says. `name` names the op in errors (pow's
+// row is pow_scalar).
+template <OpId Id, Domain D, Keep K, typename Derivative>
+struct Unary {
+  static constexpr OpId id = Id;
+  static constexpr Domain domain = D;
+  struct Saved {
+    SavedTensor kept;
+    double param = 0.0;
+    const char* name = nullptr;
+  };
+  template <typename Param>
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, const char* name, const Param& p) {
+    const Tensor& x = in[0];
+    const double param = param_value(p);
+    Tensor out = empty_elementwise(x.sizes(), x.dtype(), x.device(), {&x}, name);
+    kernel<kernels::UnaryKernel>(Id, x.device().type, x.dtype())(out, x, param);
+    if (ctx.grad) {
+      if constexpr (K == Keep::self) ctx.saved.kept = SavedTensor(x);
+      if constexpr (K == Keep::result) ctx.saved.kept = SavedTensor(out);
+      ctx.saved.param = param;
+      ctx.saved.name = name;
+    }
+    return out;
   }
-  return out;
-}
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    return {Derivative::of(g[0], s.kept.unpack(s.name), s.param)};
+  }
+};
 
 double gelu_flag(const char* op, const std::string& approximate) {
   PRECIS_CHECK(approximate == "none" || approximate == "tanh", op, ": approximate must be \"none\" or \"tanh\", got \"",
@@ -92,37 +87,54 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& app
   return run_backward(OpId::gelu_backward, grad, x, gelu_flag("gelu_backward", approximate));
 }
 
-// One public function per row of the table.
+// One declaration and one public function per row of the table. The row's `saved` column names
+// the derivative's second parameter (self or result), so the formula reads it by that name.
 #define PRECIS_UNARY(op, domain, saved, derivative)                                                           \
+  namespace {                                                                                                 \
+  struct op##_derivative {                                                                                    \
+    static Tensor of(const Tensor& grad, [[maybe_unused]] const Tensor& saved, double) { return derivative; } \
+  };                                                                                                          \
+  }                                                                                                           \
   Tensor op(const Tensor& x) {                                                                                \
-    return unary_op<Saved::saved>(OpId::op, #op, x, 0.0, Domain::domain,                                     \
-                                  [](const Tensor& grad, [[maybe_unused]] const Tensor& saved) -> Tensor { \
-                                    return derivative;                                                        \
-                                  });                                                                         \
+    return detail::call<Unary<OpId::op, Domain::domain, Keep::saved, op##_derivative>>({x}, #op, 0.0);        \
   }
 #include "ops/unary_ops.def"
 #undef PRECIS_UNARY
 
+namespace {
+struct GeluDerivative {
+  static Tensor of(const Tensor& grad, const Tensor& self, double tanh_flag) {
+    return gelu_backward(grad, self, tanh_flag != 0.0 ? "tanh" : "none");
+  }
+};
+struct ZeroDerivative {
+  static Tensor of(const Tensor& grad, const Tensor&, double) { return zeros_like(grad); }
+};
+// d x^e = e·x^(e-1)
+struct PowDerivative {
+  static Tensor of(const Tensor& grad, const Tensor& self, double e) {
+    if (e == 1.0) return grad;
+    if (e == 2.0) return mul(grad, mul(self, 2.0));
+    return mul(grad, mul(pow(self, e - 1.0), e));
+  }
+};
+// pow's row in the table is pow_scalar; users call it pow.
+template <Keep K, typename Derivative>
+struct Pow : Unary<OpId::pow_scalar, Domain::floating, K, Derivative> {
+  static constexpr const char* name = "pow";
+};
+}  // namespace
+
 Tensor gelu(const Tensor& x, const std::string& approximate) {
-  return unary_op<Saved::self>(
-      OpId::gelu, "gelu", x, [&] { return gelu_flag("gelu", approximate); }, Domain::Floating,
-      [approximate](const Tensor& grad, const Tensor& self) { return gelu_backward(grad, self, approximate); });
+  return detail::call<Unary<OpId::gelu, Domain::floating, Keep::self, GeluDerivative>>(
+      {x}, "gelu", [&] { return gelu_flag("gelu", approximate); });
 }
 
 Tensor pow(const Tensor& x, Scalar exponent) {
   const double e = exponent.to_double();
-  // d x^e = e·x^(e-1); e = 0 gives a zero gradient (not 0·x^-1, which is NaN at x = 0) and needs
-  // no saved input.
-  if (e == 0.0) {
-    return unary_op<Saved::nothing>(OpId::pow_scalar, "pow", x, e, Domain::Floating,
-                                    [](const Tensor& grad, const Tensor&) { return zeros_like(grad); });
-  }
-  return unary_op<Saved::self>(OpId::pow_scalar, "pow", x, e, Domain::Floating,
-                               [e](const Tensor& grad, const Tensor& self) -> Tensor {
-                                 if (e == 1.0) return grad;
-                                 if (e == 2.0) return mul(grad, mul(self, 2.0));
-                                 return mul(grad, mul(pow(self, e - 1.0), e));
-                               });
+  // e = 0 gives a zero gradient (not 0·x^-1, which is NaN at x = 0) and needs no saved input.
+  if (e == 0.0) return detail::call<Pow<Keep::nothing, ZeroDerivative>>({x}, "pow", e);
+  return detail::call<Pow<Keep::self, PowDerivative>>({x}, "pow", e);
 }
 
 }  // namespace precis
