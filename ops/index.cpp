@@ -1,12 +1,13 @@
-// Joining and indexing: cat, stack, index_select, gather, index_add, scatter_add. Checks, output
-// shapes and backward formulas here; kernels in ops/cpu/index.cpp (and ops/cuda/).
+// Joining and indexing: cat, stack, index_select, gather, index_add, scatter_add. index_select,
+// gather, index_add and scatter_add are declared once for the op front-end (ops/frontend.h); cat
+// and stack take a list of tensors and are written out. Checks, output shapes and backward
+// formulas here; kernels in ops/cpu/index.cpp (and ops/cuda/).
 // 0-d operands are handled as 1-element 1-D tensors, as PyTorch does for these ops.
 #include <sstream>
 
-#include "ops/precision.h"
-#include "autograd/record.h"
 #include "core/checked_math.h"
 #include "ops/device_asserts.h"
+#include "ops/frontend.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/op_table.h"
@@ -16,6 +17,9 @@ namespace precis {
 
 using autograd::SavedTensor;
 using autograd::TensorList;
+
+using detail::Domain;
+using detail::OpContext;
 
 namespace {
 
@@ -72,6 +76,7 @@ Tensor restore_0d(const Tensor& out, bool was_0d) { return was_0d ? out.reshape(
 
 }  // namespace
 
+// cat is written out: a list of operands, which the front-end's fixed operand array cannot take.
 Tensor cat(const std::vector<Tensor>& tensors_in, int64_t dim) {
   const std::vector<Tensor> tensors = apply_precision_list(OpId::cat, tensors_in);
   PRECIS_CHECK(!tensors.empty(), "cat: expects a non-empty list of tensors");
@@ -150,6 +155,7 @@ Tensor cat(const std::vector<Tensor>& tensors_in, int64_t dim) {
   return out;
 }
 
+// stack is written out too (a list of operands); it records nothing itself: the cat it ends in does.
 Tensor stack(const std::vector<Tensor>& tensors_in, int64_t dim) {
   const std::vector<Tensor> tensors = apply_precision_list(OpId::stack, tensors_in);
   PRECIS_CHECK(!tensors.empty(), "stack: expects a non-empty list of tensors");
@@ -171,58 +177,76 @@ Tensor stack(const std::vector<Tensor>& tensors_in, int64_t dim) {
   return cat(parts, d);
 }
 
-Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index) {
-  PRECIS_CHECK(x_in.defined() && index.defined(), "index_select: x and index must be defined");
-  const Tensor x = apply_precision(OpId::index_select, x_in)[0];
-  check_same_device("index_select", x, index);
-  const bool was_0d = x.dim() == 0;
-  const Tensor x1 = as_1d(x.detach());
-  const int64_t d = detail::wrap_dim(dim, x1.dim(), "index_select", x);
-  const Tensor idx = checked_index_1d("index_select", x, index, x1.sizes()[d]);
-  Shape out_sizes = x1.sizes();
-  out_sizes[d] = idx.numel();
-  Tensor out = empty(out_sizes, {.dtype = x.dtype(), .device = x.device()});
-  kernel<kernels::IndexSelectKernel>(OpId::index_select, x.device().type, x.dtype())(out, x1, d, idx);
-  // A 0-d x with a 0-d index gives a 0-d result; with a 1-D index, a 1-D one.
-  Tensor result = restore_0d(out, was_0d && index.dim() == 0);
-  if (autograd::needs_grad({&x})) {
-    autograd::record(OpId::index_select, {x}, {result},
-                     [idx, d, x1_sizes = x1.sizes(), x_sizes = x.sizes()](const TensorList& g) -> TensorList {
-                       const Tensor base = zeros(x1_sizes, {.dtype = g[0].dtype(), .device = g[0].device()});
-                       Shape g_sizes = x1_sizes;
-                       g_sizes[d] = idx.numel();
-                       return {index_add(base, d, idx, g[0].reshape(g_sizes)).reshape(x_sizes)};
-                     });
-  }
-  return result;
-}
-
-Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
-  PRECIS_CHECK(x_in.defined() && index.defined(), "gather: x and index must be defined");
-  const Tensor x = apply_precision(OpId::gather, x_in)[0];
-  check_same_device("gather", x, index);
-  PRECIS_CHECK_SHAPE(index.dim() == x.dim(), "gather: index must have as many dims as x, got ", operands(x, index));
-  const Tensor x1 = as_1d(x.detach());
-  const int64_t d = detail::wrap_dim(dim, x1.dim(), "gather", x);
-  for (int64_t k = 0; k < index.dim(); ++k)
-    PRECIS_CHECK_SHAPE(k == d || index.sizes()[k] <= x.sizes()[k], "gather: index size ", index.sizes()[k],
-                       " exceeds x's size ", x.sizes()[k], " at dim ", k, " (", operands(x, index), ")");
-  const Tensor idx = checked_index_nd("gather", x, index, x1.sizes()[d]);
-  Tensor out = empty(idx.sizes(), {.dtype = x.dtype(), .device = x.device()});
-  kernel<kernels::GatherKernel>(OpId::gather, x.device().type, x.dtype())(out, x1, d, idx);
-  Tensor result = restore_0d(out, x.dim() == 0);
-  if (autograd::needs_grad({&x})) {
-    autograd::record(OpId::gather, {x}, {result},
-                     [idx, d, x1_sizes = x1.sizes(), x_sizes = x.sizes()](const TensorList& g) -> TensorList {
-                       const Tensor base = zeros(x1_sizes, {.dtype = g[0].dtype(), .device = g[0].device()});
-                       return {scatter_add(base, d, idx, g[0].reshape(idx.sizes())).reshape(x_sizes)};
-                     });
-  }
-  return result;
-}
-
 namespace {
-// index_add / scatter_add: one device, src in x's dtype, and not bool (nothing to add).
+
+// index_select, gather: x is the operand; dim and index are parameters (no gradient flows to the
+// index).
+struct IndexSelect {
+  static constexpr OpId id = OpId::index_select;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"x"};
+  struct Saved {
+    Tensor idx;
+    int64_t d = 0;
+    Shape x1_sizes, x_sizes;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, int64_t dim, const Tensor& index) {
+    const Tensor& x = in[0];
+    PRECIS_CHECK(index.defined(), "index_select: x and index must be defined");
+    check_same_device("index_select", x, index);
+    const bool was_0d = x.dim() == 0;
+    const Tensor x1 = as_1d(x.detach());
+    const int64_t d = detail::wrap_dim(dim, x1.dim(), "index_select", x);
+    Tensor idx = checked_index_1d("index_select", x, index, x1.sizes()[d]);
+    Shape out_sizes = x1.sizes();
+    out_sizes[d] = idx.numel();
+    Tensor out = empty(out_sizes, {.dtype = x.dtype(), .device = x.device()});
+    kernel<kernels::IndexSelectKernel>(id, x.device().type, x.dtype())(out, x1, d, idx);
+    if (ctx.grad) ctx.saved = {std::move(idx), d, x1.sizes(), x.sizes()};
+    // A 0-d x with a 0-d index gives a 0-d result; with a 1-D index, a 1-D one.
+    return restore_0d(out, was_0d && index.dim() == 0);
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const Tensor base = zeros(s.x1_sizes, {.dtype = g[0].dtype(), .device = g[0].device()});
+    Shape g_sizes = s.x1_sizes;
+    g_sizes[s.d] = s.idx.numel();
+    return {index_add(base, s.d, s.idx, g[0].reshape(g_sizes)).reshape(s.x_sizes)};
+  }
+};
+
+struct Gather {
+  static constexpr OpId id = OpId::gather;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"x"};
+  struct Saved {
+    Tensor idx;
+    int64_t d = 0;
+    Shape x1_sizes, x_sizes;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, int64_t dim, const Tensor& index) {
+    const Tensor& x = in[0];
+    PRECIS_CHECK(index.defined(), "gather: x and index must be defined");
+    check_same_device("gather", x, index);
+    PRECIS_CHECK_SHAPE(index.dim() == x.dim(), "gather: index must have as many dims as x, got ", operands(x, index));
+    const Tensor x1 = as_1d(x.detach());
+    const int64_t d = detail::wrap_dim(dim, x1.dim(), "gather", x);
+    for (int64_t k = 0; k < index.dim(); ++k)
+      PRECIS_CHECK_SHAPE(k == d || index.sizes()[k] <= x.sizes()[k], "gather: index size ", index.sizes()[k],
+                         " exceeds x's size ", x.sizes()[k], " at dim ", k, " (", operands(x, index), ")");
+    Tensor idx = checked_index_nd("gather", x, index, x1.sizes()[d]);
+    Tensor out = empty(idx.sizes(), {.dtype = x.dtype(), .device = x.device()});
+    kernel<kernels::GatherKernel>(id, x.device().type, x.dtype())(out, x1, d, idx);
+    if (ctx.grad) ctx.saved = {std::move(idx), d, x1.sizes(), x.sizes()};
+    return restore_0d(out, x.dim() == 0);
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const Tensor base = zeros(s.x1_sizes, {.dtype = g[0].dtype(), .device = g[0].device()});
+    return {scatter_add(base, s.d, s.idx, g[0].reshape(s.idx.sizes())).reshape(s.x_sizes)};
+  }
+};
+
+// index_add / scatter_add: one device, src in x's dtype, and not bool (nothing to add). Their own
+// checks (Domain::any): the messages name every operand, the index included.
 void check_add_operands(const char* op, const Tensor& x, const Tensor& index, const Tensor& src) {
   check_same_device(op, x, index, &src);
   PRECIS_CHECK_DTYPE(src.dtype() == x.dtype(), op, ": src must have x's dtype, got ", operands(x, index, &src),
@@ -230,70 +254,104 @@ void check_add_operands(const char* op, const Tensor& x, const Tensor& index, co
   PRECIS_CHECK_DTYPE(x.dtype() != DType::boolean, op, ": bool tensors cannot be added, got ",
                      operands(x, index, &src));
 }
+
+// index_add, scatter_add: x and src are the operands (gradients {g, the gathered g}); dim and
+// index are parameters.
+struct IndexAdd {
+  static constexpr OpId id = OpId::index_add;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"x", "src"};
+  struct Saved {
+    Tensor idx;
+    int64_t d = 0;
+    Shape x1_sizes, src_shape;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 2>& in, int64_t dim, const Tensor& index) {
+    const Tensor& x = in[0];
+    const Tensor& src = in[1];
+    PRECIS_CHECK(index.defined(), "index_add: x, index and src must be defined");
+    check_add_operands("index_add", x, index, src);
+    const Tensor x1 = as_1d(x.detach());
+    const int64_t d = detail::wrap_dim(dim, x1.dim(), "index_add", x);
+    Tensor idx = checked_index_1d("index_add", x, index, x1.sizes()[d], &src);
+    Shape src_sizes = x1.sizes();
+    src_sizes[d] = idx.numel();
+    const Tensor s1 = as_1d(src.detach());
+    PRECIS_CHECK_SHAPE(s1.sizes() == src_sizes, "index_add: src must have shape ", shape_str(src_sizes),
+                       " (x's shape with dim ", d, " set to the index length), got ", operands(x, index, &src));
+    Tensor out = contiguous_copy(x1);
+    kernel<kernels::IndexAddKernel>(id, x.device().type, x.dtype())(out, d, idx, s1);
+    if (ctx.grad) ctx.saved = {std::move(idx), d, x1.sizes(), src.sizes()};
+    return restore_0d(out, x.dim() == 0);
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    return {g[0], index_select(g[0].reshape(s.x1_sizes), s.d, s.idx).reshape(s.src_shape)};
+  }
+};
+
+struct ScatterAdd {
+  static constexpr OpId id = OpId::scatter_add;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"x", "src"};
+  struct Saved {
+    Tensor idx;
+    int64_t d = 0;
+    Shape x1_sizes, s1_sizes, src_shape;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 2>& in, int64_t dim, const Tensor& index) {
+    const Tensor& x = in[0];
+    const Tensor& src = in[1];
+    PRECIS_CHECK(index.defined(), "scatter_add: x, index and src must be defined");
+    check_add_operands("scatter_add", x, index, src);
+    PRECIS_CHECK_SHAPE(index.dim() == x.dim() && src.dim() == x.dim(),
+                       "scatter_add: x, index and src must have the same number of dims, got ",
+                       operands(x, index, &src));
+    const Tensor x1 = as_1d(x.detach());
+    const int64_t d = detail::wrap_dim(dim, x1.dim(), "scatter_add", x);
+    for (int64_t k = 0; k < index.dim(); ++k) {
+      PRECIS_CHECK_SHAPE(index.sizes()[k] <= src.sizes()[k], "scatter_add: index size ", index.sizes()[k],
+                         " exceeds src's size ", src.sizes()[k], " at dim ", k, " (", operands(x, index, &src), ")");
+      PRECIS_CHECK_SHAPE(k == d || index.sizes()[k] <= x.sizes()[k], "scatter_add: index size ", index.sizes()[k],
+                         " exceeds x's size ", x.sizes()[k], " at dim ", k, " (", operands(x, index, &src), ")");
+    }
+    Tensor idx = checked_index_nd("scatter_add", x, index, x1.sizes()[d], &src);
+    // Only src's leading part (index's shape) is read, as in PyTorch.
+    Tensor s1 = as_1d(src.detach());
+    const Shape s1_sizes = s1.sizes();
+    for (int64_t k = 0; k < s1.dim(); ++k) s1 = s1.narrow(k, 0, idx.sizes()[k]);
+    Tensor out = contiguous_copy(x1);
+    kernel<kernels::ScatterAddKernel>(id, x.device().type, x.dtype())(out, d, idx, s1);
+    if (ctx.grad) ctx.saved = {std::move(idx), d, x1.sizes(), s1_sizes, src.sizes()};
+    return restore_0d(out, x.dim() == 0);
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    Tensor gs = gather(g[0].reshape(s.x1_sizes), s.d, s.idx);
+    if (gs.sizes() != s.s1_sizes) {
+      // src larger than index: its unread part gets no gradient.
+      Tensor full_g = zeros(s.s1_sizes, {.dtype = gs.dtype(), .device = gs.device()});
+      Tensor region = full_g;
+      for (int64_t k = 0; k < gs.dim(); ++k) region = region.narrow(k, 0, gs.sizes()[k]);
+      region.copy_(gs);
+      gs = full_g;
+    }
+    return {g[0], gs.reshape(s.src_shape)};
+  }
+};
+
 }  // namespace
 
-Tensor index_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
-  PRECIS_CHECK(x_in.defined() && index.defined() && src_in.defined(), "index_add: x, index and src must be defined");
-  const auto [x, src] = apply_precision(OpId::index_add, x_in, src_in);
-  check_add_operands("index_add", x, index, src);
-  const Tensor x1 = as_1d(x.detach());
-  const int64_t d = detail::wrap_dim(dim, x1.dim(), "index_add", x);
-  const Tensor idx = checked_index_1d("index_add", x, index, x1.sizes()[d], &src);
-  Shape src_sizes = x1.sizes();
-  src_sizes[d] = idx.numel();
-  const Tensor s1 = as_1d(src.detach());
-  PRECIS_CHECK_SHAPE(s1.sizes() == src_sizes, "index_add: src must have shape ", shape_str(src_sizes),
-                     " (x's shape with dim ", d, " set to the index length), got ", operands(x, index, &src));
-  Tensor out = contiguous_copy(x1);
-  kernel<kernels::IndexAddKernel>(OpId::index_add, x.device().type, x.dtype())(out, d, idx, s1);
-  Tensor result = restore_0d(out, x.dim() == 0);
-  if (autograd::needs_grad({&x, &src})) {
-    autograd::record(OpId::index_add, {x, src}, {result},
-                     [idx, d, x1_sizes = x1.sizes(), src_shape = src.sizes()](const TensorList& g) -> TensorList {
-                       return {g[0], index_select(g[0].reshape(x1_sizes), d, idx).reshape(src_shape)};
-                     });
-  }
-  return result;
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  return detail::call<IndexSelect>({x}, dim, index);
 }
 
-Tensor scatter_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
-  PRECIS_CHECK(x_in.defined() && index.defined() && src_in.defined(), "scatter_add: x, index and src must be defined");
-  const auto [x, src] = apply_precision(OpId::scatter_add, x_in, src_in);
-  check_add_operands("scatter_add", x, index, src);
-  PRECIS_CHECK_SHAPE(index.dim() == x.dim() && src.dim() == x.dim(),
-                     "scatter_add: x, index and src must have the same number of dims, got ", operands(x, index, &src));
-  const Tensor x1 = as_1d(x.detach());
-  const int64_t d = detail::wrap_dim(dim, x1.dim(), "scatter_add", x);
-  for (int64_t k = 0; k < index.dim(); ++k) {
-    PRECIS_CHECK_SHAPE(index.sizes()[k] <= src.sizes()[k], "scatter_add: index size ", index.sizes()[k],
-                       " exceeds src's size ", src.sizes()[k], " at dim ", k, " (", operands(x, index, &src), ")");
-    PRECIS_CHECK_SHAPE(k == d || index.sizes()[k] <= x.sizes()[k], "scatter_add: index size ", index.sizes()[k],
-                       " exceeds x's size ", x.sizes()[k], " at dim ", k, " (", operands(x, index, &src), ")");
-  }
-  const Tensor idx = checked_index_nd("scatter_add", x, index, x1.sizes()[d], &src);
-  // Only src's leading part (index's shape) is read, as in PyTorch.
-  Tensor s1 = as_1d(src.detach());
-  for (int64_t k = 0; k < s1.dim(); ++k) s1 = s1.narrow(k, 0, idx.sizes()[k]);
-  Tensor out = contiguous_copy(x1);
-  kernel<kernels::ScatterAddKernel>(OpId::scatter_add, x.device().type, x.dtype())(out, d, idx, s1);
-  Tensor result = restore_0d(out, x.dim() == 0);
-  if (autograd::needs_grad({&x, &src})) {
-    autograd::record(OpId::scatter_add, {x, src}, {result},
-                     [idx, d, x1_sizes = x1.sizes(), s1_sizes = as_1d(src.detach()).sizes(),
-                      src_shape = src.sizes()](const TensorList& g) -> TensorList {
-                       Tensor gs = gather(g[0].reshape(x1_sizes), d, idx);
-                       if (gs.sizes() != s1_sizes) {
-                         // src larger than index: its unread part gets no gradient.
-                         Tensor full_g = zeros(s1_sizes, {.dtype = gs.dtype(), .device = gs.device()});
-                         Tensor region = full_g;
-                         for (int64_t k = 0; k < gs.dim(); ++k) region = region.narrow(k, 0, gs.sizes()[k]);
-                         region.copy_(gs);
-                         gs = full_g;
-                       }
-                       return {g[0], gs.reshape(src_shape)};
-                     });
-  }
-  return result;
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) { return detail::call<Gather>({x}, dim, index); }
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return detail::call<IndexAdd>({x, src}, dim, index);
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return detail::call<ScatterAdd>({x, src}, dim, index);
 }
 
 }  // namespace precis

@@ -7,9 +7,8 @@
 // losses and weights in the accumulation type, and the reduction is taken here on those M values.
 #include <string>
 
-#include "ops/precision.h"
 #include "autograd/grad_mode.h"
-#include "autograd/record.h"
+#include "ops/frontend.h"
 #include "ops/device_asserts.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
@@ -22,6 +21,8 @@ namespace precis {
 
 using autograd::SavedTensor;
 using autograd::TensorList;
+using detail::Domain;
+using detail::OpContext;
 
 namespace {
 
@@ -181,149 +182,215 @@ void check_elementwise(const char* op, const Tensor& input, const Tensor& target
   }
 }
 
+// cross_entropy(input, target, weight): target and the options are parameters. Under autocast
+// (FP32 category) f16/bf16 logits stay as they are: the kernels widen each element to fp32 as they
+// read it, which is what the cast would do, minus a full pass over the (M, C) logits and their
+// fp32 copy (and the cast's backward pass over the gradient). The loss then comes out in fp32, as
+// for cast logits; the gradient in the logits' dtype, rounded once from fp32, as the cast's
+// backward rounds it.
+struct CrossEntropy {
+  static constexpr OpId id = OpId::cross_entropy;
+  static constexpr Domain domain = Domain::any;  // class_rows checks, naming every operand
+  static constexpr const char* names[] = {"input", "weight"};
+  static constexpr unsigned optional = 0b10;
+  static constexpr bool widens_first_in_kernel = true;
+  struct Saved {
+    SavedTensor x;
+    Tensor row_stats, target, weight, total;
+    Reduction reduction = Reduction::mean;
+    int64_t ignore_index = 0, rows = 0;
+    double label_smoothing = 0.0;
+    DType acc = DType::f32;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 2>& in, const Tensor& target,
+                        int64_t ignore_index, Reduction reduction, double label_smoothing) {
+    const auto& [input, weight] = in;
+    const DType out_dtype = ctx.first_widened ? DType::f32 : input.dtype();
+    check_reduction("cross_entropy", reduction);
+    PRECIS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+                 "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+    ClassRows r = class_rows("cross_entropy", input, target, weight, ignore_index, /*contiguous=*/true);
+    const int64_t rows = r.x.size(0);
+    const DType acc = acc_type(input.dtype());
+    const TensorOptions acc_opts{.dtype = acc, .device = input.device()};
+    Tensor loss_rows = empty({rows}, acc_opts), weight_rows = empty({rows}, acc_opts),
+           row_stats = empty({rows, 2}, acc_opts);
+    kernel<kernels::CrossEntropyKernel>(OpId::cross_entropy, input.device().type, input.dtype())(
+        loss_rows, weight_rows, row_stats, r.x, r.target, r.weight, ignore_index, label_smoothing);
+    Tensor total;
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      out = reduce_rows(loss_rows, weight_rows, reduction, r.out_shape, out_dtype, &total);
+    }
+    if (ctx.grad) {
+      ctx.saved = {SavedTensor(input), row_stats, r.target, r.weight, total, reduction, ignore_index, rows,
+                   label_smoothing, acc};
+    }
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const Tensor x = s.x.unpack("cross_entropy");
+    const Tensor x_rows = to_rows(x, /*contiguous=*/true);
+    const Tensor gr = grad_rows(g[0], s.reduction, s.total, s.rows, s.acc);
+    Tensor grad = empty(x_rows.sizes(), {.dtype = x.dtype(), .device = x.device()});
+    kernel<kernels::CrossEntropyBackwardKernel>(OpId::cross_entropy_backward, x.device().type, x.dtype())(
+        grad, x_rows, s.row_stats, s.target, s.weight, gr, s.ignore_index, s.label_smoothing);
+    // weight gets no gradient.
+    return {from_rows(grad, x.sizes()), Tensor()};
+  }
+};
+
+struct NllLoss {
+  static constexpr OpId id = OpId::nll_loss;
+  static constexpr Domain domain = Domain::any;  // class_rows checks, naming every operand
+  static constexpr const char* names[] = {"input", "weight"};
+  static constexpr unsigned optional = 0b10;
+  struct Saved {
+    Shape shape;
+    DType dtype = DType::f32, acc = DType::f32;
+    Device device;
+    Tensor target, weight_rows, total;
+    Reduction reduction = Reduction::mean;
+    int64_t ignore_index = 0, rows = 0, classes = 0;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 2>& in, const Tensor& target,
+                        int64_t ignore_index, Reduction reduction) {
+    const auto& [input, weight] = in;
+    check_reduction("nll_loss", reduction);
+    ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false);
+    const int64_t rows = r.x.size(0);
+    const DType acc = acc_type(input.dtype());
+    const TensorOptions acc_opts{.dtype = acc, .device = input.device()};
+    Tensor loss_rows = empty({rows}, acc_opts), weight_rows = empty({rows}, acc_opts);
+    kernel<kernels::NllLossKernel>(OpId::nll_loss, input.device().type, input.dtype())(
+        loss_rows, weight_rows, r.x, r.target, r.weight, ignore_index);
+    Tensor total;
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      out = reduce_rows(loss_rows, weight_rows, reduction, r.out_shape, input.dtype(), &total);
+    }
+    if (ctx.grad) {
+      ctx.saved = {input.sizes(), input.dtype(), acc, input.device(), r.target, weight_rows, total, reduction,
+                   ignore_index, rows, r.classes};
+    }
+    return out;
+  }
+  // d loss / d x[i, t_i] = −g_i·w[t_i] (weight_rows is 0 on ignored rows), scattered into zeros
+  // with public ops, so the gradient is itself differentiable. weight gets no gradient.
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const Tensor coef = neg(mul(grad_rows(g[0], s.reduction, s.total, s.rows, s.acc), s.weight_rows));
+    const Tensor index = where(ne(s.target, s.ignore_index), s.target, 0).unsqueeze(1);
+    const Tensor grad = scatter_add(zeros({s.rows, s.classes}, {.dtype = s.dtype, .device = s.device}), 1, index,
+                                    coef.to(s.dtype).unsqueeze(1));
+    return {from_rows(grad, s.shape), Tensor()};
+  }
+};
+
+// The element-wise losses' declarations: composites of public ops (which record their own
+// nodes), so no backward here; the front-end runs the hook and check_elementwise the checks.
+struct MseLoss {
+  static constexpr OpId id = OpId::mse_loss;
+  static constexpr Domain domain = Domain::any;
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 2>& in, Reduction reduction) {
+    const auto& [input, target] = in;
+    check_reduction("mse_loss", reduction);
+    check_elementwise("mse_loss", input, target, {});
+    const Tensor d = sub(input, target);
+    return reduce_elements(mul(d, d), reduction);
+  }
+};
+
+struct BinaryCrossEntropyWithLogits {
+  static constexpr OpId id = OpId::binary_cross_entropy_with_logits;
+  static constexpr Domain domain = Domain::any;
+  static constexpr unsigned optional = 0b1100;  // weight, pos_weight
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 4>& in, Reduction reduction) {
+    const auto& [input, target, weight, pos_weight] = in;
+    const char* op = "binary_cross_entropy_with_logits";
+    check_reduction(op, reduction);
+    check_elementwise(op, input, target, {{"weight", &weight}, {"pos_weight", &pos_weight}});
+    // softplus(−x) = log(1 + e^(−|x|)) + max(−x, 0): no overflow for any x. maximum() splits the
+    // gradient at x = 0 evenly and abs() gives 0 there, so the gradient at 0 is σ(0) − t exactly.
+    const Tensor softplus_neg = add(log(add(exp(neg(abs(input))), 1.0)), maximum(neg(input), 0.0));
+    Tensor loss;
+    if (pos_weight.defined()) {
+      loss = add(mul((1.0 - target), input), mul(add(mul(sub(pos_weight, 1.0), target), 1.0), softplus_neg));
+    } else {
+      loss = add(sub(input, mul(input, target)), softplus_neg);
+    }
+    if (weight.defined()) loss = mul(loss, weight);
+    return reduce_elements(loss, reduction);
+  }
+};
+
+// Banned under autocast: the hook throws there, naming binary_cross_entropy_with_logits.
+struct BinaryCrossEntropy {
+  static constexpr OpId id = OpId::binary_cross_entropy;
+  static constexpr Domain domain = Domain::any;
+  static constexpr unsigned optional = 0b100;  // weight
+  struct Saved {
+    SavedTensor p, t;
+    Tensor w, log_p, log_1mp;
+    Reduction reduction = Reduction::mean;
+    Shape shape;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, Reduction reduction) {
+    const auto& [input, target, weight] = in;
+    const char* op = "binary_cross_entropy";
+    check_reduction(op, reduction);
+    check_elementwise(op, input, target, {{"weight", &weight}});
+    Tensor out, log_p, log_1mp;
+    const Tensor p = input.detach(), t = target.detach(), w = weight.defined() ? weight.detach() : Tensor();
+    {
+      NoGradGuard no_grad;
+      // Logs clamped at −100 as PyTorch, so p = 0 or 1 gives a finite loss.
+      log_p = maximum(log(p), -100.0);
+      log_1mp = maximum(log((1.0 - p)), -100.0);
+      Tensor loss = neg(add(mul(t, log_p), mul((1.0 - t), log_1mp)));
+      if (w.defined()) loss = mul(loss, w);
+      out = reduce_elements(loss, reduction);
+    }
+    if (ctx.grad) ctx.saved = {SavedTensor(input), SavedTensor(target), w, log_p, log_1mp, reduction, input.sizes()};
+    return out;
+  }
+  // d/dp = w·(p − t) / max(p·(1 − p), 1e-12) (PyTorch's clamp keeps p = 0 or 1 finite);
+  // d/dt = w·(log(1 − p) − log p) with the clamped logs. weight gets no gradient.
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const Tensor pv = s.p.unpack("binary_cross_entropy"), tv = s.t.unpack("binary_cross_entropy");
+    Tensor ge = g[0];
+    if (s.reduction == Reduction::mean) ge = div(ge, static_cast<double>(pv.numel()));
+    if (s.w.defined()) ge = mul(ge, s.w);
+    const Tensor gp = div(mul(ge, sub(pv, tv)), maximum(mul(pv, (1.0 - pv)), 1e-12));
+    const Tensor gt = mul(ge, sub(s.log_1mp, s.log_p));
+    return {sum_to(gp, s.shape), sum_to(gt, s.shape), Tensor()};
+  }
+};
+
 }  // namespace
 
-Tensor cross_entropy(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, int64_t ignore_index,
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                      Reduction reduction, double label_smoothing) {
-  // Under autocast (FP32 category) f16/bf16 logits stay as they are: the kernels widen each
-  // element to fp32 as they read it, which is what the cast would do, minus a full pass over the
-  // (M, C) logits and their fp32 copy (and the cast's backward pass over the gradient). The loss
-  // then comes out in fp32, as for cast logits; the gradient in the logits' dtype, rounded once
-  // from fp32, as the cast's backward rounds it.
-  bool computes_in_fp32 = false;
-  const auto [input, weight] =
-      apply_precision_widening_in_kernel(OpId::cross_entropy, &computes_in_fp32, input_in, weight_in);
-  const DType out_dtype = computes_in_fp32 ? DType::f32 : input.dtype();
-  check_reduction("cross_entropy", reduction);
-  PRECIS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
-               "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
-  ClassRows r = class_rows("cross_entropy", input, target, weight, ignore_index, /*contiguous=*/true);
-  const int64_t rows = r.x.size(0);
-  const DType acc = acc_type(input.dtype());
-  const TensorOptions acc_opts{.dtype = acc, .device = input.device()};
-  Tensor loss_rows = empty({rows}, acc_opts), weight_rows = empty({rows}, acc_opts),
-         row_stats = empty({rows, 2}, acc_opts);
-  kernel<kernels::CrossEntropyKernel>(OpId::cross_entropy, input.device().type, input.dtype())(
-      loss_rows, weight_rows, row_stats, r.x, r.target, r.weight, ignore_index, label_smoothing);
-  Tensor total;
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    out = reduce_rows(loss_rows, weight_rows, reduction, r.out_shape, out_dtype, &total);
-  }
-  if (autograd::needs_grad({&input})) {
-    autograd::record(
-        OpId::cross_entropy, {input}, {out},
-        [sx = SavedTensor(input), row_stats, tgt = r.target, w = r.weight, total, reduction, ignore_index, label_smoothing,
-         rows, acc](const TensorList& g) -> TensorList {
-          const Tensor x = sx.unpack("cross_entropy");
-          const Tensor x_rows = to_rows(x, /*contiguous=*/true);
-          const Tensor gr = grad_rows(g[0], reduction, total, rows, acc);
-          Tensor grad = empty(x_rows.sizes(), {.dtype = x.dtype(), .device = x.device()});
-          kernel<kernels::CrossEntropyBackwardKernel>(OpId::cross_entropy_backward, x.device().type, x.dtype())(
-              grad, x_rows, row_stats, tgt, w, gr, ignore_index, label_smoothing);
-          return {from_rows(grad, x.sizes())};
-        });
-  }
-  return out;
+  return detail::call<CrossEntropy>({input, weight}, target, ignore_index, reduction, label_smoothing);
 }
 
-Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, int64_t ignore_index,
+Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                 Reduction reduction) {
-  const auto [input, weight] = apply_precision(OpId::nll_loss, input_in, weight_in);
-  check_reduction("nll_loss", reduction);
-  ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false);
-  const int64_t rows = r.x.size(0);
-  const DType acc = acc_type(input.dtype());
-  const TensorOptions acc_opts{.dtype = acc, .device = input.device()};
-  Tensor loss_rows = empty({rows}, acc_opts), weight_rows = empty({rows}, acc_opts);
-  kernel<kernels::NllLossKernel>(OpId::nll_loss, input.device().type, input.dtype())(loss_rows, weight_rows, r.x,
-                                                                                     r.target, r.weight, ignore_index);
-  Tensor total;
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    out = reduce_rows(loss_rows, weight_rows, reduction, r.out_shape, input.dtype(), &total);
-  }
-  if (autograd::needs_grad({&input})) {
-    // d loss / d x[i, t_i] = −g_i·w[t_i] (weight_rows is 0 on ignored rows), scattered into zeros
-    // with public ops, so the gradient is itself differentiable.
-    autograd::record(OpId::nll_loss, {input}, {out},
-                     [shape = input.sizes(), dtype = input.dtype(), device = input.device(), tgt = r.target,
-                      weight_rows, total, reduction, ignore_index, rows, classes = r.classes,
-                      acc](const TensorList& g) -> TensorList {
-                       const Tensor coef = neg(mul(grad_rows(g[0], reduction, total, rows, acc), weight_rows));
-                       const Tensor index = where(ne(tgt, ignore_index), tgt, 0).unsqueeze(1);
-                       const Tensor grad = scatter_add(zeros({rows, classes}, {.dtype = dtype, .device = device}), 1,
-                                                       index, coef.to(dtype).unsqueeze(1));
-                       return {from_rows(grad, shape)};
-                     });
-  }
-  return out;
+  return detail::call<NllLoss>({input, weight}, target, ignore_index, reduction);
 }
 
-Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  const auto [input, target] = apply_precision(OpId::mse_loss, input_in, target_in);
-  check_reduction("mse_loss", reduction);
-  check_elementwise("mse_loss", input, target, {});
-  const Tensor d = sub(input, target);
-  return reduce_elements(mul(d, d), reduction);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return detail::call<MseLoss>({input, target}, reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
-                                        const Tensor& pos_weight_in, Reduction reduction) {
-  const auto [input, target, weight, pos_weight] =
-      apply_precision(OpId::binary_cross_entropy_with_logits, input_in, target_in, weight_in, pos_weight_in);
-  const char* op = "binary_cross_entropy_with_logits";
-  check_reduction(op, reduction);
-  check_elementwise(op, input, target, {{"weight", &weight}, {"pos_weight", &pos_weight}});
-  // softplus(−x) = log(1 + e^(−|x|)) + max(−x, 0): no overflow for any x. maximum() splits the
-  // gradient at x = 0 evenly and abs() gives 0 there, so the gradient at 0 is σ(0) − t exactly.
-  const Tensor softplus_neg = add(log(add(exp(neg(abs(input))), 1.0)), maximum(neg(input), 0.0));
-  Tensor loss;
-  if (pos_weight.defined()) {
-    loss = add(mul((1.0 - target), input), mul(add(mul(sub(pos_weight, 1.0), target), 1.0), softplus_neg));
-  } else {
-    loss = add(sub(input, mul(input, target)), softplus_neg);
-  }
-  if (weight.defined()) loss = mul(loss, weight);
-  return reduce_elements(loss, reduction);
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
+                                        const Tensor& pos_weight, Reduction reduction) {
+  return detail::call<BinaryCrossEntropyWithLogits>({input, target, weight, pos_weight}, reduction);
 }
 
-Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
-                            Reduction reduction) {
-  // Banned under autocast: throws there, naming binary_cross_entropy_with_logits.
-  const auto [input, target, weight] = apply_precision(OpId::binary_cross_entropy, input_in, target_in, weight_in);
-  const char* op = "binary_cross_entropy";
-  check_reduction(op, reduction);
-  check_elementwise(op, input, target, {{"weight", &weight}});
-  Tensor out, log_p, log_1mp;
-  const Tensor p = input.detach(), t = target.detach(), w = weight.defined() ? weight.detach() : Tensor();
-  {
-    NoGradGuard no_grad;
-    // Logs clamped at −100 as PyTorch, so p = 0 or 1 gives a finite loss.
-    log_p = maximum(log(p), -100.0);
-    log_1mp = maximum(log((1.0 - p)), -100.0);
-    Tensor loss = neg(add(mul(t, log_p), mul((1.0 - t), log_1mp)));
-    if (w.defined()) loss = mul(loss, w);
-    out = reduce_elements(loss, reduction);
-  }
-  if (autograd::needs_grad({&input, &target})) {
-    // d/dp = w·(p − t) / max(p·(1 − p), 1e-12) (PyTorch's clamp keeps p = 0 or 1 finite);
-    // d/dt = w·(log(1 − p) − log p) with the clamped logs. weight gets no gradient.
-    autograd::record(OpId::binary_cross_entropy, {input, target}, {out},
-                     [sp = SavedTensor(input), st = SavedTensor(target), w, log_p, log_1mp, reduction,
-                      shape = input.sizes()](const TensorList& g) -> TensorList {
-                       const Tensor pv = sp.unpack("binary_cross_entropy"), tv = st.unpack("binary_cross_entropy");
-                       Tensor ge = g[0];
-                       if (reduction == Reduction::mean) ge = div(ge, static_cast<double>(pv.numel()));
-                       if (w.defined()) ge = mul(ge, w);
-                       const Tensor gp = div(mul(ge, sub(pv, tv)), maximum(mul(pv, (1.0 - pv)), 1e-12));
-                       const Tensor gt = mul(ge, sub(log_1mp, log_p));
-                       return {sum_to(gp, shape), sum_to(gt, shape)};
-                     });
-  }
-  return out;
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+  return detail::call<BinaryCrossEntropy>({input, target, weight}, reduction);
 }
 
 // Logits per chunk of linear_cross_entropy when the caller leaves it to us: 4 M elements (8 MB in
@@ -332,6 +399,8 @@ Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, con
 // faster for BERT-mini (docs/design/losses-dropout-attention.md).
 constexpr int64_t kLinearCrossEntropyChunk = int64_t{1} << 22;
 
+// Written out: two algorithms (the backend's fused kernel, or chunks through the linear and
+// cross-entropy kernels), each choosing at run time what its backward keeps.
 Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
                             const Tensor& target, const LinearCrossEntropyOptions& options) {
   const char* op = "linear_cross_entropy";

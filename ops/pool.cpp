@@ -1,12 +1,11 @@
-// max_pool2d, avg_pool2d, adaptive_avg_pool2d: argument checks, output geometry (ceil_mode as
-// PyTorch), unbatched input, and their backward through the *_backward kernels. Kernels:
-// ops/cpu/pool.cpp.
+// max_pool2d, avg_pool2d, adaptive_avg_pool2d, each declared once for the op front-end
+// (ops/frontend.h): argument checks, output geometry (ceil_mode as PyTorch), unbatched input, and
+// their backward through the *_backward kernels. Kernels: ops/cpu/pool.cpp.
 #include <limits>
 #include <string>
 
-#include "ops/precision.h"
-#include "autograd/record.h"
 #include "core/checked_math.h"
+#include "ops/frontend.h"
 #include "ops/functional.h"
 #include "ops/memory_format.h"
 #include "ops/kernels_conv.h"
@@ -20,12 +19,13 @@ using autograd::SavedTensor;
 using autograd::TensorList;
 using kernels::Pool2dParams;
 
+using detail::Domain;
+using detail::OpContext;
+
 namespace {
 
+// The input's shape; that it is defined and floating the front-end checks (Domain::floating).
 void check_input(const char* op, const Tensor& x) {
-  PRECIS_CHECK(x.defined(), op, ": input is an undefined tensor");
-  PRECIS_CHECK_DTYPE(x.is_floating_point(), op, ": expects a floating input, input is ", x.describe(),
-                     "; convert with .to(DType::f32)");
   PRECIS_CHECK_SHAPE(x.dim() == 3 || x.dim() == 4, op, ": input must be 4-D (N, C, H, W) or 3-D (C, H, W), input is ",
                      x.describe());
   PRECIS_CHECK_SHAPE(x.size(-1) > 0 && x.size(-2) > 0, op, ": input has an empty spatial dim, input is ",
@@ -88,110 +88,151 @@ Shape shape_4d(const Shape& s) {
   return r;
 }
 
-std::tuple<Tensor, Tensor> max_pool2d_impl(const Tensor& input_in, const std::vector<int64_t>& kernel_size,
-                                           const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
-                                           const std::vector<int64_t>& dilation, bool ceil_mode, bool want_indices) {
-  const Tensor input = apply_precision(OpId::max_pool2d, input_in)[0];
-  check_input("max_pool2d", input);
-  Pool2dParams p;
-  const Shape out_shape = pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, p);
-  const bool grad = autograd::needs_grad({&input});
-  const DeviceType dev = input.device().type;
-  const bool cl = channels_last_input(input);
-  Tensor values, indices;
-  {
-    NoGradGuard no_grad;
-    const Tensor x = as_4d(input).contiguous();
-    Tensor out4 = empty(out_shape, {.dtype = input.dtype(), .device = input.device()});
-    Tensor idx4 = grad || want_indices ? empty(out_shape, {.dtype = DType::i64, .device = input.device()}) : Tensor();
-    if (out4.numel() > 0) kernel<kernels::MaxPool2dKernel>(OpId::max_pool2d, dev, input.dtype())(out4, idx4, x, p);
-    values = in_layout(like_input(out4, input), cl);
-    if (idx4.defined()) indices = in_layout(like_input(idx4, input), cl);
+// The input is the one operand (floating, checked by the front-end); the window arguments are
+// parameters.
+struct MaxPool2d {
+  static constexpr OpId id = OpId::max_pool2d;
+  static constexpr Domain domain = Domain::floating;
+  struct Saved {
+    SavedTensor indices;
+    Shape x_sizes;
+    DeviceType dev = DeviceType::cpu;
+    bool cl = false;
+    Pool2dParams p;
+  };
+  // values, and the indices of the maxima when asked for or when the backward needs them.
+  static std::tuple<Tensor, Tensor> forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in,
+                                            const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride,
+                                            const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                                            bool ceil_mode, bool want_indices) {
+    const Tensor& input = in[0];
+    check_input("max_pool2d", input);
+    Pool2dParams p;
+    const Shape out_shape = pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, p);
+    const DeviceType dev = input.device().type;
+    const bool cl = channels_last_input(input);
+    Tensor values, indices;
+    {
+      NoGradGuard no_grad;
+      const Tensor x = as_4d(input).contiguous();
+      Tensor out4 = empty(out_shape, {.dtype = input.dtype(), .device = input.device()});
+      Tensor idx4 =
+          ctx.grad || want_indices ? empty(out_shape, {.dtype = DType::i64, .device = input.device()}) : Tensor();
+      if (out4.numel() > 0) kernel<kernels::MaxPool2dKernel>(id, dev, input.dtype())(out4, idx4, x, p);
+      values = in_layout(like_input(out4, input), cl);
+      if (idx4.defined()) indices = in_layout(like_input(idx4, input), cl);
+    }
+    if (ctx.grad) ctx.saved = {SavedTensor(indices), input.sizes(), dev, cl, p};
+    return {values, indices};
   }
-  if (grad) {
-    autograd::record(OpId::max_pool2d, {input}, {values},
-                     [si = SavedTensor(indices), x_sizes = input.sizes(), dev, cl, p](const TensorList& g) -> TensorList {
-                       const Tensor go = as_4d(g[0]).contiguous();
-                       const Tensor idx = as_4d(si.unpack("max_pool2d")).contiguous();
-                       Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
-                       kernel<kernels::MaxPool2dBackwardKernel>(OpId::max_pool2d_backward, dev, go.dtype())(gx, go, idx, p);
-                       return {in_layout(gx.view(x_sizes), cl)};
-                     });
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const Tensor go = as_4d(g[0]).contiguous();
+    const Tensor idx = as_4d(s.indices.unpack("max_pool2d")).contiguous();
+    Tensor gx = empty(shape_4d(s.x_sizes), {.dtype = go.dtype(), .device = go.device()});
+    kernel<kernels::MaxPool2dBackwardKernel>(OpId::max_pool2d_backward, s.dev, go.dtype())(gx, go, idx, s.p);
+    return {in_layout(gx.view(s.x_sizes), s.cl)};
   }
-  return {values, indices};
-}
+};
+
+struct AvgPool2d {
+  static constexpr OpId id = OpId::avg_pool2d;
+  static constexpr Domain domain = Domain::floating;
+  struct Saved {
+    Shape x_sizes;
+    Pool2dParams p;
+    DeviceType dev = DeviceType::cpu;
+    bool cl = false;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, const std::vector<int64_t>& kernel_size,
+                        const std::vector<int64_t>& stride, const std::vector<int64_t>& padding, bool ceil_mode,
+                        bool count_include_pad, int64_t divisor_override) {
+    const Tensor& input = in[0];
+    check_input("avg_pool2d", input);
+    PRECIS_CHECK(divisor_override >= 0, "avg_pool2d: divisor_override must be positive (or 0 for none), got ",
+                 divisor_override);
+    Pool2dParams p;
+    const Shape out_shape = pool_geometry("avg_pool2d", input, kernel_size, stride, padding, {1, 1}, ceil_mode, p);
+    p.count_include_pad = count_include_pad;
+    p.divisor_override = divisor_override;
+    const DeviceType dev = input.device().type;
+    const bool cl = channels_last_input(input);
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      Tensor out4 = empty(out_shape, {.dtype = input.dtype(), .device = input.device()});
+      if (out4.numel() > 0)
+        kernel<kernels::AvgPool2dKernel>(id, dev, input.dtype())(out4, as_4d(input).contiguous(), p);
+      out = in_layout(like_input(out4, input), cl);
+    }
+    if (ctx.grad) ctx.saved = {input.sizes(), p, dev, cl};
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const Tensor go = as_4d(g[0]).contiguous();
+    Tensor gx = empty(shape_4d(s.x_sizes), {.dtype = go.dtype(), .device = go.device()});
+    kernel<kernels::AvgPool2dBackwardKernel>(OpId::avg_pool2d_backward, s.dev, go.dtype())(gx, go, s.p);
+    return {in_layout(gx.view(s.x_sizes), s.cl)};
+  }
+};
+
+struct AdaptiveAvgPool2d {
+  static constexpr OpId id = OpId::adaptive_avg_pool2d;
+  static constexpr Domain domain = Domain::floating;
+  struct Saved {
+    Shape x_sizes;
+    DeviceType dev = DeviceType::cpu;
+    bool cl = false;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in,
+                        const std::vector<int64_t>& output_size) {
+    const Tensor& input = in[0];
+    check_input("adaptive_avg_pool2d", input);
+    int64_t os[2];
+    detail::pair_arg("adaptive_avg_pool2d", "output_size", output_size, os, 1);
+    const DeviceType dev = input.device().type;
+    const bool cl = channels_last_input(input);
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      const Tensor x = as_4d(input).contiguous();
+      Tensor out4 = empty({x.size(0), x.size(1), os[0], os[1]}, {.dtype = input.dtype(), .device = input.device()});
+      if (out4.numel() > 0) kernel<kernels::AdaptiveAvgPool2dKernel>(id, dev, input.dtype())(out4, x);
+      out = in_layout(like_input(out4, input), cl);
+    }
+    if (ctx.grad) ctx.saved = {input.sizes(), dev, cl};
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const Tensor go = as_4d(g[0]).contiguous();
+    Tensor gx = empty(shape_4d(s.x_sizes), {.dtype = go.dtype(), .device = go.device()});
+    kernel<kernels::AdaptiveAvgPool2dBackwardKernel>(OpId::adaptive_avg_pool2d_backward, s.dev, go.dtype())(gx, go);
+    return {in_layout(gx.view(s.x_sizes), s.cl)};
+  }
+};
 
 }  // namespace
 
 Tensor max_pool2d(const Tensor& input, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride,
                   const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode) {
-  return std::get<0>(max_pool2d_impl(input, kernel_size, stride, padding, dilation, ceil_mode, false));
+  return std::get<0>(detail::call<MaxPool2d>({input}, kernel_size, stride, padding, dilation, ceil_mode, false));
 }
 
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const std::vector<int64_t>& kernel_size,
                                                    const std::vector<int64_t>& stride,
                                                    const std::vector<int64_t>& padding,
                                                    const std::vector<int64_t>& dilation, bool ceil_mode) {
-  return max_pool2d_impl(input, kernel_size, stride, padding, dilation, ceil_mode, true);
+  return detail::call<MaxPool2d>({input}, kernel_size, stride, padding, dilation, ceil_mode, true);
 }
 
-Tensor avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride,
+Tensor avg_pool2d(const Tensor& input, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride,
                   const std::vector<int64_t>& padding, bool ceil_mode, bool count_include_pad,
                   int64_t divisor_override) {
-  const Tensor input = apply_precision(OpId::avg_pool2d, input_in)[0];
-  check_input("avg_pool2d", input);
-  PRECIS_CHECK(divisor_override >= 0, "avg_pool2d: divisor_override must be positive (or 0 for none), got ",
-               divisor_override);
-  Pool2dParams p;
-  const Shape out_shape = pool_geometry("avg_pool2d", input, kernel_size, stride, padding, {1, 1}, ceil_mode, p);
-  p.count_include_pad = count_include_pad;
-  p.divisor_override = divisor_override;
-  const DeviceType dev = input.device().type;
-  const bool cl = channels_last_input(input);
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    Tensor out4 = empty(out_shape, {.dtype = input.dtype(), .device = input.device()});
-    if (out4.numel() > 0)
-      kernel<kernels::AvgPool2dKernel>(OpId::avg_pool2d, dev, input.dtype())(out4, as_4d(input).contiguous(), p);
-    out = in_layout(like_input(out4, input), cl);
-  }
-  if (autograd::needs_grad({&input})) {
-    autograd::record(OpId::avg_pool2d, {input}, {out}, [x_sizes = input.sizes(), p, dev, cl](const TensorList& g) -> TensorList {
-      const Tensor go = as_4d(g[0]).contiguous();
-      Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
-      kernel<kernels::AvgPool2dBackwardKernel>(OpId::avg_pool2d_backward, dev, go.dtype())(gx, go, p);
-      return {in_layout(gx.view(x_sizes), cl)};
-    });
-  }
-  return out;
+  return detail::call<AvgPool2d>({input}, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                 divisor_override);
 }
 
-Tensor adaptive_avg_pool2d(const Tensor& input_in, const std::vector<int64_t>& output_size) {
-  const Tensor input = apply_precision(OpId::adaptive_avg_pool2d, input_in)[0];
-  check_input("adaptive_avg_pool2d", input);
-  int64_t os[2];
-  detail::pair_arg("adaptive_avg_pool2d", "output_size", output_size, os, 1);
-  const DeviceType dev = input.device().type;
-  const bool cl = channels_last_input(input);
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    const Tensor x = as_4d(input).contiguous();
-    Tensor out4 = empty({x.size(0), x.size(1), os[0], os[1]}, {.dtype = input.dtype(), .device = input.device()});
-    if (out4.numel() > 0)
-      kernel<kernels::AdaptiveAvgPool2dKernel>(OpId::adaptive_avg_pool2d, dev, input.dtype())(out4, x);
-    out = in_layout(like_input(out4, input), cl);
-  }
-  if (autograd::needs_grad({&input})) {
-    autograd::record(OpId::adaptive_avg_pool2d, {input}, {out}, [x_sizes = input.sizes(), dev, cl](const TensorList& g) -> TensorList {
-      const Tensor go = as_4d(g[0]).contiguous();
-      Tensor gx = empty(shape_4d(x_sizes), {.dtype = go.dtype(), .device = go.device()});
-      kernel<kernels::AdaptiveAvgPool2dBackwardKernel>(OpId::adaptive_avg_pool2d_backward, dev, go.dtype())(gx, go);
-      return {in_layout(gx.view(x_sizes), cl)};
-    });
-  }
-  return out;
+Tensor adaptive_avg_pool2d(const Tensor& input, const std::vector<int64_t>& output_size) {
+  return detail::call<AdaptiveAvgPool2d>({input}, output_size);
 }
 
 }  // namespace precis
