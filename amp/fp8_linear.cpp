@@ -94,6 +94,8 @@ void Fp8LinearState::load_state_dict(const StateDict& dict) {
   grad_output.load_state_dict(state_subset(dict, "grad_output."));
 }
 
+// Written out, not through the ops' front-end (ops/frontend.h): its precision is the fp8
+// recipe's state, not the precision policy's, and its backward updates that state.
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8LinearState& state) {
   check_operands(x, weight, bias, state);
   const int64_t k = weight.size(1), n = weight.size(0);

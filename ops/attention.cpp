@@ -48,6 +48,8 @@ bool use_fused(const Tensor& raw, const Tensor& mask, double dropout_p) {
 
 }  // namespace
 
+// Written out: a composite whose kernels are other ops' (they record the graph); only the hook
+// and the checks are its own.
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                     const Tensor& attn_mask_in, double dropout_p, bool is_causal, double scale,
                                     Generator* generator) {

@@ -6,10 +6,9 @@
 
 #include <atomic>
 
-#include "autograd/record.h"
+#include "ops/frontend.h"
 #include "ops/kernels_attention.h"
 #include "ops/op_table.h"
-#include "ops/precision.h"
 #include "ops/random_draw.h"
 #include "tensor/factory.h"
 
@@ -17,6 +16,8 @@ namespace precis {
 
 using autograd::SavedTensor;
 using autograd::TensorList;
+using detail::Domain;
+using detail::OpContext;
 
 namespace {
 
@@ -31,62 +32,74 @@ Tensor attention_softmax_backward(const Tensor& grad, const Tensor& y, const Ten
   return ds;
 }
 
+struct AttentionSoftmax {
+  static constexpr OpId id = OpId::attention_softmax;
+  static constexpr Domain domain = Domain::floating;
+  static constexpr const char* names[] = {"scores"};
+  struct Saved {
+    SavedTensor y;
+    Tensor mask;
+    DType dtype = DType::f32;
+    kernels::AttentionSoftmaxArgs args;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, const Tensor& attn_mask,
+                        bool is_causal, double scale, double dropout_p, Generator* generator) {
+    const Tensor& scores = in[0];
+    const char* op = "attention_softmax";
+    auto operands = [&] {
+      std::string s = "scores " + scores.describe();
+      if (attn_mask.defined()) s += ", attn_mask " + attn_mask.describe();
+      return s;
+    };
+    PRECIS_CHECK_SHAPE(scores.dim() >= 2, op, ": scores must be (..., L, S), got ", operands());
+    PRECIS_CHECK(!(is_causal && attn_mask.defined()), op, ": pass either attn_mask or is_causal, not both");
+    PRECIS_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", dropout_p);
+    PRECIS_CHECK(scale > 0.0, op, ": scale must be positive, got ", scale);
+    if (attn_mask.defined()) {
+      PRECIS_CHECK_DTYPE(attn_mask.dtype() == DType::boolean || attn_mask.is_floating_point(), op,
+                         ": attn_mask must be bool (true = attend) or floating (added to the scores), got ", operands());
+      PRECIS_CHECK_DEVICE(attn_mask.device() == scores.device(), op, ": attn_mask must be on the scores' device, got ",
+                          operands());
+      bool fits = attn_mask.dim() <= scores.dim();
+      for (int64_t d = 1; fits && d <= attn_mask.dim(); ++d)
+        fits = attn_mask.size(-d) == 1 || attn_mask.size(-d) == scores.size(-d);
+      PRECIS_CHECK_SHAPE(fits, op, ": attn_mask must broadcast to the scores' shape without growing it, got ",
+                         operands());
+    }
+    const DType dtype = scores.dtype();
+    const DType acc = dtype == DType::f64 ? DType::f64 : DType::f32;
+    kernels::AttentionSoftmaxArgs args{.scale = scale, .dropout_p = dropout_p, .rng = {}};
+    Tensor mask;
+    if (is_causal) {
+      args.mask = kernels::AttentionMask::causal;
+    } else if (attn_mask.defined()) {
+      const bool keep = attn_mask.dtype() == DType::boolean;
+      args.mask = keep ? kernels::AttentionMask::keep : kernels::AttentionMask::additive;
+      mask = (keep ? attn_mask : attn_mask.to(acc)).detach().expand(scores.sizes());
+    }
+    if (dropout_p > 0.0) {
+      Generator& gen = generator != nullptr ? *generator : default_generator();
+      args.rng = detail::draw_for(gen, (static_cast<uint64_t>(scores.numel()) + 3) / 4, scores.device(),
+                                  "attention_softmax");
+    }
+    const Tensor sc = scores.detach().contiguous();
+    Tensor p = empty(sc.sizes(), {.dtype = dtype, .device = sc.device()});
+    // y is the weights themselves when nothing separates them (f32 or f64 scores, no dropout).
+    const Tensor y = dtype == acc && dropout_p == 0.0 ? p : empty(sc.sizes(), {.dtype = acc, .device = sc.device()});
+    kernel<kernels::AttentionSoftmaxKernel>(OpId::attention_softmax, sc.device().type, dtype)(p, y, sc, mask, args);
+    if (ctx.grad) ctx.saved = {SavedTensor(y), mask, dtype, args};
+    return p;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    return {attention_softmax_backward(g[0], s.y.unpack("attention_softmax"), s.mask, s.dtype, s.args)};
+  }
+};
+
 }  // namespace
 
-Tensor attention_softmax(const Tensor& scores_in, const Tensor& attn_mask, bool is_causal, double scale,
+Tensor attention_softmax(const Tensor& scores, const Tensor& attn_mask, bool is_causal, double scale,
                          double dropout_p, Generator* generator) {
-  const Tensor scores = apply_precision(OpId::attention_softmax, scores_in)[0];
-  const char* op = "attention_softmax";
-  PRECIS_CHECK(scores.defined(), op, ": the scores tensor is undefined");
-  auto operands = [&] {
-    std::string s = "scores " + scores.describe();
-    if (attn_mask.defined()) s += ", attn_mask " + attn_mask.describe();
-    return s;
-  };
-  PRECIS_CHECK_DTYPE(scores.is_floating_point(), op, ": scores must be floating, got ", operands());
-  PRECIS_CHECK_SHAPE(scores.dim() >= 2, op, ": scores must be (..., L, S), got ", operands());
-  PRECIS_CHECK(!(is_causal && attn_mask.defined()), op, ": pass either attn_mask or is_causal, not both");
-  PRECIS_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", dropout_p);
-  PRECIS_CHECK(scale > 0.0, op, ": scale must be positive, got ", scale);
-  if (attn_mask.defined()) {
-    PRECIS_CHECK_DTYPE(attn_mask.dtype() == DType::boolean || attn_mask.is_floating_point(), op,
-                       ": attn_mask must be bool (true = attend) or floating (added to the scores), got ", operands());
-    PRECIS_CHECK_DEVICE(attn_mask.device() == scores.device(), op, ": attn_mask must be on the scores' device, got ",
-                        operands());
-    bool fits = attn_mask.dim() <= scores.dim();
-    for (int64_t d = 1; fits && d <= attn_mask.dim(); ++d)
-      fits = attn_mask.size(-d) == 1 || attn_mask.size(-d) == scores.size(-d);
-    PRECIS_CHECK_SHAPE(fits, op, ": attn_mask must broadcast to the scores' shape without growing it, got ",
-                       operands());
-  }
-  const DType dtype = scores.dtype();
-  const DType acc = dtype == DType::f64 ? DType::f64 : DType::f32;
-  kernels::AttentionSoftmaxArgs args{.scale = scale, .dropout_p = dropout_p, .rng = {}};
-  Tensor mask;
-  if (is_causal) {
-    args.mask = kernels::AttentionMask::causal;
-  } else if (attn_mask.defined()) {
-    const bool keep = attn_mask.dtype() == DType::boolean;
-    args.mask = keep ? kernels::AttentionMask::keep : kernels::AttentionMask::additive;
-    mask = (keep ? attn_mask : attn_mask.to(acc)).detach().expand(scores.sizes());
-  }
-  if (dropout_p > 0.0) {
-    Generator& gen = generator != nullptr ? *generator : default_generator();
-    args.rng = detail::draw_for(gen, (static_cast<uint64_t>(scores.numel()) + 3) / 4, scores.device(),
-                                "attention_softmax");
-  }
-  const Tensor sc = scores.detach().contiguous();
-  Tensor p = empty(sc.sizes(), {.dtype = dtype, .device = sc.device()});
-  // y is the weights themselves when nothing separates them (f32 or f64 scores, no dropout).
-  const Tensor y = dtype == acc && dropout_p == 0.0 ? p : empty(sc.sizes(), {.dtype = acc, .device = sc.device()});
-  kernel<kernels::AttentionSoftmaxKernel>(OpId::attention_softmax, sc.device().type, dtype)(p, y, sc, mask, args);
-  if (autograd::needs_grad({&scores})) {
-    autograd::record(OpId::attention_softmax, {scores}, {p},
-                     [sy = SavedTensor(y), mask, dtype, args](const TensorList& g) -> TensorList {
-                       return {attention_softmax_backward(g[0], sy.unpack("attention_softmax"), mask, dtype, args)};
-                     });
-  }
-  return p;
+  return detail::call<AttentionSoftmax>({scores}, attn_mask, is_causal, scale, dropout_p, generator);
 }
 
 }  // namespace precis

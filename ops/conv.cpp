@@ -3,9 +3,8 @@
 #include <limits>
 #include <string>
 
-#include "ops/precision.h"
+#include "ops/frontend.h"
 #include "ops/recompute.h"
-#include "autograd/record.h"
 #include "core/checked_math.h"
 #include "ops/functional.h"
 #include "ops/kernels_conv.h"
@@ -20,6 +19,8 @@ namespace precis {
 using autograd::SavedTensor;
 using autograd::TensorList;
 using kernels::Conv2dParams;
+using detail::Domain;
+using detail::OpContext;
 
 namespace {
 
@@ -38,10 +39,7 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_
 
 Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& stride,
                           const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
-  PRECIS_CHECK(x.defined() && w.defined(), "conv2d: input or weight is an undefined tensor");
-  const bool same_device = w.device() == x.device() && (!b.defined() || b.device() == x.device());
-  PRECIS_CHECK_DEVICE(same_device, "conv2d: operands are on different devices: ", operands(x, w, b),
-                      "; move them to one device with .to(device)");
+  // (Defined operands on one device: the front-end's checks.)
   const bool floating = x.is_floating_point() && w.is_floating_point() && (!b.defined() || b.is_floating_point());
   PRECIS_CHECK_DTYPE(floating, "conv2d: expects floating operands, ", operands(x, w, b),
                      "; convert with .to(DType::f32)");
@@ -106,73 +104,93 @@ double conv_flops(const Tensor& out, const Shape& w_sizes) {
 }
 double conv_flops(const Tensor& out, const Tensor& w) { return conv_flops(out, w.sizes()); }
 
+// conv2d(input, weight, bias): the stride, padding, dilation and groups are parameters.
+struct Conv2d {
+  static constexpr OpId id = OpId::conv2d;
+  static constexpr Domain domain = Domain::any;  // check_conv2d checks, naming every operand
+  static constexpr const char* names[] = {"input", "weight", "bias"};
+  static constexpr unsigned optional = 0b100;
+  struct Saved {
+    SavedTensor x, w;  // x when the weight or bias needs a gradient, w when the input does
+    Shape x_sizes, w_sizes;
+    bool need_x = false, need_w = false, need_b = false;
+    Conv2dParams p;
+    DeviceType dev = DeviceType::cpu;
+    DType dtype = DType::f32;
+    bool nhwc = false, weight_nhwc = false;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, const std::vector<int64_t>& stride,
+                        const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
+    // (An autocast cast keeps a channels-last input channels-last: Tensor::to(DType) keeps the layout.)
+    const auto& [input, weight, bias] = in;
+    const Conv2dParams p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
+    const DeviceType dev = input.device().type;
+    const DType dtype = input.dtype();
+    const bool nhwc = keeps_channels_last(input);
+    const bool weight_nhwc = nhwc && dev == DeviceType::cuda;
+    const Tensor out = kept_or_computed(OpId::conv2d, [&] {
+      NoGradGuard no_grad;  // the views and copies below are internal
+      const Tensor x = nhwc ? input : as_4d(input).contiguous();
+      const int64_t n = x.size(0), h = x.size(2), w = x.size(3), o = weight.size(0);
+      const int64_t ho = conv_out_size(h, weight.size(2), p.stride[0], p.padding[0], p.dilation[0]);
+      const int64_t wo = conv_out_size(w, weight.size(3), p.stride[1], p.padding[1], p.dilation[1]);
+      const TensorOptions options{.dtype = dtype, .device = input.device()};
+      Tensor out4 = nhwc ? empty_channels_last({n, o, ho, wo}, options) : empty({n, o, ho, wo}, options);
+      if (profiler::counting_flops()) profiler::add_flops(OpId::conv2d, conv_flops(out4, weight));
+      if (out4.numel() > 0)
+        kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(
+            out4, x, weight_nhwc ? to_channels_last(weight) : weight.contiguous(),
+            bias.defined() ? bias.contiguous() : Tensor(), p);
+      return input.dim() == 4 ? out4 : out4.squeeze(0);
+    });
+    if (ctx.grad) {
+      const bool need_x = input.requires_grad(), need_w = weight.requires_grad();
+      const bool need_b = bias.defined() && bias.requires_grad();
+      ctx.saved = {need_w || need_b ? SavedTensor(input) : SavedTensor(), need_x ? SavedTensor(weight) : SavedTensor(),
+                   input.sizes(), weight.sizes(), need_x, need_w, need_b, p, dev, dtype, nhwc, weight_nhwc};
+    }
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const bool nhwc = s.nhwc;
+    const Tensor go = nhwc ? to_channels_last(g[0]) : as_4d(g[0]).contiguous();
+    const TensorOptions options{.dtype = s.dtype, .device = go.device()};
+    Shape x_sizes4 = s.x_sizes;
+    if (x_sizes4.size() == 3) x_sizes4.insert(x_sizes4.begin(), 1);
+    // The bias gradient comes with the weight gradient's pass, so gw is computed (and dropped)
+    // when only the bias needs a gradient.
+    auto alloc = [&](const Shape& sizes) { return nhwc ? empty_channels_last(sizes, options) : empty(sizes, options); };
+    Tensor gx4 = s.need_x ? alloc(x_sizes4) : Tensor();
+    Tensor gw = s.need_w || s.need_b ? (s.weight_nhwc ? alloc(s.w_sizes) : empty(s.w_sizes, options)) : Tensor();
+    Tensor gb = s.need_b ? empty({s.w_sizes[0]}, options) : Tensor();
+    if (go.numel() == 0) {  // an empty batch or no output channels: the sums are empty
+      for (Tensor* t : {&gx4, &gw, &gb})
+        if (t->defined()) t->zero_();
+    } else {
+      auto layout = [&](const Tensor& t) { return nhwc ? to_channels_last(t) : as_4d(t).contiguous(); };
+      const Tensor x = gw.defined() ? layout(s.x.unpack("conv2d")) : Tensor();
+      const Tensor w =
+          s.need_x ? (s.weight_nhwc ? layout(s.w.unpack("conv2d")) : s.w.unpack("conv2d").contiguous()) : Tensor();
+      // The input gradient is a convolution of the forward's size, and so is the weight's.
+      if (profiler::counting_flops())
+        profiler::add_flops(OpId::conv2d_backward,
+                            conv_flops(go, s.w_sizes) * ((s.need_x ? 1 : 0) + (gw.defined() ? 1 : 0)));
+      kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, s.dev, s.dtype)(gx4, gw, gb, go, x, w, s.p);
+    }
+    // A channels-last input gets a channels-last gradient (as PyTorch's); the weight's gradient is
+    // made contiguous for the optimizers, which read gradients densely.
+    const Tensor gx = s.need_x ? (nhwc ? gx4 : gx4.view(s.x_sizes)) : Tensor();
+    if (!s.need_w) gw = Tensor();
+    if (s.weight_nhwc && gw.defined()) gw = gw.contiguous();
+    return {gx, gw, gb};
+  }
+};
+
 }  // namespace
 
-Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
-              const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
-              const std::vector<int64_t>& dilation, int64_t groups) {
-  // (An autocast cast keeps a channels-last input channels-last: Tensor::to(DType) keeps the layout.)
-  const auto [input, weight, bias] = apply_precision(OpId::conv2d, input_in, weight_in, bias_in);
-  const Conv2dParams p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
-  const DeviceType dev = input.device().type;
-  const DType dtype = input.dtype();
-  const bool nhwc = keeps_channels_last(input);
-  const bool weight_nhwc = nhwc && dev == DeviceType::cuda;
-  const Tensor out = kept_or_computed(OpId::conv2d, [&, &input = input, &weight = weight, &bias = bias] {
-    NoGradGuard no_grad;  // the views and copies below are internal
-    const Tensor x = nhwc ? input : as_4d(input).contiguous();
-    const int64_t n = x.size(0), h = x.size(2), w = x.size(3), o = weight.size(0);
-    const int64_t ho = conv_out_size(h, weight.size(2), p.stride[0], p.padding[0], p.dilation[0]);
-    const int64_t wo = conv_out_size(w, weight.size(3), p.stride[1], p.padding[1], p.dilation[1]);
-    const TensorOptions options{.dtype = dtype, .device = input.device()};
-    Tensor out4 = nhwc ? empty_channels_last({n, o, ho, wo}, options) : empty({n, o, ho, wo}, options);
-    if (profiler::counting_flops()) profiler::add_flops(OpId::conv2d, conv_flops(out4, weight));
-    if (out4.numel() > 0)
-      kernel<kernels::Conv2dKernel>(OpId::conv2d, dev, dtype)(out4, x, weight_nhwc ? to_channels_last(weight) : weight.contiguous(),
-                                                               bias.defined() ? bias.contiguous() : Tensor(), p);
-    return input.dim() == 4 ? out4 : out4.squeeze(0);
-  });
-  if (autograd::needs_grad({&input, &weight, &bias})) {
-    const bool need_x = input.requires_grad(), need_w = weight.requires_grad();
-    const bool need_b = bias.defined() && bias.requires_grad();
-    autograd::record(
-        OpId::conv2d, {input, weight, bias}, {out},
-        [sx = need_w || need_b ? SavedTensor(input) : SavedTensor(), sw = need_x ? SavedTensor(weight) : SavedTensor(),
-         x_sizes = input.sizes(), w_sizes = weight.sizes(), need_x, need_w, need_b, p, dev, dtype, nhwc,
-         weight_nhwc](const TensorList& g) -> TensorList {
-          const Tensor go = nhwc ? to_channels_last(g[0]) : as_4d(g[0]).contiguous();
-          const TensorOptions options{.dtype = dtype, .device = go.device()};
-          Shape x_sizes4 = x_sizes;
-          if (x_sizes4.size() == 3) x_sizes4.insert(x_sizes4.begin(), 1);
-          // The bias gradient comes with the weight gradient's pass, so gw is computed (and
-          // dropped) when only the bias needs a gradient.
-          auto alloc = [&](const Shape& sizes) { return nhwc ? empty_channels_last(sizes, options) : empty(sizes, options); };
-          Tensor gx4 = need_x ? alloc(x_sizes4) : Tensor();
-          Tensor gw = need_w || need_b ? (weight_nhwc ? alloc(w_sizes) : empty(w_sizes, options)) : Tensor();
-          Tensor gb = need_b ? empty({w_sizes[0]}, options) : Tensor();
-          if (go.numel() == 0) {  // an empty batch or no output channels: the sums are empty
-            for (Tensor* t : {&gx4, &gw, &gb})
-              if (t->defined()) t->zero_();
-          } else {
-            auto layout = [&](const Tensor& t) { return nhwc ? to_channels_last(t) : as_4d(t).contiguous(); };
-            const Tensor x = gw.defined() ? layout(sx.unpack("conv2d")) : Tensor();
-            const Tensor w =
-                need_x ? (weight_nhwc ? layout(sw.unpack("conv2d")) : sw.unpack("conv2d").contiguous()) : Tensor();
-            // The input gradient is a convolution of the forward's size, and so is the weight's.
-            if (profiler::counting_flops())
-              profiler::add_flops(OpId::conv2d_backward,
-                                  conv_flops(go, w_sizes) * ((need_x ? 1 : 0) + (gw.defined() ? 1 : 0)));
-            kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, dev, dtype)(gx4, gw, gb, go, x, w, p);
-          }
-          // A channels-last input gets a channels-last gradient (as PyTorch's); the weight's
-          // gradient is made contiguous for the optimizers, which read gradients densely.
-          const Tensor gx = need_x ? (nhwc ? gx4 : gx4.view(x_sizes)) : Tensor();
-          if (!need_w) gw = Tensor();
-          if (weight_nhwc && gw.defined()) gw = gw.contiguous();
-          return {gx, gw, gb};
-        });
-  }
-  return out;
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const std::vector<int64_t>& stride,
+              const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
+  return detail::call<Conv2d>({input, weight, bias}, stride, padding, dilation, groups);
 }
 
 }  // namespace precis

@@ -24,6 +24,8 @@ bool& detail::linear_gelu_saves_derivative() {
   return saves;
 }
 
+// Written out, not declared for the front-end (ops/frontend.h): without the fused epilogue
+// kernels it is linear then gelu, whose own nodes are then the graph.
 Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const std::string& approximate) {
   PRECIS_CHECK(x_in.defined() && weight_in.defined(), "linear_gelu: input or weight is an undefined tensor");
   const auto [x, weight, bias] = apply_precision(OpId::linear_gelu, x_in, weight_in, bias_in);
