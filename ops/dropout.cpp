@@ -3,12 +3,12 @@
 // storing it: a mask tensor would cost a write in forward and a read in backward plus memory
 // held for the whole step, while regenerating costs one Philox block (10 multiply rounds) per 4
 // elements, drawn 16 blocks at a time on the CPU (ops/cpu/philox_vec.h): ~0.2 ns per element
-// with AVX-512, against ~1.6 ns for the scalar rounds.
+// with AVX-512, against ~1.6 ns for the scalar rounds. Declared for the op front-end
+// (ops/frontend.h).
 #include <cmath>
 
-#include "ops/precision.h"
-#include "autograd/record.h"
 #include "core/rng.h"
+#include "ops/frontend.h"
 #include "ops/functional.h"
 #include "ops/kernels_loss.h"
 #include "ops/op_table.h"
@@ -19,6 +19,9 @@ namespace precis {
 
 using autograd::TensorList;
 
+using detail::Domain;
+using detail::OpContext;
+
 namespace {
 
 // out = x with the mask of the draw applied and scaled; p in (0, 1).
@@ -28,34 +31,64 @@ Tensor apply_mask(const Tensor& x, double p, const PhiloxDraw& rng) {
   return out;
 }
 
-// Differentiable: backward applies the same mask to the gradient (itself differentiable).
-Tensor masked(const Tensor& x, double p, const PhiloxDraw& rng) {
-  Tensor out = apply_mask(x.detach(), p, rng);
-  if (autograd::needs_grad({&x}))
-    autograd::record(OpId::dropout, {x}, {out}, [p, rng](const TensorList& g) -> TensorList {
-      return {masked(g[0], p, rng)};
-    });
-  return out;
-}
+// What dropout's backward reads: p and the draw; p == 1 (nothing survives) draws nothing.
+struct DropoutSaved {
+  double p = 0.0;
+  PhiloxDraw rng{};
+};
+
+// A draw's mask applied to the gradient: dropout's backward, differentiable (its backward applies
+// the same mask again). It runs from backward on a gradient, which the precision hook has never
+// seen: no hook.
+struct DropoutMask {
+  static constexpr OpId id = OpId::dropout;
+  static constexpr Domain domain = Domain::any;
+  static constexpr bool precision_hook = false;
+  using Saved = DropoutSaved;
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, double p, const PhiloxDraw& rng) {
+    if (ctx.grad) ctx.saved = {p, rng};
+    return apply_mask(in[0].detach(), p, rng);
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    return {detail::call<DropoutMask>({g[0]}, s.p, s.rng)};
+  }
+};
+
+// Its own checks (Domain::any): p first, then the dtype.
+struct Dropout {
+  static constexpr OpId id = OpId::dropout;
+  static constexpr Domain domain = Domain::any;
+  using Saved = DropoutSaved;
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, double p, bool training,
+                        Generator* generator) {
+    const Tensor& x = in[0];
+    PRECIS_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got ", p, " (input ", x.describe(), ")");
+    PRECIS_CHECK_DTYPE(x.is_floating_point(), "dropout: expected a floating tensor, got ", x.describe());
+    if (!training || p == 0.0) {
+      ctx.grad = false;  // x itself: no node
+      return x;
+    }
+    if (p == 1.0) {
+      // Nothing survives: zeros, and a zero gradient.
+      if (ctx.grad) ctx.saved = {1.0, {}};
+      return zeros(x.sizes(), {.dtype = x.dtype(), .device = x.device()});
+    }
+    Generator& gen = generator != nullptr ? *generator : default_generator();
+    const uint64_t blocks = (static_cast<uint64_t>(x.numel()) + 3) / 4;
+    const PhiloxDraw rng = detail::draw_for(gen, blocks, x.device(), "dropout");
+    if (ctx.grad) ctx.saved = {p, rng};
+    return apply_mask(x.detach(), p, rng);
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    if (s.p == 1.0) return {mul(g[0], 0.0)};
+    return {detail::call<DropoutMask>({g[0]}, s.p, s.rng)};
+  }
+};
 
 }  // namespace
 
-Tensor dropout(const Tensor& x_in, double p, bool training, Generator* generator) {
-  const Tensor x = apply_precision(OpId::dropout, x_in)[0];
-  PRECIS_CHECK(x.defined(), "dropout: the input tensor is undefined");
-  PRECIS_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got ", p, " (input ", x.describe(), ")");
-  PRECIS_CHECK_DTYPE(x.is_floating_point(), "dropout: expected a floating tensor, got ", x.describe());
-  if (!training || p == 0.0) return x;
-  if (p == 1.0) {
-    // Nothing survives: zeros, and a zero gradient.
-    Tensor out = zeros(x.sizes(), {.dtype = x.dtype(), .device = x.device()});
-    if (autograd::needs_grad({&x}))
-      autograd::record(OpId::dropout, {x}, {out}, [](const TensorList& g) -> TensorList { return {mul(g[0], 0.0)}; });
-    return out;
-  }
-  Generator& gen = generator != nullptr ? *generator : default_generator();
-  const uint64_t blocks = (static_cast<uint64_t>(x.numel()) + 3) / 4;
-  return masked(x, p, detail::draw_for(gen, blocks, x.device(), "dropout"));
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  return detail::call<Dropout>({x}, p, training, generator);
 }
 
 }  // namespace precis

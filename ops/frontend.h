@@ -28,6 +28,8 @@
 // widens_first_in_kernel = true`; then ctx.first_widened). The ops a policy casts with (cast,
 // clone, to_device) declare `static constexpr bool precision_hook = false`: the hook must not see
 // its own casts.
+// Op::forward may clear ctx.grad when no node of its own is wanted: it returned an operand
+// itself (dropout in eval mode) or a result its inner ops already recorded (a composed path).
 // A declaration without `backward` (and `Saved`) is an op that records no node (comparisons).
 // Index tensors, scalars and options are parameters, not operands: the hook never casts them and
 // no gradient flows to them. An op whose front-end is genuinely different (a fused loss, attention,

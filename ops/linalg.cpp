@@ -1,11 +1,10 @@
-// matmul and linear: operand checks, bringing operands to the kernels' 3-D / 2-D forms without
-// copying where strides allow, and their backward.
+// matmul and linear, declared for the op front-end (ops/frontend.h): operand checks, bringing
+// operands to the kernels' 3-D / 2-D forms without copying where strides allow, and their backward.
 #include <algorithm>
 #include <string>
 
-#include "ops/precision.h"
+#include "ops/frontend.h"
 #include "ops/recompute.h"
-#include "autograd/record.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/linear_check.h"
@@ -17,6 +16,9 @@ namespace precis {
 
 using autograd::SavedTensor;
 using autograd::TensorList;
+
+using detail::Domain;
+using detail::OpContext;
 
 namespace {
 
@@ -209,6 +211,75 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bo
   return {ga, gb};
 }
 
+// The declarations keep their own operand checks (Domain::any): their errors name every operand
+// ("a is ..., b is ...") and say which dtype to convert to.
+struct Matmul {
+  static constexpr OpId id = OpId::matmul;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"a", "b"};
+  struct Saved {
+    SavedTensor a, b;
+    bool need_a = false, need_b = false;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 2>& in) {
+    const Tensor &a = in[0], &b = in[1];
+    check_matmul(a, b);
+    Tensor out = kept_or_computed(OpId::matmul, [&a = a, &b = b] { return matmul_forward(a, b); });
+    if (ctx.grad) ctx.saved = {SavedTensor(a), SavedTensor(b), a.requires_grad(), b.requires_grad()};
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    return matmul_backward(g[0], s.a.unpack("matmul"), s.b.unpack("matmul"), s.need_a, s.need_b);
+  }
+};
+
+struct Linear {
+  static constexpr OpId id = OpId::linear;
+  static constexpr Domain domain = Domain::any;
+  static constexpr const char* names[] = {"input", "weight", "bias"};
+  static constexpr unsigned optional = 0b100;  // no bias
+  struct Saved {
+    SavedTensor x, w;
+    bool need_x = false, need_w = false, need_b = false;
+    int64_t rows = 0, ins = 0, outs = 0;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in) {
+    const Tensor &x = in[0], &weight = in[1], &bias = in[2];
+    detail::check_linear_operands("linear", x, weight, bias);
+    const int64_t ins = weight.size(1), outs = weight.size(0);
+    const Shape lead = dims_of(x, 0, x.dim() - 1);
+    const int64_t rows = shape_numel(lead);
+    Tensor out = kept_or_computed(OpId::linear, [&] {
+      NoGradGuard no_grad;
+      const Tensor x2 = x.reshape({rows, ins}).contiguous();
+      const Tensor w = weight.contiguous();
+      const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+      Tensor out2 = empty({rows, outs}, {.dtype = x.dtype(), .device = x.device()});
+      if (profiler::counting_flops())
+        profiler::add_flops(OpId::linear,
+                            2.0 * static_cast<double>(rows) * static_cast<double>(ins) * static_cast<double>(outs));
+      kernel<kernels::LinearKernel>(OpId::linear, x.device().type, x.dtype())(out2, x2, w, b);
+      Shape out_sizes = lead;
+      out_sizes.push_back(outs);
+      return out2.view(out_sizes);
+    });
+    if (ctx.grad)
+      ctx.saved = {SavedTensor(x), SavedTensor(weight), x.requires_grad(), weight.requires_grad(),
+                   bias.defined() && bias.requires_grad(), rows, ins, outs};
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    // g: (*lead, out) seen as (rows, out); the weight and bias gradients sum over all rows.
+    const Tensor g2 = g[0].reshape({s.rows, s.outs});
+    Tensor gx, gw, gb;
+    const Tensor x = s.x.unpack("linear");
+    if (s.need_x) gx = matmul(g2, s.w.unpack("linear")).reshape(x.sizes());
+    if (s.need_w) gw = matmul(g2.t(), x.reshape({s.rows, s.ins}));
+    if (s.need_b) gb = sum(g2, {0});
+    return {gx, gw, gb};
+  }
+};
+
 }  // namespace
 
 void detail::check_linear_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -233,55 +304,10 @@ void detail::check_linear_operands(const char* op, const Tensor& x, const Tensor
                      w.size(0), "), ", describe_all());
 }
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  const auto [a, b] = apply_precision(OpId::matmul, a_in, b_in);
-  check_matmul(a, b);
-  Tensor out = kept_or_computed(OpId::matmul, [&a = a, &b = b] { return matmul_forward(a, b); });
-  if (autograd::needs_grad({&a, &b})) {
-    autograd::record(OpId::matmul, {a, b}, {out},
-                     [sa = SavedTensor(a), sb = SavedTensor(b), need_a = a.requires_grad(),
-                      need_b = b.requires_grad()](const TensorList& g) -> TensorList {
-                       return matmul_backward(g[0], sa.unpack("matmul"), sb.unpack("matmul"), need_a, need_b);
-                     });
-  }
-  return out;
-}
+Tensor matmul(const Tensor& a, const Tensor& b) { return detail::call<Matmul>({a, b}); }
 
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
-  const auto [x, weight, bias] = apply_precision(OpId::linear, x_in, weight_in, bias_in);
-  detail::check_linear_operands("linear", x, weight, bias);
-  const int64_t in = weight.size(1), outs = weight.size(0);
-  const Shape lead = dims_of(x, 0, x.dim() - 1);
-  const int64_t rows = shape_numel(lead);
-  const Tensor out = kept_or_computed(OpId::linear, [&, &x = x, &weight = weight, &bias = bias] {
-    NoGradGuard no_grad;
-    const Tensor x2 = x.reshape({rows, in}).contiguous();
-    const Tensor w = weight.contiguous();
-    const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
-    Tensor out2 = empty({rows, outs}, {.dtype = x.dtype(), .device = x.device()});
-    if (profiler::counting_flops())
-      profiler::add_flops(OpId::linear, 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(outs));
-    kernel<kernels::LinearKernel>(OpId::linear, x.device().type, x.dtype())(out2, x2, w, b);
-    Shape out_sizes = lead;
-    out_sizes.push_back(outs);
-    return out2.view(out_sizes);
-  });
-  if (autograd::needs_grad({&x, &weight, &bias})) {
-    autograd::record(
-        OpId::linear, {x, weight, bias}, {out},
-        [sx = SavedTensor(x), sw = SavedTensor(weight), need_x = x.requires_grad(), need_w = weight.requires_grad(),
-         need_b = bias.defined() && bias.requires_grad(), rows, in, outs](const TensorList& g) -> TensorList {
-          // g: (*lead, out) seen as (rows, out); the weight and bias gradients sum over all rows.
-          const Tensor g2 = g[0].reshape({rows, outs});
-          Tensor gx, gw, gb;
-          const Tensor x = sx.unpack("linear");
-          if (need_x) gx = matmul(g2, sw.unpack("linear")).reshape(x.sizes());
-          if (need_w) gw = matmul(g2.t(), x.reshape({rows, in}));
-          if (need_b) gb = sum(g2, {0});
-          return {gx, gw, gb};
-        });
-  }
-  return out;
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return detail::call<Linear>({x, weight, bias});
 }
 
 }  // namespace precis

@@ -1,12 +1,13 @@
 // Tensor members that compute: copies, conversions, in-place fill/copy, the operators and the
-// PyTorch-style reductions (x.sum(1), x.argmax(1)), and argmax.
+// PyTorch-style reductions (x.sum(1), x.argmax(1)), and argmax. The differentiable copies (cast,
+// to_device, clone, pin_memory) are declared for the op front-end (ops/frontend.h).
 #include <optional>
 
-#include "autograd/record.h"
 #include "core/cuda_backend.h"
 #include "ops/backends.h"
 #include "ops/broadcast.h"
 #include "ops/device_asserts.h"
+#include "ops/frontend.h"
 #include "ops/functional.h"
 #include "ops/kernels.h"
 #include "ops/profiler.h"
@@ -16,6 +17,9 @@
 namespace precis {
 
 using autograd::TensorList;
+
+using detail::Domain;
+using detail::OpContext;
 
 namespace {
 DeviceCopyFn* g_device_copy = nullptr;
@@ -115,21 +119,97 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   return *this;
 }
 
+namespace {
+
+// The copies below are what a precision policy casts with: they declare precision_hook = false,
+// so the hook never sees its own casts (they never ran it).
+
+// x converted to another dtype; the gradient is converted back.
+struct Cast {
+  static constexpr OpId id = OpId::cast;
+  static constexpr Domain domain = Domain::any;
+  static constexpr bool precision_hook = false;
+  struct Saved {
+    DType src{};
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, DType dtype) {
+    const Tensor& x = in[0];
+    // ctx.grad: x requires grad under grad mode.
+    PRECIS_CHECK_DTYPE(!(ctx.grad && !is_floating(dtype)), "cast: a tensor ", x.describe(),
+                       " that requires grad cannot be cast to ", dtype_name(dtype),
+                       " (not differentiable); detach() it first");
+    // The result keeps x's dense memory order (PyTorch's preserve_format): a channels-last
+    // activation cast by autocast stays channels-last for the conv that reads it.
+    Tensor out = empty_elementwise(x.sizes(), dtype, x.device(), {&x}, "cast");
+    kernel<kernels::CopyKernel>(OpId::copy, x.device().type, dtype)(out, x);
+    if (ctx.grad) ctx.saved = {x.dtype()};
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) { return {g[0].to(s.src)}; }
+};
+
+// x moved to another device; the gradient is moved back.
+struct ToDevice {
+  static constexpr OpId id = OpId::to_device;
+  static constexpr Domain domain = Domain::any;
+  static constexpr bool precision_hook = false;
+  struct Saved {
+    Device src;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, Device device, bool non_blocking) {
+    const Tensor& x = in[0];
+    Tensor out;
+    if (non_blocking && device.is_cpu() && x.device().is_cuda()) {
+      // Lands in pinned memory, so the device copy can stay queued (the caller synchronises:
+      // precis::cuda::synchronize, see tensor.h).
+      const size_t nbytes = static_cast<size_t>(x.numel()) * x.element_size();  // fits: the device holds it
+      out = Tensor(std::make_shared<TensorImpl>(std::make_shared<StorageImpl>(nbytes, pinned_allocator()), x.sizes(),
+                                                contiguous_strides(x.sizes()), 0, x.dtype()));
+    } else {
+      out = empty(x.sizes(), {.dtype = x.dtype(), .device = device});
+    }
+    {
+      NoGradGuard no_grad;
+      out.copy_(x, non_blocking);
+    }
+    if (ctx.grad) ctx.saved = {x.device()};
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) { return {g[0].to(s.src)}; }
+};
+
+// clone (Pinned = false) and pin_memory (true): a copy into new memory (pinned host memory for
+// pin_memory); the gradient is the incoming one.
+template <bool Pinned>
+struct Copy {
+  static constexpr OpId id = OpId::clone;
+  static constexpr Domain domain = Domain::any;
+  static constexpr bool precision_hook = false;
+  struct Saved {};
+  static Tensor forward(OpContext<Saved>&, const std::array<Tensor, 1>& in) {
+    const Tensor& x = in[0];
+    Tensor out;
+    if constexpr (Pinned) {
+      Allocator& pinned = pinned_allocator();  // DeviceError without CUDA or without a device
+      const size_t nbytes = static_cast<size_t>(x.numel()) * x.element_size();  // numel fits: a CPU tensor has it
+      auto storage = std::make_shared<StorageImpl>(nbytes, pinned);
+      out = Tensor(
+          std::make_shared<TensorImpl>(std::move(storage), x.sizes(), contiguous_strides(x.sizes()), 0, x.dtype()));
+    } else {
+      out = empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()});
+    }
+    copy_same_device(out, x);
+    return out;
+  }
+  static TensorList backward(const Saved&, const TensorList& g) { return {g[0]}; }
+};
+
+}  // namespace
+
 Tensor cast(const Tensor& x, DType dtype) {
   require_defined("cast", x);
   if (x.dtype() == dtype) return x;
-  PRECIS_CHECK_DTYPE(!(x.requires_grad() && is_grad_enabled() && !is_floating(dtype)), "cast: a tensor ",
-                     x.describe(), " that requires grad cannot be cast to ", dtype_name(dtype),
-                     " (not differentiable); detach() it first");
-  // The result keeps x's dense memory order (PyTorch's preserve_format): a channels-last
-  // activation cast by autocast stays channels-last for the conv that reads it.
-  Tensor out = empty_elementwise(x.sizes(), dtype, x.device(), {&x}, "cast");
-  kernel<kernels::CopyKernel>(OpId::copy, x.device().type, dtype)(out, x);
-  if (autograd::needs_grad({&x})) {
-    const DType src = x.dtype();
-    autograd::record(OpId::cast, {x}, {out}, [src](const TensorList& g) -> TensorList { return {g[0].to(src)}; });
-  }
-  return out;
+  return detail::call<Cast>({x}, dtype);
 }
 
 Tensor Tensor::to(DType dtype) const {
@@ -140,26 +220,7 @@ Tensor Tensor::to(DType dtype) const {
 Tensor Tensor::to(Device device, bool non_blocking) const {
   require_defined("to", *this);
   if (this->device() == device) return *this;
-  Tensor out;
-  if (non_blocking && device.is_cpu() && this->device().is_cuda()) {
-    // Lands in pinned memory, so the device copy can stay queued (the caller synchronises:
-    // precis::cuda::synchronize, see tensor.h).
-    const size_t nbytes = static_cast<size_t>(numel()) * element_size();  // fits: the device holds it
-    out = Tensor(std::make_shared<TensorImpl>(std::make_shared<StorageImpl>(nbytes, pinned_allocator()), sizes(),
-                                              contiguous_strides(sizes()), 0, dtype()));
-  } else {
-    out = empty(sizes(), {.dtype = dtype(), .device = device});
-  }
-  {
-    NoGradGuard no_grad;
-    out.copy_(*this, non_blocking);
-  }
-  if (autograd::needs_grad({this})) {
-    const Device src = this->device();
-    autograd::record(OpId::to_device, {*this}, {out},
-                     [src](const TensorList& g) -> TensorList { return {g[0].to(src)}; });
-  }
-  return out;
+  return detail::call<ToDevice>({*this}, device, non_blocking);
 }
 
 Tensor Tensor::pin_memory() const {
@@ -167,23 +228,12 @@ Tensor Tensor::pin_memory() const {
   PRECIS_CHECK_DEVICE(device().is_cpu(), "pin_memory: only CPU tensors can be pinned; got ", describe(),
                       " (pin a tensor before moving it to a device: x.pin_memory().to(device, true))");
   if (is_pinned()) return *this;
-  Allocator& pinned = pinned_allocator();  // DeviceError without CUDA or without a device
-  const size_t nbytes = static_cast<size_t>(numel()) * element_size();  // numel fits: a CPU tensor has it
-  auto storage = std::make_shared<StorageImpl>(nbytes, pinned);
-  Tensor out(std::make_shared<TensorImpl>(std::move(storage), sizes(), contiguous_strides(sizes()), 0, dtype()));
-  copy_same_device(out, *this);
-  if (autograd::needs_grad({this}))
-    autograd::record(OpId::clone, {*this}, {out}, [](const TensorList& g) -> TensorList { return {g[0]}; });
-  return out;
+  return detail::call<Copy<true>>({*this});
 }
 
 Tensor Tensor::clone() const {
   require_defined("clone", *this);
-  Tensor out = empty(sizes(), {.dtype = dtype(), .device = device()});
-  copy_same_device(out, *this);
-  if (autograd::needs_grad({this}))
-    autograd::record(OpId::clone, {*this}, {out}, [](const TensorList& g) -> TensorList { return {g[0]}; });
-  return out;
+  return detail::call<Copy<false>>({*this});
 }
 
 // ---- reductions as members, and argmax -------------------------------------------------------------
