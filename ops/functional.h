@@ -21,6 +21,7 @@ Tensor sqrt(const Tensor& x);                        ///< FP32.
 Tensor rsqrt(const Tensor& x);                       ///< 1/sqrt(x). FP32.
 Tensor tanh(const Tensor& x);                        ///< Passthrough.
 Tensor sigmoid(const Tensor& x);                     ///< Passthrough.
+Tensor silu(const Tensor& x);                        ///< x·σ(x) (SiLU, swish). Passthrough.
 Tensor relu(const Tensor& x);                        ///< max(x, 0). Passthrough; grad at 0 is 0.
 /// GELU; approximate = "none" (x·Φ(x), erf form) or "tanh". Passthrough.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");

@@ -78,6 +78,14 @@ struct SigmoidOp : NoParam<false> {
     dst = C(1) / (C(1) + (-x).exp());
   }
 };
+struct SiluOp : NoParam<false> {
+  using NoParam::NoParam;
+  // x / (1 + e^-x): for very negative x, e^-x = inf gives -0, the limit, without NaN.
+  template <typename D, typename X> void operator()(D& dst, const X& x) const {
+    using C = typename D::Scalar;
+    dst = x / (C(1) + (-x).exp());
+  }
+};
 struct ReluOp : NoParam<true> {
   using NoParam::NoParam;
   // Eigen's max(x, 0) returns x when x is NaN (std::max semantics, also in its packet path), so
@@ -269,6 +277,7 @@ void register_unary_kernels() {
   register_unary<GeluOp, kCostly>(OpId::gelu, kFloating);
   register_unary<PowOp, kCostly>(OpId::pow_scalar, kFloating);
   register_unary<ErfOp, kCostly>(OpId::erf, kFloating);
+  register_unary<SiluOp, kCostly>(OpId::silu, kFloating);
   register_backward<ReluBackwardOp>(OpId::relu_backward);
   register_backward<GeluBackwardOp>(OpId::gelu_backward);
 }

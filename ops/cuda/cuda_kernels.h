@@ -65,8 +65,8 @@ void launch_masked_fill(size_t elem_size, void* out, const void* x, const bool* 
                         const ElementwiseLaunch& l);
 
 // ---- unary (ops/cuda/unary.cu) ------------------------------------------------------------------
-enum class UnaryOp : uint8_t { neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, pow, erf };
-inline constexpr int kNumUnaryOps = 12;
+enum class UnaryOp : uint8_t { neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, pow, erf, silu };
+inline constexpr int kNumUnaryOps = 13;
 
 /// The dtypes launch_unary implements: f32, f64, f16, bf16 for every op; i32, i64 also for neg,
 /// abs and relu.

@@ -53,6 +53,7 @@ __device__ __forceinline__ M apply(M x, M param) {
   else if constexpr (Op == UnaryOp::sigmoid) return M(1) / (M(1) + ::exp(-x));
   else if constexpr (Op == UnaryOp::gelu) return gelu_forward(x, param != M(0));
   else if constexpr (Op == UnaryOp::pow) return pow_scalar(x, param);
+  else if constexpr (Op == UnaryOp::silu) return x / (M(1) + ::exp(-x));
   else return ::erf(x);
 }
 
@@ -178,6 +179,7 @@ void launch_unary(UnaryOp op, DType dtype, void* out, const void* x, double para
     case UnaryOp::gelu: launch_op<UnaryOp::gelu>(dtype, out, x, param, l); break;
     case UnaryOp::pow: launch_op<UnaryOp::pow>(dtype, out, x, param, l); break;
     case UnaryOp::erf: launch_op<UnaryOp::erf>(dtype, out, x, param, l); break;
+    case UnaryOp::silu: launch_op<UnaryOp::silu>(dtype, out, x, param, l); break;
   }
   PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the unary kernel (", dtype_name(dtype), ", ", l.numel,
                     " elements)");

@@ -11,7 +11,8 @@ namespace {
 
 constexpr OpId kUnaryOpIds[kNumUnaryOps] = {OpId::neg,  OpId::abs,     OpId::exp,  OpId::log,
                                              OpId::sqrt, OpId::rsqrt,   OpId::tanh, OpId::sigmoid,
-                                             OpId::relu, OpId::gelu,    OpId::pow_scalar, OpId::erf};
+                                             OpId::relu, OpId::gelu,    OpId::pow_scalar, OpId::erf,
+                                             OpId::silu};
 
 // out = f(x); x: out's shape, any strides, same dtype; out contiguous.
 template <UnaryOp Op>
@@ -62,6 +63,7 @@ void register_unary_kernels() {
   register_unary<UnaryOp::gelu>();
   register_unary<UnaryOp::pow>();
   register_unary<UnaryOp::erf>();
+  register_unary<UnaryOp::silu>();
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     register_kernel<kernels::BinaryKernel>(OpId::relu_backward, DeviceType::cuda, dt,
                                            &backward_kernel<ActivationBackward::relu>);

@@ -65,6 +65,7 @@ const std::vector<Entry>& entries() {
     unary(OpId::rsqrt, &rsqrt, true);
     unary(OpId::tanh, &tanh);
     unary(OpId::sigmoid, &sigmoid);
+    unary(OpId::silu, &silu);
     unary(OpId::relu, &relu);
     e.push_back({OpId::gelu, [](D a, D) { return gelu(in({3, 4}, a), "tanh"); }});
     e.push_back({OpId::pow_scalar, [](D a, D) { return pow(positive({3, 4}, a), 1.5); }});

@@ -67,6 +67,7 @@ const UnaryCase kUnaryCases[] = {
     {OpId::exp, -5, 5, 0, false},     {OpId::log, 0.01, 9, 0, false},      {OpId::sqrt, 0, 9, 0, false},
     {OpId::rsqrt, 0.01, 9, 0, false}, {OpId::tanh, -4, 4, 0, false},       {OpId::sigmoid, -9, 9, 0, false},
     {OpId::gelu, -6, 4, 0, false},    {OpId::gelu, -6, 4, 1, false},       {OpId::erf, -3, 3, 0, false},
+    {OpId::silu, -9, 9, 0, false},
     {OpId::pow_scalar, 0.1, 3, 2.5, false}, {OpId::pow_scalar, -3, 3, 2, false}, {OpId::pow_scalar, 0.1, 3, -0.5, false},
 };
 

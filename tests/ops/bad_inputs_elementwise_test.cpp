@@ -68,6 +68,8 @@ const bool kUnary = register_error_cases({
     PRECIS_BAD_INPUT(tanh, ValueError, "an undefined tensor", tanh(Tensor()), "tanh", "undefined"),
     PRECIS_BAD_INPUT(sigmoid, DTypeError, "an integer tensor", sigmoid(i64({2})), "sigmoid", "i64"),
     PRECIS_BAD_INPUT(sigmoid, ValueError, "an undefined tensor", sigmoid(Tensor()), "sigmoid", "undefined"),
+    PRECIS_BAD_INPUT(silu, DTypeError, "an integer tensor", silu(i64({2})), "silu", "i64", "floating"),
+    PRECIS_BAD_INPUT(silu, ValueError, "an undefined tensor", silu(Tensor()), "silu", "undefined"),
     PRECIS_BAD_INPUT(relu, DTypeError, "a bool tensor", relu(b8({2})), "relu", "bool"),
     PRECIS_BAD_INPUT(relu, ValueError, "an undefined tensor", relu(Tensor()), "relu", "undefined"),
     PRECIS_BAD_INPUT(gelu, ValueError, "an unknown approximation", gelu(f32({2}), "fast"), "gelu", "\"fast\""),

@@ -40,6 +40,7 @@ const std::vector<UnaryCase>& unary_cases() {
       {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -6, 6},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, -8, 8},
       {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, -3, 3},
+      {"silu", [](const Tensor& x) { return silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }, -8, 8},
       {"gelu", [](const Tensor& x) { return gelu(x); }, ref_gelu, -6, 6},
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, ref_gelu_tanh, -6, 6},
       {"pow_2.5", [](const Tensor& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, 0, 4},
@@ -276,6 +277,7 @@ std::vector<GradCase> unary_grad_cases() {
       {OpId::rsqrt, unary_fn(rsqrt), 0.2, 3},
       {OpId::tanh, unary_fn(tanh), -2, 2},
       {OpId::sigmoid, unary_fn(sigmoid), -3, 3},
+      {OpId::silu, unary_fn(silu), -3, 3},
       {OpId::gelu, [](const TensorList& x) { return TensorList{gelu(x[0])}; }, -3, 3},
       {OpId::pow_scalar, [](const TensorList& x) { return TensorList{pow(x[0], 2.5)}; }, 0.2, 2},
   };
