@@ -38,7 +38,7 @@
 
 #include "amp/audit.h"
 #include "autograd/grad_mode.h"
-#include "ops/broadcast.h"
+#include "ops/detail/broadcast.h"
 #include "ops/precision.h"
 
 namespace precis::amp {

@@ -7,7 +7,7 @@
 
 #include "autograd/grad_mode.h"
 #include "ops/functional.h"
-#include "ops/kernels_amp.h"
+#include "ops/contracts/kernels_amp.h"
 #include "ops/op_table.h"
 #include "optim/clip_grad.h"
 #include "tensor/factory.h"

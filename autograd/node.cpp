@@ -5,7 +5,7 @@
 
 #include "autograd/autograd_meta.h"
 #include "autograd/grad_mode.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "ops/functional.h"
 
@@ -72,7 +72,7 @@ bool can_accumulate_in_place(const Tensor& grad, const Tensor& g) {
 }
 
 // grad += g through add's element-wise kernel with `grad` as both output and first operand (an
-// element-wise kernel reads a[i] before it writes out[i]; ops/kernels.h), so no new buffer.
+// element-wise kernel reads a[i] before it writes out[i]; ops/contracts/kernels.h), so no new buffer.
 void add_in_place(const Tensor& grad, const Tensor& g) {
   kernel<kernels::BinaryKernel>(OpId::add, grad.device().type, grad.dtype())(grad, grad, g, 1.0);
   grad.bump_version();

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "core/grad_mode.h"
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 #include "ops/op_table.h"
 #include "optim/clip_grad.h"
 #include "tensor/factory.h"

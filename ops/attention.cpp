@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "core/grad_mode.h"
-#include "ops/attention_softmax.h"
+#include "ops/detail/attention_softmax.h"
 #include "ops/functional.h"
 #include "ops/op_table.h"
 #include "ops/precision.h"
@@ -30,7 +30,7 @@ Tensor all_masked_rows(const Tensor& scores, const Tensor& keep) {
   return sum(rows).item<int64_t>() > 0 ? rows : Tensor();
 }
 
-// Whether the fused score pass (ops/attention_softmax.h) takes over between the matmuls: where
+// Whether the fused score pass (ops/detail/attention_softmax.h) takes over between the matmuls: where
 // its kernels exist for the scores' device and dtype (the CPU), the mask broadcasts to the scores
 // without growing them and needs no gradient, and dropout is not p = 1 (dropout's own zeros).
 bool use_fused(const Tensor& raw, const Tensor& mask, double dropout_p) {

@@ -1,15 +1,15 @@
-// attention_softmax (ops/attention_softmax.h): checks, the Philox reservation, the fused kernel
+// attention_softmax (ops/detail/attention_softmax.h): checks, the Philox reservation, the fused kernel
 // (ops/cpu/attention_softmax.cpp), and a backward that runs the fused backward kernel on the saved
 // fp32 softmax output. Saving y rather than recomputing it keeps backward bit for bit the composed
 // path's (softmax saves the same tensor); the dropout mask is regenerated from (seed, offset).
-#include "ops/attention_softmax.h"
+#include "ops/detail/attention_softmax.h"
 
 #include <atomic>
 
 #include "ops/frontend.h"
-#include "ops/kernels_attention.h"
+#include "ops/contracts/kernels_attention.h"
 #include "ops/op_table.h"
-#include "ops/random_draw.h"
+#include "ops/detail/random_draw.h"
 #include "tensor/factory.h"
 
 namespace precis {

@@ -9,10 +9,10 @@
 #include <utility>
 
 #include "ops/frontend.h"
-#include "ops/broadcast.h"
+#include "ops/detail/broadcast.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
-#include "ops/scalar_check.h"
+#include "ops/contracts/kernels.h"
+#include "ops/detail/scalar_check.h"
 #include "tensor/factory.h"
 
 namespace precis {

@@ -7,10 +7,10 @@
 #include "ops/recompute.h"
 #include "core/checked_math.h"
 #include "ops/functional.h"
-#include "ops/kernels_conv.h"
+#include "ops/contracts/kernels_conv.h"
 #include "ops/memory_format.h"
 #include "ops/op_table.h"
-#include "ops/pair_arg.h"
+#include "ops/detail/pair_arg.h"
 #include "ops/profiler.h"
 #include "tensor/factory.h"
 

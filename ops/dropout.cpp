@@ -10,9 +10,9 @@
 #include "core/rng.h"
 #include "ops/frontend.h"
 #include "ops/functional.h"
-#include "ops/kernels_loss.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
-#include "ops/random_draw.h"
+#include "ops/detail/random_draw.h"
 #include "tensor/factory.h"
 
 namespace precis {

@@ -11,12 +11,12 @@
 // floating dtype, the op runs the pair itself: the same values up to x's rounding, the same
 // generator use. Declared for the op front-end (ops/frontend.h).
 #include "core/rng.h"
-#include "ops/broadcast.h"
+#include "ops/detail/broadcast.h"
 #include "ops/frontend.h"
 #include "ops/functional.h"
-#include "ops/kernels_loss.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
-#include "ops/random_draw.h"
+#include "ops/detail/random_draw.h"
 #include "tensor/factory.h"
 
 namespace precis {

@@ -1,4 +1,4 @@
-// The layout of an element-wise op's output (declared in ops/broadcast.h). PyTorch allocates an
+// The layout of an element-wise op's output (declared in ops/detail/broadcast.h). PyTorch allocates an
 // element-wise result in the memory order its operands share, so `a.t() + b.t()` or a ReLU of a
 // channels-last activation stays in that layout and the loop over it is contiguous everywhere
 // (docs/design/foundation.md, "Element-wise output layout").
@@ -6,7 +6,7 @@
 #include <numeric>
 #include <vector>
 
-#include "ops/broadcast.h"
+#include "ops/detail/broadcast.h"
 
 namespace precis {
 

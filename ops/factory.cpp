@@ -9,7 +9,7 @@
 #include "core/checked_math.h"
 #include "core/grad_mode.h"
 #include "core/thread_pool.h"
-#include "ops/scalar_check.h"
+#include "ops/detail/scalar_check.h"
 
 namespace precis {
 

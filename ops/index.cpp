@@ -9,7 +9,7 @@
 #include "ops/device_asserts.h"
 #include "ops/frontend.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

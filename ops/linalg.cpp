@@ -6,8 +6,8 @@
 #include "ops/frontend.h"
 #include "ops/recompute.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
-#include "ops/linear_check.h"
+#include "ops/contracts/kernels.h"
+#include "ops/detail/linear_check.h"
 #include "ops/op_table.h"
 #include "ops/profiler.h"
 #include "tensor/factory.h"
@@ -146,7 +146,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
     b3 = batch3_view(b2, batch);
     out3_sizes = {shape_numel(batch), n, m};
     if (!(a3.defined() && b3.defined()) && a.device().type == DeviceType::cpu) {
-      // The CPU kernel takes two batch dims (ops/kernels.h): look for a split of the batch dims
+      // The CPU kernel takes two batch dims (ops/contracts/kernels.h): look for a split of the batch dims
       // into two groups that each merge in both operands, e.g. attention's (B, H) heads viewed
       // out of (B, L, H, D), whose B and H steps are L·H·D and D.
       const int64_t nb = static_cast<int64_t>(batch.size());

@@ -5,9 +5,9 @@
 
 #include "autograd/record.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
-#include "ops/kernels_epilogue.h"
-#include "ops/linear_check.h"
+#include "ops/contracts/kernels.h"
+#include "ops/contracts/kernels_epilogue.h"
+#include "ops/detail/linear_check.h"
 #include "ops/op_table.h"
 #include "ops/precision.h"
 #include "ops/recompute.h"

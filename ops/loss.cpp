@@ -11,8 +11,8 @@
 #include "ops/frontend.h"
 #include "ops/device_asserts.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
-#include "ops/kernels_loss.h"
+#include "ops/contracts/kernels.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 #include "ops/profiler.h"
 #include "tensor/factory.h"
@@ -475,7 +475,7 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
   }
 
   // The backend's own kernel where it has one and the caller left the chunking to us (CPU with
-  // oneDNN: vocabulary blocks over all rows, no (M, V) tensor at all; ops/kernels_loss.h). Its
+  // oneDNN: vocabulary blocks over all rows, no (M, V) tensor at all; ops/contracts/kernels_loss.h). Its
   // gradients come out in fp32, for backward to scale and round once.
   if (options.chunk_rows == 0 && M > 0 && K > 0 && V > 0 && find_fused_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
     Tensor gx, gw, gb, total_rows, result;

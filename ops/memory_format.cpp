@@ -4,7 +4,7 @@
 #include <ostream>
 
 #include "core/error.h"
-#include "ops/conv_plan.h"
+#include "ops/math/conv_plan.h"
 
 namespace precis {
 

@@ -3,7 +3,7 @@
 // op's fused *_backward kernel with the mean / rstd the forward saved. Kernels: ops/cpu/norm.cpp.
 #include "ops/frontend.h"
 #include "ops/functional.h"
-#include "ops/kernels_norm.h"
+#include "ops/contracts/kernels_norm.h"
 #include "ops/memory_format.h"
 #include "ops/op_table.h"
 #include "ops/recompute.h"

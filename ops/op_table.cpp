@@ -132,7 +132,7 @@ void throw_kernel_signature_mismatch(OpId op, DeviceType device, DType dtype, co
                                       " kernel was registered as ", signature_name(registered),
                                       " but looked up as ", signature_name(requested),
                                       "; the op front-end and the backend's register_kernel<...>() must name the "
-                                      "same kernel type from ops/kernels.h"));
+                                      "same kernel type from ops/contracts/kernels.h"));
 }
 
 void init_backends() {

@@ -48,7 +48,7 @@ const char* category_name(Category c);
 
 // ---- kernel registry --------------------------------------------------------------------------
 // Kernels are plain function pointers stored type-erased; each op family fixes its own kernel
-// signature (e.g. ops/kernels.h: UnaryKernel) and looks kernels up with kernel<Fn>().
+// signature (e.g. ops/contracts/kernels.h: UnaryKernel) and looks kernels up with kernel<Fn>().
 // Backends fill the registry from an explicit init call (init_backends()), never from static
 // initialisers, so that a linker cannot drop a backend.
 //
@@ -128,7 +128,7 @@ class KernelRef;
 template <typename R, typename... Args>
 class KernelRef<R(Args...)> {
  public:
-  using Function = R(Args...);  ///< the kernel family's signature (ops/kernels.h)
+  using Function = R(Args...);  ///< the kernel family's signature (ops/contracts/kernels.h)
   /// `fn`, the kernel registered for `op` on `device`.
   KernelRef(Function* fn, OpId op, DeviceType device = DeviceType::cpu) noexcept : fn_(fn), op_(op), device_(device) {}
   /// Runs the kernel (timed when the profiler records).

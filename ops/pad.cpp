@@ -8,9 +8,9 @@
 #include "core/checked_math.h"
 #include "ops/frontend.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
-#include "ops/scalar_check.h"
+#include "ops/detail/scalar_check.h"
 #include "tensor/factory.h"
 
 namespace precis {

@@ -8,9 +8,9 @@
 #include "ops/frontend.h"
 #include "ops/functional.h"
 #include "ops/memory_format.h"
-#include "ops/kernels_conv.h"
+#include "ops/contracts/kernels_conv.h"
 #include "ops/op_table.h"
-#include "ops/pair_arg.h"
+#include "ops/detail/pair_arg.h"
 #include "tensor/factory.h"
 
 namespace precis {

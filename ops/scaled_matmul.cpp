@@ -4,7 +4,7 @@
 
 #include "core/grad_mode.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "ops/profiler.h"
 #include "tensor/factory.h"

@@ -5,7 +5,7 @@
 
 #include "ops/frontend.h"
 #include "ops/functional.h"
-#include "ops/kernels_norm.h"
+#include "ops/contracts/kernels_norm.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -5,13 +5,13 @@
 
 #include "core/cuda_backend.h"
 #include "ops/backends.h"
-#include "ops/broadcast.h"
+#include "ops/detail/broadcast.h"
 #include "ops/device_asserts.h"
 #include "ops/frontend.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/profiler.h"
-#include "ops/scalar_check.h"
+#include "ops/detail/scalar_check.h"
 #include "tensor/factory.h"
 
 namespace precis {

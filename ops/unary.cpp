@@ -5,10 +5,10 @@
 #include <string>
 
 #include "ops/frontend.h"
-#include "ops/broadcast.h"
-#include "ops/elementwise_backward.h"
+#include "ops/detail/broadcast.h"
+#include "ops/detail/elementwise_backward.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "tensor/factory.h"
 
 namespace precis {

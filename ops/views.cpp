@@ -5,7 +5,7 @@
 
 #include "autograd/record.h"
 #include "core/checked_math.h"
-#include "ops/scalar_check.h"
+#include "ops/detail/scalar_check.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
 

@@ -4,7 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/warning.h"
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 #include "ops/op_table.h"
 #include "optim/step_common.h"
 #include "tensor/factory.h"

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "autograd/grad_mode.h"
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -1,7 +1,7 @@
 #include "optim/sgd.h"
 
 #include "autograd/grad_mode.h"
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 #include "ops/op_table.h"
 #include "optim/step_common.h"
 #include "tensor/factory.h"

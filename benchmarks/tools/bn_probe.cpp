@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/kernels_norm.h"
+#include "ops/contracts/kernels_norm.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -21,7 +21,7 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "ops/functional.h"
-#include "ops/kernels_loss.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include <omp.h>

@@ -22,8 +22,8 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
-#include "ops/kernels_epilogue.h"
+#include "ops/contracts/kernels.h"
+#include "ops/contracts/kernels_epilogue.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include <omp.h>

@@ -1,4 +1,4 @@
-// CPU kernels of attention's fused score pass (ops/kernels_attention.h). Each row of S scores is
+// CPU kernels of attention's fused score pass (ops/contracts/kernels_attention.h). Each row of S scores is
 // widened, scaled and masked into a row buffer, then run through the same row routines as the
 // softmax and dropout kernels (ops/cpu/softmax_rows.h, ops/cpu/dropout_row.h) with the same
 // roundings in the same places as the composed ops, so the results are theirs bit for bit: one
@@ -17,8 +17,8 @@
 #include "ops/cpu/dropout_row.h"
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/softmax_rows.h"
-#include "ops/dropout_math.h"
-#include "ops/kernels_attention.h"
+#include "ops/math/dropout_math.h"
+#include "ops/contracts/kernels_attention.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

@@ -11,7 +11,7 @@
 #include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/loops.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

@@ -1,5 +1,5 @@
 // Gradient norms and clipping on the CPU (grad_norms, clip_grad_norm, clip_grad_value;
-// ops/kernels_optim.h). The element math is ops/optim_math.h, shared with the CUDA kernels.
+// ops/contracts/kernels_optim.h). The element math is ops/math/optim_math.h, shared with the CUDA kernels.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -10,9 +10,9 @@
 #include "core/opmath.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_backend.h"
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 #include "ops/op_table.h"
-#include "ops/optim_args.h"
+#include "ops/math/optim_args.h"
 
 namespace precis::cpu {
 namespace {

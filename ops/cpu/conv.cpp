@@ -9,12 +9,12 @@
 // gradients; docs/design/cpu-conv.md) run as im2col + oneDNN matmul (ops/cpu/conv_gemm.cpp).
 // Activations come contiguous (NCHW) or all channels-last (NHWC; ops/conv.cpp); weights contiguous.
 // oneDNN takes channels-last activations as they are; the other back ends get NCHW copies.
-#include "ops/conv_plan.h"
+#include "ops/math/conv_plan.h"
 #include "ops/cpu/conv_impl.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/optional_operand.h"
-#include "ops/kernels.h"
-#include "ops/kernels_conv.h"
+#include "ops/contracts/kernels.h"
+#include "ops/contracts/kernels_conv.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "ops/kernels_conv.h"
+#include "ops/contracts/kernels_conv.h"
 
 namespace precis::cpu {
 

@@ -6,7 +6,7 @@
 #include "core/opmath.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/transpose.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

@@ -1,7 +1,7 @@
 // Dropout kernel: keeps each element with probability 1 − p and scales it by 1 / (1 − p). The mask
 // comes from Philox blocks addressed by the element's row-major index (four elements per block),
 // so it is the same for any thread count and strides, and backward regenerates it from
-// (seed, offset) instead of storing it. The mask functions are ops/dropout_math.h, shared with
+// (seed, offset) instead of storing it. The mask functions are ops/math/dropout_math.h, shared with
 // the CUDA kernel; the blocks come 8 or 16 at a time from ops/cpu/philox_vec.h (same numbers).
 #include <algorithm>
 #include <array>
@@ -11,8 +11,8 @@
 #include "core/opmath.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/dropout_row.h"
-#include "ops/dropout_math.h"
-#include "ops/kernels_loss.h"
+#include "ops/math/dropout_math.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

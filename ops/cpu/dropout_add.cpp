@@ -1,5 +1,5 @@
 // dropout_add's CPU kernel (kernels::DropoutAddKernel): residual + mask·x·scale in one pass, with
-// dropout's mask (the Philox lanes of ops/cpu/philox_vec.h, the rule of ops/dropout_math.h), so
+// dropout's mask (the Philox lanes of ops/cpu/philox_vec.h, the rule of ops/math/dropout_math.h), so
 // a residual block's dropout and residual add read x and the residual once and write one tensor,
 // and backward writes x's gradient from the output gradient in one pass. The operands may have
 // different dtypes (BERT under bf16 autocast: a bf16 x, an fp32 residual, an fp32 out), so each
@@ -15,8 +15,8 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/dropout_row.h"
 #include "ops/cpu/loops.h"
-#include "ops/dropout_math.h"
-#include "ops/kernels_loss.h"
+#include "ops/math/dropout_math.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

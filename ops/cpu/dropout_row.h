@@ -12,7 +12,7 @@
 #include "core/half.h"
 #include "core/opmath.h"
 #include "ops/cpu/philox_vec.h"
-#include "ops/dropout_math.h"
+#include "ops/math/dropout_math.h"
 
 namespace precis::cpu {
 
@@ -57,7 +57,7 @@ inline void store_step(const C* res, T* o, int64_t len) {
 }
 
 // dst[j] = src[j]·scale where lane bits[j] keeps element j, else 0 (the scalar rule of
-// ops/dropout_math.h, same products), 32 bytes at a time; with kAdd, plus add[j] (dropout_add's
+// ops/math/dropout_math.h, same products), 32 bytes at a time; with kAdd, plus add[j] (dropout_add's
 // residual, ops/cpu/dropout_add.cpp: the sum is order-free, so it is the unfused pair's add).
 // Written on GCC/Clang vector extensions: GCC sinks the multiply of the plain loop into the kept
 // branch and then cannot vectorise it (under -ftrapping-math it may not speculate the multiply),
@@ -98,7 +98,7 @@ inline void apply_mask(const C* src, const uint32_t* bits, C* dst, int64_t len, 
 }  // namespace dropout_detail
 
 /// o[j] = x[j·x_stride]·scale (in C = opmath_t<T>) where element first + j is kept under
-/// (seed, offset, threshold), else 0, for j < n: the rule of ops/dropout_math.h bit for bit.
+/// (seed, offset, threshold), else 0, for j < n: the rule of ops/math/dropout_math.h bit for bit.
 /// Each step of kStep elements draws the Philox blocks it uses with the vector generator (a row
 /// may start and end inside a block), converts f16/bf16 or strided input to C in a stack buffer,
 /// and applies the mask 32 bytes at a time.

@@ -1,4 +1,4 @@
-// linear_gelu's epilogue kernels (ops/kernels_epilogue.h): the forward pass over the GEMM's output
+// linear_gelu's epilogue kernels (ops/contracts/kernels_epilogue.h): the forward pass over the GEMM's output
 // (gelu, and gelu' for the backward) and the backward pass (the gradient at the GEMM's output and
 // the bias gradient in one sweep).
 //
@@ -22,7 +22,7 @@
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/gelu_math.h"
 #include "ops/cpu/reduce_plan.h"
-#include "ops/kernels_epilogue.h"
+#include "ops/contracts/kernels_epilogue.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

@@ -7,9 +7,9 @@
 #include "ops/cpu/cpu_backend.h"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
-#include "ops/cat_by_copy.h"
+#include "ops/detail/cat_by_copy.h"
 #include "ops/cpu/loops.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

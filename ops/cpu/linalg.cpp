@@ -9,7 +9,7 @@
 
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/gemm.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 
@@ -154,7 +154,7 @@ Tensor outer_entry(const Tensor& t, int64_t i) {
   return detail::make_alias(t, {t.size(1), t.size(2), t.size(3)}, {t.stride(1), t.stride(2), t.stride(3)}, offset);
 }
 
-// The 4-D form (ops/kernels.h MatmulKernel): out (B1, B2, n, m) contiguous, a (Ba1, Ba2, n, k),
+// The 4-D form (ops/contracts/kernels.h MatmulKernel): out (B1, B2, n, m) contiguous, a (Ba1, Ba2, n, k),
 // b (Bb1, Bb2, k, m). One oneDNN GEMM over both batch dims reads the operands where they lie;
 // where oneDNN cannot take them (f16, f64, a matrix in neither GEMM layout, no fast kernel) each
 // outer entry runs as a 3-D GEMM, which copies only what that needs.

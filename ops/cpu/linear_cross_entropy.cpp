@@ -1,4 +1,4 @@
-// linear_cross_entropy's CPU kernel (ops/kernels_loss.h LinearCrossEntropyKernel): the vocabulary
+// linear_cross_entropy's CPU kernel (ops/contracts/kernels_loss.h LinearCrossEntropyKernel): the vocabulary
 // in column blocks over all rows, so that no (M, V) tensor is ever made.
 //
 // Why blocks of columns: a block's logits, L = x · W_blockᵀ + b_block (M × nb), are a dense
@@ -31,7 +31,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/softmax_rows.h"
-#include "ops/kernels_loss.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

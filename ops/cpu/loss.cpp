@@ -25,7 +25,7 @@
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/softmax_rows.h"
-#include "ops/kernels_loss.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {
@@ -35,7 +35,7 @@ namespace {
 // A row whose target is outside [0, C): the front-end checks targets on the CPU before any
 // kernel runs, but on a device it only records the check (ops/device_asserts.h), and the tests'
 // fake device (tests/support/fake_cuda) runs these kernels there. They then give the row NaN, as
-// the CUDA kernels do (ops/kernels_loss.h), instead of reading out of bounds.
+// the CUDA kernels do (ops/contracts/kernels_loss.h), instead of reading out of bounds.
 template <typename A>
 constexpr A kNaN = std::numeric_limits<A>::quiet_NaN();
 

@@ -22,7 +22,7 @@
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/optional_operand.h"
 #include "ops/cpu/softmax_rows.h"
-#include "ops/kernels_norm.h"
+#include "ops/contracts/kernels_norm.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

@@ -1,4 +1,4 @@
-// The fused optimizer updates on the CPU (sgd_step, adam_step; ops/kernels_optim.h): one pass per
+// The fused optimizer updates on the CPU (sgd_step, adam_step; ops/contracts/kernels_optim.h): one pass per
 // parameter over contiguous buffers, in blocks of kBlock elements so that f16/bf16 gradients and
 // parameters are converted with the vectorised bulk conversions (core/half.h) and the inner
 // loops run over plain float/double arrays.
@@ -11,7 +11,7 @@
 #include "core/opmath.h"
 #include "core/thread_pool.h"
 
-// The element math (ops/optim_math.h) says where it fuses multiply-adds, as PyTorch's kernels do;
+// The element math (ops/math/optim_math.h) says where it fuses multiply-adds, as PyTorch's kernels do;
 // GCC would contract other multiply-adds into FMA by default in C++ when -mfma is on, changing
 // last bits, so contraction is off for this file. (The build also compiles this file with
 // -fno-math-errno, cmake/precis_library.cmake: sqrt without errno is the bare correctly rounded
@@ -23,9 +23,9 @@
 #endif
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 #include "ops/op_table.h"
-#include "ops/optim_args.h"
+#include "ops/math/optim_args.h"
 
 namespace precis::cpu {
 namespace {

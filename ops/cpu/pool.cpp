@@ -1,7 +1,7 @@
 // Pooling kernels on the CPU: direct loops over each output window, split over the intra-op pool
 // by (n, c) planes. All tensors are contiguous (N, C, H, W). Low-precision inputs compute in fp32;
 // the backward kernels of f16/bf16 sum overlapping windows in an fp32 plane before rounding once.
-// The window math is ops/pool_math.h, shared with the CUDA kernels: the forward passes call its
+// The window math is ops/math/pool_math.h, shared with the CUDA kernels: the forward passes call its
 // per-output functions; the backward passes scatter here (cheaper on a CPU) and the CUDA ones
 // gather, adding in the same order (tests/ops/index_pool_math_test.cpp checks them bit for bit).
 #include <algorithm>
@@ -12,9 +12,9 @@
 #include "ops/cpu/cpu_backend.h"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
-#include "ops/kernels_conv.h"
+#include "ops/contracts/kernels_conv.h"
 #include "ops/op_table.h"
-#include "ops/pool_math.h"
+#include "ops/math/pool_math.h"
 
 namespace precis::cpu {
 
@@ -33,7 +33,7 @@ Planes planes_of(const Tensor& x, const Tensor& out) {
   return {x.size(0) * x.size(1), x.size(2), x.size(3), out.size(2), out.size(3)};
 }
 
-// The window math's view of one plane (ops/pool_math.h, shared with the CUDA kernels).
+// The window math's view of one plane (ops/math/pool_math.h, shared with the CUDA kernels).
 kernels::PoolGeometry geometry(const Planes& pl, const Pool2dParams& p) {
   return kernels::pool_geometry(pl.h, pl.w, pl.ho, pl.wo, p);
 }

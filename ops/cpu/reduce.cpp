@@ -9,7 +9,7 @@
 #include "core/opmath.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/reduce_plan.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

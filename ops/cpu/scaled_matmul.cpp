@@ -13,7 +13,7 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/gemm.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -13,7 +13,7 @@
 #include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/softmax_rows.h"
-#include "ops/kernels_norm.h"
+#include "ops/contracts/kernels_norm.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

@@ -16,7 +16,7 @@
 #include "ops/cpu/gelu_math.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/vec_exp.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

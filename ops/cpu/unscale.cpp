@@ -7,7 +7,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
-#include "ops/kernels_amp.h"
+#include "ops/contracts/kernels_amp.h"
 #include "ops/op_table.h"
 
 namespace precis::cpu {

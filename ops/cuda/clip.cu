@@ -1,8 +1,8 @@
 // Gradient norms and clipping on CUDA devices (grad_norms, clip_grad_norm, clip_grad_value;
-// ops/kernels_optim.h), multi-tensor apply as the unscale pass (unscale.cu): a launch covers many
+// ops/contracts/kernels_optim.h), multi-tensor apply as the unscale pass (unscale.cu): a launch covers many
 // gradients of one dtype, each block one chunk of kClipChunk elements of one gradient, named by
 // the block table passed by value in the kernel parameters. The element math is
-// ops/optim_math.h, shared with the CPU kernels.
+// ops/math/optim_math.h, shared with the CPU kernels.
 //
 // grad_norms: each block accumulates its elements' power sum in f64 (each thread a strided subset
 // in order, then a fixed shared-memory tree) and writes one partial; a single-block kernel adds
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ops/cuda/device_math.cuh"
-#include "ops/optim_math.h"
+#include "ops/math/optim_math.h"
 
 namespace precis::cuda {
 

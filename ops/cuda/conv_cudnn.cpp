@@ -1,7 +1,7 @@
 // conv2d and its backward on CUDA devices through cuDNN: every cuDNN call of the conv family is
 // in this file, as every oneDNN call of the CPU one is in ops/cpu/conv_onednn.cpp. The host-side
 // planning (layout detection, output size, descriptor dims, cache key) is plain C++ in
-// ops/conv_plan.cpp, which the CPU tests check.
+// ops/math/conv_plan.cpp, which the CPU tests check.
 //
 // cuDNN's convolution API (cudnnConvolution{Forward,BackwardData,BackwardFilter}; marked
 // deprecated in cuDNN 9 in favour of the graph API, still shipped and supported there, and far
@@ -42,11 +42,11 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/handle_pool.h"
-#include "ops/conv_plan.h"
+#include "ops/math/conv_plan.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/float32_precision.h"
-#include "ops/kernels.h"
-#include "ops/kernels_conv.h"
+#include "ops/contracts/kernels.h"
+#include "ops/contracts/kernels_conv.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "ops/optim_math.h"
+#include "ops/math/optim_math.h"
 
 typedef struct CUstream_st* cudaStream_t;  // NOLINT: identical to the runtime's own typedef
 
@@ -134,7 +134,7 @@ inline constexpr int64_t kUnscaleChunk = 65536;
 /// per-gradient partial ranges).
 size_t unscale_scratch_bytes(const GradBuffer* grads, int count);
 
-/// The fused unscale pass (see ops/kernels_amp.h): u = g · inv_scale (in f64 for f64 gradients,
+/// The fused unscale pass (see ops/contracts/kernels_amp.h): u = g · inv_scale (in f64 for f64 gradients,
 /// fp32 otherwise), g = u when `write`; counts[i] (f32) = non-finite elements of u_i;
 /// sq_norms[i] = Σ u_i² summed in f64 (written as f64 when sq_norms_f64, else f32); found_inf (f32)
 /// set to 1 when any count is non-zero, otherwise left as it is. inv_scale and found_inf are
@@ -144,7 +144,7 @@ void launch_unscale(const GradBuffer* grads, int count, const float* inv_scale, 
                     float* counts, void* sq_norms, bool sq_norms_f64, void* scratch, cudaStream_t stream);
 
 // ---- optimizer updates (ops/cuda/optim.cu) ---------------------------------------------------------
-/// The fused SGD / Adam(W) updates (ops/kernels_optim.h, element math ops/optim_math.h) of `count`
+/// The fused SGD / Adam(W) updates (ops/contracts/kernels_optim.h, element math ops/math/optim_math.h) of `count`
 /// parameters on the current device, all with parameter dtype `param_dtype` and gradient dtype
 /// `grad_dtype` (the same, or f32 for f16/bf16 parameters). Multi-tensor apply: a few launches
 /// for any number of tensors. found_inf, grad_scale, the scheduled hyperparameters and the step
@@ -161,11 +161,11 @@ void launch_adam_step(DType param_dtype, DType grad_dtype, const kernels::AdamTe
 inline constexpr int64_t kClipChunk = 65536;
 /// Device scratch bytes for a launch_grad_norms call over `grads`.
 size_t grad_norms_scratch_bytes(const GradBuffer* grads, int count);
-/// out[i] (f64, device) = the power sum of grads[i] for the p-norm of `kind` (ops/optim_math.h),
+/// out[i] (f64, device) = the power sum of grads[i] for the p-norm of `kind` (ops/math/optim_math.h),
 /// in f64; deterministic (per-block partials combined in chunk order by a second kernel).
 void launch_grad_norms(const GradBuffer* grads, int count, kernels::NormKind kind, double p, double* out,
                        void* scratch, cudaStream_t stream);
-/// The clip of clip_grad_norm (ops/kernels_optim.h): the total norm from `count` power sums
+/// The clip of clip_grad_norm (ops/contracts/kernels_optim.h): the total norm from `count` power sums
 /// (f64 or f32, device) into *total_out (f32), then every gradient scaled in place by
 /// clip_coefficient when clip_scales, decided on the device. coef: 2 floats of device scratch.
 void launch_clip_grad_norm(const GradBuffer* grads, int count, const void* power_sums, bool sums_f64,

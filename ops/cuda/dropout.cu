@@ -1,9 +1,9 @@
-// Dropout on CUDA devices: the CPU's mask (ops/dropout_math.h, Philox from core/philox.h) for the
+// Dropout on CUDA devices: the CPU's mask (ops/math/dropout_math.h, Philox from core/philox.h) for the
 // same seed and offset, so a model trained on either backend drops the same elements. One thread
 // per Philox block, i.e. per four consecutive elements in row-major order.
 #include "ops/cuda/device_math.cuh"
 #include "ops/cuda/index_pool_kernels.h"
-#include "ops/dropout_math.h"
+#include "ops/math/dropout_math.h"
 
 namespace precis::cuda {
 

@@ -3,8 +3,8 @@
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/index_pool_kernels.h"
-#include "ops/dropout_math.h"
-#include "ops/kernels_loss.h"
+#include "ops/math/dropout_math.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 
 namespace precis::cuda {

@@ -7,7 +7,7 @@
 #include "core/cuda/cuda_context.h"
 #include "core/float8.h"
 #include "ops/cuda/cuda_backend.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 
 #include <cuda_runtime_api.h>
@@ -71,7 +71,7 @@ ElementwiseLaunch make_elementwise_launch(const char* op, std::initializer_list<
   ElementwiseLaunch l;
   l.numel = out.numel();
   // Operands that all share one dense layout (an output given its inputs' transposed or
-  // channels-last layout, ops/broadcast.h empty_elementwise) are flat arrays in the same order:
+  // channels-last layout, ops/detail/broadcast.h empty_elementwise) are flat arrays in the same order:
   // element i of each sits at offset i from its data pointer.
   l.contiguous = contiguous || same_dense_layout(operands);
   l.stream = device_stream(dev.index);

@@ -1,6 +1,6 @@
 // Indexing kernels on CUDA devices: gather (and index_select, a gather with a broadcast index),
 // index_add and scatter_add. The adds are deterministic with no atomics: one thread per output
-// element adds its contributions in increasing position along the indexed dim (ops/index_math.h,
+// element adds its contributions in increasing position along the indexed dim (ops/math/index_math.h,
 // the order of the CPU kernel), so results are the same on every run and equal the CPU's.
 #include <bit>
 
@@ -8,7 +8,7 @@
 
 #include "ops/cuda/device_math.cuh"
 #include "ops/cuda/index_pool_kernels.h"
-#include "ops/index_math.h"
+#include "ops/math/index_math.h"
 
 namespace precis::cuda {
 

@@ -8,9 +8,9 @@
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/index_pool_kernels.h"
-#include "ops/cat_by_copy.h"
-#include "ops/index_math.h"
-#include "ops/kernels.h"
+#include "ops/detail/cat_by_copy.h"
+#include "ops/math/index_math.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

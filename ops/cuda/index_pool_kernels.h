@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "ops/cuda/cuda_kernels.h"
-#include "ops/pool_math.h"
+#include "ops/math/pool_math.h"
 
 namespace precis::cuda {
 
@@ -20,7 +20,7 @@ void launch_gather(size_t elem_size, void* out, const int64_t* index, const void
                    int64_t dim_size, const ElementwiseLaunch& l);
 
 /// index_add's grouping of a contiguous 1-D index of length k into `groups` (rows + 1 offsets,
-/// then k positions, as ops/index_math.h describes them) on the device, with no host read: a stable
+/// then k positions, as ops/math/index_math.h describes them) on the device, with no host read: a stable
 /// radix sort of the positions by row (kernels::group_key; an index outside [0, rows) lands in no
 /// row) and a binary search per row (kernels::group_offset). scratch: device memory of at least
 /// group_index_scratch_bytes(k, rows). Queued on `stream`.
@@ -57,7 +57,7 @@ void launch_pool2d(PoolOp op, DType dtype, void* out, int64_t* out_indices, cons
                    int64_t planes, const kernels::PoolGeometry& g, cudaStream_t stream);
 
 // ---- dropout (ops/cuda/dropout.cu) ---------------------------------------------------------------
-/// out = keep ? x · scale : 0 with the mask of ops/dropout_math.h (the CPU's): `l` describes
+/// out = keep ? x · scale : 0 with the mask of ops/math/dropout_math.h (the CPU's): `l` describes
 /// (out, x) with out contiguous, so out's offset is the element's row-major index. The stream
 /// offset is `offset` plus, when offset_base is set (a kernel captured in a CUDA graph), the device
 /// value there when the kernel runs.

@@ -25,11 +25,11 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/handle_pool.h"
-#include "ops/conv_plan.h"
+#include "ops/math/conv_plan.h"
 #include "ops/cuda/cublaslt_util.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/float32_precision.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -1,12 +1,12 @@
 // CUDA kernels of the class-index losses: cross_entropy (forward, backward) and nll_loss
 // (ops/cpu/loss.cpp on the CPU). One block per row of logits (row_blocks.cuh); the per-row math is
-// ops/norm_math.h, shared with the host tests. A target out of range gives its row a NaN loss
+// ops/math/norm_math.h, shared with the host tests. A target out of range gives its row a NaN loss
 // (the op's device-side check reports it, ops/device_asserts.h). Deterministic, no atomics.
 #include <cmath>
 
 #include "ops/cuda/norm_launch.h"
 #include "ops/cuda/row_blocks.cuh"
-#include "ops/norm_math.h"
+#include "ops/math/norm_math.h"
 
 namespace precis::cuda {
 

@@ -16,7 +16,7 @@
 #include "core/cuda/handle_pool.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/float32_precision.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

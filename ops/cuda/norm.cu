@@ -1,5 +1,5 @@
 // CUDA kernels of the normalisation family (batch_norm, layer_norm, group_norm), forward and
-// backward. The per-element and per-row math is ops/norm_math.h, shared with the host tests.
+// backward. The per-element and per-row math is ops/math/norm_math.h, shared with the host tests.
 // Statistics in the acc type (fp32 for f32/f16/bf16, f64 for f64), per-row finishes in double as
 // on the CPU (ops/cpu/norm.cpp).
 //
@@ -11,7 +11,7 @@
 
 #include "ops/cuda/norm_launch.h"
 #include "ops/cuda/row_blocks.cuh"
-#include "ops/norm_math.h"
+#include "ops/math/norm_math.h"
 
 namespace precis::cuda {
 

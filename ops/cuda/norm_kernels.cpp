@@ -5,7 +5,7 @@
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/norm_launch.h"
 #include "ops/cuda/row_operands.h"
-#include "ops/kernels_norm.h"
+#include "ops/contracts/kernels_norm.h"
 #include "ops/op_table.h"
 
 namespace precis::cuda {

@@ -59,7 +59,7 @@ inline int64_t layer_norm_backward_scratch_doubles(int64_t M, int64_t D) {
 }
 inline int64_t group_norm_backward_scratch_doubles(int64_t N, int64_t C, int64_t G) { return 2 * N * C + 2 * N * G; }
 
-/// Batch norm forward (ops/kernels_norm.h: BatchNormKernel). x, out: (N, C, S), contiguous or,
+/// Batch norm forward (ops/contracts/kernels_norm.h: BatchNormKernel). x, out: (N, C, S), contiguous or,
 /// with channels_last, both channels-last rows (element (n, c, s) at (n·S + s)·C + c); weight, bias,
 /// running_mean, running_var: (C) acc or null; save_mean, save_rstd: (C) acc.
 void launch_batch_norm(DType dtype, void* out, void* save_mean, void* save_rstd, const void* x, const void* weight,
@@ -91,7 +91,7 @@ void launch_softmax(DType dtype, bool log, void* y, const void* x, int64_t outer
 void launch_softmax_backward(DType dtype, bool log, void* dx, const void* grad, const void* y, int64_t outer,
                              int64_t D, int64_t inner, cudaStream_t stream);
 
-/// Fused cross-entropy (ops/kernels_loss.h): x (M, C), target (M) i64, weight (C) acc or null;
+/// Fused cross-entropy (ops/contracts/kernels_loss.h): x (M, C), target (M) i64, weight (C) acc or null;
 /// loss_rows, weight_rows (M) and row_stats (M, 2) acc. scratch: 1 double.
 void launch_cross_entropy(DType dtype, void* loss_rows, void* weight_rows, void* row_stats, const void* x,
                           const int64_t* target, const void* weight, int64_t M, int64_t C, int64_t ignore_index,

@@ -1,7 +1,7 @@
 // CUDA multi-tensor-apply kernels for the fused optimizer updates (sgd_step, adam_step;
-// ops/kernels_optim.h). One launch covers many parameters: each block processes one chunk of
+// ops/contracts/kernels_optim.h). One launch covers many parameters: each block processes one chunk of
 // kChunk elements of one tensor, named by the launch's block table. The element math is
-// ops/optim_math.h, shared with the CPU kernels (nvcc may contract the remaining multiply-adds
+// ops/math/optim_math.h, shared with the CPU kernels (nvcc may contract the remaining multiply-adds
 // into FMA: CUDA results agree with the CPU's to rounding, not bit for bit).
 //
 // found_inf is read by every block (a skipped step touches nothing), as are a capturable
@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "ops/cuda/device_math.cuh"
-#include "ops/optim_math.h"
+#include "ops/math/optim_math.h"
 
 namespace precis::cuda {
 namespace {

@@ -1,14 +1,14 @@
 // Tensor unpacking and registration of the optimizer and gradient-clipping kernels on CUDA
 // devices (sgd_step, adam_step, grad_norms, clip_grad_norm, clip_grad_value;
-// ops/kernels_optim.h). The arguments are checked by the same code as on the CPU
-// (ops/optim_args.h); the device code is in optim.cu and clip.cu.
+// ops/contracts/kernels_optim.h). The arguments are checked by the same code as on the CPU
+// (ops/math/optim_args.h); the device code is in optim.cu and clip.cu.
 #include <vector>
 
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_backend.h"
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 #include "ops/op_table.h"
-#include "ops/optim_args.h"
+#include "ops/math/optim_args.h"
 #include "tensor/factory.h"
 
 namespace precis::cuda {

@@ -1,6 +1,6 @@
 // 2-D pooling kernels on CUDA devices: max (with indices), average and adaptive average, and
 // their backward passes. One thread per output element running the window math of
-// ops/pool_math.h (the functions the CPU tests check against the CPU kernels); the backward passes
+// ops/math/pool_math.h (the functions the CPU tests check against the CPU kernels); the backward passes
 // gather each input element's gradient from the windows covering it, so nothing is added by two
 // threads: deterministic, no atomics, and equal to the CPU's bit for bit.
 #include "ops/cuda/device_math.cuh"

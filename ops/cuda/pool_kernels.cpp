@@ -4,7 +4,7 @@
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/index_pool_kernels.h"
-#include "ops/kernels_conv.h"
+#include "ops/contracts/kernels_conv.h"
 #include "ops/op_table.h"
 
 namespace precis::cuda {

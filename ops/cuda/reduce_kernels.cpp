@@ -4,7 +4,7 @@
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/norm_launch.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

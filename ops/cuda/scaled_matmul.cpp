@@ -23,10 +23,10 @@
 #include "core/cuda/cuda_context.h"
 #include "core/device.h"
 #include "core/warning.h"
-#include "ops/conv_plan.h"
+#include "ops/math/conv_plan.h"
 #include "ops/cuda/cublaslt_util.h"
 #include "ops/cuda/cuda_backend.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -1,12 +1,12 @@
 // CUDA kernels of softmax and log_softmax, forward and backward (ops/cpu/softmax.cpp on the CPU).
-// The per-row math is ops/norm_math.h, shared with the host tests. Softmax over the last dim gets
+// The per-row math is ops/math/norm_math.h, shared with the host tests. Softmax over the last dim gets
 // one block per row (row_blocks.cuh); over another dim one thread per (outer, inner) column,
 // adjacent threads on adjacent columns. Deterministic, no atomics (ops/cuda/norm_launch.h).
 #include <cmath>
 
 #include "ops/cuda/norm_launch.h"
 #include "ops/cuda/row_blocks.cuh"
-#include "ops/norm_math.h"
+#include "ops/math/norm_math.h"
 
 namespace precis::cuda {
 

@@ -2,7 +2,7 @@
 // backward kernels. The device code is in unary.cu.
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_backend.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 
 namespace precis::cuda {

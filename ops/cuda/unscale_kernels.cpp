@@ -1,8 +1,8 @@
 // Tensor unpacking and registration of the loss scaler's fused unscale pass on CUDA devices
-// (unscale_grads, ops/kernels_amp.h). The device code is in unscale.cu.
+// (unscale_grads, ops/contracts/kernels_amp.h). The device code is in unscale.cu.
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_backend.h"
-#include "ops/kernels_amp.h"
+#include "ops/contracts/kernels_amp.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -10,7 +10,7 @@
 #include "amp/autocast.h"
 #include "core/device.h"
 #include "core/rng.h"
-#include "ops/attention_softmax.h"
+#include "ops/detail/attention_softmax.h"
 #include "ops/functional.h"
 #include "tests/support/tensor_testing.h"
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "ops/conv_plan.h"
+#include "ops/math/conv_plan.h"
 #include "ops/float32_precision.h"
 #include "ops/functional.h"
 #include "ops/op_table.h"

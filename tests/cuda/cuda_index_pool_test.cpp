@@ -1,7 +1,7 @@
 // The CUDA joining, indexing, pooling and dropout kernels (ops/cuda/index.cu, pool.cu, dropout.cu)
 // against the CPU kernels on the same inputs, forward and backward, every dtype they have. The
-// kernels are written to agree with the CPU bit for bit (ops/index_math.h, ops/pool_math.h,
-// ops/dropout_math.h: tests/ops/index_pool_math_test.cpp checks that math on the host), so most
+// kernels are written to agree with the CPU bit for bit (ops/math/index_math.h, ops/math/pool_math.h,
+// ops/math/dropout_math.h: tests/ops/index_pool_math_test.cpp checks that math on the host), so most
 // comparisons are exact. Tests tagged [cuda] return early (with a warning) without a GPU; the
 // [cuda_api] test checks the registrations on any CUDA build.
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "core/rng.h"
 #include "ops/device_asserts.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"

@@ -10,7 +10,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/device_caching_allocator.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"

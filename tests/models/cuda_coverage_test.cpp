@@ -20,7 +20,7 @@
 #include "core/grad_mode.h"
 #include "models/bert.h"
 #include "models/resnet.h"
-#include "ops/attention_softmax.h"
+#include "ops/detail/attention_softmax.h"
 #include "ops/functional.h"
 #include "ops/kernel_observer.h"
 #include "ops/op_table.h"

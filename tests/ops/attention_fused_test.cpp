@@ -1,4 +1,4 @@
-// attention_softmax, the fused score pass of scaled_dot_product_attention (ops/attention_softmax.h):
+// attention_softmax, the fused score pass of scaled_dot_product_attention (ops/detail/attention_softmax.h):
 // the attention with it against the attention with its composed ops, bit for bit (outputs, the
 // three input gradients and the generator's offset) over masks (none, additive broadcast like
 // BERT's, bool, causal, rows with every key masked), dropout off and on, f32 / f64 / bf16 and f16
@@ -12,7 +12,7 @@
 #include "core/grad_mode.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
-#include "ops/attention_softmax.h"
+#include "ops/detail/attention_softmax.h"
 #include "ops/functional.h"
 #include "ops/profiler.h"
 #include "tests/support/op_cases.h"

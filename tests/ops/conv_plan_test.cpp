@@ -1,4 +1,4 @@
-// The host-side planning of library convolutions (ops/conv_plan.h): layout detection, output
+// The host-side planning of library convolutions (ops/math/conv_plan.h): layout detection, output
 // sizes, the dims and strides given to cuDNN's descriptors, int32 limits, the plan-cache key and
 // the cache itself. Runs on every machine; the cuDNN calls built from these are checked on a GPU by
 // tests/cuda/conv_linear_cuda_test.cpp.
@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "ops/conv_plan.h"
+#include "ops/math/conv_plan.h"
 #include "ops/functional.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"

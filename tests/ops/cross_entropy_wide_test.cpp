@@ -53,7 +53,7 @@ std::pair<std::vector<double>, double> reference(const Tensor& logits, const std
   return {out, weight};
 }
 
-// d loss_sum / dx in double (the formula of ops/kernels_loss.h), 0 at ignored rows.
+// d loss_sum / dx in double (the formula of ops/contracts/kernels_loss.h), 0 at ignored rows.
 std::vector<double> reference_grad(const Tensor& logits, const std::vector<int64_t>& t, double eps) {
   const int64_t rows = logits.size(0), classes = logits.size(1);
   const std::vector<double> x = logits.to(DType::f64).to_vector<double>();

@@ -13,7 +13,7 @@
 #include "autograd/engine.h"
 #include "core/thread_pool.h"
 #include "ops/functional.h"
-#include "ops/kernels_loss.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"

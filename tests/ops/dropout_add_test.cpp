@@ -11,7 +11,7 @@
 #include "autograd/engine.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
-#include "ops/dropout_math.h"
+#include "ops/math/dropout_math.h"
 #include "ops/functional.h"
 #include "ops/profiler.h"
 #include "tests/support/op_cases.h"

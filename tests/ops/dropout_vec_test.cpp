@@ -1,7 +1,7 @@
 // The vectorised CPU dropout (issue 16) against the scalar rule it must keep bit for bit: the
 // vector Philox generator (ops/cpu/philox_vec.h, AVX2 and AVX-512 copies) against
 // philox_stream_block, one kernel row (ops/cpu/dropout_row.h) starting anywhere inside a Philox
-// block against ops/dropout_math.h element by element, and the registered kernel over shapes,
+// block against ops/math/dropout_math.h element by element, and the registered kernel over shapes,
 // strides and thread counts that cut rows at unaligned places.
 #include <catch2/catch.hpp>
 
@@ -18,8 +18,8 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/dropout_row.h"
 #include "ops/cpu/philox_vec.h"
-#include "ops/dropout_math.h"
-#include "ops/kernels_loss.h"
+#include "ops/math/dropout_math.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"

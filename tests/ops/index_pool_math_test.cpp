@@ -1,5 +1,5 @@
-// The host/device math of the CUDA indexing, pooling and dropout kernels (ops/index_math.h,
-// ops/pool_math.h, ops/dropout_math.h, core/philox.h), run on the host exactly as the CUDA kernels
+// The host/device math of the CUDA indexing, pooling and dropout kernels (ops/math/index_math.h,
+// ops/math/pool_math.h, ops/math/dropout_math.h, core/philox.h), run on the host exactly as the CUDA kernels
 // run it (one output element per call, the same pointers and strides) and compared bit for bit
 // with the CPU kernels: so the device math is tested on machines without a GPU.
 #include <catch2/catch.hpp>
@@ -17,14 +17,14 @@
 #include "core/opmath.h"
 #include "core/philox.h"
 #include "core/rng.h"
-#include "ops/dropout_math.h"
+#include "ops/math/dropout_math.h"
 #include "ops/functional.h"
-#include "ops/index_math.h"
-#include "ops/kernels.h"
-#include "ops/kernels_conv.h"
-#include "ops/kernels_loss.h"
+#include "ops/math/index_math.h"
+#include "ops/contracts/kernels.h"
+#include "ops/contracts/kernels_conv.h"
+#include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
-#include "ops/pool_math.h"
+#include "ops/math/pool_math.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"
 

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/error.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 
 namespace precis::testing {

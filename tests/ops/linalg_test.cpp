@@ -274,7 +274,7 @@ TEST_CASE("matmul and linear: bf16 and f16 spot checks", "[ops][linalg]") {
 
 // Attention splits heads out of the hidden dim: (B, L, H·D) viewed as (B, L, H, D) and transposed to
 // (B, H, L, D). Its batch dims (B, H) step by L·H·D and D, which no single batch stride covers, so
-// matmul hands the CPU kernel both (ops/kernels.h) instead of copying. The results must match the
+// matmul hands the CPU kernel both (ops/contracts/kernels.h) instead of copying. The results must match the
 // reference in every dtype (f32 and bf16 through oneDNN's 4-D GEMM, f16 and f64 through the
 // per-entry fallback), and for f32 and bf16 no copy kernel may run at all.
 TEST_CASE("matmul: attention-head views with two batch dims", "[ops][linalg]") {

@@ -13,7 +13,7 @@
 #include "autograd/grad_mode.h"
 #include "core/thread_pool.h"
 #include "ops/functional.h"
-#include "ops/kernels_epilogue.h"
+#include "ops/contracts/kernels_epilogue.h"
 #include "ops/op_table.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"

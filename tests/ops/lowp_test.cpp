@@ -14,7 +14,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "ops/functional.h"
-#include "ops/kernels_amp.h"
+#include "ops/contracts/kernels_amp.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
 

@@ -1,5 +1,5 @@
 // The host/device math of the CUDA normalisation, softmax and class-index loss kernels
-// (ops/norm_math.h), run on the host: each test composes the shared functions into the algorithm
+// (ops/math/norm_math.h), run on the host: each test composes the shared functions into the algorithm
 // the CUDA kernel runs (ops/cuda/norm.cu: two-pass row moments, shifted channel sums, the affine
 // backward coefficients, the fused cross-entropy row) and compares the result with the CPU kernel
 // on the same data, in f32 and f64, with class weights, ignore_index and label smoothing. So the
@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "ops/kernels_loss.h"
-#include "ops/kernels_norm.h"
-#include "ops/norm_math.h"
+#include "ops/contracts/kernels_loss.h"
+#include "ops/contracts/kernels_norm.h"
+#include "ops/math/norm_math.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "ops/device_timer.h"
 #include "ops/functional.h"
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 #include "ops/profiler.h"
 #include "tensor/factory.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/thread_pool.h"
-#include "ops/elementwise_backward.h"
+#include "ops/detail/elementwise_backward.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"

@@ -1,8 +1,8 @@
-// The optimizer and clipping kernels of the op table (ops/kernels_optim.h), called directly on
+// The optimizer and clipping kernels of the op table (ops/contracts/kernels_optim.h), called directly on
 // the CPU: sgd_step and adam_step for every parameter dtype (f16/bf16 with their fp32 masters,
 // also with f32 gradients) against an f64 reference, found_inf and grad_scale; grad_norms,
 // clip_grad_norm and clip_grad_value against references; and the argument checks every backend
-// shares (ops/optim_args.h).
+// shares (ops/math/optim_args.h).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"

@@ -1,4 +1,4 @@
-// The host/device math shared by the CPU and CUDA kernels (core/opmath.h, ops/optim_math.h),
+// The host/device math shared by the CPU and CUDA kernels (core/opmath.h, ops/math/optim_math.h),
 // run on the host: the same functions the CUDA optimizer and clipping kernels call, compared with
 // double (or long double) references and with their special cases.
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
-#include "ops/optim_math.h"
+#include "ops/math/optim_math.h"
 
 using namespace precis;
 using namespace precis::kernels;

@@ -1,6 +1,6 @@
 // The CPU sgd_step and adam_step kernels run their element loops as compile-time variants per
 // configuration (ops/cpu/optim.cpp: sgd_block, adam_block) so that they vectorise; their contract
-// is the element functions of ops/optim_math.h applied one element at a time with the flags as
+// is the element functions of ops/math/optim_math.h applied one element at a time with the flags as
 // run-time values. These tests hold them to that bit for bit: every configuration flag, every
 // parameter dtype (f16/bf16 with masters, also with f32 gradients), scaled and unscaled
 // gradients, sizes around the vector width and the 512-element blocks and the parallel chunks,
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"

@@ -1,6 +1,6 @@
 #pragma once
 // Kernel signatures of the convolution and pooling family, shared by every backend (see
-// ops/kernels.h for the conventions). The functional code (ops/conv.cpp, ops/pool.cpp) checks the
+// ops/contracts/kernels.h for the conventions). The functional code (ops/conv.cpp, ops/pool.cpp) checks the
 // operands, makes them contiguous and 4-D (N, C, H, W) and allocates contiguous outputs; kernels
 // only compute. Keyed by the input's dtype; f16/bf16 compute in fp32, f64 in f64.
 #include <cstdint>
@@ -20,7 +20,7 @@ struct Conv2dParams {
 
 /// out = conv(x, w) + bias. x: (N, C, H, W), w: (O, C/groups, kH, kW), bias: (O) or undefined,
 /// out: (N, O, Ho, Wo); all contiguous, one dtype. Accumulates in fp32 (f64 for f64). CUDA
-/// kernels also take x, w and out all channels-last (NHWC-dense strides, see ops/conv_plan.h),
+/// kernels also take x, w and out all channels-last (NHWC-dense strides, see ops/math/conv_plan.h),
 /// which conv2d passes on CUDA devices for a channels-last input; bias is always contiguous.
 using Conv2dKernel = void(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                           const Conv2dParams& p);

@@ -10,7 +10,7 @@
 namespace precis {
 
 /// grad where x > 0, else 0 (0 at x == 0, as PyTorch). grad and x: same shape and floating dtype,
-/// any strides. The result takes their shared layout (empty_elementwise, ops/broadcast.h).
+/// any strides. The result takes their shared layout (empty_elementwise, ops/detail/broadcast.h).
 Tensor relu_backward(const Tensor& grad, const Tensor& x);
 /// grad · gelu'(x) for approximate = "none" (erf form) or "tanh". grad and x as relu_backward.
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& approximate = "none");

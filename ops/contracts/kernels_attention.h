@@ -19,7 +19,7 @@ enum class AttentionMask : uint8_t {
 };
 
 /// The fused pass's parameters: the mask kind, the score scale, and dropout's p (0 <= p < 1; 0 =
-/// no dropout) with the Philox draw `rng` of ops/dropout_math.h (element index = the row-major
+/// no dropout) with the Philox draw `rng` of ops/math/dropout_math.h (element index = the row-major
 /// index into the scores; the offset plus rng.offset_base's value when set, as DropoutKernel).
 struct AttentionSoftmaxArgs {
   AttentionMask mask = AttentionMask::none;

@@ -1,4 +1,4 @@
-#include "ops/optim_args.h"
+#include "ops/math/optim_args.h"
 
 #include <string>
 

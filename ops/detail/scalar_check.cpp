@@ -1,4 +1,4 @@
-#include "ops/scalar_check.h"
+#include "ops/detail/scalar_check.h"
 
 #include <cmath>
 #include <cstdio>

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "ops/kernels_conv.h"
+#include "ops/contracts/kernels_conv.h"
 
 namespace precis::kernels {
 

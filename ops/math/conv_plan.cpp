@@ -1,5 +1,5 @@
-// Host-side convolution planning shared by the library back ends (see ops/conv_plan.h).
-#include "ops/conv_plan.h"
+// Host-side convolution planning shared by the library back ends (see ops/math/conv_plan.h).
+#include "ops/math/conv_plan.h"
 
 #include <atomic>
 #include <climits>

@@ -3,7 +3,7 @@
 // the CUDA kernel (ops/cuda/dropout.cu), so both keep the same elements for the same seed and
 // offset; tests/ops/index_pool_math_test.cpp checks these functions against the CPU kernel.
 // Element i (row-major over the input's shape) uses lane i % 4 of Philox block offset + i / 4 of
-// the seed's stream (ops/kernels_loss.h, DropoutKernel). Internal header: nvcc compiles it.
+// the seed's stream (ops/contracts/kernels_loss.h, DropoutKernel). Internal header: nvcc compiles it.
 #include <cmath>
 #include <cstdint>
 

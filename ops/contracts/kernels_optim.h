@@ -4,10 +4,10 @@
 // with one launch (CUDA: multi-tensor apply) and the host never waits for the device: step
 // counters, found_inf, the grad scale and the total norm are read where they live.
 //
-// The element math is ops/optim_math.h, the same functions on every backend.
+// The element math is ops/math/optim_math.h, the same functions on every backend.
 #include <vector>
 
-#include "ops/optim_math.h"
+#include "ops/math/optim_math.h"
 #include "tensor/tensor.h"
 
 namespace precis::kernels {
@@ -36,14 +36,14 @@ struct AdamParam {
 /// optimizer's (optim/optimizer.h); the host values of hyper still decide which buffers must be
 /// present. All three are read by the kernel, never by the host. Looked up by the
 /// parameters' dtype. Each element's result is exactly sgd_element / adam_element
-/// (ops/optim_math.h) applied to it alone, however a backend splits, vectorises or specialises
+/// (ops/math/optim_math.h) applied to it alone, however a backend splits, vectorises or specialises
 /// the loop (CPU: bit for bit; CUDA: nvcc may contract, see optim_math.h).
 using SgdStepKernel = void(const std::vector<SgdParam>& params, const SgdHyper& hyper, const Tensor& grad_scale,
                            const Tensor& found_inf, const Tensor& scheduled);
 using AdamStepKernel = void(const std::vector<AdamParam>& params, const AdamHyper& hyper, const Tensor& grad_scale,
                             const Tensor& found_inf, const Tensor& scheduled);
 
-/// out[i] = the power sum of grads[i] for the norm_type-norm (ops/optim_math.h: Σ|x|^p, max|x|
+/// out[i] = the power sum of grads[i] for the norm_type-norm (ops/math/optim_math.h: Σ|x|^p, max|x|
 /// for p = inf, NaN if any element is NaN), accumulated in f64 in blocks of a size fixed per
 /// backend, blocks combined in order: the result does not depend on the thread count.
 /// grads: contiguous floating tensors (any mix of f32, f64, f16, bf16) on one device; out: 1-D f64

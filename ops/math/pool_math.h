@@ -15,7 +15,7 @@
 namespace precis::kernels {
 
 /// One (N, C) plane's pooling geometry: input (h, w), output (ho, wo), and the window as
-/// Pool2dParams (ops/kernels_conv.h) describes it; [0] is the height, [1] the width.
+/// Pool2dParams (ops/contracts/kernels_conv.h) describes it; [0] is the height, [1] the width.
 struct PoolGeometry {
   int64_t h = 0, w = 0, ho = 0, wo = 0;
   int64_t kernel[2] = {1, 1};
@@ -27,7 +27,7 @@ struct PoolGeometry {
 };
 
 /// One plane's geometry: input (h, w), output (ho, wo) and the window of `p`, a Pool2dParams
-/// (ops/kernels_conv.h; a template parameter so that nvcc's view of this header needs no Tensor).
+/// (ops/contracts/kernels_conv.h; a template parameter so that nvcc's view of this header needs no Tensor).
 /// Every backend and the tests build their PoolGeometry here, so that none can drop the window: the
 /// CUDA max-pool backward once gathered from default 1×1 windows and got every gradient wrong.
 template <typename Params>

@@ -1,6 +1,6 @@
 #pragma once
 // Kernel signatures of the loss, dropout and erf ops, shared by every backend (the rest are in
-// ops/kernels.h). The functional API (ops/loss.cpp, ops/dropout.cpp) checks operands, brings them
+// ops/contracts/kernels.h). The functional API (ops/loss.cpp, ops/dropout.cpp) checks operands, brings them
 // to the layout the kernel expects and turns the per-row results into the reduction.
 #include <cstdint>
 

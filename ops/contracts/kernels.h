@@ -17,7 +17,7 @@ using CopyKernel = void(const Tensor& dst, const Tensor& src);
 /// Every element of dst (any strides) set to value.
 using FillKernel = void(const Tensor& dst, Scalar value);
 
-/// out = f(x). out: contiguous or dense in x's layout (ops/broadcast.h empty_elementwise); x
+/// out = f(x). out: contiguous or dense in x's layout (ops/detail/broadcast.h empty_elementwise); x
 /// same shape (any strides). `param`: pow's exponent; gelu's approximation (0 = erf, 1 = tanh);
 /// unused otherwise.
 using UnaryKernel = void(const Tensor& out, const Tensor& x, double param);

@@ -1,10 +1,10 @@
 #pragma once
 // Checking and unpacking of the optimizer and clipping kernels' Tensor arguments
-// (ops/kernels_optim.h) into the raw structs of ops/optim_math.h, shared by the CPU and CUDA
+// (ops/contracts/kernels_optim.h) into the raw structs of ops/math/optim_math.h, shared by the CPU and CUDA
 // kernels so that both accept and reject exactly the same calls, with the same messages.
 #include <vector>
 
-#include "ops/kernels_optim.h"
+#include "ops/contracts/kernels_optim.h"
 
 namespace precis::kernels {
 

@@ -125,7 +125,7 @@ PRECIS_HD_INLINE A log_softmax_grad_element(A g, A y, A sum_g) {
 
 // ---- class-index losses ------------------------------------------------------------------------------
 
-/// One row's cross-entropy with label smoothing eps (ops/kernels_loss.h): with m the row max,
+/// One row's cross-entropy with label smoothing eps (ops/contracts/kernels_loss.h): with m the row max,
 /// log_sum = log Σ exp(x − m), x_t the target logit, w_t its class weight, w_total = Σ w_c and
 /// gap = Σ w_c·(m − x_c) (needed only when eps ≠ 0):
 /// (1 − eps)·w_t·(log_sum − (x_t − m)) + eps/C·(w_total·log_sum + gap).
@@ -137,7 +137,7 @@ PRECIS_HD_INLINE A cross_entropy_row_loss(A m, A log_sum, A x_t, A w_t, A eps, i
 }
 
 /// The per-row constants of the cross-entropy gradient: grad_x_j = scale·exp(x_j − m) − s·w_j
-/// − [j = t]·hit (ops/kernels_loss.h), for the row gradient g.
+/// − [j = t]·hit (ops/contracts/kernels_loss.h), for the row gradient g.
 template <typename A>
 struct CrossEntropyGradCoefs {
   A scale, s, hit;

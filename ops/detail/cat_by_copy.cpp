@@ -1,6 +1,6 @@
-#include "ops/cat_by_copy.h"
+#include "ops/detail/cat_by_copy.h"
 
-#include "ops/kernels.h"
+#include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 
 namespace precis::kernels {

@@ -1,7 +1,7 @@
 #pragma once
 // Kernel signatures of GEMM epilogues: the element-wise passes that fused ops run over a GEMM's
 // output (forward) and over the gradient arriving at it (backward). Used by linear_gelu
-// (ops/linear_gelu.cpp); looked up with kernel<Fn>() like those of ops/kernels.h.
+// (ops/linear_gelu.cpp); looked up with kernel<Fn>() like those of ops/contracts/kernels.h.
 #include "tensor/tensor.h"
 
 namespace precis::kernels {
