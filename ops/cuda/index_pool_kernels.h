@@ -1,7 +1,7 @@
 #pragma once
 // The launch interface of the CUDA indexing, pooling and dropout kernels (ops/cuda/index.cu,
-// pool.cu, dropout.cu) for their host code (index_kernels.cpp, pool_kernels.cpp,
-// dropout_kernels.cpp): raw pointers and plain structs, as ops/cuda/cuda_kernels.h. Kept in its
+// pool.cu, dropout.cu) for their host code (index_entries.cpp, pool_entries.cpp,
+// dropout_entries.cpp): raw pointers and plain structs, as ops/cuda/cuda_kernels.h. Kept in its
 // own header so that the families added in parallel do not all edit cuda_kernels.h.
 #include <cstddef>
 #include <cstdint>

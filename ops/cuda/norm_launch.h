@@ -1,7 +1,7 @@
 #pragma once
 // The launch interface of the CUDA normalisation, softmax, class-index loss and var kernels
 // (device code: ops/cuda/norm.cu, softmax.cu, loss.cu, var in reduce.cu; host side: the
-// op-table entries in norm_kernels.cpp, softmax_kernels.cpp, loss_kernels.cpp, reduce_kernels.cpp).
+// op-table entries in norm_entries.cpp, softmax_entries.cpp, loss_entries.cpp, reduce_entries.cpp).
 // Raw pointers, dtypes and sizes only, like ops/cuda/cuda_kernels.h. Every operand is contiguous
 // unless a stride is passed. "acc" below is the statistics type: f64 for f64 inputs, f32 for
 // f32/f16/bf16. Scratch is device memory the host allocates from the caching allocator, in

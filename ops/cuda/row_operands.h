@@ -1,6 +1,6 @@
 #pragma once
-// Host-side operand checks and scratch of the row-wise CUDA kernels' entries (norm_kernels.cpp,
-// softmax_kernels.cpp, loss_kernels.cpp): the functional code (ops/norm.cpp, softmax.cpp,
+// Host-side operand checks and scratch of the row-wise CUDA kernels' entries (norm_entries.cpp,
+// softmax_entries.cpp, loss_entries.cpp): the functional code (ops/norm.cpp, softmax.cpp,
 // loss.cpp) has checked shapes and made the operands contiguous (batch_norm keeps a channels-last
 // input as channels-last rows); these check that every operand is on one CUDA device with the
 // dtypes the kernel signatures promise, and allocate the launches' scratch. Internal.
