@@ -180,16 +180,18 @@ Tensor stack(const std::vector<Tensor>& tensors_in, int64_t dim) {
 namespace {
 
 // index_select, gather: x is the operand; dim and index are parameters (no gradient flows to the
-// index).
+// index). Their backward scatters the gradient back along the same index.
+struct IndexGradSaved {
+  Tensor idx;
+  int64_t d = 0;
+  Shape x1_sizes, x_sizes;
+};
+
 struct IndexSelect {
   static constexpr OpId id = OpId::index_select;
   static constexpr Domain domain = Domain::any;
   static constexpr const char* names[] = {"x"};
-  struct Saved {
-    Tensor idx;
-    int64_t d = 0;
-    Shape x1_sizes, x_sizes;
-  };
+  using Saved = IndexGradSaved;
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, int64_t dim, const Tensor& index) {
     const Tensor& x = in[0];
     PRECIS_CHECK(index.defined(), "index_select: x and index must be defined");
@@ -218,11 +220,7 @@ struct Gather {
   static constexpr OpId id = OpId::gather;
   static constexpr Domain domain = Domain::any;
   static constexpr const char* names[] = {"x"};
-  struct Saved {
-    Tensor idx;
-    int64_t d = 0;
-    Shape x1_sizes, x_sizes;
-  };
+  using Saved = IndexGradSaved;
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, int64_t dim, const Tensor& index) {
     const Tensor& x = in[0];
     PRECIS_CHECK(index.defined(), "gather: x and index must be defined");

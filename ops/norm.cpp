@@ -150,12 +150,15 @@ TensorList norm_backward(const char* name, const NormSaved& s, const Tensor& gra
 // Operands: input, weight, bias (both optional). The running statistics are parameters: buffers
 // updated in place, which autocast never touches and no gradient reaches. Each op checks its
 // operands itself (Domain::any): its errors say which shape or dtype a parameter must have.
-struct BatchNorm {
-  static constexpr OpId id = OpId::batch_norm;
+struct NormOperands {
   static constexpr Domain domain = Domain::any;
   static constexpr const char* names[] = {"input", "weight", "bias"};
   static constexpr unsigned optional = 0b110;
   using Saved = NormSaved;
+};
+
+struct BatchNorm : NormOperands {
+  static constexpr OpId id = OpId::batch_norm;
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, const Tensor& running_mean,
                         const Tensor& running_var, bool training, double momentum, double eps) {
     const Tensor &input = in[0], &weight = in[1], &bias = in[2];
@@ -229,12 +232,8 @@ struct BatchNorm {
   }
 };
 
-struct LayerNorm {
+struct LayerNorm : NormOperands {
   static constexpr OpId id = OpId::layer_norm;
-  static constexpr Domain domain = Domain::any;
-  static constexpr const char* names[] = {"input", "weight", "bias"};
-  static constexpr unsigned optional = 0b110;
-  using Saved = NormSaved;
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, const Shape& normalized_shape,
                         double eps) {
     const Tensor &input = in[0], &weight = in[1], &bias = in[2];
@@ -280,12 +279,8 @@ struct LayerNorm {
   }
 };
 
-struct GroupNorm {
+struct GroupNorm : NormOperands {
   static constexpr OpId id = OpId::group_norm;
-  static constexpr Domain domain = Domain::any;
-  static constexpr const char* names[] = {"input", "weight", "bias"};
-  static constexpr unsigned optional = 0b110;
-  using Saved = NormSaved;
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, int64_t num_groups, double eps) {
     const Tensor &input = in[0], &weight = in[1], &bias = in[2];
     check_input("group_norm", input, 2);
