@@ -122,7 +122,7 @@ struct Conv2d {
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, const std::vector<int64_t>& stride,
                         const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
     // (An autocast cast keeps a channels-last input channels-last: Tensor::to(DType) keeps the layout.)
-    const auto& [input, weight, bias] = in;
+    const Tensor &input = in[0], &weight = in[1], &bias = in[2];
     const Conv2dParams p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
     const DeviceType dev = input.device().type;
     const DType dtype = input.dtype();

@@ -204,7 +204,7 @@ struct CrossEntropy {
   };
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 2>& in, const Tensor& target,
                         int64_t ignore_index, Reduction reduction, double label_smoothing) {
-    const auto& [input, weight] = in;
+    const Tensor &input = in[0], &weight = in[1];
     const DType out_dtype = ctx.first_widened ? DType::f32 : input.dtype();
     check_reduction("cross_entropy", reduction);
     PRECIS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
@@ -256,7 +256,7 @@ struct NllLoss {
   };
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 2>& in, const Tensor& target,
                         int64_t ignore_index, Reduction reduction) {
-    const auto& [input, weight] = in;
+    const Tensor &input = in[0], &weight = in[1];
     check_reduction("nll_loss", reduction);
     ClassRows r = class_rows("nll_loss", input, target, weight, ignore_index, /*contiguous=*/false);
     const int64_t rows = r.x.size(0);
@@ -294,7 +294,7 @@ struct MseLoss {
   static constexpr OpId id = OpId::mse_loss;
   static constexpr Domain domain = Domain::any;
   static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 2>& in, Reduction reduction) {
-    const auto& [input, target] = in;
+    const Tensor &input = in[0], &target = in[1];
     check_reduction("mse_loss", reduction);
     check_elementwise("mse_loss", input, target, {});
     const Tensor d = sub(input, target);
@@ -307,7 +307,7 @@ struct BinaryCrossEntropyWithLogits {
   static constexpr Domain domain = Domain::any;
   static constexpr unsigned optional = 0b1100;  // weight, pos_weight
   static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 4>& in, Reduction reduction) {
-    const auto& [input, target, weight, pos_weight] = in;
+    const Tensor &input = in[0], &target = in[1], &weight = in[2], &pos_weight = in[3];
     const char* op = "binary_cross_entropy_with_logits";
     check_reduction(op, reduction);
     check_elementwise(op, input, target, {{"weight", &weight}, {"pos_weight", &pos_weight}});
@@ -337,7 +337,7 @@ struct BinaryCrossEntropy {
     Shape shape;
   };
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, Reduction reduction) {
-    const auto& [input, target, weight] = in;
+    const Tensor &input = in[0], &target = in[1], &weight = in[2];
     const char* op = "binary_cross_entropy";
     check_reduction(op, reduction);
     check_elementwise(op, input, target, {{"weight", &weight}});
