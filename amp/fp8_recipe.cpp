@@ -38,15 +38,10 @@ Fp8Cast fp8_scaled_cast(const Tensor& x, const Tensor& scale, Fp8Format format, 
   PRECIS_CHECK_DTYPE(x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16,
                      "fp8_scaled_cast: the input must be f32, bf16 or f16, got ", x.describe());
   check_scalar("fp8_scaled_cast", "scale", scale, x.device());
-  NoGradGuard no_grad;
-  const double m = fp8_max(format);
-  // Clamping to ±max before the plain cast is the saturating rule: no value within ±max rounds
-  // past it, and NaN passes through maximum/minimum.
-  const Tensor scaled = mul(x.detach().to(DType::f32), scale.reshape({}));
-  Fp8Cast out;
-  out.data = minimum(maximum(scaled, -m), m).to(fp8_dtype(format)).contiguous();
-  out.amax = x.numel() == 0 ? zeros({}, {.device = x.device()}) : max(abs(x.detach())).to(DType::f32);
-  if (Audit* audit = open_audit()) audit->observe_fp8(operand, x, scale, out.data, m);
+  // One pass (the op's kernel): the saturating cast of x·scale and max |x|.
+  ScaledFp8Cast cast = scaled_fp8_cast(x.detach(), scale, fp8_dtype(format));
+  Fp8Cast out{std::move(cast.data), std::move(cast.amax)};
+  if (Audit* audit = open_audit()) audit->observe_fp8(operand, x, scale, out.data, fp8_max(format));
   return out;
 }
 

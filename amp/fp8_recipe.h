@@ -30,8 +30,9 @@ struct Fp8Cast {
 /// The recipe's cast: data = saturate_fp8(float(x) · scale) — x·scale formed in fp32, rounded to
 /// nearest even, a finite overflow and ±inf saturating to ±max in both formats, NaN kept (CUDA's
 /// cvt.rn.satfinite, Transformer Engine's cast) — and amax = max |x|, the value TE records while
-/// casting. x: f32, bf16 or f16 (DTypeError otherwise); scale: one f32 value on x's device
-/// (DTypeError / DeviceError otherwise), read by the ops that use it, so no host read. Not
+/// casting, both in one pass (the op scaled_fp8_cast). x: f32, bf16 or f16 (DTypeError
+/// otherwise); scale: one f32 value on x's device (DTypeError / DeviceError otherwise), read by
+/// the kernel, so no host read. Not
 /// differentiable. While an amp::Audit is open the cast is recorded under `operand` (amax, scale,
 /// the saturated and flushed counts: Audit::fp8_records), which reads the device.
 Fp8Cast fp8_scaled_cast(const Tensor& x, const Tensor& scale, Fp8Format format,

@@ -221,6 +221,23 @@ std::vector<OpCase> make_cases() {
                      const Tensor w = (randn({1024, 256}, {}, &gen) * 64.0).to(DType::f8_e4m3).to(DType::bf16);
                      return std::function<void()>([=] { (void)matmul(x, w.t()); });
                    }, "bf16"});
+  // The fp8 recipe's cast of BERT-mini's intermediate activations (2048 x 1024 bf16 -> E4M3 and
+  // amax): the one-pass kernel, and the same result composed of ops as amp did before it.
+  cases.push_back({"fp8 emulation: scaled_fp8_cast 2048x1024 -> e4m3", [] {
+                     Generator gen(12);
+                     const Tensor x = (randn({2048, 1024}, {}, &gen) * 4.0).to(DType::bf16);
+                     const Tensor s = full({}, 32.0);
+                     return std::function<void()>([=] { (void)scaled_fp8_cast(x, s, DType::f8_e4m3); });
+                   }, "bf16"});
+  cases.push_back({"fp8 emulation: the same cast composed of ops 2048x1024 -> e4m3", [] {
+                     Generator gen(12);
+                     const Tensor x = (randn({2048, 1024}, {}, &gen) * 4.0).to(DType::bf16);
+                     const Tensor s = full({}, 32.0);
+                     return std::function<void()>([=] {
+                       (void)minimum(maximum(mul(x.to(DType::f32), s), -448.0), 448.0).to(DType::f8_e4m3);
+                       (void)max(abs(x)).to(DType::f32);
+                     });
+                   }, "bf16"});
   return cases;
 }
 
@@ -248,7 +265,8 @@ SuiteReport run_ops(const Options& options) {
       "repetition) and gelu forward+backward. 'linear_gelu': gelu(linear()) as one op, BERT-mini's "
       "intermediate layer, x, W and b gradients (6·M·K·N FLOPs). 'fp8 emulation:' cases: forward only; "
       "scaled_matmul on the CPU widens fp8 exactly to bf16 and runs the bf16 GEMM, so it shows the cost "
-      "of emulation beside that bf16 GEMM, not an fp8 speed-up (no peer case). "
+      "of emulation beside that bf16 GEMM, not an fp8 speed-up (no peer case); scaled_fp8_cast, the recipe's "
+      "one-pass cast, beside the same cast composed of ops (no peer case). "
       "benchmarks/peers/torch_ops.py times the same cases in PyTorch.";
   const int initial_threads = get_num_threads();
   for (const OpCase& c : make_cases()) {

@@ -133,6 +133,20 @@ struct ScaledMatmulResult {
 ScaledMatmulResult scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& a_scale_inv,
                                  const Tensor& b_scale_inv, const ScaledMatmulOptions& options = {});
 
+/// scaled_fp8_cast's outputs.
+struct ScaledFp8Cast {
+  Tensor data;  ///< saturate(x · scale) in the fp8 dtype asked for, x's shape, contiguous
+  Tensor amax;  ///< max |x| as an f32 0-d tensor on x's device (NaN when x holds one; 0 if empty)
+};
+/// The fp8 recipes' cast (Transformer Engine's cast-transpose without the transpose): x times a
+/// per-tensor scale, rounded to `fp8_dtype` (f8_e4m3 or f8_e5m2) by the saturating rule (a finite
+/// value past the format's range and ±inf give ±max; NaN stays NaN), and the amax of x for the
+/// next scale, in one pass over x instead of five (what `(x * scale).clamp(-max, max).to(fp8)`
+/// and `x.abs().max()` cost). x: floating, any shape and strides; scale: an f32 tensor of one
+/// element on x's device (read there: no host sync). Equal bit for bit to the composed ops.
+/// Passthrough; not differentiable. Errors: DTypeError, DeviceError, ShapeError naming x and scale.
+ScaledFp8Cast scaled_fp8_cast(const Tensor& x, const Tensor& scale, DType fp8_dtype);
+
 // ---- joining and indexing -------------------------------------------------------------------
 /// Concatenates along an existing dim; other sizes must match. Promote.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

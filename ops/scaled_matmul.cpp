@@ -1,8 +1,10 @@
-// scaled_matmul: the fp8 GEMM's operand checks and its amax (docs/fp8.md). The kernels are in
-// ops/cpu/scaled_matmul.cpp and ops/cuda/scaled_matmul.cpp.
+// scaled_matmul: the fp8 GEMM's operand checks and its amax, and scaled_fp8_cast, the recipe's
+// cast (docs/fp8.md). Kernels: ops/cpu/scaled_matmul.cpp, ops/cuda/scaled_matmul.cpp (the GEMM);
+// ops/cpu/fp8_cast.cpp, ops/cuda/fp8_cast.cu (the cast).
 #include <string>
 
 #include "core/grad_mode.h"
+#include "ops/frontend.h"
 #include "ops/functional.h"
 #include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
@@ -43,7 +45,40 @@ void check_operands(const Tensor& a, const Tensor& b, const Tensor& sa, const Te
                      "scaled_matmul: the scale-inverses must hold one value each (per-tensor scaling), ", all());
 }
 
+// scaled_fp8_cast(x, scale, dtype): x is the operand; scale and the fp8 dtype are parameters.
+struct ScaledFp8CastOp {
+  static constexpr OpId id = OpId::fp8_scaled_cast;
+  static constexpr const char* name = "scaled_fp8_cast";
+  static constexpr detail::Domain domain = detail::Domain::floating;
+  static constexpr const char* names[] = {"x"};
+  static ScaledFp8Cast forward(detail::OpContext<detail::NoSaved>&, const std::array<Tensor, 1>& in,
+                               const Tensor& scale, DType fp8_dtype) {
+    const Tensor& x = in[0];
+    const auto all = [&] { return "x is " + x.describe() + ", scale is " + (scale.defined() ? scale.describe() : "undefined"); };
+    PRECIS_CHECK(scale.defined(), "scaled_fp8_cast: the scale is undefined (", all(), ")");
+    PRECIS_CHECK_DTYPE(is_float8(fp8_dtype), "scaled_fp8_cast: the target dtype must be f8_e4m3 or f8_e5m2, got ",
+                       dtype_name(fp8_dtype), " (", all(), ")");
+    PRECIS_CHECK_DTYPE(scale.dtype() == DType::f32, "scaled_fp8_cast: the scale must be f32, ", all(),
+                       "; convert it with .to(DType::f32)");
+    PRECIS_CHECK_DEVICE(scale.device() == x.device(), "scaled_fp8_cast: x and scale are on different devices: ", all(),
+                        "; keep the scale on x's device (no step waits for the host)");
+    PRECIS_CHECK_SHAPE(scale.numel() == 1, "scaled_fp8_cast: the scale must hold one value (per-tensor scaling), ",
+                       all());
+    NoGradGuard no_grad;
+    const Tensor xc = x.detach().contiguous();
+    ScaledFp8Cast r{empty(x.sizes(), {.dtype = fp8_dtype, .device = x.device()}),
+                    empty({}, {.dtype = DType::f32, .device = x.device()})};
+    kernel<kernels::Fp8ScaledCastKernel>(id, x.device().type, x.dtype())(
+        r.data.view({x.numel()}), r.amax, xc.view({x.numel()}), scale.reshape({}));
+    return r;
+  }
+};
+
 }  // namespace
+
+ScaledFp8Cast scaled_fp8_cast(const Tensor& x, const Tensor& scale, DType fp8_dtype) {
+  return detail::call<ScaledFp8CastOp>({x}, scale, fp8_dtype);
+}
 
 ScaledMatmulResult scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& a_scale_inv,
                                  const Tensor& b_scale_inv, const ScaledMatmulOptions& options) {

@@ -65,6 +65,13 @@ using LinearKernel = void(const Tensor& out, const Tensor& x, const Tensor& w, c
 using ScaledMatmulKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& a_scale_inv,
                                 const Tensor& b_scale_inv, bool fast_accum);
 
+/// The fp8 recipe's scaled cast, one pass over x: out[i] = f32(x[i]) · scale rounded to out's fp8
+/// dtype by the saturating rule (core/float8.h: ±max past the range and for ±inf; NaN kept), and
+/// amax = max |x[i]| (NaN when an element is NaN, 0 for an empty x). out: (n) contiguous f8_e4m3
+/// or f8_e5m2; x: (n) contiguous f32, f64 (rounded to f32 first), f16 or bf16; scale, amax: 0-d
+/// f32; all on one device. Keyed by x's dtype. The multiply is one f32 rounding, as an f32 mul.
+using Fp8ScaledCastKernel = void(const Tensor& out, const Tensor& amax, const Tensor& x, const Tensor& scale);
+
 /// Copies each input into out along dim at its offset; inputs already have out's dtype.
 using CatKernel = void(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim);
 /// out = x.index_select(dim, index); index 1-D i64 (already range-checked).

@@ -23,6 +23,7 @@ void register_optim_kernels();      // sgd_step, adam_step
 void register_clip_kernels();       // grad_norms, clip_grad_norm, clip_grad_value
 void register_gelu_epilogue_kernels();  // gelu_epilogue(+_backward) (linear_gelu)
 void register_scaled_matmul_kernels();  // scaled_matmul (fp8)
+void register_fp8_cast_kernels();       // fp8_scaled_cast
 
 void register_cpu_kernels();
 

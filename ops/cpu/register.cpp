@@ -23,6 +23,7 @@ void register_cpu_kernels() {
   register_clip_kernels();
   register_gelu_epilogue_kernels();
   register_scaled_matmul_kernels();
+  register_fp8_cast_kernels();
 }
 
 }  // namespace precis::cpu

@@ -27,6 +27,7 @@ void register_matmul_kernels();       // matmul (cuBLAS)
 void register_conv_kernels();         // conv2d, conv2d_backward (cuDNN; only when built with it)
 void register_linear_kernels();       // linear (cuBLASLt, bias epilogue)
 void register_scaled_matmul_kernels();  // scaled_matmul (cuBLASLt fp8)
+void register_fp8_cast_kernels();       // fp8_scaled_cast
 void register_device_copy();          // set_device_copy: H2D, D2H, D2D
 void register_index_kernels();        // cat, index_select, gather, index_add, scatter_add
 void register_pool_kernels();         // max/avg/adaptive_avg pooling and their backward passes

@@ -174,4 +174,11 @@ void launch_clip_grad_norm(const GradBuffer* grads, int count, const void* power
 /// Every gradient element clamped to [-clip_value, clip_value] in place (NaN stays).
 void launch_clip_grad_value(const GradBuffer* grads, int count, double clip_value, cudaStream_t stream);
 
+// ---- the fp8 recipe's cast (ops/cuda/fp8_cast.cu) ---------------------------------------------
+/// scaled_fp8_cast (ops/contracts/kernels.h, Fp8ScaledCastKernel): out[i] = saturate(f32(x[i]) ·
+/// *scale) as E4M3 (e4m3) or E5M2 codes, *amax = max |x[i]| (NaN when one is NaN; 0 for n = 0).
+/// x: n contiguous elements of x_dtype (floating); scale, amax: device pointers. No host wait.
+void launch_fp8_scaled_cast(DType x_dtype, void* out, float* amax, const void* x, int64_t n, const float* scale,
+                            bool e4m3, cudaStream_t stream);
+
 }  // namespace precis::cuda

@@ -25,6 +25,7 @@ void register_cuda_backend() {
 #endif
   register_linear_kernels();
   register_scaled_matmul_kernels();
+  register_fp8_cast_kernels();
   register_device_timer();
 }
 

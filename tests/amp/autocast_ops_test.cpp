@@ -205,6 +205,7 @@ const std::set<OpId> kNoEntry = {
     OpId::clip_grad_norm,
     OpId::clip_grad_value,
     OpId::scaled_matmul,
+    OpId::fp8_scaled_cast,  // an explicit fp8 output dtype, as scaled_matmul's
 };
 
 // Ops that by design do not call the autocast hook: views alias their input (a cast would break

@@ -289,10 +289,12 @@ const std::map<OpId, OpId> kBackwardOf = {
 // clipping kernels in tests/optim/optim_kernels_test.cpp (f16/bf16 parameters and gradients
 // against f64), cross_entropy_with_grad in cross_entropy_with_grad_test.cpp (f16/bf16 logits
 // against f64), scaled_matmul in scaled_matmul_test.cpp (fp8 operands, bf16/f32 outputs against an
-// exact f64 sum).
+// exact f64 sum), fp8_scaled_cast in fp8_cast_test.cpp (f16/bf16 inputs against the composed
+// cast, bit for bit; every f16/bf16 value in tests/amp/fp8_recipe_test.cpp).
 const std::set<OpId> kOwnTest = {OpId::unscale_grads,  OpId::sgd_step,        OpId::adam_step,
                                    OpId::grad_norms,     OpId::clip_grad_norm,  OpId::clip_grad_value,
-                                   OpId::cross_entropy_with_grad, OpId::scaled_matmul};
+                                   OpId::cross_entropy_with_grad, OpId::scaled_matmul,
+                                   OpId::fp8_scaled_cast};
 
 // [cuda]: with a GPU present grad_cases() holds to_device's case (cpu to cuda and back).
 TEST_CASE("every op matches the f64 reference in f16 and bf16, outputs and gradients", "[ops][lowp][cuda]") {
