@@ -32,9 +32,11 @@
 // itself (dropout in eval mode) or a result its inner ops already recorded (a composed path).
 // A declaration without `backward` (and `Saved`) is an op that records no node (comparisons).
 // Index tensors, scalars and options are parameters, not operands: the hook never casts them and
-// no gradient flows to them. An op whose front-end is genuinely different (a fused loss, attention,
-// convolution planning, a list of operands) says why in one line where it is written out.
+// no gradient flows to them. An op whose front-end is genuinely different (a list of operands, a
+// fused op with a composed fallback, two algorithms choosing what to keep) says why in one line
+// where it is written out; tests/architecture/frontend_rule.py lists them.
 #include <array>
+#include <cstdint>
 #include <span>
 #include <tuple>
 #include <type_traits>
