@@ -26,6 +26,7 @@
 #include "autograd/checkpoint.h"
 
 #include <algorithm>
+#include <bitset>
 #include <map>
 #include <optional>
 #include <unordered_set>
@@ -58,6 +59,13 @@ CheckpointMode parse_checkpoint_mode(std::string_view name) {
 std::vector<OpId> default_selective_kept_ops() { return {OpId::linear, OpId::linear_gelu, OpId::conv2d}; }
 
 namespace {
+
+// kept_ops as a policy: every call of those ops.
+KeepPolicy keep_ops(const std::vector<OpId>& ops) {
+  std::bitset<kNumOps> set;
+  for (OpId op : ops) set.set(static_cast<size_t>(op));
+  return [set](const KeepCandidate& c) { return set.test(static_cast<size_t>(c.op)); };
+}
 
 // A tensor the recomputation reads again, and its version when the forward read it.
 struct Tracked {
@@ -302,8 +310,9 @@ TensorList checkpoint_list(std::function<TensorList()> fn, const TensorList& inp
   auto state = std::make_unique<CheckpointNode::State>();
   state->mode = options.mode;
   state->precision = make_precision_region();
-  state->kept = std::make_unique<KeptOutputs>(options.mode == CheckpointMode::selective ? options.kept_ops
-                                                                                        : std::vector<OpId>{});
+  state->kept = std::make_unique<KeptOutputs>(options.mode != CheckpointMode::selective ? KeepPolicy()
+                                              : options.keep                               ? options.keep
+                                                                                           : keep_ops(options.kept_ops));
   std::vector<Tracked> input_versions;
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].defined()) input_versions.push_back(track(inputs[i], "input " + std::to_string(i)));

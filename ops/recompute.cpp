@@ -12,15 +12,17 @@ bool is_recomputing() { return t_recomputing; }
 RecomputingGuard::RecomputingGuard() : prev_(t_recomputing) { t_recomputing = true; }
 RecomputingGuard::~RecomputingGuard() { t_recomputing = prev_; }
 
-KeptOutputs::KeptOutputs(const std::vector<OpId>& kept) {
-  for (OpId op : kept) kept_.set(static_cast<size_t>(op));
+KeptOutputs::KeptOutputs(KeepPolicy policy) : policy_(std::move(policy)) {}
+
+bool KeptOutputs::keeps_next(OpId op) const {
+  return policy_ && policy_({op, calls_[static_cast<size_t>(op)]});
 }
 
 int64_t KeptOutputs::nbytes() const {
   std::unordered_set<const void*> seen;
   int64_t total = 0;
-  for (const auto& [op, tensors] : outputs_)
-    for (const Tensor& t : tensors)
+  for (const Call& call : outputs_)
+    for (const Tensor& t : call.outputs)
       if (t.defined() && seen.insert(t.storage().get()).second) total += static_cast<int64_t>(t.storage()->nbytes());
   return total;
 }
@@ -48,30 +50,38 @@ KeptOutputs::Replaying::~Replaying() {
   detail::t_kept_outputs = prev_;
 }
 void KeptOutputs::Replaying::finish() const {
-  PRECIS_CHECK_T(CheckpointError, store_.next_ == store_.outputs_.size(), "checkpoint (selective): the forward kept ",
-                 store_.outputs_.size(), " op outputs but the recomputation used only ", store_.next_,
+  PRECIS_CHECK_T(CheckpointError, store_.next_ == store_.outputs_.size(), "checkpoint (selective): the forward made ",
+                 store_.outputs_.size(), " calls of ops whose outputs can be kept but the recomputation made only ",
+                 store_.next_,
                  "; the checkpointed function must run the same ops each time it is called (no branching on "
                  "values that change between forward and backward)");
 }
 
 std::vector<Tensor> KeptOutputs::run(OpId op, const std::function<std::vector<Tensor>()>& compute) {
-  if (mode_ == Mode::replaying && keeps(op)) {
-    PRECIS_CHECK_T(CheckpointError, next_ < outputs_.size() && outputs_[next_].first == op,
+  if (mode_ == Mode::replaying && policy_) {
+    PRECIS_CHECK_T(CheckpointError, next_ < outputs_.size() && outputs_[next_].op == op,
                    "checkpoint (selective): the recomputation called ", op_name(op), " where the forward ",
-                   next_ < outputs_.size() ? std::string("called ") + op_name(outputs_[next_].first)
-                                           : std::string("made no further kept call"),
-                   " (kept call ", next_, "); the checkpointed function must run the same ops each time it is "
-                   "called (no branching on values that change between forward and backward)");
-    return outputs_[next_++].second;
+                   next_ < outputs_.size() ? std::string("called ") + op_name(outputs_[next_].op)
+                                           : std::string("made no further call of an op it can keep"),
+                   " (call ", next_, " of the ops whose outputs can be kept); the checkpointed function must run the "
+                   "same ops each time it is called (no branching on values that change between forward and "
+                   "backward)");
+    const Call& call = outputs_[next_++];
+    if (call.kept) return call.outputs;
+    return compute();
   }
+  const bool keep = mode_ == Mode::recording && keeps_next(op);
   std::vector<Tensor> out = parent_ != nullptr ? parent_->run(op, compute) : compute();
-  if (mode_ == Mode::recording && keeps(op)) outputs_.emplace_back(op, out);
+  if (mode_ == Mode::recording && policy_) {
+    ++calls_[static_cast<size_t>(op)];
+    outputs_.push_back({op, keep, keep ? out : std::vector<Tensor>{}});
+  }
   return out;
 }
 
 bool KeptOutputs::records(OpId op) const {
   for (const KeptOutputs* s = this; s != nullptr; s = s->parent_)
-    if (s->mode_ == Mode::recording && s->keeps(op)) return true;
+    if (s->mode_ == Mode::recording && s->keeps_next(op)) return true;
   return false;
 }
 

@@ -12,7 +12,7 @@
 //    records its backward node as usual.
 //
 //   Tensor out = kept_or_computed(OpId::linear, [&] { return run_the_gemm(); });
-#include <bitset>
+#include <array>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -37,16 +37,28 @@ class RecomputingGuard {
   bool prev_;
 };
 
+/// One call of an op whose outputs a selective region can keep (the ops that route their
+/// computation through kept_or_computed: linear, linear_gelu, conv2d, matmul).
+struct KeepCandidate {
+  OpId op;        ///< the op called
+  int64_t index;  ///< how many calls of `op` the region made before this one (from 0, in call order)
+};
+
+/// Decides, for each candidate call of a selective region's forward, whether its outputs are kept
+/// (true) or recomputed in backward (false). It sees the same calls in the same order each time
+/// the region runs, so any function of the candidate is consistent between forward and replay.
+using KeepPolicy = std::function<bool(const KeepCandidate&)>;
+
 /// The outputs a selective region keeps from its forward, in call order. A region's store records
-/// during its forward and replays during each recomputation; an empty keep set (full
+/// during its forward and replays during each recomputation; a store without a policy (full
 /// checkpointing) keeps nothing but still passes calls on to an enclosing region's store, so that
 /// nested regions see the same sequence of calls in the forward and in a recomputation.
 class KeptOutputs {
  public:
-  /// A store keeping the outputs of `kept` ops.
-  explicit KeptOutputs(const std::vector<OpId>& kept);
-  /// Whether calls of `op` are kept.
-  bool keeps(OpId op) const { return kept_.test(static_cast<size_t>(op)); }
+  /// A store keeping the outputs of the calls `policy` chooses (none when it is empty).
+  explicit KeptOutputs(KeepPolicy policy);
+  /// Whether the next call of `op` in this region's forward is kept.
+  bool keeps_next(OpId op) const;
   /// Bytes held by the kept outputs (each storage once).
   int64_t nbytes() const;
   /// Drops what was kept (after the last backward).
@@ -79,15 +91,23 @@ class KeptOutputs {
     KeptOutputs& store_;
   };
 
-  /// Whether this store or an enclosing one records the outputs of `op` now.
+  /// Whether this store or an enclosing one records the outputs of the next call of `op` now.
   bool records(OpId op) const;
   /// One call of `op` (see kept_or_computed).
   std::vector<Tensor> run(OpId op, const std::function<std::vector<Tensor>()>& compute);
 
  private:
   enum class Mode { idle, recording, replaying };
-  std::bitset<kNumOps> kept_;
-  std::vector<std::pair<OpId, std::vector<Tensor>>> outputs_;
+  // One per candidate call of the forward (a policy's choice can depend on the call's place, so
+  // the replay must see every candidate call, not only the kept ones): its outputs when kept.
+  struct Call {
+    OpId op;
+    bool kept;
+    std::vector<Tensor> outputs;
+  };
+  KeepPolicy policy_;
+  std::array<int64_t, kNumOps> calls_{};  // candidate calls per op in the forward so far
+  std::vector<Call> outputs_;
   size_t next_ = 0;
   Mode mode_ = Mode::idle;
   KeptOutputs* parent_ = nullptr;  // the enclosing region's store while recording
@@ -101,9 +121,9 @@ inline thread_local KeptOutputs* t_kept_outputs = nullptr;
 /// may then be held by the store (and replayed again), so it must not be written in place.
 inline bool kept_outputs_active() { return detail::t_kept_outputs != nullptr; }
 
-/// True when a selective region is recording on this thread and keeps `op`: the op then computes
-/// what its backward needs even under NoGradGuard (linear_gelu's derivative), since the kept
-/// outputs will be replayed under grad mode.
+/// True when a selective region is recording on this thread and keeps this call of `op` (asked
+/// before the call): the op then computes what its backward needs even under NoGradGuard
+/// (linear_gelu's pre-activation), since the kept outputs will be replayed under grad mode.
 bool keeps_for_recompute(OpId op);
 
 /// The outputs of one call of `op` (several: an op that also keeps a tensor for its backward),

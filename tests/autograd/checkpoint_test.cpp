@@ -19,6 +19,7 @@ namespace {
 using autograd::CheckpointMode;
 using autograd::CheckpointOptions;
 using autograd::TensorList;
+using precis::KeepCandidate;
 using testing::randn_input;
 
 // Two dropout-MLP blocks; parameters are leaves the closures capture.
@@ -253,6 +254,56 @@ TEST_CASE("selective checkpointing keeps the GEMM outputs instead of recomputing
   const double selective = flops_of(CheckpointMode::selective);
   REQUIRE(full == none + gemm);
   REQUIRE(selective == none);
+}
+
+TEST_CASE("a keep policy chooses calls one by one, and the rest is recomputed", "[autograd][checkpoint]") {
+  // Two blocks in one region: four linear calls. Keeping calls 1 and 2 of linear recomputes calls
+  // 0 and 3 only: the FLOPs of those two GEMMs once more, and the gradients are unchanged.
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  std::vector<std::pair<OpId, int64_t>> seen;
+  const CheckpointOptions o{.mode = CheckpointMode::selective, .keep = [&seen](const KeepCandidate& c) {
+                              seen.emplace_back(c.op, c.index);
+                              return c.op == OpId::linear && (c.index == 1 || c.index == 2);
+                            }};
+  auto two_blocks = [&m](const Tensor& in) { return m.block(m.block(in)); };
+  profiler::FlopCounter count;
+  Tensor y = autograd::checkpoint(o, two_blocks, x);
+  const double forward = count.flops();
+  sum(y).backward();
+  const double after = count.flops();
+  // The policy is asked once per call of the forward, in call order, never again in the replay.
+  REQUIRE(seen == std::vector<std::pair<OpId, int64_t>>{
+                      {OpId::linear, 0}, {OpId::linear, 1}, {OpId::linear, 2}, {OpId::linear, 3}});
+  const double gemm1 = 2.0 * 4 * 8 * 16, gemm2 = 2.0 * 4 * 16 * 8;  // w1's and w2's
+  profiler::FlopCounter plain_count;
+  Tensor p = m.block(m.block(x));
+  sum(p).backward();
+  REQUIRE(after - forward == plain_count.flops() - (2 * gemm1 + 2 * gemm2) + gemm1 + gemm2);
+  TensorList params = m.params();
+  params.push_back(x);
+  require_same(grads_of([&] { return autograd::checkpoint(o, two_blocks, x); }, params),
+               grads_of([&] { return two_blocks(x); }, params));
+}
+
+TEST_CASE("a keep policy that keeps nothing is full checkpointing, one that keeps everything selective",
+          "[autograd][checkpoint]") {
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  auto flops_of = [&](const CheckpointOptions& o) {
+    profiler::FlopCounter count;
+    Tensor y = autograd::checkpoint(o, [&m](const Tensor& in) { return m.block(in); }, x);
+    sum(y).backward();
+    return count.flops();
+  };
+  const double full = flops_of({.mode = CheckpointMode::full});
+  const double selective = flops_of({.mode = CheckpointMode::selective});
+  REQUIRE(full > selective);
+  REQUIRE(flops_of({.mode = CheckpointMode::selective, .keep = [](const KeepCandidate&) { return false; }}) == full);
+  REQUIRE(flops_of({.mode = CheckpointMode::selective, .keep = [](const KeepCandidate&) { return true; }}) ==
+          selective);
+  // Ignored outside selective mode, as kept_ops is.
+  REQUIRE(flops_of({.mode = CheckpointMode::full, .keep = [](const KeepCandidate&) { return true; }}) == full);
 }
 
 TEST_CASE("selective checkpointing keeps linear_gelu's pre-activation alone", "[autograd][checkpoint]") {
