@@ -45,8 +45,9 @@ struct KeepCandidate {
 };
 
 /// Decides, for each candidate call of a selective region's forward, whether its outputs are kept
-/// (true) or recomputed in backward (false). It sees the same calls in the same order each time
-/// the region runs, so any function of the candidate is consistent between forward and replay.
+/// (true) or recomputed in backward (false); it may be asked more than once about one call
+/// (keeps_for_recompute asks ahead of it), so it must be a function of the candidate alone. Only
+/// the forward asks: the replay follows what the forward recorded.
 using KeepPolicy = std::function<bool(const KeepCandidate&)>;
 
 /// The outputs a selective region keeps from its forward, in call order. A region's store records
