@@ -1,4 +1,5 @@
-// Harness of benchmarks/results/checkpointing-2026-12-05.md (not built by CMake): one BERT-mini
+// Harness of benchmarks/results/checkpointing-2026-12-05.md, -12-05b.md and -12-06-amx.md (the last
+// added the per-call keep policies recompute-v, recompute-qkv, recompute-qkvo; not built by CMake): one BERT-mini
 // masked-LM training step (L4 H256 A4 I1024, vocabulary 30522, dropout on, 15 % of the tokens
 // predicted with the head at those positions only and the decoder fused with its loss, SGD), with
 // the encoder layers' activation checkpointing none, full, selective (linear, linear_gelu, conv2d
@@ -9,7 +10,7 @@
 // process's peak RSS (VmHWM), and the median and min wall time and process CPU time (user + system,
 // all threads) of the timed steps: on a loaded machine the CPU time is the steadier cost measure.
 // Built against a build dir's libprecis.so with the link line of precis-bench (build.ninja).
-// usage: harness none|full|selective|selective+matmul BATCH SEQ f32|bf16 THREADS REPS
+// usage: harness none|full|selective|selective+matmul|recompute-v|recompute-qkv|recompute-qkvo BATCH SEQ f32|bf16 THREADS REPS
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,7 +45,7 @@ static double vm_hwm_mb() {
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    std::fprintf(stderr, "usage: %s none|full|selective|selective+matmul BATCH SEQ f32|bf16 THREADS REPS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s none|full|selective|selective+matmul|recompute-v|recompute-qkv|recompute-qkvo BATCH SEQ f32|bf16 THREADS REPS\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -57,6 +58,17 @@ int main(int argc, char** argv) {
                                         : mode == "full" ? autograd::CheckpointMode::full
                                                          : autograd::CheckpointMode::selective};
   if (mode == "selective+matmul") ck.kept_ops.push_back(OpId::matmul);
+  // Per-call policies over an encoder layer's linear calls: 0 query, 1 key, 2 value, 3 the
+  // attention output projection, 4 the feed-forward output projection (linear_gelu kept always).
+  auto keep_linears = [&](std::vector<int64_t> kept) {
+    ck.keep = [kept](const KeepCandidate& c) {
+      return c.op == OpId::linear_gelu || c.op == OpId::conv2d ||
+             (c.op == OpId::linear && std::find(kept.begin(), kept.end(), c.index) != kept.end());
+    };
+  };
+  if (mode == "recompute-v") keep_linears({0, 1, 3, 4});
+  if (mode == "recompute-qkv") keep_linears({3, 4});
+  if (mode == "recompute-qkvo") keep_linears({4});
 
   Generator init(1);
   models::BertConfig c = models::BertConfig::mini(30522);
