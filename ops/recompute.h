@@ -68,6 +68,7 @@ class KeptOutputs {
   /// Records calls on this thread for its scope: each call of a kept op stores its outputs.
   class Recording {
    public:
+    /// Makes `store` the thread's recording store (under the enclosing one, which sees its calls too).
     explicit Recording(KeptOutputs& store);
     ~Recording();
     Recording(const Recording&) = delete;
@@ -80,6 +81,7 @@ class KeptOutputs {
   /// recomputation made every kept call the forward made.
   class Replaying {
    public:
+    /// Makes `store` the thread's store, replaying from its first recorded call.
     explicit Replaying(KeptOutputs& store);
     ~Replaying();
     Replaying(const Replaying&) = delete;
