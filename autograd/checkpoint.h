@@ -62,9 +62,9 @@ struct CheckpointOptions {
   /// selective, finer than kept_ops (which it replaces when set): asked about each call of an op
   /// that can be kept (linear, linear_gelu, conv2d, matmul) in the region's forward, with the op
   /// and how many calls of it came before in the region; true keeps that call's outputs. It must
-  /// be a function of the candidate alone (linear_gelu asks before its call as well as at it). PyTorch's
-  /// selective checkpointing policy function, decided on the call's place rather than its
-  /// arguments. E.g. in a BERT layer (linear calls 0-2 q, k, v; 3 the attention output; 4 the
+  /// be a function of the candidate alone (linear_gelu asks before its call as well as at it).
+  /// PyTorch's selective checkpointing policy function, decided on the call's place rather than
+  /// its arguments. E.g. in a BERT layer (linear calls 0-2 q, k, v; 3 the attention output; 4 the
   /// feed-forward output) keep linear_gelu and linear calls 3-4, recomputing q, k and v.
   KeepPolicy keep = {};
 };

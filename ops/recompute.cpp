@@ -15,13 +15,13 @@ RecomputingGuard::~RecomputingGuard() { t_recomputing = prev_; }
 KeptOutputs::KeptOutputs(KeepPolicy policy) : policy_(std::move(policy)) {}
 
 bool KeptOutputs::keeps_next(OpId op) const {
-  return policy_ && policy_({op, calls_[static_cast<size_t>(op)]});
+  return policy_ && policy_({op, calls_per_op_[static_cast<size_t>(op)]});
 }
 
 int64_t KeptOutputs::nbytes() const {
   std::unordered_set<const void*> seen;
   int64_t total = 0;
-  for (const Call& call : outputs_)
+  for (const Call& call : recorded_)
     for (const Tensor& t : call.outputs)
       if (t.defined() && seen.insert(t.storage().get()).second) total += static_cast<int64_t>(t.storage()->nbytes());
   return total;
@@ -50,8 +50,8 @@ KeptOutputs::Replaying::~Replaying() {
   detail::t_kept_outputs = prev_;
 }
 void KeptOutputs::Replaying::finish() const {
-  PRECIS_CHECK_T(CheckpointError, store_.next_ == store_.outputs_.size(), "checkpoint (selective): the forward made ",
-                 store_.outputs_.size(), " calls of ops whose outputs can be kept but the recomputation made only ",
+  PRECIS_CHECK_T(CheckpointError, store_.next_ == store_.recorded_.size(), "checkpoint (selective): the forward made ",
+                 store_.recorded_.size(), " calls of ops whose outputs can be kept but the recomputation made only ",
                  store_.next_,
                  "; the checkpointed function must run the same ops each time it is called (no branching on "
                  "values that change between forward and backward)");
@@ -59,22 +59,22 @@ void KeptOutputs::Replaying::finish() const {
 
 std::vector<Tensor> KeptOutputs::run(OpId op, const std::function<std::vector<Tensor>()>& compute) {
   if (mode_ == Mode::replaying && policy_) {
-    PRECIS_CHECK_T(CheckpointError, next_ < outputs_.size() && outputs_[next_].op == op,
+    PRECIS_CHECK_T(CheckpointError, next_ < recorded_.size() && recorded_[next_].op == op,
                    "checkpoint (selective): the recomputation called ", op_name(op), " where the forward ",
-                   next_ < outputs_.size() ? std::string("called ") + op_name(outputs_[next_].op)
+                   next_ < recorded_.size() ? std::string("called ") + op_name(recorded_[next_].op)
                                            : std::string("made no further call of an op it can keep"),
                    " (call ", next_, " of the ops whose outputs can be kept); the checkpointed function must run the "
                    "same ops each time it is called (no branching on values that change between forward and "
                    "backward)");
-    const Call& call = outputs_[next_++];
+    const Call& call = recorded_[next_++];
     if (call.kept) return call.outputs;
     return compute();
   }
   const bool keep = mode_ == Mode::recording && keeps_next(op);
   std::vector<Tensor> out = parent_ != nullptr ? parent_->run(op, compute) : compute();
   if (mode_ == Mode::recording && policy_) {
-    ++calls_[static_cast<size_t>(op)];
-    outputs_.push_back({op, keep, keep ? out : std::vector<Tensor>{}});
+    ++calls_per_op_[static_cast<size_t>(op)];
+    recorded_.push_back({op, keep, keep ? out : std::vector<Tensor>{}});
   }
   return out;
 }

@@ -63,9 +63,10 @@ class KeptOutputs {
   /// Bytes held by the kept outputs (each storage once).
   int64_t nbytes() const;
   /// Drops what was kept (after the last backward).
-  void clear() { outputs_.clear(); }
+  void clear() { recorded_.clear(); }
 
-  /// Records calls on this thread for its scope: each call of a kept op stores its outputs.
+  /// Records calls on this thread for its scope: each candidate call stores the policy's choice,
+  /// and its outputs when kept.
   class Recording {
    public:
     /// Makes `store` the thread's recording store (under the enclosing one, which sees its calls too).
@@ -77,8 +78,8 @@ class KeptOutputs {
    private:
     KeptOutputs* prev_;
   };
-  /// Replays the recorded outputs on this thread for its scope. finish() checks that the
-  /// recomputation made every kept call the forward made.
+  /// Replays the recorded calls on this thread for its scope. finish() checks that the
+  /// recomputation made every candidate call the forward made.
   class Replaying {
    public:
     /// Makes `store` the thread's store, replaying from its first recorded call.
@@ -109,8 +110,8 @@ class KeptOutputs {
     std::vector<Tensor> outputs;
   };
   KeepPolicy policy_;
-  std::array<int64_t, kNumOps> calls_{};  // candidate calls per op in the forward so far
-  std::vector<Call> outputs_;
+  std::array<int64_t, kNumOps> calls_per_op_{};  // candidate calls of each op in the forward so far
+  std::vector<Call> recorded_;
   size_t next_ = 0;
   Mode mode_ = Mode::idle;
   KeptOutputs* parent_ = nullptr;  // the enclosing region's store while recording
