@@ -125,7 +125,7 @@ void gelu_epilogue_kernel(const Tensor& out, const Tensor& deriv, const Tensor& 
         for (int64_t k = 0; k < n; k += kBlock) {
           const int64_t m = std::min(kBlock, n - k);
           ArrMap<C> dst(d + b + k, m);
-          gelu_math::with_derivative<C>(ConstArrMap<C>(x + b + k, m), tanh_form, [&](const auto& g) { dst = g; });
+          gelu_math::derivative<C>(dst, ConstArrMap<C>(x + b + k, m), tanh_form);
         }
       }
       ArrMap<C> dst(o + b, n);
@@ -143,7 +143,7 @@ void gelu_epilogue_kernel(const Tensor& out, const Tensor& deriv, const Tensor& 
         if (d != nullptr && !tanh_form) {
           gelu_math::gelu_and_derivative_erf<C>(y, dst, xs);
         } else {
-          if (d != nullptr) gelu_math::with_derivative<C>(xs, tanh_form, [&](const auto& g) { dst = g; });
+          if (d != nullptr) gelu_math::derivative<C>(dst, xs, tanh_form);
           gelu_math::gelu(y, xs, tanh_form);
         }
         if (d != nullptr) std::copy(dbuf, dbuf + m, d + b + k);
@@ -207,7 +207,7 @@ void gelu_epilogue_backward_kernel(const Tensor& grad_pre, const Tensor& grad_bi
           dst = ConstArrMap<C>(g + i0, m) * ConstArrMap<C>(ds + i0, m);
         } else {
           const ConstArrMap<C> gs(g + i0, m);
-          gelu_math::with_derivative<C>(ConstArrMap<C>(xs + i0, m), tanh_form, [&](const auto& d) { dst = gs * d; });
+          gelu_math::gelu_backward<C>(dst, gs, ConstArrMap<C>(xs + i0, m), tanh_form);
         }
         vals = gp + i0;
       } else {
@@ -218,7 +218,7 @@ void gelu_epilogue_backward_kernel(const Tensor& grad_pre, const Tensor& grad_bi
         } else {
           load_block<C>(xs + i0, 1, xbuf, m);
           const ConstArrMap<C> gs(gbuf, m);
-          gelu_math::with_derivative<C>(ConstArrMap<C>(xbuf, m), tanh_form, [&](const auto& d) { dst = gs * d; });
+          gelu_math::gelu_backward<C>(dst, gs, ConstArrMap<C>(xbuf, m), tanh_form);
         }
         store_block<T>(obuf, gp + i0, 1, m);
         if (bias) load_block<C>(gp + i0, 1, obuf, m);  // the rounded values, as the sum kernel widens them

@@ -1,13 +1,16 @@
 #pragma once
-// gelu and its derivative as Eigen array expressions, shared by the gelu / gelu_backward kernels
-// (ops/cpu/unary.cpp) and linear_gelu's epilogue kernels (ops/cpu/gelu_epilogue.cpp), so that
-// the fused op evaluates the very same expressions as the unfused pair and its outputs and
-// gradients can be bit for bit the pair's.
+// gelu and its derivative, shared by the gelu / gelu_backward kernels (ops/cpu/unary.cpp) and
+// linear_gelu's epilogue kernels (ops/cpu/gelu_epilogue.cpp), so that the fused op evaluates the
+// very same arithmetic as the unfused pair and its outputs and gradients can be bit for bit the
+// pair's. The erf form in fp32 (f32, and f16/bf16 computing in fp32) is ops/cpu/vec_gelu.h's
+// explicit-SIMD function, whose bits do not depend on the split; the tanh form and f64 are
+// Eigen array expressions.
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/vec_exp.h"
+#include "ops/cpu/vec_gelu.h"
 
 namespace precis::cpu::gelu_math {
 
@@ -32,14 +35,13 @@ inline constexpr double kGeluCoeff = 0.044715;
 template <typename D, typename X>
 void gelu(D& dst, const X& x, bool tanh_form) {
   using C = typename D::Scalar;
+  if constexpr (std::is_same_v<C, float>) {
+    if (!tanh_form) return gelu_erf(x.data(), dst.data(), nullptr, x.size());
+  }
   if (tanh_form) {
     dst = C(0.5) * x * (C(1) + (C(kSqrt2OverPi) * (x + C(kGeluCoeff) * x * x * x)).tanh());
   } else {
-    // Eigen's vectorised erf (a rational approximation for f32): on 1M f32 values here it took
-    // 0.5 ms against 13 ms for std::erf per element (one thread), with the error relative to
-    // |x| 1.5e-7 against 1.0e-7. As in PyTorch, 1 + erf cancels for x < -3 (absolute error
-    // stays ~1e-7 there).
-    // max(0): the approximation can overshoot erf < -1 for x < -5, which would flip the sign.
+    // f64: Eigen's erf. max(0) guards 1 + erf against an approximation overshooting erf < -1.
     dst = C(0.5) * x * (C(1) + (x * C(kSqrt1_2)).erf()).max(C(0));
   }
 }
@@ -82,23 +84,45 @@ void with_derivative(const X& x, bool tanh_form, Assign&& assign) {
   }
 }
 
-/// The erf form's gelu and gelu' with one erf per element: out = gelu(x) and deriv = gelu'(x),
-/// bit for bit what gelu() and with_derivative() give: the erf (a division's result) is kept in a
-/// buffer, and so is x·φ(x), which with_derivative's code rounds before adding Φ(x) but which
-/// GCC fused into an FMA with that sum here when it was one expression (15 % of f32 derivatives
-/// then differed in their last bit). x: at most kBlock elements; out may be x itself, deriv may not.
+/// dst = g·gelu'(x) (gelu_backward's values). x: at most kBlock elements.
+template <typename C, typename D, typename G, typename X>
+void gelu_backward(D& dst, const G& g, const X& x, bool tanh_form) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (!tanh_form) return gelu_erf_backward(g.data(), x.data(), dst.data(), x.size());
+  }
+  with_derivative<C>(x, tanh_form, [&](const auto& d) { dst = g * d; });
+}
+
+/// dst = gelu'(x), the very values gelu_backward multiplies by g. x: at most kBlock elements.
+template <typename C, typename D, typename X>
+void derivative(D& dst, const X& x, bool tanh_form) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (!tanh_form) return gelu_erf(x.data(), nullptr, dst.data(), x.size());
+  }
+  with_derivative<C>(x, tanh_form, [&](const auto& d) { dst = d; });
+}
+
+/// The erf form's gelu and gelu' in one pass: out = gelu(x) and deriv = gelu'(x), bit for bit
+/// what gelu() and derivative() give. fp32: vec_gelu.h's one pass. f64: one erf per element, kept
+/// in a buffer, and so is x·φ(x), which with_derivative's code rounds before adding Φ(x) but which
+/// GCC fused into an FMA with that sum here when it was one expression (the last bits then
+/// differed). x: at most kBlock elements; out may be x itself, deriv may not.
 template <typename C, typename X, typename O, typename D>
 void gelu_and_derivative_erf(O& out, D& deriv, const X& x) {
-  alignas(64) C erf_buf[kBlock];
-  alignas(64) C ebuf[kBlock];
-  alignas(64) C pbuf[kBlock];
-  ArrMap<C> erf(erf_buf, x.size()), e(ebuf, x.size()), xphi(pbuf, x.size());
-  erf = (x * C(kSqrt1_2)).erf();
-  e = C(-0.5) * x * x;
-  exp_in_place(e);
-  xphi = x * e * C(kInvSqrt2Pi);
-  deriv = C(0.5) * (C(1) + erf).max(C(0)) + xphi;
-  out = C(0.5) * x * (C(1) + erf).max(C(0));
+  if constexpr (std::is_same_v<C, float>) {
+    gelu_erf(x.data(), out.data(), deriv.data(), x.size());
+  } else {
+    alignas(64) C erf_buf[kBlock];
+    alignas(64) C ebuf[kBlock];
+    alignas(64) C pbuf[kBlock];
+    ArrMap<C> erf(erf_buf, x.size()), e(ebuf, x.size()), xphi(pbuf, x.size());
+    erf = (x * C(kSqrt1_2)).erf();
+    e = C(-0.5) * x * x;
+    exp_in_place(e);
+    xphi = x * e * C(kInvSqrt2Pi);
+    deriv = C(0.5) * (C(1) + erf).max(C(0)) + xphi;
+    out = C(0.5) * x * (C(1) + erf).max(C(0));
+  }
 }
 
 }  // namespace precis::cpu::gelu_math

@@ -1,9 +1,9 @@
 // Unary element-wise kernels (neg ... pow_scalar) and the backward kernels of relu and gelu.
 // Contiguous f32/f64 rows run as Eigen array expressions on the tensors' memory (vectorised
 // exp/log/tanh/erf); every other row (strided, f16/bf16) goes through kBlock-sized buffers in the
-// compute type: f16/bf16 compute in fp32, f64 in f64, integers in themselves. gelu's backward
-// takes its exponentials from ops/cpu/vec_exp.h (exp_array: 16 lanes on AVX-512, ~1 ulp): Eigen's
-// fp32 exp cost 1.15 ns per element here against 0.35, two thirds of that backward's time.
+// compute type: f16/bf16 compute in fp32, f64 in f64, integers in themselves. gelu and its
+// backward in the erf form compute in fp32 through ops/cpu/vec_gelu.h (Φ and φ from one
+// exponential, explicit SIMD), the tanh form and f64 as Eigen expressions (ops/cpu/gelu_math.h).
 #include <cmath>
 
 #include <Eigen/Core>
@@ -15,7 +15,6 @@
 #include "ops/cpu/elementwise_util.h"
 #include "ops/cpu/gelu_math.h"
 #include "ops/cpu/loops.h"
-#include "ops/cpu/vec_exp.h"
 #include "ops/contracts/kernels.h"
 #include "ops/op_table.h"
 
@@ -194,7 +193,7 @@ struct GeluBackwardOp {
   // callers pass at most kBlock elements (ops/cpu/gelu_math.h keeps temporaries of that size).
   template <typename D, typename G, typename X> void operator()(D& dst, const G& g, const X& x) const {
     using C = typename D::Scalar;
-    gelu_math::with_derivative<C>(x, tanh_form, [&](const auto& d) { dst = g * d; });
+    gelu_math::gelu_backward<C>(dst, g, x, tanh_form);
   }
 };
 
