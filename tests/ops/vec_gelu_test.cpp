@@ -33,23 +33,46 @@ std::vector<float> sweep(float hi, uint32_t step) {
 }
 
 struct Outputs {
-  std::vector<float> y, d, gd;
+  std::vector<float> y, d, y_only, d_only, gd;
 };
 
-// One path's outputs over x: gelu, gelu' and g·gelu' (g: a fixed pattern).
-template <typename Fn>
-Outputs run(const std::vector<float>& x, const std::vector<float>& g, Fn path) {
+// The three instantiations of each path, as the dispatch calls them.
+struct ScalarPath {
+  template <bool kY, bool kD> static void run(const float* g, const float* x, float* y, float* d, int64_t n) {
+    gv::gelu_erf_scalar_loop<kY, kD>(g, x, y, d, n);
+  }
+};
+#if PRECIS_VEC_EXP_AVX512
+struct Avx2Path {
+  template <bool kY, bool kD> static void run(const float* g, const float* x, float* y, float* d, int64_t n) {
+    gv::gelu_erf_avx2<kY, kD>(g, x, y, d, n);
+  }
+};
+struct Avx512Path {
+  template <bool kY, bool kD> static void run(const float* g, const float* x, float* y, float* d, int64_t n) {
+    gv::gelu_erf_avx512<kY, kD>(g, x, y, d, n);
+  }
+};
+#endif
+
+// One path's outputs over x: gelu and gelu' together and each alone, and g·gelu' (g: a pattern).
+template <typename Path>
+Outputs run(const std::vector<float>& x, const std::vector<float>& g) {
   const int64_t n = static_cast<int64_t>(x.size());
-  Outputs o{std::vector<float>(x.size()), std::vector<float>(x.size()), std::vector<float>(x.size())};
-  path(nullptr, x.data(), o.y.data(), o.d.data(), n);
-  path(g.data(), x.data(), nullptr, o.gd.data(), n);
+  std::vector<float> v(x.size());
+  Outputs o{v, v, v, v, v};
+  Path::template run<true, true>(nullptr, x.data(), o.y.data(), o.d.data(), n);
+  Path::template run<true, false>(nullptr, x.data(), o.y_only.data(), nullptr, n);
+  Path::template run<false, true>(nullptr, x.data(), nullptr, o.d_only.data(), n);
+  Path::template run<false, true>(g.data(), x.data(), nullptr, o.gd.data(), n);
   return o;
 }
 
 size_t mismatches(const Outputs& a, const Outputs& b) {
   size_t bad = 0;
   for (size_t i = 0; i < a.y.size(); ++i)
-    bad += !same_bits(a.y[i], b.y[i]) || !same_bits(a.d[i], b.d[i]) || !same_bits(a.gd[i], b.gd[i]);
+    bad += !same_bits(a.y[i], b.y[i]) || !same_bits(a.d[i], b.d[i]) || !same_bits(a.y_only[i], b.y_only[i]) ||
+           !same_bits(a.d_only[i], b.d_only[i]) || !same_bits(a.gd[i], b.gd[i]);
   return bad;
 }
 
@@ -65,7 +88,12 @@ TEST_CASE("gelu erf form in fp32: accuracy against f64 and the same bits on ever
   // Every 61st fp32 value of either sign up to 14 (about 35 M values, every exponent).
   const std::vector<float> x = sweep(14.0f, 61);
   const std::vector<float> g = pattern(x.size());
-  const Outputs scalar = run(x, g, gv::gelu_erf_scalar_loop);
+  const Outputs scalar = run<ScalarPath>(x, g);
+  // Each output alone has the bits of both together.
+  size_t alone_differs = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    alone_differs += !same_bits(scalar.y_only[i], scalar.y[i]) || !same_bits(scalar.d_only[i], scalar.d[i]);
+  CHECK(alone_differs == 0);
   constexpr double kFloor = 1e-37;
   double worst_y = 0, worst_d = 0, worst_tiny = 0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -94,9 +122,9 @@ TEST_CASE("gelu erf form in fp32: accuracy against f64 and the same bits on ever
   CHECK(worst_d <= 5e-7);
   CHECK(worst_tiny <= kFloor);
 #if PRECIS_VEC_EXP_AVX512
-  CHECK(mismatches(run(x, g, gv::gelu_erf_avx2), scalar) == 0);
+  CHECK(mismatches(run<Avx2Path>(x, g), scalar) == 0);
   if (cpu::vec_detail::use_avx512()) {
-    CHECK(mismatches(run(x, g, gv::gelu_erf_avx512), scalar) == 0);
+    CHECK(mismatches(run<Avx512Path>(x, g), scalar) == 0);
   } else {
     WARN("no AVX-512 on this CPU: the 16-lane path is not compared");
   }
@@ -111,13 +139,17 @@ TEST_CASE("gelu erf form in fp32: every tail length and offset gives the scalar 
     for (int64_t n = 0; n + off <= 40; ++n) {
       std::vector<float> y(x.size(), 7.0f), d(x.size(), 7.0f), want_y(x.size(), 7.0f), want_d(x.size(), 7.0f);
       cpu::gelu_erf(x.data() + off, y.data() + off, d.data() + off, n);
-      gv::gelu_erf_scalar_loop(nullptr, x.data() + off, want_y.data() + off, want_d.data() + off, n);
+      gv::gelu_erf_scalar_loop<true, true>(nullptr, x.data() + off, want_y.data() + off, want_d.data() + off, n);
       CAPTURE(off, n);
       CHECK(std::memcmp(y.data(), want_y.data(), y.size() * 4) == 0);  // also: nothing written past n
       CHECK(std::memcmp(d.data(), want_d.data(), d.size() * 4) == 0);
       cpu::gelu_erf_backward(g.data() + off, x.data() + off, y.data() + off, n);
-      gv::gelu_erf_scalar_loop(g.data() + off, x.data() + off, nullptr, want_y.data() + off, n);
+      gv::gelu_erf_scalar_loop<false, true>(g.data() + off, x.data() + off, nullptr, want_y.data() + off, n);
       CHECK(std::memcmp(y.data(), want_y.data(), y.size() * 4) == 0);
+      std::vector<float> y_only(x.size(), 7.0f), want_y_only(x.size(), 7.0f);  // gelu alone
+      cpu::gelu_erf(x.data() + off, y_only.data() + off, nullptr, n);
+      gv::gelu_erf_scalar_loop<true, false>(nullptr, x.data() + off, want_y_only.data() + off, nullptr, n);
+      CHECK(std::memcmp(y_only.data(), want_y_only.data(), y_only.size() * 4) == 0);
     }
 }
 
