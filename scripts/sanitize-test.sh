@@ -89,8 +89,18 @@ check_reports() {
   # An empty file holds no report: the runtime creates it, and a process SIGKILLed on purpose (the
   # kill-and-resume tests kill precis-train and whole mpirun jobs at random moments) can die before
   # writing a byte. Seen once in 549 tests; counted, never taken for a pass of a non-empty one.
+  # A file holding nothing but LSan's "Unable to get registers from thread N." notices holds no
+  # finding either: StopTheWorld could not read one exiting thread's registers at the exit-time
+  # leak scan (a known rare runtime failure, llvm/llvm-project#116555, later made a verbose-only
+  # message). Any other line, a leak report among them, still fails the run.
   for f in "${all[@]}"; do
-    if [[ -s $f ]]; then files+=("$f"); else say "empty report file (a killed process): $f"; fi
+    if [[ ! -s $f ]]; then
+      say "empty report file (a killed process): $f"
+    elif ! grep -qvE '^==[0-9]+==Unable to get registers from thread [0-9]+\.$' "$f"; then
+      say "LSan register-read notice only, no finding: $f: $(head -c 200 "$f")"
+    else
+      files+=("$f")
+    fi
   done
   if (( ${#files[@]} )); then
     say "${#files[@]} sanitizer report(s) in $dir/sanitizer-reports:"
