@@ -22,6 +22,7 @@
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/optional_operand.h"
 #include "ops/cpu/softmax_rows.h"
+#include "ops/cpu/vec_exp.h"
 #include "ops/contracts/kernels_norm.h"
 #include "ops/op_table.h"
 
@@ -220,44 +221,61 @@ constexpr int64_t kFoldRows = 256;
 // Elements per slab: the f16/bf16 buffers (two in the backward) stay in L1 next to the data.
 constexpr int64_t kSlab = 4096;
 // Vectors of channels per chunk: 4 × 8 fp32 lanes; the backward map holds 3 coefficient vectors
-// per vector of channels, 12 of the 16 AVX2 registers.
+// per vector of channels, 12 of the 16 AVX2 registers. The AVX-512 walk takes twice as many
+// 16-lane vectors (its 32 registers), so a 64-channel row is one chunk in every pass and a
+// 128-channel one in the sums and the forward map: the walk goes down the rows linearly, which is
+// what made it 1.5-1.9x faster than the AVX2 chunk walk on AMD Zen 4 (benchmarks/results/
+// norm-2026-12-06-zen4.md).
 constexpr int kChunkVecs = 4;
 
 // A 32-byte vector of A (8 floats or 4 doubles), in the compiler's generic vector extension so
-// the code is the same on every target (AVX2 on x86-64 with the library's flags).
+// the code is the same on every target (AVX2 on x86-64 with the library's flags); the 64-byte
+// float vector of the AVX-512 walk.
 typedef float Vec32f __attribute__((vector_size(32)));
 typedef double Vec32d __attribute__((vector_size(32)));
+typedef float Vec64f __attribute__((vector_size(64)));
 template <typename A>
 using Vec32 = std::conditional_t<std::is_same_v<A, float>, Vec32f, Vec32d>;
 
-// Loads and stores a V (a Vec32 or a plain A) from unaligned memory.
+// Everything a chunk walk calls is inlined into sum_rows / map_rows (or their AVX-512 entry
+// points), so it is compiled for that entry point's instruction set; vectors travel by reference
+// (passing a 64-byte vector by value from code not compiled for AVX-512 would change the ABI). The
+// per-element formulas (the f arguments) are lambdas marked PRECIS_NORM_INLINE for the same reason.
+#define PRECIS_NORM_INLINE __attribute__((always_inline))
+
+// Loads and stores a V (a vector or a plain A) from unaligned memory.
 template <typename V, typename A>
-inline V vload(const A* p) {
-  V v;
+[[gnu::always_inline]] inline void vload(const A* p, V& v) {
   std::memcpy(&v, p, sizeof(V));
-  return v;
 }
 template <typename V, typename A>
-inline void vstore(A* p, const V& v) {
+[[gnu::always_inline]] inline void vstore(A* p, const V& v) {
   std::memcpy(p, &v, sizeof(V));
 }
 
 // Channels [c0, c0 + NV·L) of the R rows at x (and g when kG; row stride C): two accumulators per
 // channel, loaded from a1/a2, updated by f(x, g, p, s1, s2) row by row, stored back. p is the
-// per-channel parameter (the shift or the mean).
+// per-channel parameter (the shift or the mean). Each channel's sums run in row order whatever the
+// vector width, so the AVX2 and AVX-512 walks give the same bits.
 template <typename V, int NV, bool kG, typename A, typename F>
-inline void sum_chunk(int64_t R, int64_t C, int64_t c0, const A* x, const A* g, const A* p, A* a1, A* a2, F& f) {
+[[gnu::always_inline]] inline void sum_chunk(int64_t R, int64_t C, int64_t c0, const A* x, const A* g, const A* p,
+                                             A* a1, A* a2, F& f) {
   constexpr int64_t L = sizeof(V) / sizeof(A);
   V s1[NV], s2[NV], pv[NV];
   for (int v = 0; v < NV; ++v) {
-    s1[v] = vload<V>(a1 + c0 + v * L);
-    s2[v] = vload<V>(a2 + c0 + v * L);
-    pv[v] = vload<V>(p + c0 + v * L);
+    vload(a1 + c0 + v * L, s1[v]);
+    vload(a2 + c0 + v * L, s2[v]);
+    vload(p + c0 + v * L, pv[v]);
   }
   for (int64_t r = 0; r < R; ++r) {
     const A* xr = x + r * C + c0;
     const A* gr = kG ? g + r * C + c0 : xr;
-    for (int v = 0; v < NV; ++v) f(vload<V>(xr + v * L), kG ? vload<V>(gr + v * L) : V{}, pv[v], s1[v], s2[v]);
+    for (int v = 0; v < NV; ++v) {
+      V xv, gv{};
+      vload(xr + v * L, xv);
+      if (kG) vload(gr + v * L, gv);
+      f(xv, gv, pv[v], s1[v], s2[v]);
+    }
   }
   for (int v = 0; v < NV; ++v) {
     vstore(a1 + c0 + v * L, s1[v]);
@@ -265,14 +283,38 @@ inline void sum_chunk(int64_t R, int64_t C, int64_t c0, const A* x, const A* g, 
   }
 }
 
-// sum_chunk over all C channels: chunks of kChunkVecs vectors, then single vectors, then scalars.
+// The channels from c on in chunks of NV, then single vectors, of V; returns where it stopped.
+template <typename V, int NV, bool kG, typename A, typename F>
+[[gnu::always_inline]] inline int64_t sum_vectors(int64_t R, int64_t C, int64_t c, const A* x, const A* g,
+                                                  const A* p, A* a1, A* a2, F& f) {
+  constexpr int64_t L = sizeof(V) / sizeof(A);
+  for (; c + NV * L <= C; c += NV * L) sum_chunk<V, NV, kG>(R, C, c, x, g, p, a1, a2, f);
+  for (; c + L <= C; c += L) sum_chunk<V, 1, kG>(R, C, c, x, g, p, a1, a2, f);
+  return c;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define PRECIS_NORM_AVX512 1
+template <bool kG, typename F>
+[[gnu::target("avx512f")]] void sum_rows_avx512(int64_t R, int64_t C, const float* x, const float* g,
+                                                 const float* p, float* a1, float* a2, F& f) {
+  int64_t c = sum_vectors<Vec64f, 2 * kChunkVecs, kG>(R, C, 0, x, g, p, a1, a2, f);
+  c = sum_vectors<Vec32f, 1, kG>(R, C, c, x, g, p, a1, a2, f);
+  for (; c < C; ++c) sum_chunk<float, 1, kG>(R, C, c, x, g, p, a1, a2, f);
+}
+#else
+#define PRECIS_NORM_AVX512 0
+#endif
+
+// sum_chunk over all C channels: chunks of kChunkVecs vectors, then single vectors, then scalars
+// (fp32 on an AVX-512 CPU: the AVX-512 walk).
 template <bool kG, typename A, typename F>
 void sum_rows(int64_t R, int64_t C, const A* x, const A* g, const A* p, A* a1, A* a2, F&& f) {
-  using V = Vec32<A>;
-  constexpr int64_t L = sizeof(V) / sizeof(A);
-  int64_t c = 0;
-  for (; c + kChunkVecs * L <= C; c += kChunkVecs * L) sum_chunk<V, kChunkVecs, kG>(R, C, c, x, g, p, a1, a2, f);
-  for (; c + L <= C; c += L) sum_chunk<V, 1, kG>(R, C, c, x, g, p, a1, a2, f);
+#if PRECIS_NORM_AVX512
+  if constexpr (std::is_same_v<A, float>)
+    if (vec_detail::use_avx512()) return sum_rows_avx512<kG>(R, C, x, g, p, a1, a2, f);
+#endif
+  int64_t c = sum_vectors<Vec32<A>, kChunkVecs, kG>(R, C, 0, x, g, p, a1, a2, f);
   for (; c < C; ++c) sum_chunk<A, 1, kG>(R, C, c, x, g, p, a1, a2, f);
 }
 
@@ -280,30 +322,56 @@ void sum_rows(int64_t R, int64_t C, const A* x, const A* g, const A* p, A* a1, A
 // coefficients p[0..3] held in registers (those f ignores are dropped when it is inlined). o may
 // alias x (each element is read before it is written).
 template <typename V, int NV, bool kG, typename A, typename F>
-inline void map_chunk(int64_t R, int64_t C, int64_t c0, const A* x, const A* g, A* o, const A* const* p, F& f) {
+[[gnu::always_inline]] inline void map_chunk(int64_t R, int64_t C, int64_t c0, const A* x, const A* g, A* o,
+                                             const A* const* p, F& f) {
   constexpr int64_t L = sizeof(V) / sizeof(A);
   V q[4][NV];
   for (int k = 0; k < 4; ++k)
-    for (int v = 0; v < NV; ++v) q[k][v] = vload<V>(p[k] + c0 + v * L);
+    for (int v = 0; v < NV; ++v) vload(p[k] + c0 + v * L, q[k][v]);
   for (int64_t r = 0; r < R; ++r) {
     const A* xr = x + r * C + c0;
     const A* gr = kG ? g + r * C + c0 : xr;
     A* orow = o + r * C + c0;
-    for (int v = 0; v < NV; ++v)
-      vstore(orow + v * L,
-             f(vload<V>(xr + v * L), kG ? vload<V>(gr + v * L) : V{}, q[0][v], q[1][v], q[2][v], q[3][v]));
+    for (int v = 0; v < NV; ++v) {
+      V xv, gv{}, ov;
+      vload(xr + v * L, xv);
+      if (kG) vload(gr + v * L, gv);
+      f(xv, gv, q[0][v], q[1][v], q[2][v], q[3][v], ov);
+      vstore(orow + v * L, ov);
+    }
   }
 }
 
-// map_chunk over all C channels: chunks of NV vectors (fewer when f uses more coefficients, so
-// they stay in registers), then single vectors, then scalars.
-template <int NV, bool kG, typename A, typename F>
-void map_rows(int64_t R, int64_t C, const A* x, const A* g, A* o, const A* const* p, F& f) {
-  using V = Vec32<A>;
+// The channels from c on in chunks of NV, then single vectors, of V; returns where it stopped.
+template <typename V, int NV, bool kG, typename A, typename F>
+[[gnu::always_inline]] inline int64_t map_vectors(int64_t R, int64_t C, int64_t c, const A* x, const A* g, A* o,
+                                                  const A* const* p, F& f) {
   constexpr int64_t L = sizeof(V) / sizeof(A);
-  int64_t c = 0;
   for (; c + NV * L <= C; c += NV * L) map_chunk<V, NV, kG>(R, C, c, x, g, o, p, f);
   for (; c + L <= C; c += L) map_chunk<V, 1, kG>(R, C, c, x, g, o, p, f);
+  return c;
+}
+
+#if PRECIS_NORM_AVX512
+template <int NV, bool kG, typename F>
+[[gnu::target("avx512f")]] void map_rows_avx512(int64_t R, int64_t C, const float* x, const float* g, float* o,
+                                                 const float* const* p, F& f) {
+  int64_t c = map_vectors<Vec64f, 2 * NV, kG>(R, C, 0, x, g, o, p, f);
+  c = map_vectors<Vec32f, 1, kG>(R, C, c, x, g, o, p, f);
+  for (; c < C; ++c) map_chunk<float, 1, kG>(R, C, c, x, g, o, p, f);
+}
+#endif
+
+// map_chunk over all C channels: chunks of NV vectors (fewer when f uses more coefficients, so
+// they stay in registers), then single vectors, then scalars (fp32 on an AVX-512 CPU: the AVX-512
+// walk, chunks of 2·NV 16-lane vectors).
+template <int NV, bool kG, typename A, typename F>
+void map_rows(int64_t R, int64_t C, const A* x, const A* g, A* o, const A* const* p, F& f) {
+#if PRECIS_NORM_AVX512
+  if constexpr (std::is_same_v<A, float>)
+    if (vec_detail::use_avx512()) return map_rows_avx512<NV, kG>(R, C, x, g, o, p, f);
+#endif
+  int64_t c = map_vectors<Vec32<A>, NV, kG>(R, C, 0, x, g, o, p, f);
   for (; c < C; ++c) map_chunk<A, 1, kG>(R, C, c, x, g, o, p, f);
 }
 
@@ -433,7 +501,8 @@ void batch_norm_channels_last(const Tensor& out, const Tensor& save_mean, const 
     channels_last_sums<T, false>(M, C, nb, xp, nullptr, s1, s2,
                                  [&](int64_t R, const A* xs, const A*, A* a1, A* a2) {
                                    sum_rows<false>(R, C, xs, static_cast<const A*>(nullptr), k.data(), a1, a2,
-                                                   [](auto xv, auto, auto kv, auto& u, auto& q) {
+                                                   [](const auto& xv, const auto&, const auto& kv, auto& u,
+                                                      auto& q) PRECIS_NORM_INLINE {
                                                      const auto d = xv - kv;
                                                      u += d;
                                                      q += d * d;
@@ -461,7 +530,9 @@ void batch_norm_channels_last(const Tensor& out, const Tensor& save_mean, const 
   // or scale is large.
   const A* coef[4] = {sm, scale.data(), shift.data(), sm};
   channels_last_map<T, kChunkVecs, false>(
-      M, C, nb, xp, nullptr, op, coef, [](auto xv, auto, auto mu, auto sc, auto sh, auto) { return (xv - mu) * sc + sh; });
+      M, C, nb, xp, nullptr, op, coef,
+      [](const auto& xv, const auto&, const auto& mu, const auto& sc, const auto& sh, const auto&, auto& o)
+          PRECIS_NORM_INLINE { o = (xv - mu) * sc + sh; });
 }
 
 // batch_norm_backward_kernel on channels-last rows (the same formula, per-channel coefficients).
@@ -486,7 +557,8 @@ void batch_norm_backward_channels_last(const Tensor& dx, const Tensor& dweight, 
   if (need_sums)
     // Σ g and Σ g·(x − mean), both from one read of x and grad.
     channels_last_sums<T, true>(M, C, nb, xp, gp, sg, sgx, [&](int64_t R, const A* xs, const A* gs, A* a1, A* a2) {
-      sum_rows<true>(R, C, xs, gs, sm, a1, a2, [](auto xv, auto gv, auto mu, auto& u, auto& q) {
+      sum_rows<true>(R, C, xs, gs, sm, a1, a2,
+                     [](const auto& xv, const auto& gv, const auto& mu, auto& u, auto& q) PRECIS_NORM_INLINE {
         u += gv;
         q += gv * (xv - mu);
       });
@@ -510,12 +582,13 @@ void batch_norm_backward_channels_last(const Tensor& dx, const Tensor& dweight, 
   if (training) {
     // ca·g + cb·(x − mean) + c0, centred first as the NCHW kernel; four coefficient vectors per
     // 8 channels, so chunks of 2 vectors keep them in registers.
-    channels_last_map<T, 2, true>(M, C, nb, xp, gp, dp, coef, [](auto xv, auto gv, auto a, auto bb, auto mu, auto k0) {
-      return a * gv + bb * (xv - mu) + k0;
-    });
+    channels_last_map<T, 2, true>(M, C, nb, xp, gp, dp, coef,
+                                  [](const auto& xv, const auto& gv, const auto& a, const auto& bb, const auto& mu,
+                                     const auto& k0, auto& o) PRECIS_NORM_INLINE { o = a * gv + bb * (xv - mu) + k0; });
   } else {
     channels_last_map<T, kChunkVecs, true>(M, C, nb, xp, gp, dp, coef,
-                                           [](auto, auto gv, auto a, auto, auto, auto) { return a * gv; });
+                                           [](const auto&, const auto& gv, const auto& a, const auto&, const auto&,
+                                              const auto&, auto& o) PRECIS_NORM_INLINE { o = a * gv; });
   }
 }
 

@@ -7,6 +7,7 @@
 // exponential on machines with full-width AVX-512 units. Both paths compute the same value in
 // every lane; only the order of the partial sums differs.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -321,13 +322,18 @@ inline void exp_array_avx2(const float* x, float* y, int64_t n) { exp_array_impl
   exp_array_impl<16>(x, y, n);
 }
 
-inline bool use_avx512() {
-  static const bool yes = [] {
+// Whether the AVX-512 paths run: the CPU has AVX-512F, unless a test switched them off
+// (avx512_switch() = false) to compare the AVX2 paths' bits with them through whole kernels (the
+// paths keep every output's operations the same; tests/ops/norm_test.cpp). Kernels read it per
+// call, so a test flips it only between kernel calls.
+inline std::atomic<bool>& avx512_switch() {
+  static std::atomic<bool> on{[] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return yes;
+  }()};
+  return on;
 }
+inline bool use_avx512() { return avx512_switch().load(std::memory_order_relaxed); }
 #endif
 
 }  // namespace vec_detail

@@ -3,9 +3,11 @@
 // parameters, f16/bf16, the fused backward kernels in f32 against f64, bad inputs, and the
 // gradient-check cases.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "ops/cpu/vec_exp.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
@@ -390,6 +392,58 @@ TEST_CASE("batch_norm channels-last: channel and row tails at 1 and 2 threads", 
       }
   }
   set_num_threads(saved);
+}
+
+// On a CPU with AVX-512 the channels-last walks run 16-lane chunks (ops/cpu/norm.cpp); with the
+// AVX-512 paths switched off, the AVX2 walk of 8-lane chunks runs instead. Each channel's sums run
+// in row order and each element's map is the same operations either way, so the two give the same
+// bits: forward and backward, training and eval, f32 and bf16, at channel counts that leave every
+// tail of either walk (7; 24 = 16 + 8; 64, one AVX-512 chunk; 136 = 128 + 8; 200) and at 1 and 2 threads.
+TEST_CASE("batch_norm channels-last: the AVX-512 and AVX2 walks give the same bits", "[ops][norm]") {
+  std::atomic<bool>& avx512 = cpu::vec_detail::avx512_switch();
+  if (!avx512.load()) {
+    WARN("this CPU has no AVX-512F: only the AVX2 walk runs here, so the two walks' bits are not compared");
+    return;
+  }
+  struct Restore {
+    std::atomic<bool>& flag;
+    int threads;
+    ~Restore() {
+      flag = true;
+      set_num_threads(threads);
+    }
+  } restore{avx512, get_num_threads()};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Shape& shape : {Shape{3, 7, 9, 9}, Shape{4, 24, 10, 11}, Shape{2, 64, 17, 17}, Shape{2, 136, 9, 9},
+                               Shape{3, 200, 5, 6}}) {
+      const int64_t C = shape[1];
+      const Tensor x = randn_input(shape, false, 21, DType::f64), up = randn_input(shape, false, 22, DType::f64);
+      const Tensor w = uniform_input({C}, 0.5, 1.5, false, 23, DType::f32), b = randn_input({C}, false, 24, DType::f32);
+      const Tensor rm = randn_input({C}, false, 25, DType::f32), rv = uniform_input({C}, 0.5, 2.0, false, 26, DType::f32);
+      for (DType dt : {DType::f32, DType::bf16})
+        for (bool training : {true, false}) {
+          INFO(shape_str(shape) << " " << dtype_name(dt) << (training ? " training" : " eval") << ", " << threads
+                                << " threads");
+          auto fn = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+            return batch_norm(to_channels_last(xi), rm.clone(), rv.clone(), wi, bi, training);
+          };
+          auto run = [&] {
+            std::vector<std::vector<double>> out{values(fn(x.to(dt), w, b).to(DType::f64).contiguous())};
+            for (const Tensor& g : grads_of(fn, x, w, b, up, dt)) out.push_back(values(g.contiguous()));
+            return out;
+          };
+          avx512 = true;
+          const std::vector<std::vector<double>> wide = run();
+          avx512 = false;
+          const std::vector<std::vector<double>> narrow = run();
+          for (size_t k = 0; k < wide.size(); ++k) {
+            INFO((k == 0 ? "forward" : "gradient " + std::to_string(k - 1)));
+            CHECK(wide[k] == narrow[k]);
+          }
+        }
+    }
+  }
 }
 
 TEST_CASE("batch_norm rejects bad channels-last input, naming the operands", "[ops][norm]") {
