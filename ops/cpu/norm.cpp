@@ -739,6 +739,180 @@ void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
 }
 
 // ---- layer norm -------------------------------------------------------------------------------
+//
+// fp32 rows of a multiple of 16 elements (up to kFoldBlock) take a row-group walk: kLnRows rows at
+// once, each row summed as lanes_sum sums it (16 lanes in element order, combined pairwise), so the
+// rows' sums are independent dependency chains (one row's is D/16 dependent adds: latency, not
+// throughput, bounded the one-row loop). The forward's three passes and the backward's two run on
+// 16-lane vectors (Vec64f): one AVX-512 register, or two AVX2 ones where the compiler splits it (it
+// fuses multiply-adds only on the AVX-512 form, so the two differ in the last bits; both are
+// checked against f64 in tests/ops/norm_test.cpp). The backward's parameter partials are added row
+// by row as before; x̂ is recomputed in its second pass instead of kept in a buffer.
+constexpr int kLnRows = 4;
+
+// The 16 lanes of v combined pairwise (lanes_sum's order).
+[[gnu::always_inline]] inline float lanes16_sum(const Vec64f& v) {
+  float a[16];
+  std::memcpy(a, &v, sizeof a);
+  for (int w = 8; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) a[k] += a[k + w];
+  return a[0];
+}
+
+// Rows [r, r + G) of the forward (x, y: rows of D, D % 16 == 0).
+template <int G>
+[[gnu::always_inline]] inline void ln_forward_group(const float* x, float* y, float* mean, float* rstd, int64_t r,
+                                                    int64_t D, const float* w, const float* b, double eps) {
+  const float* xr[G];
+  float mu[G], rs[G];
+  Vec64f acc[G];
+  for (int g = 0; g < G; ++g) {
+    xr[g] = x + (r + g) * D;
+    acc[g] = Vec64f{};
+  }
+  for (int64_t i = 0; i < D; i += 16)
+    for (int g = 0; g < G; ++g) {
+      Vec64f v;
+      vload(xr[g] + i, v);
+      acc[g] += v;
+    }
+  for (int g = 0; g < G; ++g) {
+    mu[g] = static_cast<float>(static_cast<double>(lanes16_sum(acc[g])) / static_cast<double>(D));
+    acc[g] = Vec64f{};
+  }
+  for (int64_t i = 0; i < D; i += 16)
+    for (int g = 0; g < G; ++g) {
+      Vec64f v;
+      vload(xr[g] + i, v);
+      const Vec64f d = v - mu[g];
+      acc[g] += d * d;
+    }
+  for (int g = 0; g < G; ++g) {
+    const double var = static_cast<double>(lanes16_sum(acc[g])) / static_cast<double>(D);
+    rs[g] = static_cast<float>(1.0 / std::sqrt(var + eps));
+    mean[r + g] = mu[g];
+    rstd[r + g] = rs[g];
+  }
+  // (x − mean)·rstd·w + b.
+  for (int64_t i = 0; i < D; i += 16) {
+    Vec64f wv{}, bv{};
+    if (w) vload(w + i, wv);
+    if (b) vload(b + i, bv);
+    for (int g = 0; g < G; ++g) {
+      Vec64f v;
+      vload(xr[g] + i, v);
+      Vec64f o = (v - mu[g]) * rs[g];
+      if (w) o = o * wv;
+      if (b) o = o + bv;
+      vstore(y + (r + g) * D + i, o);
+    }
+  }
+}
+
+// Rows [r, r + G) of the backward: dx (when dx), and the rows' products added into the parameter
+// partials pw, pb (when given), row by row.
+template <int G>
+[[gnu::always_inline]] inline void ln_backward_group(const float* x, const float* gr, float* dx, const float* mean,
+                                                     const float* rstd, int64_t r, int64_t D, const float* w,
+                                                     float* pw, float* pb) {
+  float mu[G], rs[G], m1[G], m2[G];
+  Vec64f s1[G], s2[G];
+  for (int g = 0; g < G; ++g) {
+    mu[g] = mean[r + g];
+    rs[g] = rstd[r + g];
+    s1[g] = s2[g] = Vec64f{};
+  }
+  for (int64_t i = 0; i < D; i += 16) {
+    Vec64f wv{}, pwv{}, pbv{};
+    if (w) vload(w + i, wv);
+    if (pw) {
+      vload(pw + i, pwv);
+      vload(pb + i, pbv);
+    }
+    for (int g = 0; g < G; ++g) {
+      Vec64f xv, gv;
+      vload(x + (r + g) * D + i, xv);
+      vload(gr + (r + g) * D + i, gv);
+      const Vec64f xh = (xv - mu[g]) * rs[g];
+      if (pw) {
+        pwv += gv * xh;
+        pbv += gv;
+      }
+      const Vec64f dn = w ? gv * wv : gv;
+      s1[g] += dn;
+      s2[g] += dn * xh;
+    }
+    if (pw) {
+      vstore(pw + i, pwv);
+      vstore(pb + i, pbv);
+    }
+  }
+  if (!dx) return;
+  for (int g = 0; g < G; ++g) {
+    m1[g] = lanes16_sum(s1[g]) / static_cast<float>(D);
+    m2[g] = lanes16_sum(s2[g]) / static_cast<float>(D);
+  }
+  // rstd·(dn − mean(dn) − x̂·mean(dn·x̂)).
+  for (int64_t i = 0; i < D; i += 16) {
+    Vec64f wv{};
+    if (w) vload(w + i, wv);
+    for (int g = 0; g < G; ++g) {
+      Vec64f xv, gv;
+      vload(x + (r + g) * D + i, xv);
+      vload(gr + (r + g) * D + i, gv);
+      const Vec64f xh = (xv - mu[g]) * rs[g];
+      const Vec64f dn = w ? gv * wv : gv;
+      vstore(dx + (r + g) * D + i, rs[g] * (dn - m1[g] - xh * m2[g]));
+    }
+  }
+}
+
+// Rows [lo, hi) in groups of kLnRows, then one by one.
+[[gnu::always_inline]] inline void ln_forward_rows(const float* x, float* y, float* mean, float* rstd, int64_t lo,
+                                                   int64_t hi, int64_t D, const float* w, const float* b, double eps) {
+  int64_t r = lo;
+  for (; r + kLnRows <= hi; r += kLnRows) ln_forward_group<kLnRows>(x, y, mean, rstd, r, D, w, b, eps);
+  for (; r < hi; ++r) ln_forward_group<1>(x, y, mean, rstd, r, D, w, b, eps);
+}
+[[gnu::always_inline]] inline void ln_backward_rows(const float* x, const float* g, float* dx, const float* mean,
+                                                    const float* rstd, int64_t lo, int64_t hi, int64_t D,
+                                                    const float* w, float* pw, float* pb) {
+  int64_t r = lo;
+  for (; r + kLnRows <= hi; r += kLnRows) ln_backward_group<kLnRows>(x, g, dx, mean, rstd, r, D, w, pw, pb);
+  for (; r < hi; ++r) ln_backward_group<1>(x, g, dx, mean, rstd, r, D, w, pw, pb);
+}
+
+#if PRECIS_NORM_AVX512
+[[gnu::target("avx512f")]] void ln_forward_rows_avx512(const float* x, float* y, float* mean, float* rstd,
+                                                        int64_t lo, int64_t hi, int64_t D, const float* w,
+                                                        const float* b, double eps) {
+  ln_forward_rows(x, y, mean, rstd, lo, hi, D, w, b, eps);
+}
+[[gnu::target("avx512f")]] void ln_backward_rows_avx512(const float* x, const float* g, float* dx, const float* mean,
+                                                         const float* rstd, int64_t lo, int64_t hi, int64_t D,
+                                                         const float* w, float* pw, float* pb) {
+  ln_backward_rows(x, g, dx, mean, rstd, lo, hi, D, w, pw, pb);
+}
+#endif
+
+// Whether the fp32 row-group walk takes rows of D.
+bool ln_row_groups(int64_t D) { return D > 0 && D % 16 == 0 && D <= kFoldBlock; }
+
+void ln_forward_f32(const float* x, float* y, float* mean, float* rstd, int64_t lo, int64_t hi, int64_t D,
+                    const float* w, const float* b, double eps) {
+#if PRECIS_NORM_AVX512
+  if (vec_detail::use_avx512()) return ln_forward_rows_avx512(x, y, mean, rstd, lo, hi, D, w, b, eps);
+#endif
+  ln_forward_rows(x, y, mean, rstd, lo, hi, D, w, b, eps);
+}
+void ln_backward_f32(const float* x, const float* g, float* dx, const float* mean, const float* rstd, int64_t lo,
+                     int64_t hi, int64_t D, const float* w, float* pw, float* pb) {
+#if PRECIS_NORM_AVX512
+  if (vec_detail::use_avx512()) return ln_backward_rows_avx512(x, g, dx, mean, rstd, lo, hi, D, w, pw, pb);
+#endif
+  ln_backward_rows(x, g, dx, mean, rstd, lo, hi, D, w, pw, pb);
+}
+
 
 // x, out: (M, D); per row: two-pass mean/variance, then out = (x − mean)·rstd·w + b.
 template <typename T>
@@ -748,6 +922,15 @@ void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
   const int64_t M = x.size(0), D = x.size(1);
   const A* w = ptr_or_null<A>(weight);
   const A* b = ptr_or_null<A>(bias);
+  if constexpr (std::is_same_v<T, float>) {
+    if (ln_row_groups(D)) {
+      parallel_for(0, M, std::max<int64_t>(kLnRows, kNormGrain / D), [&](int64_t lo, int64_t hi) {
+        ln_forward_f32(x.data_ptr<float>(), out.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(), lo,
+                       hi, D, w, b, eps);
+      });
+      return;
+    }
+  }
   const NormRows<T> rows(out, mean, rstd, x, D, eps);
   parallel_for(0, M, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(D, 1)), [&](int64_t lo, int64_t hi) {
     RowBuf<T> xb(D), ob(D);
@@ -787,6 +970,16 @@ void layer_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
       std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), (M + rows_per_block - 1) / rows_per_block));
   std::vector<A> partial(need_params ? static_cast<size_t>(nblocks * 2 * D) : 0, A(0));
   parallel_for(0, nblocks, 1, [&](int64_t blo, int64_t bhi) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (ln_row_groups(D)) {
+        for (int64_t blk = blo; blk < bhi; ++blk) {
+          float* pw = need_params ? partial.data() + blk * 2 * D : nullptr;
+          ln_backward_f32(xp, gp, dp, mp, rp, blk * M / nblocks, (blk + 1) * M / nblocks, D, w, pw,
+                          pw ? pw + D : nullptr);
+        }
+        return;
+      }
+    }
     RowBuf<T> xb(D), gb(D), ob(D);
     std::vector<A> xhat(static_cast<size_t>(D));
     for (int64_t blk = blo; blk < bhi; ++blk) {

@@ -177,6 +177,75 @@ TEST_CASE("layer_norm matches a f64 reference over trailing dims", "[ops][norm]"
   }
 }
 
+// fp32 layer_norm rows of a multiple of 16 elements take the row-group walk (ops/cpu/norm.cpp): 4
+// rows at a time, then the rows left one by one, on 16-lane vectors; with AVX-512 in one register,
+// else (or with the AVX-512 paths switched off) in two AVX2 ones. Both walks against the f64 run:
+// row counts that leave every group tail, the shortest and longest rows the walk takes, every
+// affine combination, and a backward for the parameters alone (x not requiring grad), at 1 and 2
+// threads.
+TEST_CASE("layer_norm fp32 row groups: the AVX-512 and AVX2 walks match the f64 run", "[ops][norm]") {
+  std::atomic<bool>& avx512 = cpu::vec_detail::avx512_switch();
+  const bool has_avx512 = avx512.load();
+  if (!has_avx512) WARN("this CPU has no AVX-512F: only the AVX2 walk runs here");
+  struct Restore {
+    std::atomic<bool>& flag;
+    bool was;
+    int threads;
+    ~Restore() {
+      flag = was;
+      set_num_threads(threads);
+    }
+  } restore{avx512, has_avx512, get_num_threads()};
+  struct Case {
+    int64_t rows, D;
+  };
+  for (bool wide : {true, false}) {
+    if (wide && !has_avx512) continue;
+    avx512 = wide;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (const Case& c : {Case{1, 16}, Case{3, 48}, Case{9, 256}, Case{130, 256}, Case{5, 4096}})
+        for (int affine = 0; affine < 4; ++affine)
+          for (bool x_grad : {true, false}) {
+            const bool has_w = affine & 1, has_b = affine & 2;
+            INFO((wide ? "AVX-512" : "AVX2") << ", " << c.rows << "x" << c.D << (has_w ? " weight" : "")
+                                             << (has_b ? " bias" : "") << (x_grad ? "" : ", x without grad") << ", "
+                                             << threads << " threads");
+            const Tensor x = randn_input({c.rows, c.D}, false, 31, DType::f64);
+            const Tensor up = randn_input({c.rows, c.D}, false, 32, DType::f64);
+            const Tensor w = uniform_input({c.D}, 0.5, 1.5, false, 33, DType::f64);
+            const Tensor b = randn_input({c.D}, false, 34, DType::f64);
+            // Forward and the defined gradients, in dt, as f64 values.
+            auto run = [&](DType dt) {
+              Tensor xd = x.to(dt).detach(), wd = has_w ? w.to(dt).detach() : Tensor();
+              Tensor bd = has_b ? b.to(dt).detach() : Tensor();
+              xd.requires_grad_(x_grad);
+              if (has_w) wd.requires_grad_(true);
+              if (has_b) bd.requires_grad_(true);
+              std::vector<Tensor> out{layer_norm(xd, {c.D}, wd, bd)};
+              if (x_grad || has_w || has_b) {
+                out[0].backward(up.to(dt));
+                for (const Tensor& t : {xd, wd, bd})
+                  if (t.defined() && t.requires_grad()) out.push_back(t.grad());
+              }
+              for (Tensor& t : out) t = t.detach().to(DType::f64);
+              return out;
+            };
+            const std::vector<Tensor> got = run(DType::f32), want = run(DType::f64);
+            REQUIRE(got.size() == want.size());
+            for (size_t k = 0; k < got.size(); ++k) {
+              INFO((k == 0 ? std::string("forward") : "gradient " + std::to_string(k)));
+              // Parameter gradients sum `rows` products: their error grows with the row count.
+              const Tolerance tol{2e-5, 2e-5 * std::sqrt(static_cast<double>(c.rows))};
+              const std::string report = allclose_report(got[k], want[k], tol);
+              INFO(report);
+              CHECK(report.empty());
+            }
+          }
+    }
+  }
+}
+
 TEST_CASE("group_norm matches a f64 reference", "[ops][norm]") {
   struct Case {
     Shape shape;
