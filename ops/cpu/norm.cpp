@@ -283,13 +283,14 @@ template <typename V, int NV, bool kG, typename A, typename F>
   }
 }
 
-// The channels from c on in chunks of NV, then single vectors, of V; returns where it stopped.
+// The channels from c on in chunks of NV vectors of V, then of NV/2, ... 1 (so that 64 channels
+// are one chunk of 4 AVX-512 vectors, not four walks of one); returns where it stopped.
 template <typename V, int NV, bool kG, typename A, typename F>
 [[gnu::always_inline]] inline int64_t sum_vectors(int64_t R, int64_t C, int64_t c, const A* x, const A* g,
                                                   const A* p, A* a1, A* a2, F& f) {
   constexpr int64_t L = sizeof(V) / sizeof(A);
   for (; c + NV * L <= C; c += NV * L) sum_chunk<V, NV, kG>(R, C, c, x, g, p, a1, a2, f);
-  for (; c + L <= C; c += L) sum_chunk<V, 1, kG>(R, C, c, x, g, p, a1, a2, f);
+  if constexpr (NV > 1) return sum_vectors<V, NV / 2, kG>(R, C, c, x, g, p, a1, a2, f);
   return c;
 }
 
@@ -342,13 +343,13 @@ template <typename V, int NV, bool kG, typename A, typename F>
   }
 }
 
-// The channels from c on in chunks of NV, then single vectors, of V; returns where it stopped.
+// The channels from c on in chunks of NV vectors of V, then of NV/2, ... 1; returns where it stopped.
 template <typename V, int NV, bool kG, typename A, typename F>
 [[gnu::always_inline]] inline int64_t map_vectors(int64_t R, int64_t C, int64_t c, const A* x, const A* g, A* o,
                                                   const A* const* p, F& f) {
   constexpr int64_t L = sizeof(V) / sizeof(A);
   for (; c + NV * L <= C; c += NV * L) map_chunk<V, NV, kG>(R, C, c, x, g, o, p, f);
-  for (; c + L <= C; c += L) map_chunk<V, 1, kG>(R, C, c, x, g, o, p, f);
+  if constexpr (NV > 1) return map_vectors<V, NV / 2, kG>(R, C, c, x, g, o, p, f);
   return c;
 }
 
