@@ -222,10 +222,10 @@ constexpr int64_t kFoldRows = 256;
 constexpr int64_t kSlab = 4096;
 // Vectors of channels per chunk: 4 × 8 fp32 lanes; the backward map holds 3 coefficient vectors
 // per vector of channels, 12 of the 16 AVX2 registers. The AVX-512 walk takes twice as many
-// 16-lane vectors (its 32 registers), so a 64-channel row is one chunk in every pass and a
-// 128-channel one in the sums and the forward map: the walk goes down the rows linearly, which is
-// what made it 1.5-1.9x faster than the AVX2 chunk walk on AMD Zen 4 (benchmarks/results/
-// norm-2026-12-06-zen4.md).
+// 16-lane vectors (its 32 registers), and chunks fall back by halves, so a 64-channel row is one
+// chunk in every pass and a 128-channel one in the sums and the forward map: the walk goes down the
+// rows linearly, which made the kernels 1.6-1.9x faster than the AVX2 chunk walk on AMD Zen 4
+// (benchmarks/results/norm-2026-12-06-zen4.md).
 constexpr int kChunkVecs = 4;
 
 // A 32-byte vector of A (8 floats or 4 doubles), in the compiler's generic vector extension so
