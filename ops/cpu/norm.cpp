@@ -294,8 +294,9 @@ template <typename V, int NV, bool kG, typename A, typename F>
   return c;
 }
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#define PRECIS_NORM_AVX512 1
+// The AVX-512 entry points exist where vec_exp.h's run-time switch does (GCC/Clang on x86-64).
+#define PRECIS_NORM_AVX512 PRECIS_VEC_EXP_AVX512
+#if PRECIS_NORM_AVX512
 template <bool kG, typename F>
 [[gnu::target("avx512f")]] void sum_rows_avx512(int64_t R, int64_t C, const float* x, const float* g,
                                                  const float* p, float* a1, float* a2, F& f) {
@@ -303,11 +304,9 @@ template <bool kG, typename F>
   c = sum_vectors<Vec32f, 1, kG>(R, C, c, x, g, p, a1, a2, f);
   for (; c < C; ++c) sum_chunk<float, 1, kG>(R, C, c, x, g, p, a1, a2, f);
 }
-#else
-#define PRECIS_NORM_AVX512 0
 #endif
 
-// sum_chunk over all C channels: chunks of kChunkVecs vectors, then single vectors, then scalars
+// sum_chunk over all C channels: chunks of kChunkVecs vectors, then halves of that, then scalars
 // (fp32 on an AVX-512 CPU: the AVX-512 walk).
 template <bool kG, typename A, typename F>
 void sum_rows(int64_t R, int64_t C, const A* x, const A* g, const A* p, A* a1, A* a2, F&& f) {
@@ -364,7 +363,7 @@ template <int NV, bool kG, typename F>
 #endif
 
 // map_chunk over all C channels: chunks of NV vectors (fewer when f uses more coefficients, so
-// they stay in registers), then single vectors, then scalars (fp32 on an AVX-512 CPU: the AVX-512
+// they stay in registers), then halves of that, then scalars (fp32 on an AVX-512 CPU: the AVX-512
 // walk, chunks of 2·NV 16-lane vectors).
 template <int NV, bool kG, typename A, typename F>
 void map_rows(int64_t R, int64_t C, const A* x, const A* g, A* o, const A* const* p, F& f) {
