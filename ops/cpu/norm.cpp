@@ -788,8 +788,9 @@ template <int G>
       acc[g] += d * d;
     }
   for (int g = 0; g < G; ++g) {
-    const double var = static_cast<double>(lanes16_sum(acc[g])) / static_cast<double>(D);
-    rs[g] = static_cast<float>(1.0 / std::sqrt(var + eps));
+    // The variance rounded to fp32 first, as the row loop (NormRows) and the CUDA kernel do.
+    const float var = static_cast<float>(static_cast<double>(lanes16_sum(acc[g])) / static_cast<double>(D));
+    rs[g] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + eps));
     mean[r + g] = mu[g];
     rstd[r + g] = rs[g];
   }
