@@ -750,13 +750,12 @@ void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
 // by row as before; x̂ is recomputed in its second pass instead of kept in a buffer.
 constexpr int kLnRows = 4;
 
-// The 16 lanes of v combined pairwise (lanes_sum's order).
+// The 16 lanes of v, each lanes_sum's lane k, combined as lanes_sum combines them.
+static_assert(kLanes == 16, "a Vec64f holds lanes_sum's lanes");
 [[gnu::always_inline]] inline float lanes16_sum(const Vec64f& v) {
   float a[16];
   std::memcpy(a, &v, sizeof a);
-  for (int w = 8; w > 0; w /= 2)
-    for (int k = 0; k < w; ++k) a[k] += a[k + w];
-  return a[0];
+  return lanes_sum<float>(16, [&](int64_t k) { return a[k]; });
 }
 
 // Rows [r, r + G) of the forward (x, y: rows of D, D % 16 == 0).
