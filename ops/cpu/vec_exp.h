@@ -323,9 +323,9 @@ inline void exp_array_avx2(const float* x, float* y, int64_t n) { exp_array_impl
 }
 
 // Whether the AVX-512 paths run: the CPU has AVX-512F, unless a test switched them off
-// (avx512_switch() = false) to compare the AVX2 paths' bits with them through whole kernels (the
-// paths keep every output's operations the same; tests/ops/norm_test.cpp). Kernels read it per
-// call, so a test flips it only between kernel calls.
+// (avx512_switch() = false) to run the AVX2 paths on an AVX-512 CPU through whole kernels, and
+// compare their bits or check both against f64 (tests/ops/norm_test.cpp). Kernels read it per
+// call, so a test flips it only between kernel calls, and only to false or back.
 inline std::atomic<bool>& avx512_switch() {
   static std::atomic<bool> on{[] {
     __builtin_cpu_init();
