@@ -97,8 +97,13 @@ Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& mask) {
                      " must be (B, L, ", query->in_features(), ")");
   const int64_t b = x.size(0), l = x.size(1), hidden = x.size(2), d = hidden / heads_;
   auto split = [&](const Tensor& t) { return t.view({b, l, heads_, d}).transpose(1, 2); };  // (B, H, L, D)
-  Tensor ctx = scaled_dot_product_attention(split(query(x)), split(key(x)), split(value(x)), mask,
-                                            is_training() ? dropout_p_ : 0.0);
+  // One statement each: the region's linear calls are then q, k, v in that order (0, 1, 2), which
+  // BertModel::selective_keep_policy counts on; as arguments of one call their order would be the
+  // compiler's.
+  const Tensor q = split(query(x));
+  const Tensor k = split(key(x));
+  const Tensor v = split(value(x));
+  Tensor ctx = scaled_dot_product_attention(q, k, v, mask, is_training() ? dropout_p_ : 0.0);
   return ctx.transpose(1, 2).reshape({b, l, hidden});
 }
 
@@ -154,11 +159,30 @@ BertModel::BertModel(const BertConfig& c, bool add_pooling_layer) : config_(c) {
 Tensor BertModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) {
   const Tensor mask = key_mask(attention_mask, input_ids);
   Tensor h = embeddings->forward(input_ids, token_type_ids);
+  autograd::CheckpointOptions options = checkpointing_;
+  if (options.mode == autograd::CheckpointMode::selective && !options.keep &&
+      options.kept_ops == autograd::default_selective_kept_ops())
+    options.keep = selective_keep_policy(input_ids.size(1), config_.hidden_size);
   for (auto& layer : layers) {
     h = autograd::checkpoint(
-        checkpointing_, [l = layer.ptr()](const Tensor& x, const Tensor& m) { return l->forward(x, m); }, h, mask);
+        options, [l = layer.ptr()](const Tensor& x, const Tensor& m) { return l->forward(x, m); }, h, mask);
   }
   return h;
+}
+
+KeepPolicy BertModel::selective_keep_policy(int64_t seq_len, int64_t hidden_size) {
+  // The value projection and the attention context (softmax·v) are the same size, (B, L, hidden),
+  // and the backward reads both (v for the weights' gradient, the context for the output
+  // projection's). Keeping either and recomputing the other costs the same memory; recomputing
+  // v is a 2·B·L·hidden² GEMM, the context a 2·B·L²·hidden batched matmul (over softmax weights the
+  // recomputation produces anyway), so the cheaper one is recomputed: the context when L <= hidden,
+  // v beyond. Linear calls in a layer: 0-2 q, k, v, 3 the attention output, 4 the feed-forward output;
+  // matmul calls: 0 the scores q·kᵀ (never kept: (B, heads, L, L)), 1 the context.
+  if (seq_len <= hidden_size)
+    return [](const KeepCandidate& c) { return c.op == OpId::linear || c.op == OpId::linear_gelu; };
+  return [](const KeepCandidate& c) {
+    return c.op == OpId::linear_gelu || (c.op == OpId::linear && c.index != 2) || (c.op == OpId::matmul && c.index == 1);
+  };
 }
 
 Tensor BertModel::pool(const Tensor& sequence_output) {

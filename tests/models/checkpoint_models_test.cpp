@@ -11,6 +11,7 @@
 #include "models/bert.h"
 #include "models/resnet.h"
 #include "ops/functional.h"
+#include "ops/profiler.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"
@@ -81,20 +82,22 @@ void require_same(const Outcome& a, const Outcome& b) {
   }
 }
 
-Outcome bert_run(CheckpointMode mode, const Precision& p, int micro) {
+// Sequences of l tokens against hidden size 32: l <= 32 and l > 32 run the two sides of
+// BertModel::selective_keep_policy.
+Outcome bert_run(CheckpointMode mode, const Precision& p, int micro, int64_t l = 12) {
   Generator init(42);
   models::BertConfig c = models::BertConfig::mini(96);
   c.hidden_size = 32;
   c.num_hidden_layers = 3;
   c.num_attention_heads = 2;
   c.intermediate_size = 64;
-  c.max_position_embeddings = 16;
+  c.max_position_embeddings = std::max<int64_t>(16, l);
   c.generator = &init;
   models::BertForMaskedLM model(c);
   model.train();
   model.bert->set_checkpointing({.mode = mode});
-  const int64_t b = 3, l = 12;
-  const Tensor mask = models::attention_mask_from_lengths(from_vector<int64_t>({12, 9, 5}), l);
+  const int64_t b = 3;
+  const Tensor mask = models::attention_mask_from_lengths(from_vector<int64_t>({l, l - 3, 5}), l);
   auto loss_of = [&](int64_t micro_step) {
     const Tensor ids = token_ids(b, l, c.vocab_size, micro_step);
     // Every third position is predicted; the rest ignored (-100).
@@ -134,6 +137,53 @@ TEST_CASE("BERT-mini with checkpointed encoder layers trains as without, bit for
       require_same(bert_run(mode, precision, 2), plain);
     }
   }
+}
+
+TEST_CASE("BERT with sequences longer than its hidden size trains as without under selective, bit for bit",
+          "[models][checkpoint]") {
+  // The encoder layers then keep the attention context and recompute the value projection.
+  for (const auto& [name, precision] : kPrecisions) {
+    INFO(name);
+    require_same(bert_run(CheckpointMode::selective, precision, 2, 40), bert_run(CheckpointMode::none, precision, 2, 40));
+  }
+}
+
+TEST_CASE("BERT's selective layers recompute the context or the value projection, whichever is cheaper",
+          "[models][checkpoint]") {
+  // One layer, hidden 16, no bias FLOPs counted: a step's FLOPs with selective minus without are
+  // exactly the recomputed GEMMs. q·kᵀ (2·B·L²·hidden) is always recomputed; then softmax·v (the
+  // same FLOPs) at L <= hidden, the value projection (2·B·L·hidden²) at L > hidden.
+  models::BertConfig c = models::BertConfig::mini(32);
+  c.hidden_size = 16;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 32;
+  c.max_position_embeddings = 32;
+  models::BertModel bert(c);
+  bert.train();
+  auto flops = [&](CheckpointMode mode, int64_t l) {
+    bert.set_checkpointing({.mode = mode});
+    bert.zero_grad();
+    profiler::FlopCounter count;
+    sum(bert.forward(token_ids(2, l, 32, l))).backward();
+    return count.flops();
+  };
+  const double b = 2, h = 16;
+  for (int64_t l : {8, 16, 24}) {
+    INFO("L = " << l);
+    const double scores = 2 * b * l * l * h, value = 2 * b * l * h * h;
+    const double recomputed = flops(CheckpointMode::selective, l) - flops(CheckpointMode::none, l);
+    REQUIRE(recomputed == scores + (l <= h ? scores : value));
+  }
+  // Options other than selective's defaults are the caller's choice, run as given: keeping every
+  // linear and the two products recomputes no GEMM at all.
+  const double plain = flops(CheckpointMode::none, 24);
+  bert.set_checkpointing({.mode = CheckpointMode::selective,
+                          .kept_ops = {OpId::linear, OpId::linear_gelu, OpId::matmul}});
+  bert.zero_grad();
+  profiler::FlopCounter with_matmul;
+  sum(bert.forward(token_ids(2, 24, 32, 24))).backward();
+  REQUIRE(with_matmul.flops() == plain);
 }
 
 TEST_CASE("ResNet-18 with checkpointed stages trains as without, bit for bit", "[models][checkpoint]") {
