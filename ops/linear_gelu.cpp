@@ -62,7 +62,7 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
     if (profiler::counting_flops())
       profiler::add_flops(OpId::linear_gelu,
                           2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(outs));
-    kernel<kernels::LinearKernel>(OpId::linear, dev, x.dtype())(p, x2, w, b);
+    kernel<kernels::LinearKernel>(OpId::linear, dev, x.dtype()).timed_as(OpId::linear_gelu)(p, x2, w, b);
     // Nothing reads the pre-activation afterwards: GELU in place over the GEMM's output.
     if (!for_backward) kernel<kernels::GeluEpilogueKernel>(OpId::gelu_epilogue, dev, x.dtype())(p, Tensor(), p, flag);
     return p;

@@ -528,7 +528,8 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
                           2.0 * static_cast<double>(M) * static_cast<double>(K) * static_cast<double>(V));
     const Tensor logits = empty({std::min(chunk, std::max<int64_t>(M, 1)), V}, x_opts);
     const Tensor grad_rows = grad_row.expand({chunk});
-    const auto linear_kernel = kernel<kernels::LinearKernel>(OpId::linear, dev, input.dtype());
+    const auto linear_kernel =
+        kernel<kernels::LinearKernel>(OpId::linear, dev, input.dtype()).timed_as(OpId::linear_cross_entropy);
     const auto ce_kernel = kernel<kernels::CrossEntropyKernel>(OpId::cross_entropy, dev, input.dtype());
     const auto ce_backward =
         kernel<kernels::CrossEntropyBackwardKernel>(OpId::cross_entropy_backward, dev, input.dtype());

@@ -138,9 +138,13 @@ class KernelRef<R(Args...)> {
     profiler::Scope scope(op_, device_, device_ == DeviceType::cpu ? -1 : detail::call_device_index(args...));
     return fn_(std::forward<Args>(args)...);
   }
+  /// The same kernel, timed under `row` instead of its own op: for an op that runs another op's
+  /// kernel as its work (linear_gelu's and linear_cross_entropy's GEMMs on the linear kernel), so
+  /// that the time lands in the row its front-end counts the FLOPs in.
+  KernelRef timed_as(OpId row) const noexcept { return KernelRef(fn_, row, device_); }
   /// The plain function pointer: calls through it bypass the profiler.
   Function* get() const noexcept { return fn_; }
-  /// The op-table row the kernel belongs to.
+  /// The op-table row the kernel's calls are timed under: the row it belongs to, or timed_as's.
   OpId op() const noexcept { return op_; }
   /// The device type the kernel was registered for.
   DeviceType device() const noexcept { return device_; }

@@ -135,6 +135,28 @@ TEST_CASE("profiler: a kernel that calls another through the op table is one ent
   CHECK(all[0].calls == 1);
 }
 
+TEST_CASE("profiler: ops that run the linear kernel as their GEMM are timed in their own rows, with their FLOPs",
+          "[ops][profiler]") {
+  // linear_gelu and the chunked linear_cross_entropy count their GEMMs' FLOPs in their own rows;
+  // the GEMM time must land there too, not in a linear row without FLOPs (GFLOP/s would be wrong
+  // in both rows).
+  const Tensor x = randn({16, 32}), w = randn({8, 32}), b = randn({8});
+  const Tensor target = from_vector<int64_t>(std::vector<int64_t>(16, 3), {16});
+  const auto all = profile([&] {
+    (void)linear_gelu(x, w, b);
+    (void)linear_cross_entropy(x, w, b, target, {.chunk_rows = 4});
+  });
+  CHECK(find_entry(all, "linear", Direction::forward) == nullptr);
+  for (const char* op : {"linear_gelu", "linear_cross_entropy"}) {
+    INFO(op);
+    const profiler::Entry* f = find_entry(all, op, Direction::forward);
+    REQUIRE(f != nullptr);
+    CHECK(f->flops == 2.0 * 16 * 32 * 8);
+    CHECK(f->calls >= 1);
+    CHECK(f->total_ms > 0);
+  }
+}
+
 TEST_CASE("profiler: off records nothing, reset drops entries, the wall clock stops when off", "[ops][profiler]") {
   profiler::set_enabled(false);
   profiler::reset();
