@@ -171,17 +171,16 @@ Tensor BertModel::forward(const Tensor& input_ids, const Tensor& attention_mask,
 }
 
 KeepPolicy BertModel::selective_keep_policy(int64_t seq_len, int64_t hidden_size) {
-  // The value projection and the attention context (softmax·v) are the same size, (B, L, hidden),
-  // and the backward reads both (v for the weights' gradient, the context for the output
-  // projection's). Keeping either and recomputing the other costs the same memory; recomputing
-  // v is a 2·B·L·hidden² GEMM, the context a 2·B·L²·hidden batched matmul (over softmax weights the
-  // recomputation produces anyway), so the cheaper one is recomputed: the context when L <= hidden,
-  // v beyond. Linear calls in a layer: 0-2 q, k, v, 3 the attention output, 4 the feed-forward output;
+  // The value projection is recomputed: its output is read only by the context product and by
+  // the backward, and its GEMM (2·B·L·hidden²) is among the layer's cheapest. The context
+  // (softmax·v, the size of v) is read by the backward too: kept when recomputing it, a
+  // 2·B·L²·hidden batched matmul, costs more than v's GEMM (L > hidden), recomputed otherwise.
+  // Linear calls in a layer: 0-2 q, k, v, 3 the attention output, 4 the feed-forward output;
   // matmul calls: 0 the scores q·kᵀ (never kept: (B, heads, L, L)), 1 the context.
-  if (seq_len <= hidden_size)
-    return [](const KeepCandidate& c) { return c.op == OpId::linear || c.op == OpId::linear_gelu; };
-  return [](const KeepCandidate& c) {
-    return c.op == OpId::linear_gelu || (c.op == OpId::linear && c.index != 2) || (c.op == OpId::matmul && c.index == 1);
+  const bool keep_context = seq_len > hidden_size;
+  return [keep_context](const KeepCandidate& c) {
+    return c.op == OpId::linear_gelu || (c.op == OpId::linear && c.index != 2) ||
+           (keep_context && c.op == OpId::matmul && c.index == 1);
   };
 }
 

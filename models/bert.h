@@ -159,16 +159,14 @@ class BertModel : public nn::Module {
   const BertConfig& config() const { return config_; }
   /// Activation checkpointing of the encoder layers (autograd/checkpoint.h): with mode full or
   /// selective each BertLayer is a region whose activations are recomputed in backward. Default:
-  /// none. Selective with the default kept_ops and no keep policy runs selective_keep_policy (the
-  /// same memory as keeping every linear's output, less recomputation at long sequences); set
-  /// kept_ops or keep to choose otherwise.
+  /// none. Selective with the default kept_ops and no keep policy runs selective_keep_policy;
+  /// set kept_ops or keep to choose otherwise.
   void set_checkpointing(const autograd::CheckpointOptions& options) { checkpointing_ = options; }
   /// The keep policy of a selective encoder layer at sequence length seq_len: the outputs of the
-  /// linear layers and the feed-forward GEMM are kept, the attention core (scores, softmax,
-  /// dropout), norms and activations recomputed; of the value projection and the attention
-  /// context (softmax·v, the same size) the one cheaper to recompute is: the context when
-  /// seq_len <= hidden_size (a 2·B·L²·hidden matmul), the value projection beyond (a
-  /// 2·B·L·hidden² GEMM).
+  /// query, key and attention-output projections and of the feed-forward GEMMs are kept; the value
+  /// projection, the attention core (scores, softmax, dropout), norms and activations are
+  /// recomputed, and the attention context (softmax·v) too unless seq_len > hidden_size, where
+  /// its 2·B·L²·hidden matmul costs more than v's 2·B·L·hidden² GEMM and it is kept.
   static KeepPolicy selective_keep_policy(int64_t seq_len, int64_t hidden_size);
   /// The encoder layers' checkpointing options.
   const autograd::CheckpointOptions& checkpointing() const { return checkpointing_; }
