@@ -15,7 +15,7 @@ fail() { echo "strict_switch_test: FAIL: $*"; exit 1; }
 out=$(env -u PRECIS_REQUIRE_GPU CUDA_VISIBLE_DEVICES= "$exe" "$name" --warn NoTests 2>&1); rc=$?
 echo "-- without the switch (exit $rc):"; echo "$out" | tail -5
 (( rc == 0 )) || fail "without PRECIS_REQUIRE_GPU the test should pass with a skip, exit status $rc"
-grep -q "no CUDA device; skipped" <<<"$out" || fail "without PRECIS_REQUIRE_GPU the skip should be reported"
+grep -q "no CUDA device, whole test skipped" <<<"$out" || fail "without PRECIS_REQUIRE_GPU the skip should be reported"
 grep -q "test cases: 1 | 1 passed\|All tests passed" <<<"$out" || fail "the test case '$name' did not run"
 
 out=$(PRECIS_REQUIRE_GPU=1 CUDA_VISIBLE_DEVICES= "$exe" "$name" --warn NoTests 2>&1); rc=$?

@@ -98,14 +98,16 @@ inline bool gpu_required() {
 
 /// Ends a [cuda] test early, with a warning, on a machine without a CUDA device (Catch2 v2 has no
 /// SKIP), so the CPU-only CI passes; with PRECIS_REQUIRE_GPU=1 (tests/gpu/run.sh) the missing
-/// device is a failure instead. tests/gpu/strict_switch_test.sh proves both behaviours.
+/// device is a failure instead. tests/gpu/strict_switch_test.sh proves both behaviours. It must be
+/// a test's first statement: ctest reports a test whose output holds the warning's text as skipped
+/// (tests/CMakeLists.txt, SKIP_REGULAR_EXPRESSION), so nothing may have run before it.
 #define PRECIS_REQUIRE_CUDA()                                                                       \
   do {                                                                                              \
     if (!::precis::cuda_is_available()) {                                                           \
       if (::precis::testing::gpu_required())                                                        \
         FAIL("PRECIS_REQUIRE_GPU=1: no usable CUDA device (cuda_device_count() = "                  \
              << ::precis::cuda_device_count() << "); a [cuda] test may not skip on the GPU machine"); \
-      WARN("no CUDA device; skipped");                                                              \
+      WARN("no CUDA device, whole test skipped");                                                  \
       return;                                                                                       \
     }                                                                                               \
   } while (0)
