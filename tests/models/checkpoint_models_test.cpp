@@ -123,6 +123,17 @@ Outcome resnet_run(CheckpointMode mode, const Precision& p, int micro) {
   return train_step(*model, loss_of, p, micro);
 }
 
+// A one-layer BERT of hidden size 16 (two heads) over a 32-token vocabulary.
+models::BertConfig one_layer_bert(int64_t max_positions) {
+  models::BertConfig c = models::BertConfig::mini(32);
+  c.hidden_size = 16;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 32;
+  c.max_position_embeddings = max_positions;
+  return c;
+}
+
 const std::vector<std::pair<const char*, Precision>> kPrecisions = {
     {"f32", {}}, {"bf16 autocast", {DType::bf16, false}}, {"f16 autocast with the loss scaler", {DType::f16, true}}};
 
@@ -153,13 +164,7 @@ TEST_CASE("BERT's selective layers recompute v, and the context while it is the 
   // One layer, hidden 16, no bias FLOPs counted: a step's FLOPs with selective minus without are
   // exactly the recomputed GEMMs: q·kᵀ (2·B·L²·hidden) and the value projection (2·B·L·hidden²)
   // always, softmax·v (as q·kᵀ) at L <= hidden only.
-  models::BertConfig c = models::BertConfig::mini(32);
-  c.hidden_size = 16;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.max_position_embeddings = 32;
-  models::BertModel bert(c);
+  models::BertModel bert(one_layer_bert(32));
   bert.train();
   auto flops = [&](CheckpointMode mode, int64_t l) {
     bert.set_checkpointing({.mode = mode});
@@ -218,13 +223,7 @@ TEST_CASE("nn::Sequential checkpoints each child", "[models][checkpoint]") {
 
 TEST_CASE("the models' checkpointing options make their layers checkpointed regions", "[models][checkpoint]") {
   // So the equalities above compare a recomputation with the plain run, not the plain run twice.
-  models::BertConfig c = models::BertConfig::mini(32);
-  c.hidden_size = 16;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.max_position_embeddings = 8;
-  models::BertModel bert(c);
+  models::BertModel bert(one_layer_bert(8));
   auto resnet = models::resnet18({.num_classes = 3, .width = 4});
   const Tensor ids = token_ids(2, 8, 32, 0);
   const Tensor images = randn({2, 3, 32, 32});
