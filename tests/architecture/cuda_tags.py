@@ -19,6 +19,9 @@ GPU or a build, by a heuristic over the test sources (tests/**/*.cpp):
   5. That grep (tests/gpu/run.sh, cuda_test_targets: *.cpp, tests/dist left out) selects the test
      executables the GPU check runs with the [cuda] filter and --warn NoTests: each folder it
      selects must hold a [cuda] test case (tests/cuda runs whole), or that run fails.
+  6. PRECIS_REQUIRE_CUDA() is the first statement of the test case that uses it: ctest lists a test
+     that printed its warning as skipped (tests/CMakeLists.txt), which is only true when nothing
+     ran before it.
 
 A flagged test that does not touch a device (it parses Device values, or checks only the absence
 of a GPU, or drives a fake device) goes in ALLOWED below with the reason; an entry that no longer
@@ -215,6 +218,12 @@ def main() -> int:
         for name, tags, line, tag_line, s, e in test_cases(code, lits):
             if "[cuda]" in tags:
                 tagged_folders.add(rel.split("/")[0])
+            body = code.find("{", code.find(")", s), e)
+            if re.search(r"\bPRECIS_REQUIRE_CUDA\b", code[s:e]) and \
+                    not code[body + 1:e].lstrip().startswith("PRECIS_REQUIRE_CUDA"):
+                failures.append(f"tests/{rel}:{line}: {name!r}: PRECIS_REQUIRE_CUDA() must be the test's first "
+                                "statement (ctest reports a test that printed its skip as skipped, so nothing may run "
+                                "before it)")
             hits = sorted({label for label, p in pats if p.search(code[s:e])})
             if not hits:
                 continue

@@ -100,7 +100,8 @@ inline bool gpu_required() {
 /// SKIP), so the CPU-only CI passes; with PRECIS_REQUIRE_GPU=1 (tests/gpu/run.sh) the missing
 /// device is a failure instead. tests/gpu/strict_switch_test.sh proves both behaviours. It must be
 /// a test's first statement: ctest reports a test whose output holds the warning's text as skipped
-/// (tests/CMakeLists.txt, SKIP_REGULAR_EXPRESSION), so nothing may have run before it.
+/// (tests/CMakeLists.txt, SKIP_REGULAR_EXPRESSION), so nothing may have run before it
+/// (tests/architecture/cuda_tags.py checks that).
 #define PRECIS_REQUIRE_CUDA()                                                                       \
   do {                                                                                              \
     if (!::precis::cuda_is_available()) {                                                           \
