@@ -56,7 +56,9 @@ CheckpointMode parse_checkpoint_mode(std::string_view name) {
                                            "'; expected none, full or selective"));
 }
 
-std::vector<OpId> default_selective_kept_ops() { return {OpId::linear, OpId::linear_gelu, OpId::conv2d}; }
+std::vector<OpId> default_selective_kept_ops() {
+  return {OpId::linear, OpId::linear_gelu, OpId::conv2d, OpId::attention_softmax};
+}
 
 namespace {
 

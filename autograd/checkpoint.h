@@ -48,8 +48,10 @@ const char* checkpoint_mode_name(CheckpointMode mode);
 CheckpointMode parse_checkpoint_mode(std::string_view name);
 
 /// The ops whose outputs selective recomputation keeps by default: the GEMMs with a weight
-/// (linear, linear_gelu, conv2d). They hold most of a layer's FLOPs, and their outputs are the
-/// size of the activations around them. matmul (attention's score and context products) is not
+/// (linear, linear_gelu, conv2d), and attention's fused score pass (attention_softmax), whose kept
+/// output is its dropout mask alone. The GEMMs hold most of a layer's FLOPs, and their outputs are
+/// the size of the activations around them; the mask is one bit per score (1/16 of the bf16
+/// weights it spares a Philox draw for). matmul (attention's score and context products) is not
 /// kept: in attention its outputs are (batch, heads, L, L), the memory selective recomputation
 /// exists to drop, for FLOPs that grow only as L·L·d. Add OpId::matmul to keep those too.
 std::vector<OpId> default_selective_kept_ops();
@@ -60,7 +62,7 @@ struct CheckpointOptions {
   /// selective: ops whose outputs are kept from the forward (ignored in the other modes).
   std::vector<OpId> kept_ops = default_selective_kept_ops();
   /// selective, finer than kept_ops (which it replaces when set): asked about each call of an op
-  /// that can be kept (linear, linear_gelu, conv2d, matmul) in the region's forward, with the op
+  /// that can be kept (linear, linear_gelu, conv2d, matmul, attention_softmax) in the region's forward, with the op
   /// and how many calls of it came before in the region; true keeps that call's outputs. It must
   /// be a function of the candidate alone (linear_gelu asks before its call as well as at it).
   /// PyTorch's selective checkpointing policy function, decided on the call's place rather than

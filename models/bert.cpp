@@ -176,10 +176,12 @@ KeepPolicy BertModel::selective_keep_policy(int64_t seq_len, int64_t hidden_size
   // (softmax·v, the size of v) is read by the backward too: kept when recomputing it, a
   // 2·B·L²·hidden batched matmul, costs more than v's GEMM (L > hidden), recomputed otherwise.
   // Linear calls in a layer: 0-2 q, k, v, 3 the attention output, 4 the feed-forward output;
-  // matmul calls: 0 the scores q·kᵀ (never kept: (B, heads, L, L)), 1 the context.
+  // matmul calls: 0 the scores q·kᵀ (never kept: (B, heads, L, L)), 1 the context. The score
+  // pass's dropout mask (attention_softmax; one bit per score) is kept: applying it again costs a
+  // pass over the scores, drawing it again a Philox block per four scores besides.
   const bool keep_context = seq_len > hidden_size;
   return [keep_context](const KeepCandidate& c) {
-    return c.op == OpId::linear_gelu || (c.op == OpId::linear && c.index != 2) ||
+    return c.op == OpId::linear_gelu || c.op == OpId::attention_softmax || (c.op == OpId::linear && c.index != 2) ||
            (keep_context && c.op == OpId::matmul && c.index == 1);
   };
 }

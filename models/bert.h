@@ -166,7 +166,8 @@ class BertModel : public nn::Module {
   /// query, key and attention-output projections and of the feed-forward GEMMs are kept; the value
   /// projection, the attention core (scores, softmax, dropout), norms and activations are
   /// recomputed, and the attention context (softmax·v) too unless seq_len > hidden_size, where
-  /// its 2·B·L²·hidden matmul costs more than v's 2·B·L·hidden² GEMM and it is kept.
+  /// its 2·B·L²·hidden matmul costs more than v's 2·B·L·hidden² GEMM and it is kept. The
+  /// attention dropout's mask is kept (one bit per score), so the recomputation draws no Philox.
   static KeepPolicy selective_keep_policy(int64_t seq_len, int64_t hidden_size);
   /// The encoder layers' checkpointing options.
   const autograd::CheckpointOptions& checkpointing() const { return checkpointing_; }

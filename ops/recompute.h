@@ -9,7 +9,8 @@
 //    the forward and recomputes only the rest. The expensive ops route their computation through
 //    it: in a selective region's forward their outputs are kept, and in its recomputation the
 //    kept outputs come back in call order instead of being computed again, while the op still
-//    records its backward node as usual.
+//    records its backward node as usual. attention_softmax keeps its dropout mask, not its
+//    output: its recomputation applies the kept mask instead of drawing it.
 //
 //   Tensor out = kept_or_computed(OpId::linear, [&] { return run_the_gemm(); });
 #include <array>
@@ -38,7 +39,8 @@ class RecomputingGuard {
 };
 
 /// One call of an op whose outputs a selective region can keep (the ops that route their
-/// computation through kept_or_computed: linear, linear_gelu, conv2d, matmul).
+/// computation through kept_or_computed: linear, linear_gelu, conv2d, matmul, and
+/// attention_softmax with dropout, whose kept output is its packed dropout mask).
 struct KeepCandidate {
   OpId op;        ///< the op called
   int64_t index;  ///< how many calls of `op` the region made before this one (from 0, in call order)

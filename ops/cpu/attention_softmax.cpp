@@ -27,6 +27,7 @@ namespace {
 
 using kernels::AttentionMask;
 using kernels::AttentionSoftmaxArgs;
+using kernels::DropoutKeep;
 
 // Elements per parallel chunk: a few passes and an exponential per element, as softmax's.
 constexpr int64_t kGrain = 16384;
@@ -94,31 +95,36 @@ inline void select_kept(const bool* __restrict keep, A* __restrict x, int64_t n,
 }
 
 template <typename T>
-void attention_softmax_kernel(const Tensor& p, const Tensor& y, const Tensor& scores, const Tensor& mask,
-                              const AttentionSoftmaxArgs& args) {
+void attention_softmax_kernel(const Tensor& p, const Tensor& y, const Tensor& keep, const Tensor& scores,
+                              const Tensor& mask, const AttentionSoftmaxArgs& args) {
   using A = opmath_t<T>;
   if (scores.numel() == 0) return;
   const int64_t n = scores.size(-1), rows = scores.numel() / n, L = scores.size(-2);
   const T* sp = scores.data_ptr<T>();
   T* pp = p.data_ptr<T>();
-  A* yp = static_cast<A*>(y.data_ptr());
+  // y undefined (nothing will read it): each row's softmax stays in the row buffer.
+  A* yp = y.defined() ? static_cast<A*>(y.data_ptr()) : nullptr;
   const bool y_is_p = static_cast<void*>(yp) == static_cast<void*>(pp);
   const A scale = static_cast<A>(args.scale);
   const bool drop = args.dropout_p > 0.0;
   const uint32_t threshold = drop ? kernels::dropout_keep_threshold(args.dropout_p) : 0;
   const A drop_scale = static_cast<A>(1.0 / (1.0 - args.dropout_p));
   const uint64_t seed = args.rng.seed, offset = kernels::philox_offset(args.rng.offset, args.rng.offset_base);
+  // The packed mask's words: written (draw_store), read (replay), or none (draw).
+  uint32_t* kp = drop && args.keep != DropoutKeep::draw ? static_cast<uint32_t*>(keep.data_ptr()) : nullptr;
+  const bool replay = drop && args.keep == DropoutKeep::replay;
+  const int64_t words = (n + 31) / 32;
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / n), [&](int64_t r0, int64_t r1) {
     // Locals, not the captures: stores through the row pointers could alias a captured scale, and
     // the loops would reload it per element instead of vectorising.
-    std::vector<A> buf(static_cast<size_t>(n));
+    std::vector<A> buf(static_cast<size_t>(n)), ybuf(yp != nullptr ? 0 : static_cast<size_t>(n));
     A* __restrict t = buf.data();
     const A sc = scale;
     RowCursor cur(mask, L, r0);
     for (int64_t r = r0; r < r1; ++r, cur.next()) {
       const int64_t first = r * n;
-      A* yr = yp + first;
+      A* yr = yp != nullptr ? yp + first : ybuf.data();
       T* pr = pp + first;
       // t = scores·scale, as mul(scores.to(acc), scale) computes it.
       load_block<A>(sp + first, 1, t, n);
@@ -155,26 +161,36 @@ void attention_softmax_kernel(const Tensor& p, const Tensor& y, const Tensor& sc
       if (empty) {
         // No visible key: zero weights (scaled_dot_product_attention's rule), no gradient.
         std::fill(pr, pr + n, T(0));
-        if (!y_is_p) std::fill(yr, yr + n, A(0));
+        if (!y_is_p && yp != nullptr) std::fill(yr, yr + n, A(0));
         continue;
       }
       row_softmax<A, A>(t, yr, n);
       if (!drop) {
         if (!y_is_p) store_block<T>(yr, pr, 1, n);
-      } else if constexpr (std::is_same_v<T, A>) {
-        dropout_row<T>(pr, yr, 1, n, first, seed, offset, threshold, drop_scale);
+        continue;
+      }
+      uint32_t* kr = kp != nullptr ? kp + r * words : nullptr;
+      auto drop_row = [&](const T* src) {
+        if (replay) {
+          masked_row<T>(pr, src, n, kr, drop_scale);
+        } else {
+          dropout_row<T>(pr, src, 1, n, first, seed, offset, threshold, drop_scale, kr);
+        }
+      };
+      if constexpr (std::is_same_v<T, A>) {
+        drop_row(yr);
       } else {
         // Rounded to T first, then dropped and rounded again: the weights' cast, then dropout.
         store_block<T>(yr, pr, 1, n);
-        dropout_row<T>(pr, pr, 1, n, first, seed, offset, threshold, drop_scale);
+        drop_row(pr);
       }
     }
   });
 }
 
 template <typename T>
-void attention_softmax_backward_kernel(const Tensor& ds, const Tensor& grad, const Tensor& y, const Tensor& mask,
-                                       const AttentionSoftmaxArgs& args) {
+void attention_softmax_backward_kernel(const Tensor& ds, const Tensor& grad, const Tensor& y, const Tensor& keep,
+                                       const Tensor& mask, const AttentionSoftmaxArgs& args) {
   using A = opmath_t<T>;
   if (y.numel() == 0) return;
   const int64_t n = y.size(-1), rows = y.numel() / n, L = y.size(-2);
@@ -183,9 +199,9 @@ void attention_softmax_backward_kernel(const Tensor& ds, const Tensor& grad, con
   T* dp = ds.data_ptr<T>();
   const A scale = static_cast<A>(args.scale);
   const bool drop = args.dropout_p > 0.0;
-  const uint32_t threshold = drop ? kernels::dropout_keep_threshold(args.dropout_p) : 0;
   const A drop_scale = static_cast<A>(1.0 / (1.0 - args.dropout_p));
-  const uint64_t seed = args.rng.seed, offset = kernels::philox_offset(args.rng.offset, args.rng.offset_base);
+  const uint32_t* kp = drop ? static_cast<const uint32_t*>(keep.data_ptr()) : nullptr;
+  const int64_t words = (n + 31) / 32;
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / n), [&](int64_t r0, int64_t r1) {
     std::vector<A> gbuf(static_cast<size_t>(n)), dxbuf(static_cast<size_t>(n));
     A* __restrict g = gbuf.data();
@@ -207,9 +223,9 @@ void attention_softmax_backward_kernel(const Tensor& ds, const Tensor& grad, con
       if (!drop) {
         load_block<A>(gp + first, 1, g, n);
       } else if constexpr (std::is_same_v<T, A>) {
-        dropout_row<T>(g, gp + first, 1, n, first, seed, offset, threshold, drop_scale);
+        masked_row<T>(g, gp + first, n, kp + r * words, drop_scale);
       } else {
-        dropout_row<T>(dropped.data(), gp + first, 1, n, first, seed, offset, threshold, drop_scale);
+        masked_row<T>(dropped.data(), gp + first, n, kp + r * words, drop_scale);
         load_block<A>(dropped.data(), 1, g, n);
       }
       row_softmax_backward<A>(g, yr, dx, n);

@@ -5,6 +5,7 @@
 // (tests/ops/dropout_vec_test.cpp); the kernel's parallel_rows only hands out such rows for
 // some shapes and thread counts.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -13,6 +14,10 @@
 #include "core/opmath.h"
 #include "ops/cpu/philox_vec.h"
 #include "ops/math/dropout_math.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace precis::cpu {
 
@@ -95,6 +100,55 @@ inline void apply_mask(const C* src, const uint32_t* bits, C* dst, int64_t len, 
   }
 }
 
+// Packs the keep decisions of lanes[0 .. len) into words: bit j % 32 of keep[j / 32] for element j
+// (j from 0 at a 32-aligned element; bits past len are 0). Written a byte (eight lanes, one
+// movemask where the build has AVX2) at a time: on a little-endian machine byte j / 8 of the
+// words holds bits j .. j + 7.
+inline void pack_keep(const uint32_t* lanes, uint32_t* keep, int64_t len, uint32_t threshold) {
+  static_assert(std::endian::native == std::endian::little, "the mask's bytes are its words' low bytes first");
+  auto* bytes = reinterpret_cast<uint8_t*>(keep);
+  int64_t j = 0;
+#if defined(__AVX2__)
+  typedef uint32_t U __attribute__((vector_size(32)));
+  typedef int32_t I __attribute__((vector_size(32)));
+  for (; j + 8 <= len; j += 8) {
+    U b;
+    std::memcpy(&b, lanes + j, sizeof b);
+    const I kept = (b >> 8) < threshold;
+    bytes[j / 8] = static_cast<uint8_t>(_mm256_movemask_ps(_mm256_castsi256_ps(reinterpret_cast<__m256i>(kept))));
+  }
+#endif
+  for (; j < len; j += 8) {
+    uint8_t byte = 0;
+    for (int64_t k = 0; k < 8 && j + k < len; ++k)
+      byte |= static_cast<uint8_t>(kernels::dropout_keep(lanes[j + k], threshold) ? 1u << k : 0u);
+    bytes[j / 8] = byte;
+  }
+  for (int64_t b = (len + 7) / 8; b % 4 != 0; ++b) bytes[b] = 0;  // the last word's unused bytes
+}
+
+// dst[j] = src[j]·scale where bit j of the packed mask `keep` (as pack_keep writes it, element 0
+// at bit 0 of keep[0]) is set, else 0: apply_mask's products from a kept mask instead of the
+// Philox lanes. len ≤ 32·words; W lanes share one word's shifted bits.
+template <typename C>
+inline void apply_keep(const C* src, const uint32_t* keep, C* dst, int64_t len, C scale) {
+  constexpr int W = 32 / sizeof(C);
+  typedef C V __attribute__((vector_size(32)));
+  typedef std::conditional_t<sizeof(C) == 4, int32_t, int64_t> I1;
+  typedef I1 I __attribute__((vector_size(32)));
+  I bit;
+  for (int l = 0; l < W; ++l) bit[l] = I1(1) << l;
+  int64_t j = 0;
+  for (; j + W <= len; j += W) {
+    V x;
+    std::memcpy(&x, src + j, sizeof x);
+    const I kept = ((I{} + static_cast<I1>(keep[j / 32] >> (j % 32))) & bit) != 0;
+    const V r = kept ? x * scale : V{};
+    std::memcpy(dst + j, &r, sizeof r);
+  }
+  for (; j < len; ++j) dst[j] = (keep[j / 32] >> (j % 32)) & 1u ? kernels::dropout_scaled(src[j], scale) : C(0);
+}
+
 }  // namespace dropout_detail
 
 /// o[j] = x[j·x_stride]·scale (in C = opmath_t<T>) where element first + j is kept under
@@ -102,20 +156,40 @@ inline void apply_mask(const C* src, const uint32_t* bits, C* dst, int64_t len, 
 /// Each step of kStep elements draws the Philox blocks it uses with the vector generator (a row
 /// may start and end inside a block), converts f16/bf16 or strided input to C in a stack buffer,
 /// and applies the mask 32 bytes at a time.
+/// With `keep`, also writes the row's mask, packed as dropout_detail::pack_keep packs it (bit
+/// j % 32 of keep[j / 32] for element first + j): what masked_row applies again without the draw.
 template <typename T, typename C = opmath_t<T>>
 void dropout_row(T* o, const T* x, int64_t x_stride, int64_t n, int64_t first, uint64_t seed, uint64_t offset,
-                 uint32_t threshold, C scale) {
+                 uint32_t threshold, C scale, uint32_t* keep = nullptr) {
   using namespace dropout_detail;
+  static_assert(kStep % 32 == 0, "a step fills whole mask words");
   alignas(64) uint32_t lanes[kStep + 8];  // kStep / 4 + 1 blocks when the start is mid-block
   alignas(64) C buf[kStep];
   for (int64_t j0 = 0; j0 < n; j0 += kStep) {
     const int64_t len = std::min(kStep, n - j0), idx = first + j0;
     const int64_t b0 = idx / 4, blocks = (idx + len - 1) / 4 - b0 + 1;
     philox_stream_lanes(seed, offset + static_cast<uint64_t>(b0), blocks, lanes);
+    if (keep != nullptr) pack_keep(lanes + (idx & 3), keep + j0 / 32, len, threshold);
     const C* src = load_step<T>(x + j0 * x_stride, x_stride, len, buf);
     C* dst = buf;
     if constexpr (std::is_same_v<T, C>) dst = o + j0;
     apply_mask(src, lanes + (idx & 3), dst, len, scale, threshold);
+    store_step<T>(buf, o + j0, len);
+  }
+}
+
+/// dropout_row's o from a mask it packed into `keep` (the row's words) instead of a draw: the same
+/// values bit for bit, without the Philox rounds (x contiguous).
+template <typename T, typename C = opmath_t<T>>
+void masked_row(T* o, const T* x, int64_t n, const uint32_t* keep, C scale) {
+  using namespace dropout_detail;
+  alignas(64) C buf[kStep];
+  for (int64_t j0 = 0; j0 < n; j0 += kStep) {
+    const int64_t len = std::min(kStep, n - j0);
+    const C* src = load_step<T>(x + j0, 1, len, buf);
+    C* dst = buf;
+    if constexpr (std::is_same_v<T, C>) dst = o + j0;
+    apply_keep(src, keep + j0 / 32, dst, len, scale);
     store_step<T>(buf, o + j0, len);
   }
 }

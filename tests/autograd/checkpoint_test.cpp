@@ -327,6 +327,36 @@ TEST_CASE("selective checkpointing keeps linear_gelu's pre-activation alone", "[
                plain);
 }
 
+TEST_CASE("selective checkpointing keeps attention dropout's packed mask alone", "[autograd][checkpoint]") {
+  // scaled_dot_product_attention with dropout inside a region: besides the region's output it
+  // holds the score pass's mask, one bit per score in 32-bit words per row, and not the weights;
+  // the recomputation applies that mask (the gradients are the plain forward's), and a policy
+  // that does not keep it draws the mask again from the replayed generator state, to the same bits.
+  // L = 48: two mask words per row, the second partial; both tensors a multiple of the
+  // allocator's 512-byte size class.
+  const int64_t B = 2, H = 2, L = 48, E = 8;
+  Tensor q = randn_input({B, H, L, E}, true, 1, DType::f32), k = randn_input({B, H, L, E}, true, 2, DType::f32),
+         v = randn_input({B, H, L, E}, true, 3, DType::f32);
+  auto attention = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    return scaled_dot_product_attention(a, b, c, Tensor(), 0.2) * 1.5;
+  };
+  const auto run = [&](const CheckpointOptions& o) {
+    return autograd::checkpoint(o, attention, q, k, v);
+  };
+  const CheckpointOptions keep_mask{.mode = CheckpointMode::selective};
+  const CheckpointOptions draw_again{.mode = CheckpointMode::selective,
+                                     .kept_ops = {OpId::linear, OpId::linear_gelu, OpId::conv2d}};
+  const size_t before = cpu_allocator().stats().allocated;
+  Tensor y = run(keep_mask);
+  const size_t held = cpu_allocator().stats().allocated - before;
+  CHECK(held == static_cast<size_t>(B * H * L * E * 4 + B * H * L * ((L + 31) / 32) * 4));
+  y = Tensor();
+  const TensorList params{q, k, v};
+  const TensorList plain = grads_of([&] { return attention(q, k, v); }, params);
+  require_same(grads_of([&] { return run(keep_mask); }, params), plain);
+  require_same(grads_of([&] { return run(draw_again); }, params), plain);
+}
+
 TEST_CASE("selective checkpointing refuses a recomputation that calls other kept ops", "[autograd][checkpoint]") {
   Mlp m;
   Tensor x = randn_input({4, 8}, true, 5, DType::f32);

@@ -12,7 +12,10 @@
 #include "core/grad_mode.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
+#include "ops/contracts/kernels_attention.h"
 #include "ops/detail/attention_softmax.h"
+#include "ops/math/dropout_math.h"
+#include "ops/op_table.h"
 #include "ops/functional.h"
 #include "ops/profiler.h"
 #include "tests/support/op_cases.h"
@@ -185,6 +188,45 @@ TEST_CASE("fused attention zeroes rows with no visible key and their gradients",
             CHECK(r.dq[at] == 0.0);
           }
         }
+  }
+}
+
+TEST_CASE("the score pass's packed dropout mask replays the drawn weights without the draw",
+          "[ops][attention][fused]") {
+  // The forward kernel three ways on the same scores: drawing (no mask kept), drawing and packing
+  // the mask, and replaying the packed mask under another seed (which a replay must not read).
+  // All three give the same weights bit for bit, and the packed mask is the one dropout's rule
+  // draws. (The backward, which reads only the mask, is checked against the composed path above.)
+  using kernels::DropoutKeep;
+  const int64_t B = 2, H = 3, L = 5, S = 37;  // a row of two mask words, the second partial
+  for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
+    INFO(dtype_name(dt));
+    const DType acc = dt == DType::f64 ? DType::f64 : DType::f32;
+    const Tensor scores = randn_input({B, H, L, S}, false, 31).to(dt);
+    const double p = 0.3;
+    kernels::AttentionSoftmaxArgs args{.scale = 0.5, .dropout_p = p, .rng = {1234, 56}};
+    const auto fwd = kernel<kernels::AttentionSoftmaxKernel>(OpId::attention_softmax, DeviceType::cpu, dt);
+    const auto shape = kernels::dropout_keep_shape(B * H * L, S);
+    auto run = [&](DropoutKeep how, const Tensor& keep, uint64_t seed) {
+      Tensor out = empty(scores.sizes(), {.dtype = dt}), y = empty(scores.sizes(), {.dtype = acc});
+      kernels::AttentionSoftmaxArgs a = args;
+      a.keep = how;
+      a.rng.seed = seed;
+      fwd(out, y, keep, scores, Tensor(), a);
+      return out;
+    };
+    const Tensor keep = empty({shape[0], shape[1]}, {.dtype = DType::i32});
+    const Tensor drawn = run(DropoutKeep::draw, Tensor(), 1234);
+    PRECIS_REQUIRE_SAME_BITS(run(DropoutKeep::draw_store, keep, 1234), drawn);
+    PRECIS_REQUIRE_SAME_BITS(run(DropoutKeep::replay, keep, 999), drawn);
+    const auto* words = static_cast<const uint32_t*>(keep.data_ptr());
+    const uint32_t threshold = kernels::dropout_keep_threshold(p);
+    for (int64_t r = 0; r < B * H * L; ++r)
+      for (int64_t j = 0; j < S; ++j) {
+        INFO("row " << r << " key " << j);
+        REQUIRE(((words[r * shape[1] + j / 32] >> (j % 32)) & 1u) ==
+                (kernels::dropout_keep_at(1234, 56, r * S + j, threshold) ? 1u : 0u));
+      }
   }
 }
 

@@ -129,6 +129,44 @@ TEST_CASE("a dropout row starting anywhere in a Philox block matches the scalar 
     });
 }
 
+TEST_CASE("a dropout row packs its mask bit for bit, and masked_row applies it again without the draw",
+          "[ops][dropout]") {
+  // Lengths around the 8-lane packs, the 32-bit words and the 256-element steps; rows starting
+  // inside a Philox block. The mask's bit j must be the scalar rule's decision for element
+  // first + j, the padding bits of the last word 0, and masked_row's output dropout_row's.
+  std::vector<int64_t> lengths;
+  for (int64_t n = 0; n <= 70; ++n) lengths.push_back(n);
+  for (int64_t n : {255, 256, 257, 600, 1030}) lengths.push_back(n);
+  for (DType dt : kFloatDtypes)
+    visit_floating_dtype(dt, [&]<typename T>() {
+      using C = opmath_t<T>;
+      const std::vector<T> x = inputs<T>(1030, 7);
+      for (int64_t first : {0, 1, 3, 130})
+        for (int64_t n : lengths) {
+          const double p = n % 2 == 0 ? 0.3 : 0.7;
+          const uint64_t seed = 4242 + static_cast<uint64_t>(n), offset = 17;
+          const uint32_t threshold = kernels::dropout_keep_threshold(p);
+          const C scale = static_cast<C>(1.0 / (1.0 - p));
+          const size_t words = static_cast<size_t>((n + 31) / 32);
+          std::vector<uint32_t> keep(words + 1, 0xA5A5A5A5u);  // garbage to overwrite, and a guard word
+          std::vector<T> drawn(static_cast<size_t>(n)), replayed(static_cast<size_t>(n), convert<T>(9.0f));
+          cpu::dropout_row<T>(drawn.data(), x.data(), 1, n, first, seed, offset, threshold, scale, keep.data());
+          for (int64_t j = 0; j < 32 * static_cast<int64_t>(words); ++j) {
+            const bool bit = (keep[static_cast<size_t>(j / 32)] >> (j % 32)) & 1u;
+            const bool want = j < n && kernels::dropout_keep_at(seed, offset, first + j, threshold);
+            INFO(dtype_name(dt) << " first " << first << " n " << n << " bit " << j);
+            REQUIRE(bit == want);
+          }
+          REQUIRE(keep[words] == 0xA5A5A5A5u);
+          cpu::masked_row<T>(replayed.data(), x.data(), n, keep.data(), scale);
+          for (int64_t j = 0; j < n; ++j) {
+            INFO(dtype_name(dt) << " first " << first << " n " << n << " element " << j);
+            REQUIRE(same_bits(replayed[static_cast<size_t>(j)], drawn[static_cast<size_t>(j)]));
+          }
+        }
+    });
+}
+
 TEST_CASE("the dropout kernel matches the scalar rule for any layout and thread count", "[ops][dropout]") {
   struct Case {
     Shape shape;
