@@ -93,6 +93,7 @@ struct ModelCase {
   // Builds the model and data and returns one training step under `dtype` (f32: no autocast).
   std::function<std::function<void()>(DType dtype)> make;
   bool bf16_only = false;  // a bf16 recipe (fp8 linear layers): no f32 run
+  bool f32_only = false;   // an f32 setting (the CPU's Winograd convolutions): no bf16 run
 };
 
 // fp8: the model's linear layers (not BERT's vocabulary decoder) run in fp8 inside the bf16
@@ -162,9 +163,25 @@ std::function<void()> bert_mini_step(DType dtype, bool masked15, models::MaskedL
       fp8);
 }
 
+// `step` with the CPU's f32 convolutions allowed TF32-sized error, so oneDNN's Winograd kernels
+// take the 3x3 stride-1 ones (ops/float32_precision.h; set per call: the guard restores the
+// default between cases).
+std::function<void()> with_winograd(std::function<void()> step) {
+  return [step = std::move(step)] {
+    Float32PrecisionGuard winograd(Float32OpFamily::conv, Float32Precision::tf32, DeviceType::cpu);
+    step();
+  };
+}
+
 const ModelCase kCases[] = {
     {"resnet18_cifar b64", [](DType dtype) { return resnet18_cifar_step(dtype, MemoryFormat::ChannelsLast); }},
     {"resnet18_cifar_nchw b64", [](DType dtype) { return resnet18_cifar_step(dtype, MemoryFormat::Contiguous); }},
+    // The same with the CPU's conv precision tf32: Winograd convolutions, no PyTorch peer (its CPU
+    // convolutions are direct under every setting). FLOPs stay the direct convolutions' count.
+    {"resnet18_cifar b64 winograd",
+     [](DType dtype) { return with_winograd(resnet18_cifar_step(dtype, MemoryFormat::ChannelsLast)); }, false, true},
+    {"resnet18_cifar_nchw b64 winograd",
+     [](DType dtype) { return with_winograd(resnet18_cifar_step(dtype, MemoryFormat::Contiguous)); }, false, true},
     {"bert_mini b16x128", [](DType dtype) { return bert_mini_step(dtype, false, {}); }},
     {"bert_mini b16x128 fused-loss", [](DType dtype) { return bert_mini_step(dtype, false, {.return_logits = false}); }},
     {"bert_mini b16x128 masked15",
@@ -420,7 +437,8 @@ SuiteReport run_models(const Options& options) {
       "One training step (forward, backward, SGD momentum step) on synthetic data; bf16 = autocast with "
       "fp32 weights. resnet18_cifar: batch 64 of 3×32×32; bert_mini: batch 16×128 tokens, vocabulary 30522, "
       "MLM loss on every token (fused-loss: the same without the logits, linear_cross_entropy; masked15: "
-      "on 15 % of them, the head at those positions only; fp8-linear: bf16 with the linear layers' GEMMs in "
+      "on 15 % of them, the head at those positions only; winograd: f32 with the CPU's conv precision tf32, so "
+      "oneDNN's Winograd kernels for the 3×3 stride-1 convolutions; fp8-linear: bf16 with the linear layers' GEMMs in "
       "fp8, emulated exactly on the CPU, so its cost here, not a speed-up). FLOPs: the step's matmul, linear, conv2d and "
       "linear_cross_entropy FLOPs (forward and backward), "
       "counted from the model. Each case runs in a fresh child "
@@ -429,6 +447,7 @@ SuiteReport run_models(const Options& options) {
     for (DType dtype : {DType::f32, DType::bf16})
       for (int threads : options.threads) {
         if (c.bf16_only && dtype != DType::bf16) continue;
+        if (c.f32_only && dtype != DType::f32) continue;
         if (!case_selected(options, std::string(c.name) + (dtype == DType::f32 ? " f32" : " bf16"))) continue;
         bool isolated = false;
         const CaseResult r = run_isolated(c, dtype, threads, options, &isolated);

@@ -11,8 +11,11 @@ namespace {
 // no other memory needs ordering against a change.
 std::atomic<Float32Precision> g_matmul{Float32Precision::ieee};  // torch.backends.cuda.matmul.allow_tf32 = False
 std::atomic<Float32Precision> g_conv{Float32Precision::tf32};    // torch.backends.cudnn.allow_tf32 = True
+std::atomic<Float32Precision> g_cpu_matmul{Float32Precision::ieee};  // torch.backends.mkldnn.matmul.fp32_precision
+std::atomic<Float32Precision> g_cpu_conv{Float32Precision::ieee};    // torch.backends.mkldnn.conv.fp32_precision
 
-std::atomic<Float32Precision>& setting(Float32OpFamily family) {
+std::atomic<Float32Precision>& setting(Float32OpFamily family, DeviceType device = DeviceType::cuda) {
+  if (device == DeviceType::cpu) return family == Float32OpFamily::matmul ? g_cpu_matmul : g_cpu_conv;
   return family == Float32OpFamily::matmul ? g_matmul : g_conv;
 }
 }  // namespace
@@ -31,9 +34,19 @@ void set_float32_precision(Float32OpFamily family, Float32Precision precision) {
   setting(family).store(precision, std::memory_order_relaxed);
 }
 
+Float32Precision float32_precision(Float32OpFamily family, DeviceType device) {
+  return setting(family, device).load(std::memory_order_relaxed);
+}
+
+void set_float32_precision(Float32OpFamily family, Float32Precision precision, DeviceType device) {
+  setting(family, device).store(precision, std::memory_order_relaxed);
+}
+
 void set_float32_precision(Float32Precision precision) {
-  set_float32_precision(Float32OpFamily::matmul, precision);
-  set_float32_precision(Float32OpFamily::conv, precision);
+  for (DeviceType device : {DeviceType::cuda, DeviceType::cpu}) {
+    set_float32_precision(Float32OpFamily::matmul, precision, device);
+    set_float32_precision(Float32OpFamily::conv, precision, device);
+  }
 }
 
 void set_float32_matmul_precision(std::string_view precision) {
@@ -81,19 +94,24 @@ bool uses_tf32(OpId op, DeviceType device, DType dtype) {
   return dtype == DType::f32 && float32_precision(op, device) == Float32Precision::tf32;
 }
 
-Float32PrecisionGuard::Float32PrecisionGuard(Float32OpFamily family, Float32Precision precision)
-    : matmul_(float32_precision(Float32OpFamily::matmul)), conv_(float32_precision(Float32OpFamily::conv)) {
-  set_float32_precision(family, precision);
+Float32PrecisionGuard::Float32PrecisionGuard(Float32OpFamily family, Float32Precision precision, DeviceType device)
+    : cuda_matmul_(float32_precision(Float32OpFamily::matmul)),
+      cuda_conv_(float32_precision(Float32OpFamily::conv)),
+      cpu_matmul_(float32_precision(Float32OpFamily::matmul, DeviceType::cpu)),
+      cpu_conv_(float32_precision(Float32OpFamily::conv, DeviceType::cpu)) {
+  set_float32_precision(family, precision, device);
 }
 
 Float32PrecisionGuard::Float32PrecisionGuard(Float32Precision precision)
-    : matmul_(float32_precision(Float32OpFamily::matmul)), conv_(float32_precision(Float32OpFamily::conv)) {
+    : Float32PrecisionGuard(Float32OpFamily::matmul, float32_precision(Float32OpFamily::matmul)) {
   set_float32_precision(precision);
 }
 
 Float32PrecisionGuard::~Float32PrecisionGuard() {
-  set_float32_precision(Float32OpFamily::matmul, matmul_);
-  set_float32_precision(Float32OpFamily::conv, conv_);
+  set_float32_precision(Float32OpFamily::matmul, cuda_matmul_);
+  set_float32_precision(Float32OpFamily::conv, cuda_conv_);
+  set_float32_precision(Float32OpFamily::matmul, cpu_matmul_, DeviceType::cpu);
+  set_float32_precision(Float32OpFamily::conv, cpu_conv_, DeviceType::cpu);
 }
 
 }  // namespace precis

@@ -37,6 +37,9 @@ bool onednn_conv_backward(DType dtype, const ConvShape& s, const void* grad_out,
 /// ops/cpu/conv_onednn.cpp has the measurements), and how many times it has (for tests).
 bool onednn_input_gradient_as_forward(const ConvShape& s);
 int64_t onednn_input_gradients_as_forward_run();
+/// How many convolution passes (forward, input or weight gradient) ran on oneDNN's Winograd
+/// kernels (conv_onednn.cpp, "Winograd"), for tests.
+int64_t onednn_winograd_passes_run();
 /// oneDNN's major version precis is built against (2: Debian 12's 2.6; 3: PyPI's onednn-cpu-gomp).
 int onednn_major_version();
 

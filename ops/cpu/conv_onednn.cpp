@@ -10,6 +10,9 @@
 // reference kernel for nhwc, the primitive is created with `any` and reorders as for NCHW.
 // The reorders are memory-bound passes, cheap next to the convolution's flops at the shapes that
 // matter (see docs/design/cpu-conv.md for the measurements behind this choice).
+// f32 3x3 stride-1 convolutions run oneDNN's Winograd F(4x4, 3x3) kernels where the CPU's conv
+// precision setting is tf32 (ops/float32_precision.h; ieee by default, as PyTorch's oneDNN
+// convolutions): 2.2x faster than its direct kernels at ResNet's shapes, ~5x their error (below).
 // Primitives and their reorders are cached per problem, dtype and thread count, and shared by all
 // threads: every execution brings its own scratchpad (ops/cpu/onednn_util.h).
 #ifdef PRECIS_HAS_ONEDNN
@@ -24,6 +27,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/conv_impl.h"
+#include "ops/float32_precision.h"
 #include "ops/cpu/onednn_compat.h"
 #include "ops/cpu/onednn_util.h"
 #include "tensor/factory.h"
@@ -37,13 +41,13 @@ using tag = memory::format_tag;
 
 enum class Pass : int64_t { forward, backward_input, backward_weight };
 
-// pass, dtype, threads, bias?, nhwc?, n, c, h, w, o, kh, kw, ho, wo, strides, paddings, dilations,
-// groups.
-using Key = std::array<int64_t, 21>;
+// pass, dtype, threads, bias?, nhwc?, Winograd allowed?, n, c, h, w, o, kh, kw, ho, wo, strides,
+// paddings, dilations, groups.
+using Key = std::array<int64_t, 22>;
 
-Key make_key(Pass pass, DType dtype, int threads, bool bias, const ConvShape& s) {
-  return {static_cast<int64_t>(pass), static_cast<int64_t>(dtype), threads, bias, s.nhwc, s.n, s.c, s.h, s.w, s.o,
-          s.kh, s.kw, s.ho, s.wo, s.p.stride[0], s.p.stride[1], s.p.padding[0], s.p.padding[1],
+Key make_key(Pass pass, DType dtype, int threads, bool bias, bool winograd, const ConvShape& s) {
+  return {static_cast<int64_t>(pass), static_cast<int64_t>(dtype), threads, bias, s.nhwc, winograd, s.n, s.c, s.h,
+          s.w, s.o, s.kh, s.kw, s.ho, s.wo, s.p.stride[0], s.p.stride[1], s.p.padding[0], s.p.padding[1],
           s.p.dilation[0], s.p.dilation[1], s.p.groups};
 }
 
@@ -70,6 +74,7 @@ struct CachedConv {
   memory::desc bias;
   // Input gradient run as a forward convolution: in1 must be the flipped, transposed weights.
   bool flipped_weights = false;
+  bool winograd = false;  // oneDNN's Winograd kernels, not its direct ones
   bool supported() const { return static_cast<bool>(primitive); }
 };
 
@@ -171,25 +176,28 @@ const void* flipped_weights(DType dtype, const ConvShape& s, const void* w, Tens
 
 // act: the activations' layout the primitive is created with (`any`, or nhwc to work on
 // channels-last tensors in place).
-dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias, tag act) {
+dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias, tag act, dnnl::algorithm alg) {
   const memory::desc any_src(d.src, d.dt, act), any_w(d.weights, d.dt, tag::any), any_dst(d.dst, d.dt, act);
   const memory::desc b({d.dst[1]}, d.dt, tag::a);
   return onednn::conv_forward_pd(cpu_engine(), dnnl::prop_kind::forward_training, any_src, any_w,
-                                 bias ? &b : nullptr, any_dst, d.window, scratchpad_attr());
+                                 bias ? &b : nullptr, any_dst, d.window, scratchpad_attr(), alg);
 }
 
-// The primitive of a pass with activations created in layout `act`; empty when oneDNN has only a
-// reference implementation (or none) for it.
-std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const ConvShape& s, tag act) {
+// The primitive of a pass by `alg` with activations created in layout `act`; empty when oneDNN has
+// only a reference implementation (or none) for it.
+std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const ConvShape& s, tag act,
+                                        dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
+  const bool winograd = alg == dnnl::algorithm::convolution_winograd;
   const Descs d = descs_of(dtype, s);
   const tag user_act = s.nhwc ? tag::nhwc : tag::nchw;
   const memory::desc plain_src(d.src, d.dt, user_act), plain_w(d.weights, d.dt, d.weights_tag),
       plain_dst(d.dst, d.dt, user_act);
   const dnnl::engine& e = cpu_engine();
   auto c = std::make_shared<CachedConv>();
+  c->winograd = winograd;
   try {
     if (pass == Pass::forward) {
-      const auto pd = forward_pd(d, bias, act);
+      const auto pd = forward_pd(d, bias, act, alg);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_forward(pd);
       c->scratchpad = pd.scratchpad_desc();
@@ -200,14 +208,14 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
         c->bias_arg = DNNL_ARG_BIAS;
         c->bias = pd.bias_desc();
       }
-    } else if (pass == Pass::backward_input && onednn_input_gradient_as_forward(s)) {
+    } else if (pass == Pass::backward_input && !winograd && onednn_input_gradient_as_forward(s)) {
       Descs f = d;  // grad_out → grad_x by the flipped weights, padded by k - 1 - p
       f.src = d.dst;
       f.dst = d.src;
       f.weights = {s.c, s.o, s.kh, s.kw};
       f.window.padding_l = {s.kh - 1 - s.p.padding[0], s.kw - 1 - s.p.padding[1]};
       f.window.padding_r = f.window.padding_l;
-      const auto pd = forward_pd(f, false, act);
+      const auto pd = forward_pd(f, false, act, alg);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_forward(pd);
       c->scratchpad = pd.scratchpad_desc();
@@ -216,10 +224,11 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
       c->in1 = make_operand(DNNL_ARG_WEIGHTS, memory::desc(f.weights, d.dt, tag::oihw), pd.weights_desc(), false);
       c->out = make_operand(DNNL_ARG_DST, plain_src, pd.dst_desc(), true);
     } else if (pass == Pass::backward_input) {
-      const auto hint = forward_pd(d, false, act);
+      const auto hint = forward_pd(d, false, act, alg);
       const auto pd = onednn::conv_backward_data_pd(e, memory::desc(d.src, d.dt, act),
                                                     memory::desc(d.weights, d.dt, tag::any),
-                                                    memory::desc(d.dst, d.dt, act), d.window, hint, scratchpad_attr());
+                                                    memory::desc(d.dst, d.dt, act), d.window, hint, scratchpad_attr(),
+                                                    alg);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_backward_data(pd);
       c->scratchpad = pd.scratchpad_desc();
@@ -227,11 +236,11 @@ std::shared_ptr<const CachedConv> build(Pass pass, DType dtype, bool bias, const
       c->in1 = make_operand(DNNL_ARG_WEIGHTS, plain_w, pd.weights_desc(), false);
       c->out = make_operand(DNNL_ARG_DIFF_SRC, plain_src, pd.diff_src_desc(), true);
     } else {
-      const auto hint = forward_pd(d, bias, act);
+      const auto hint = forward_pd(d, bias, act, alg);
       const memory::desc any_src(d.src, d.dt, act), any_w(d.weights, d.dt, tag::any), any_dst(d.dst, d.dt, act);
       const memory::desc b({s.o}, d.dt, tag::a);
       const auto pd = onednn::conv_backward_weights_pd(e, any_src, any_w, bias ? &b : nullptr, any_dst, d.window,
-                                                       hint, scratchpad_attr());
+                                                       hint, scratchpad_attr(), alg);
       if (is_reference(pd.impl_info_str())) return std::make_shared<CachedConv>();
       c->primitive = dnnl::convolution_backward_weights(pd);
       c->scratchpad = pd.scratchpad_desc();
@@ -255,16 +264,43 @@ memory scratch(const memory::desc& desc, Tensor& holder) {
   return memory(desc, cpu_engine(), holder.data_ptr());
 }
 
+// ---- Winograd ------------------------------------------------------------------------------------
+// oneDNN 2.6's jit_wino_4x3 kernels (AVX-512) compute an f32 3x3 stride-1 convolution as
+// F(4x4, 3x3) Winograd: 2.25x fewer multiplies, and transforms whose roundings add error. At
+// ResNet-18 CIFAR's shapes (b64, 2 threads, AMD Zen 4; benchmarks/tools/conv_winograd_probe.cpp,
+// benchmarks/results/conv-winograd-2026-12-06-zen4.md) forward, input and weight gradient take
+// 353 ms a step against 776 direct (activations in the primitive's blocked layout) and 403
+// against 801 from channels-last (Winograd has no nhwc kernel: reorders in and out per call);
+// the largest error against an f64 reference is 2e-6 to 1.1e-5 of the outputs' rms, against
+// 5e-7 to 3e-6 direct: ~100x inside TF32's 2^-11. So it runs where the CPU's conv setting allows
+// TF32-sized error (tf32); the default, ieee, keeps the direct kernels and PyTorch's numerics.
+// Where oneDNN has no Winograd kernel for a problem (no AVX-512, other channel counts) the direct
+// one runs.
+
+std::atomic<int64_t> winograd_passes{0};
+
+bool winograd_allowed(DType dtype, const ConvShape& s) {
+  const auto& p = s.p;
+  return dtype == DType::f32 &&
+         float32_precision(Float32OpFamily::conv, DeviceType::cpu) == Float32Precision::tf32 && s.kh == 3 &&
+         s.kw == 3 && p.groups == 1 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 &&
+         p.dilation[1] == 1;
+}
+
 // The cached primitive for a problem (built on first use); null when oneDNN has no fast
 // implementation for it.
 std::shared_ptr<const CachedConv> primitive_for(Pass pass, DType dtype, int threads, bool bias, const ConvShape& s) {
-  const Key key = make_key(pass, dtype, threads, bias, s);
+  const bool winograd = winograd_allowed(dtype, s);
+  const Key key = make_key(pass, dtype, threads, bias, winograd, s);
   ConvCache& cache = conv_cache();
   std::shared_ptr<const CachedConv> c = cache.find(key);
   if (c == nullptr) {
-    // Channels-last: nhwc kernels first (no activation reorders); where oneDNN has none but the
-    // reference, its blocked kernels with reorders from and to nhwc.
-    std::shared_ptr<const CachedConv> built = build(pass, dtype, bias, s, s.nhwc ? tag::nhwc : tag::any);
+    // Winograd where allowed (its kernels take blocked activations only); else channels-last: nhwc
+    // kernels first (no activation reorders); where oneDNN has none but the reference, its blocked
+    // kernels with reorders from and to nhwc.
+    std::shared_ptr<const CachedConv> built;
+    if (winograd) built = build(pass, dtype, bias, s, tag::any, dnnl::algorithm::convolution_winograd);
+    if (built == nullptr || !built->supported()) built = build(pass, dtype, bias, s, s.nhwc ? tag::nhwc : tag::any);
     if (s.nhwc && !built->supported()) built = build(pass, dtype, bias, s, tag::any);
     c = cache.insert(key, built);
   }
@@ -295,6 +331,7 @@ void execute(const CachedConv& c, const void* in0, const void* in1, void* out, v
     args.emplace(c.out.arg, prim_out);
     if (bias != nullptr) args.emplace(c.bias_arg, memory(c.bias, cpu_engine(), bias));
     execute_primitive(c.primitive, c.scratchpad, std::move(args));
+    if (c.winograd) ++winograd_passes;
     if (c.out.needs_reorder())
       execute_primitive(c.out.reorder, c.out.reorder_scratchpad, {{DNNL_ARG_FROM, prim_out}, {DNNL_ARG_TO, user_out}});
   } catch (const dnnl::error& err) {
@@ -320,6 +357,8 @@ bool onednn_input_gradient_as_forward(const ConvShape& s) {
 }
 
 int64_t onednn_input_gradients_as_forward_run() { return input_gradients_as_forward.load(); }
+
+int64_t onednn_winograd_passes_run() { return winograd_passes.load(); }
 
 int onednn_major_version() { return DNNL_VERSION_MAJOR; }
 

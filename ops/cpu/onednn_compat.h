@@ -36,14 +36,14 @@ inline dnnl::matmul::primitive_desc matmul_pd(const dnnl::engine& e, const memor
 #endif
 }
 
-/// Direct convolution forward; `bias` null for none.
+/// Convolution forward by `alg` (direct or winograd); `bias` null for none.
 inline dnnl::convolution_forward::primitive_desc conv_forward_pd(const dnnl::engine& e, dnnl::prop_kind prop,
                                                                  const memory::desc& src,
                                                                  const memory::desc& weights,
                                                                  const memory::desc* bias, const memory::desc& dst,
                                                                  const ConvWindow& w,
-                                                                 const dnnl::primitive_attr& attr = {}) {
-  const auto alg = dnnl::algorithm::convolution_direct;
+                                                                 const dnnl::primitive_attr& attr = {},
+                                                                 dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
 #if DNNL_VERSION_MAJOR >= 3
   return bias != nullptr ? dnnl::convolution_forward::primitive_desc(e, prop, alg, src, weights, *bias, dst, w.strides,
                                                                      w.dilates, w.padding_l, w.padding_r, attr)
@@ -62,11 +62,11 @@ inline dnnl::convolution_forward::primitive_desc conv_forward_pd(const dnnl::eng
 #endif
 }
 
-/// Direct convolution's input gradient, planned after the forward `hint`.
+/// The convolution's input gradient by `alg`, planned after the forward `hint`.
 inline dnnl::convolution_backward_data::primitive_desc conv_backward_data_pd(
     const dnnl::engine& e, const memory::desc& diff_src, const memory::desc& weights, const memory::desc& diff_dst,
-    const ConvWindow& w, const dnnl::convolution_forward::primitive_desc& hint, const dnnl::primitive_attr& attr = {}) {
-  const auto alg = dnnl::algorithm::convolution_direct;
+    const ConvWindow& w, const dnnl::convolution_forward::primitive_desc& hint, const dnnl::primitive_attr& attr = {},
+    dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
 #if DNNL_VERSION_MAJOR >= 3
   return {e, alg, diff_src, weights, diff_dst, w.strides, w.dilates, w.padding_l, w.padding_r, hint, attr};
 #else
@@ -76,14 +76,13 @@ inline dnnl::convolution_backward_data::primitive_desc conv_backward_data_pd(
 #endif
 }
 
-/// Direct convolution's weight (and, when `diff_bias` is not null, bias) gradient, planned after
-/// the forward `hint`.
+/// The convolution's weight (and, when `diff_bias` is not null, bias) gradient by `alg`, planned
+/// after the forward `hint`.
 inline dnnl::convolution_backward_weights::primitive_desc conv_backward_weights_pd(
     const dnnl::engine& e, const memory::desc& src, const memory::desc& diff_weights, const memory::desc* diff_bias,
     const memory::desc& diff_dst, const ConvWindow& w, const dnnl::convolution_forward::primitive_desc& hint,
-    const dnnl::primitive_attr& attr = {}) {
-  const auto alg = dnnl::algorithm::convolution_direct;
-  using pd = dnnl::convolution_backward_weights::primitive_desc;
+    const dnnl::primitive_attr& attr = {}, dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
+    using pd = dnnl::convolution_backward_weights::primitive_desc;
 #if DNNL_VERSION_MAJOR >= 3
   return diff_bias != nullptr ? pd(e, alg, src, diff_weights, *diff_bias, diff_dst, w.strides, w.dilates,
                                    w.padding_l, w.padding_r, hint, attr)

@@ -103,6 +103,37 @@ TEST_CASE("Float32PrecisionGuard restores both families, also after a change ins
   CHECK(float32_precision(Float32OpFamily::conv) == conv0);
 }
 
+TEST_CASE("the CPU has settings of its own, IEEE by default as PyTorch's oneDNN ones", "[ops][float32_precision]") {
+  // torch.backends.mkldnn.{matmul,conv}.fp32_precision == "ieee"; the CUDA setters leave them, and
+  // set_float32_precision(p) (torch.backends.fp32_precision) sets every device type. The guard
+  // restores the CPU's too.
+  CHECK(float32_precision(Float32OpFamily::matmul, DeviceType::cpu) == kIeee);
+  CHECK(float32_precision(Float32OpFamily::conv, DeviceType::cpu) == kIeee);
+  CHECK(float32_precision(Float32OpFamily::conv, DeviceType::cuda) == float32_precision(Float32OpFamily::conv));
+  {
+    Float32PrecisionGuard restore(kIeee);
+    set_float32_precision(Float32OpFamily::conv, kTf32);
+    set_float32_matmul_precision("high");
+    CHECK(float32_precision(Float32OpFamily::conv, DeviceType::cpu) == kIeee);
+    CHECK(float32_precision(Float32OpFamily::matmul, DeviceType::cpu) == kIeee);
+    set_float32_precision(Float32OpFamily::conv, kTf32, DeviceType::cpu);
+    CHECK(float32_precision(Float32OpFamily::conv, DeviceType::cpu) == kTf32);
+    CHECK(float32_precision(Float32OpFamily::matmul, DeviceType::cpu) == kIeee);
+    set_float32_precision(kIeee);
+    CHECK(float32_precision(Float32OpFamily::conv, DeviceType::cpu) == kIeee);
+    set_float32_precision(kTf32);
+    CHECK(float32_precision(Float32OpFamily::matmul, DeviceType::cpu) == kTf32);
+    {
+      Float32PrecisionGuard cpu_conv(Float32OpFamily::conv, kIeee, DeviceType::cpu);
+      CHECK(float32_precision(Float32OpFamily::conv, DeviceType::cpu) == kIeee);
+      CHECK(float32_precision(Float32OpFamily::conv) == kTf32);
+    }
+    CHECK(float32_precision(Float32OpFamily::conv, DeviceType::cpu) == kTf32);
+  }
+  CHECK(float32_precision(Float32OpFamily::matmul, DeviceType::cpu) == kIeee);
+  CHECK(float32_precision(Float32OpFamily::conv, DeviceType::cpu) == kIeee);
+}
+
 TEST_CASE("the GEMM and convolution ops belong to their family, every other op to none", "[ops][float32_precision]") {
   const std::vector<OpId> matmuls = {OpId::matmul, OpId::linear, OpId::linear_gelu, OpId::linear_cross_entropy,
                                      OpId::scaled_dot_product_attention};
@@ -123,10 +154,13 @@ TEST_CASE("the GEMM and convolution ops belong to their family, every other op t
 
 TEST_CASE("per op: the CPU computes IEEE f32 under every setting, CUDA follows the op's family",
           "[ops][float32_precision]") {
+  // The CPU's own settings included: its Winograd convolutions still multiply in fp32.
   for (const auto& [matmul, conv] : {std::pair{kIeee, kIeee}, std::pair{kIeee, kTf32}, std::pair{kTf32, kIeee},
                                      std::pair{kTf32, kTf32}}) {
     Float32PrecisionGuard m(Float32OpFamily::matmul, matmul);
     Float32PrecisionGuard c(Float32OpFamily::conv, conv);
+    Float32PrecisionGuard cpu_m(Float32OpFamily::matmul, matmul, DeviceType::cpu);
+    Float32PrecisionGuard cpu_c(Float32OpFamily::conv, conv, DeviceType::cpu);
     for (OpId op : all_ops()) {
       INFO(op_name(op) << " with matmul " << float32_precision_name(matmul) << ", conv " << float32_precision_name(conv));
       CHECK(float32_precision(op, DeviceType::cpu) == kIeee);
