@@ -28,77 +28,9 @@
 #include <omp.h>
 #include <time.h>
 
+#include "benchmarks/tools/onednn_conv_probe.h"
 #include "core/half.h"
 #include "ops/cpu/conv_gemm_cols.h"
-
-using namespace dnnl;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
-struct Layer {
-  int64_t c, o, hw, k, s, count;
-};
-
-// ResNet-18 CIFAR: stem, 4 stages of 2 basic blocks, 1x1 projections at each stride-2 stage.
-const std::vector<Layer> kLayers = {
-    {3, 64, 32, 3, 1, 1},     {64, 64, 32, 3, 1, 4},    {64, 128, 32, 3, 2, 1},  {128, 128, 16, 3, 1, 3},
-    {64, 128, 32, 1, 2, 1},   {128, 256, 16, 3, 2, 1},  {256, 256, 8, 3, 1, 3},  {128, 256, 16, 1, 2, 1},
-    {256, 512, 8, 3, 2, 1},   {512, 512, 4, 3, 1, 3},   {256, 512, 8, 1, 2, 1},
-};
-
-engine eng(engine::kind::cpu, 0);
-stream strm(eng);
-
-// cpu: process CPU time instead of wall time. With one thread it is the time the work itself took,
-// immune to the preemption a shared machine inflicts (which quantizes wall times at ~16 ms).
-bool g_cpu_time = false;
-double now_ms() {
-  if (!g_cpu_time)
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-double time_ms(const std::function<void()>& f, int reps) {
-  f();
-  strm.wait();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const double a = now_ms();
-    f();
-    strm.wait();
-    t.push_back(now_ms() - a);
-  }
-  return *std::min_element(t.begin(), t.end());  // least disturbed on a shared machine
-}
-
-struct Op {
-  primitive prim;
-  std::unordered_map<int, memory> args;
-  std::vector<std::pair<reorder, std::pair<memory, memory>>> pre, post;
-  void run() {
-    for (auto& r : pre) r.first.execute(strm, r.second.first, r.second.second);
-    prim.execute(strm, args);
-    for (auto& r : post) r.first.execute(strm, r.second.first, r.second.second);
-  }
-};
-
-void fill(const memory& m) {
-  auto* p = static_cast<unsigned char*>(m.get_data_handle());
-  const size_t n = m.get_desc().get_size();
-  for (size_t i = 0; i < n; ++i) p[i] = 0;  // zeros: same speed as data for these kernels
-}
-
-void bind(Op& op, int arg, const memory::desc& user, const memory::desc& chosen, bool output) {
-  memory u(user, eng), c = user == chosen ? u : memory(chosen, eng);
-  fill(u);
-  if (!(user == chosen)) {
-    if (output) op.post.push_back({reorder(c, u), {c, u}});
-    else op.pre.push_back({reorder(u, c), {u, c}});
-  }
-  op.args[arg] = c;
-}
 
 // A matmul (batch 1) with strides given; returns primitive and args over fresh buffers.
 struct Mm {
@@ -115,8 +47,8 @@ Mm make_mm(dt d, int64_t m, int64_t k, int64_t n, memory::dims sa, memory::dims 
   r.a = memory(a, eng);
   r.b = memory(b, eng);
   r.c = memory(c, eng);
-  fill(r.a);
-  fill(r.b);
+  zero_fill(r.a);
+  zero_fill(r.b);
   return r;
 }
 void run_mm(Mm& mm, void* a, void* b, void* c) {

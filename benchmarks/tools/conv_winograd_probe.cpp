@@ -7,74 +7,12 @@
 // reference at sampled points (max |error| over the rms of the reference values), n = 4.
 // Build: g++ -O2 -std=c++20 conv_winograd_probe.cpp -ldnnl -o conv_winograd_probe
 // Run:   OMP_NUM_THREADS=2 ./conv_winograd_probe [reps]
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <functional>
 #include <random>
 #include <string>
-#include <unordered_map>
-#include <vector>
 
-using namespace dnnl;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
-struct Layer {
-  int64_t c, o, hw, k, s, count;
-};
-
-// ResNet-18 CIFAR: stem, 4 stages of 2 basic blocks, 1x1 projections at each stride-2 stage.
-const std::vector<Layer> kLayers = {
-    {3, 64, 32, 3, 1, 1},     {64, 64, 32, 3, 1, 4},    {64, 128, 32, 3, 2, 1},  {128, 128, 16, 3, 1, 3},
-    {64, 128, 32, 1, 2, 1},   {128, 256, 16, 3, 2, 1},  {256, 256, 8, 3, 1, 3},  {128, 256, 16, 1, 2, 1},
-    {256, 512, 8, 3, 2, 1},   {512, 512, 4, 3, 1, 3},   {256, 512, 8, 1, 2, 1},
-};
-
-engine eng(engine::kind::cpu, 0);
-stream strm(eng);
-
-double time_ms(const std::function<void()>& f, int reps) {
-  f();
-  strm.wait();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto a = std::chrono::steady_clock::now();
-    f();
-    strm.wait();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-  }
-  // The minimum: on a shared, loaded machine it is the least disturbed estimate.
-  return *std::min_element(t.begin(), t.end());
-}
-
-// Runs `prim` with `args`, but inputs given in `user` layout are reordered into the primitive's
-// layout first and outputs reordered back afterwards.
-struct Op {
-  primitive prim;
-  std::vector<std::pair<int, memory>> args;
-  std::vector<std::pair<reorder, std::pair<memory, memory>>> pre, post;
-  void run() {
-    for (auto& r : pre) r.first.execute(strm, r.second.first, r.second.second);
-    std::unordered_map<int, memory> a(args.begin(), args.end());
-    prim.execute(strm, a);
-    for (auto& r : post) r.first.execute(strm, r.second.first, r.second.second);
-  }
-};
-
-void bind(Op& op, int arg, const memory::desc& user, const memory::desc& chosen, bool output) {
-  memory u(user, eng), c = user == chosen ? u : memory(chosen, eng);
-  std::memset(u.get_data_handle(), 0, user.get_size());
-  if (!(user == chosen)) {
-    if (output) op.post.push_back({reorder(c, u), {c, u}});
-    else op.pre.push_back({reorder(u, c), {u, c}});
-  }
-  op.args.push_back({arg, c});
-}
+#include "onednn_conv_probe.h"
 
 void speed(int reps) {
   const dt d = dt::f32;
