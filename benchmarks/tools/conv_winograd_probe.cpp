@@ -37,21 +37,8 @@ void speed(int reps) {
           return mode == 1 ? memory::desc(dims, d, tag::nhwc) : chosen;
         };
         const memory::desc user_w(wts, d, tag::oihw);
-        Op f, bd, bw;
-        f.prim = convolution_forward(fpd);
-        bind(f, DNNL_ARG_SRC, user_act(fpd.src_desc(), src), fpd.src_desc(), false);
-        bind(f, DNNL_ARG_WEIGHTS, user_w, fpd.weights_desc(), false);
-        bind(f, DNNL_ARG_DST, user_act(fpd.dst_desc(), dst), fpd.dst_desc(), true);
-        bd.prim = convolution_backward_data(bdpd);
-        bind(bd, DNNL_ARG_DIFF_DST, user_act(bdpd.diff_dst_desc(), dst), bdpd.diff_dst_desc(), false);
-        bind(bd, DNNL_ARG_WEIGHTS, user_w, bdpd.weights_desc(), false);
-        bind(bd, DNNL_ARG_DIFF_SRC, user_act(bdpd.diff_src_desc(), src), bdpd.diff_src_desc(), true);
-        bw.prim = convolution_backward_weights(bwpd);
-        bind(bw, DNNL_ARG_DIFF_DST, user_act(bwpd.diff_dst_desc(), dst), bwpd.diff_dst_desc(), false);
-        bind(bw, DNNL_ARG_SRC, user_act(bwpd.src_desc(), src), bwpd.src_desc(), false);
-        bind(bw, DNNL_ARG_DIFF_WEIGHTS, user_w, bwpd.diff_weights_desc(), true);
-        const double t[3] = {time_ms([&] { f.run(); }, reps), time_ms([&] { bd.run(); }, reps),
-                             time_ms([&] { bw.run(); }, reps)};
+        ConvPasses passes = conv_passes(fpd, bdpd, bwpd, user_act, src, dst, user_w);
+        const std::array<double, 3> t = passes.time(reps);
         for (int p = 0; p < 3; ++p) total[a][mode][p] += t[p] * static_cast<double>(L.count);
         char name[64];
         std::snprintf(name, sizeof name, "%ldx%ld %ldx%ld x%ld", static_cast<long>(L.c), static_cast<long>(L.o),

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -86,4 +87,40 @@ inline void bind(Op& op, int arg, const memory::desc& user, const memory::desc& 
     else op.pre.push_back({reorder(u, c), {u, c}});
   }
   op.args[arg] = c;
+}
+
+// The three passes of a training step's convolution (forward, input gradient, weight gradient),
+// their activations held by the caller in the layout user_act(chosen, dims) gives for the layout
+// the primitive chose, their weights in plain OIHW (user_w), reordered per call where needed.
+struct ConvPasses {
+  Op forward, backward_data, backward_weights;
+  /// The three passes' times (ms, time_ms).
+  std::array<double, 3> time(int reps) {
+    return {time_ms([&] { forward.run(); }, reps), time_ms([&] { backward_data.run(); }, reps),
+            time_ms([&] { backward_weights.run(); }, reps)};
+  }
+};
+
+inline ConvPasses conv_passes(const convolution_forward::primitive_desc& fpd,
+                              const convolution_backward_data::primitive_desc& bdpd,
+                              const convolution_backward_weights::primitive_desc& bwpd,
+                              const std::function<memory::desc(const memory::desc&, const memory::dims&)>& user_act,
+                              const memory::dims& src, const memory::dims& dst, const memory::desc& user_w) {
+  ConvPasses p;
+  Op& f = p.forward;
+  f.prim = convolution_forward(fpd);
+  bind(f, DNNL_ARG_SRC, user_act(fpd.src_desc(), src), fpd.src_desc(), false);
+  bind(f, DNNL_ARG_WEIGHTS, user_w, fpd.weights_desc(), false);
+  bind(f, DNNL_ARG_DST, user_act(fpd.dst_desc(), dst), fpd.dst_desc(), true);
+  Op& bd = p.backward_data;
+  bd.prim = convolution_backward_data(bdpd);
+  bind(bd, DNNL_ARG_DIFF_DST, user_act(bdpd.diff_dst_desc(), dst), bdpd.diff_dst_desc(), false);
+  bind(bd, DNNL_ARG_WEIGHTS, user_w, bdpd.weights_desc(), false);
+  bind(bd, DNNL_ARG_DIFF_SRC, user_act(bdpd.diff_src_desc(), src), bdpd.diff_src_desc(), true);
+  Op& bw = p.backward_weights;
+  bw.prim = convolution_backward_weights(bwpd);
+  bind(bw, DNNL_ARG_DIFF_DST, user_act(bwpd.diff_dst_desc(), dst), bwpd.diff_dst_desc(), false);
+  bind(bw, DNNL_ARG_SRC, user_act(bwpd.src_desc(), src), bwpd.src_desc(), false);
+  bind(bw, DNNL_ARG_DIFF_WEIGHTS, user_w, bwpd.diff_weights_desc(), true);
+  return p;
 }
