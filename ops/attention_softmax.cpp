@@ -2,8 +2,8 @@
 // (ops/cpu/attention_softmax.cpp), and a backward that runs the fused backward kernel on the saved
 // fp32 softmax output. Saving y rather than recomputing it keeps backward bit for bit the composed
 // path's (softmax saves the same tensor). The dropout mask is packed by the forward, one bit per
-// score (1/32 of y's bytes), and read by the backward: drawing it again cost one Philox block per
-// four scores, about half of the forward's time (BERT-mini, 4×512, bf16, Zen 4).
+// score (1/32 of y's bytes), and read by the backward: drawing it again (one Philox block per four
+// scores) was 40 % of the backward's time (BERT-mini's 4×512 bf16 scores, AMD Zen 4).
 #include "ops/detail/attention_softmax.h"
 
 #include <atomic>

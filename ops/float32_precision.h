@@ -20,9 +20,10 @@
 // setting changes nothing. f64/f16/bf16 ignore the settings everywhere.
 //
 //   precis::set_float32_precision(precis::Float32OpFamily::conv, precis::Float32Precision::tf32,
-//                                 precis::DeviceType::cpu);  // Winograd for f32 3x3 convolutions One function decides what an op computes in
-// (float32_precision(OpId, DeviceType)); the kernels and amp::Audit both ask it, so the audit
-// reports what ran.
+//                                 precis::DeviceType::cpu);  // Winograd for f32 3x3 convolutions
+//
+// One function decides what an op computes in (float32_precision(OpId, DeviceType)); the kernels
+// and amp::Audit both ask it, so the audit reports what ran.
 //
 // Process-wide, as PyTorch's (at::globalContext()) and kernels::set_conv_deterministic are, not
 // thread-local: a training step's work runs on more threads than the one that configured it

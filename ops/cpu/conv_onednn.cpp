@@ -266,16 +266,16 @@ memory scratch(const memory::desc& desc, Tensor& holder) {
 
 // ---- Winograd ------------------------------------------------------------------------------------
 // oneDNN 2.6's jit_wino_4x3 kernels (AVX-512) compute an f32 3x3 stride-1 convolution as
-// F(4x4, 3x3) Winograd: 2.25x fewer multiplies, and transforms whose roundings add error. At
-// ResNet-18 CIFAR's shapes (b64, 2 threads, AMD Zen 4; benchmarks/tools/conv_winograd_probe.cpp,
-// benchmarks/results/conv-winograd-2026-12-06-zen4.md) forward, input and weight gradient take
-// 353 ms a step against 776 direct (activations in the primitive's blocked layout) and 403
-// against 801 from channels-last (Winograd has no nhwc kernel: reorders in and out per call);
-// the largest error against an f64 reference is 2e-6 to 1.1e-5 of the outputs' rms, against
-// 5e-7 to 3e-6 direct: ~100x inside TF32's 2^-11. So it runs where the CPU's conv setting allows
-// TF32-sized error (tf32); the default, ieee, keeps the direct kernels and PyTorch's numerics.
-// Where oneDNN has no Winograd kernel for a problem (no AVX-512, other channel counts) the direct
-// one runs.
+// F(4x4, 3x3) Winograd: 4x fewer multiplies (36 per 4x4 output tile, not 144), and transforms
+// whose roundings add error. At ResNet-18 CIFAR's shapes (b64, 2 threads, AMD Zen 4;
+// benchmarks/tools/conv_winograd_probe.cpp, benchmarks/results/conv-winograd-2026-12-06-zen4.md)
+// forward, input and weight gradient take 353 ms a step against 776 direct (activations in the
+// primitive's blocked layout) and 403 against 801 from channels-last (Winograd has no nhwc
+// kernel: reorders in and out per call); the largest error against an f64 reference is 2e-6 to
+// 1.1e-5 of the outputs' rms, against 5e-7 to 3e-6 direct: ~100x inside TF32's 2^-11. So it runs
+// where the CPU's conv setting allows TF32-sized error (tf32); the default, ieee, keeps the direct
+// kernels and PyTorch's numerics. Where oneDNN has no Winograd kernel for a problem (no AVX-512,
+// other channel counts) the direct one runs.
 
 std::atomic<int64_t> winograd_passes{0};
 
