@@ -146,6 +146,7 @@ std::map<std::string, std::string> run_identity(const TrainOptions& o, const Tra
   m["accum"] = std::to_string(o.accum);
   m["seed"] = std::to_string(o.seed);
   m["limit_train"] = std::to_string(o.limit_train);
+  m["winograd"] = o.winograd ? "1" : "0";
   return m;
 }
 
@@ -177,6 +178,13 @@ void validate(const TrainOptions& o) {
                "--master-weights keeps the model in low precision with fp32 master copies; it needs "
                "--precision bf16 or f16", o.precision_choice.empty() ? "" : " (this run has f32 from " +
                o.precision_choice + ")");
+  if (o.winograd) {
+    PRECIS_CHECK(o.device.is_cpu(), "--winograd runs the CPU's f32 3x3 convolutions as Winograd; this run trains "
+                 "on ", o.device.str(), ", where cuDNN picks its own algorithms: drop --winograd");
+    PRECIS_CHECK(o.precision == DType::f32 && !o.fp8, "--winograd changes f32 convolutions only; this run trains in ",
+                 o.fp8 ? "fp8" : precision_name(o.precision),
+                 o.precision_choice.empty() ? "" : " (" + o.precision_choice + ")", ": add --precision f32");
+  }
   PRECIS_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be a finite number > 0, got ", o.lr);
   PRECIS_CHECK(!o.zero || o.distributed, "--zero shards the optimizer state over the ranks of an mpirun job; it "
                "needs --distributed (mpirun -np N precis-train ... --distributed --zero)");

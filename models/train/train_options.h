@@ -56,6 +56,9 @@ struct TrainOptions {
   /// Activation checkpointing of the ResNet stages / BERT encoder layers (autograd/checkpoint.h).
   autograd::CheckpointMode checkpoint_activations = autograd::CheckpointMode::none;
   int threads = 0;                  ///< intra-op threads (0: leave the default)
+  /// resnet in f32 on the CPU: the 3x3 stride-1 convolutions on oneDNN's Winograd kernels (the
+  /// CPU's conv precision tf32 for the run; docs/mixed-precision.md). Part of the run's identity.
+  bool winograd = false;
   /// Resume with another intra-op thread count than the checkpoint's run: refused unless set,
   /// because the continuation is then no longer bit-exact (reductions split differently).
   bool allow_thread_change = false;

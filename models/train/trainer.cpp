@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "amp/autocast.h"
@@ -29,6 +30,7 @@
 #include "models/train/setup.h"
 #include "models/train/task.h"
 #include "models/train/tensorboard_log.h"
+#include "ops/float32_precision.h"
 #include "ops/functional.h"
 #include "optim/accumulation.h"
 #include "optim/clip_grad.h"
@@ -106,6 +108,7 @@ class Trainer {
   const TrainOptions o_;
   std::ostream& out_;
   const TrainHooks& hooks_;
+  std::optional<Float32PrecisionGuard> winograd_;  // --winograd, for the run's lifetime
   const Clock::time_point run_start_ = Clock::now();
   std::unique_ptr<TrainTask> task_;
   std::shared_ptr<nn::Module> model_;
@@ -160,6 +163,7 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
   // Only rank 0 writes (checkpoints, metrics, events, the vocabulary on a shared disk).
   if (!o_.distributed || dist::init_process_group()->rank() == 0) require_writable_outputs(o_);
   if (o_.threads > 0) set_num_threads(o_.threads);
+  if (o_.winograd) winograd_.emplace(Float32OpFamily::conv, Float32Precision::tf32, DeviceType::cpu);
   print_precision();
   manual_seed(o_.seed);  // model initialisation and dropout
 
@@ -231,7 +235,7 @@ const char* option_of(const std::string& key) {
       {"task", "subcommand"}, {"model", "--model"}, {"width", "--width"}, {"precision", "--precision"},
       {"master_weights", "--master-weights"}, {"optimizer", "--optimizer"}, {"batch", "--batch"},
       {"max_tokens", "--max-tokens"}, {"accum", "--accum"}, {"seed", "--seed"}, {"limit_train", "--limit-train"},
-      {"vocab_size", "--vocab-size"}, {"world_size", "number of ranks (mpirun -np)"}};
+      {"vocab_size", "--vocab-size"}, {"world_size", "number of ranks (mpirun -np)"}, {"winograd", "--winograd"}};
   auto it = kOptions.find(key);
   return it == kOptions.end() ? "options" : it->second;
 }
@@ -249,9 +253,11 @@ void Trainer::resume() {
   Checkpoint ck = load_checkpoint(path);
   for (const auto& [key, value] : identity_) {
     auto it = ck.metadata.find(key);
-    const std::string saved = it == ck.metadata.end() ? "(absent)" : it->second;
+    // Checkpoints from before --winograd existed were written without it.
+    const std::string saved = it != ck.metadata.end() ? it->second : key == "winograd" ? "0" : "(absent)";
     const std::string option = option_of(key);
-    const bool plain = option.rfind("--", 0) == 0 && key != "master_weights" && it != ck.metadata.end();
+    const bool plain = option.rfind("--", 0) == 0 && key != "master_weights" && key != "winograd" &&
+                       it != ck.metadata.end();
     PRECIS_CHECK(saved == value, "cannot resume from '", path, "': it was written with ", key, " = ", saved,
                  " but this run has ", key, " = ", value, "; resume with the original ", option,
                  plain ? " (" + option + " " + saved + ")" : std::string(),
@@ -621,6 +627,7 @@ std::string precision_text(const TrainOptions& o) {
   else if (o.precision != DType::f32) t += " autocast";
   if (o.precision == DType::f16) t += " + loss scaler";
   if (o.fp8) t += " with the linear layers' GEMMs in fp8 (E4M3 forward, E5M2 gradients, delayed scaling)";
+  if (o.winograd) t += " with Winograd 3x3 convolutions";
   return t;
 }
 

@@ -178,6 +178,37 @@ TEST_CASE("precis-train resumed with another --threads is refused unless --allow
                                    Contains("\"steps\": 12,"));
 }
 
+TEST_CASE("precis-train resnet --winograd trains f32 with Winograd convolutions, and is part of the run's identity",
+          "[train]") {
+  TempDir dir("cli-winograd");
+  const std::string base = tiny(image_data(dir)) + "--precision f32 --checkpoint " + (dir / "ck") + " ";
+  const Run first = run_cli(base + "--winograd --stop-after-steps 3");
+  INFO(first.output);
+  REQUIRE(first.code == 0);
+  REQUIRE_THAT(first.output, StartsWith("precision: f32 with Winograd 3x3 convolutions (--precision f32), on cpu\n"));
+  const std::string file = train::checkpoint_path(dir / "ck", 3);
+
+  // Its convolutions round differently: a continuation without it would not be the same run.
+  const Run without = run_cli(base + "--resume");
+  INFO(without.output);
+  REQUIRE(without.code == 1);
+  REQUIRE_THAT(without.output, Contains("winograd = 1 but this run has winograd = 0; resume with the original "
+                                        "--winograd, or start a new run without resuming"));
+  require_user_words(without.output);
+  const Run with = run_cli(base + "--winograd --resume");
+  INFO(with.output);
+  REQUIRE(with.code == 0);
+  REQUIRE_THAT(with.output, Contains("resumed from " + file) && Contains("\"steps\": 12,"));
+
+  // Only where it changes something: f32 on the CPU.
+  const Run bf16 = run_cli(tiny(image_data(dir)) + "--precision bf16 --winograd");
+  INFO(bf16.output);
+  REQUIRE(bf16.code != 0);
+  REQUIRE_THAT(bf16.output, Contains("--winograd changes f32 convolutions only; this run trains in bf16") &&
+                                Contains("add --precision f32"));
+  require_user_words(bf16.output);
+}
+
 TEST_CASE("precis-train errors name the program once, and the stop line says which step was saved", "[train]") {
   for (const char* args : {"resnet --resume", "resnet --checkpoint-every 2", "resnet --data /nonexistent/precis",
                            "resnet --device cuda:15 --data /nonexistent/precis"}) {

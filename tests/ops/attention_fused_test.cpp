@@ -194,7 +194,8 @@ TEST_CASE("fused attention zeroes rows with no visible key and their gradients",
 TEST_CASE("the score pass's packed dropout mask replays the drawn weights without the draw",
           "[ops][attention][fused]") {
   // The forward kernel three ways on the same scores: drawing (no mask kept), drawing and packing
-  // the mask, and replaying the packed mask under another seed (which a replay must not read).
+  // the mask, and replaying the packed mask under another seed (which a replay must not read);
+  // with and without the fp32 softmax output y.
   // All three give the same weights bit for bit, and the packed mask is the one dropout's rule
   // draws. (The backward, which reads only the mask, is checked against the composed path above.)
   using kernels::DropoutKeep;
@@ -207,8 +208,9 @@ TEST_CASE("the score pass's packed dropout mask replays the drawn weights withou
     kernels::AttentionSoftmaxArgs args{.scale = 0.5, .dropout_p = p, .rng = {1234, 56}};
     const auto fwd = kernel<kernels::AttentionSoftmaxKernel>(OpId::attention_softmax, DeviceType::cpu, dt);
     const auto shape = kernels::dropout_keep_shape(B * H * L, S);
-    auto run = [&](DropoutKeep how, const Tensor& keep, uint64_t seed) {
-      Tensor out = empty(scores.sizes(), {.dtype = dt}), y = empty(scores.sizes(), {.dtype = acc});
+    auto run = [&](DropoutKeep how, const Tensor& keep, uint64_t seed, bool with_y = true) {
+      Tensor out = empty(scores.sizes(), {.dtype = dt});
+      const Tensor y = with_y ? empty(scores.sizes(), {.dtype = acc}) : Tensor();
       kernels::AttentionSoftmaxArgs a = args;
       a.keep = how;
       a.rng.seed = seed;
@@ -219,6 +221,9 @@ TEST_CASE("the score pass's packed dropout mask replays the drawn weights withou
     const Tensor drawn = run(DropoutKeep::draw, Tensor(), 1234);
     PRECIS_REQUIRE_SAME_BITS(run(DropoutKeep::draw_store, keep, 1234), drawn);
     PRECIS_REQUIRE_SAME_BITS(run(DropoutKeep::replay, keep, 999), drawn);
+    // Without y (a forward no backward will read): the same weights.
+    PRECIS_REQUIRE_SAME_BITS(run(DropoutKeep::draw, Tensor(), 1234, false), drawn);
+    PRECIS_REQUIRE_SAME_BITS(run(DropoutKeep::replay, keep, 999, false), drawn);
     const auto* words = static_cast<const uint32_t*>(keep.data_ptr());
     const uint32_t threshold = kernels::dropout_keep_threshold(p);
     for (int64_t r = 0; r < B * H * L; ++r)
