@@ -6,7 +6,9 @@
 
 #include <string>
 #include <tuple>
+#include <vector>
 
+#include "core/thread_pool.h"
 #include "ops/cpu/conv_impl.h"
 #include "ops/float32_precision.h"
 #include "ops/functional.h"
@@ -78,6 +80,36 @@ TEST_CASE("f32 3x3 stride-1 conv2d runs Winograd only where the CPU's conv preci
       CHECK(err_plain <= testing::tolerance(DType::f32).rtol);
     }
   }
+}
+
+TEST_CASE("conv2d under the CPU's tf32 conv setting matches f64 at odd 3x3 stride-1 shapes", "[ops][conv]") {
+  // Shapes oneDNN's Winograd kernels may or may not take (3 or 17 channels, no padding, a 2x2 map,
+  // one image, 1 and 2 threads): whichever kernel runs, the result is the convolution's.
+  struct Shape3x3 {
+    int64_t n, c, o, hw, pad;
+  };
+  Float32PrecisionGuard fast(Float32OpFamily::conv, Float32Precision::tf32, DeviceType::cpu);
+  const int threads = get_num_threads();
+  for (int t : {1, 2})
+    for (const Shape3x3& sh : {Shape3x3{2, 3, 16, 8, 1}, Shape3x3{2, 17, 33, 7, 1}, Shape3x3{1, 32, 32, 6, 0},
+                               Shape3x3{2, 64, 16, 2, 1}, Shape3x3{1, 16, 16, 13, 1}}) {
+      set_num_threads(t);
+      INFO(t << " threads, x (" << sh.n << ", " << sh.c << ", " << sh.hw << ", " << sh.hw << "), " << sh.o
+             << " outputs, padding " << sh.pad);
+      auto conv = [&](DType dtype) {
+        Tensor x = testing::randn_input({sh.n, sh.c, sh.hw, sh.hw}, false, 5).to(dtype).requires_grad_(true);
+        Tensor w = testing::randn_input({sh.o, sh.c, 3, 3}, false, 6).to(dtype).requires_grad_(true);
+        const Tensor out = conv2d(x, w, Tensor(), {1, 1}, {sh.pad, sh.pad});
+        sum(out * testing::randn_input(out.sizes(), false, 7).to(dtype)).backward();
+        return std::vector<Tensor>{out.detach(), x.grad(), w.grad()};
+      };
+      const std::vector<Tensor> got = conv(DType::f32), want = conv(DType::f64);
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double scale = max(abs(want[i])).item<double>();
+        CHECK(max(abs(got[i].to(DType::f64) - want[i])).item<double>() <= 4 * testing::tolerance(DType::f32).rtol * scale);
+      }
+    }
+  set_num_threads(threads);
 }
 
 TEST_CASE("Winograd leaves other convolutions on the direct kernels", "[ops][conv]") {
