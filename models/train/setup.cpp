@@ -179,6 +179,7 @@ void validate(const TrainOptions& o) {
                "--precision bf16 or f16", o.precision_choice.empty() ? "" : " (this run has f32 from " +
                o.precision_choice + ")");
   if (o.winograd) {
+    PRECIS_CHECK(o.task == Task::resnet, "--winograd changes 3x3 convolutions; bert-mini has none: drop --winograd");
     PRECIS_CHECK(o.device.is_cpu(), "--winograd runs the CPU's f32 3x3 convolutions as Winograd; this run trains "
                  "on ", o.device.str(), ", where cuDNN picks its own algorithms: drop --winograd");
     PRECIS_CHECK(o.precision == DType::f32 && !o.fp8, "--winograd changes f32 convolutions only; this run trains in ",
