@@ -47,10 +47,11 @@ inline std::array<int64_t, 2> dropout_keep_shape(int64_t rows, int64_t S) { retu
 /// dtype); p = dropout(y rounded to the scores' dtype). A row whose every key is masked (keep: no
 /// true; additive: every t is −inf) gets y = p = 0. scores: (..., L, S) contiguous; p: its shape
 /// and dtype, contiguous; y: its shape in the acc dtype, contiguous — or p itself when p's dtype is
-/// the acc dtype and dropout_p is 0, or undefined when no backward will read it. mask: expanded to the scores' shape (any strides; additive in
-/// the acc dtype, keep bool), undefined for none and causal. keep (dropout_p > 0 and args.keep
-/// draw_store or replay; undefined otherwise): the packed dropout mask (dropout_keep_shape),
-/// written or read as args.keep says (the words of a row the forward zeroes are neither).
+/// the acc dtype and dropout_p is 0, or undefined when no backward will read it. mask: expanded to
+/// the scores' shape (any strides; additive in the acc dtype, keep bool), undefined for none and
+/// causal. keep (dropout_p > 0 and args.keep draw_store or replay; undefined otherwise): the packed
+/// dropout mask (dropout_keep_shape), written or read as args.keep says (the words of a row the
+/// forward zeroes are neither).
 using AttentionSoftmaxKernel = void(const Tensor& p, const Tensor& y, const Tensor& keep, const Tensor& scores,
                                     const Tensor& mask, const AttentionSoftmaxArgs& args);
 /// Backward: ds = scale · y ⊙ (g − Σ_row g ⊙ y), g = grad with the forward's dropout mask and scale

@@ -43,7 +43,8 @@ inline dnnl::convolution_forward::primitive_desc conv_forward_pd(const dnnl::eng
                                                                  const memory::desc* bias, const memory::desc& dst,
                                                                  const ConvWindow& w,
                                                                  const dnnl::primitive_attr& attr = {},
-                                                                 dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
+                                                                 dnnl::algorithm alg =
+                                                                     dnnl::algorithm::convolution_direct) {
 #if DNNL_VERSION_MAJOR >= 3
   return bias != nullptr ? dnnl::convolution_forward::primitive_desc(e, prop, alg, src, weights, *bias, dst, w.strides,
                                                                      w.dilates, w.padding_l, w.padding_r, attr)
