@@ -1,10 +1,10 @@
-// bn_probe: the channels-last batch_norm CPU kernels alone (no autograd, no allocation in the
+// bn_probe: the batch_norm CPU kernels alone, channels-last or NCHW, (no autograd, no allocation in the
 // timed loop), at the ResNet-18 CIFAR b64 shapes, next to a STREAM-like copy/triad at the same
 // thread count, so the kernels' times can be read against this machine's memory bandwidth.
 // Build (from the repo root, after building libprecis.a in build/):
 //   g++ -O2 -std=c++20 -I. benchmarks/tools/bn_probe.cpp build/libprecis.a -ldnnl -lz -fopenmp \
 //       -lpthread -o build/bn_probe
-// Run:   ./build/bn_probe [bf16|f32|f16|f64] [reps] [threads] [shape: all|64x32|128x16|256x8|512x4]
+// Run:   ./build/bn_probe [bf16|f32|f16|f64] [reps] [threads] [shape: all|64x32|128x16|256x8|512x4] [cl|nchw]
 // With 1 thread, times are the thread's CPU time. Prints per shape: ms per forward (training) and per backward, and the GB/s each achieves
 // counting the bytes the two passes must move (forward: x twice + out; backward: x, g twice + dx).
 #include <algorithm>
@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
   const std::string only = argc > 4 ? argv[4] : "all";
+  const bool nchw = argc > 5 && std::string(argv[5]) == "nchw";
   set_num_threads(threads);
   g_cpu_clock = threads == 1;
   const DType dt = dt_name == "f32" ? DType::f32 : dt_name == "f16" ? DType::f16 : dt_name == "f64" ? DType::f64 : DType::bf16;
@@ -91,12 +92,13 @@ int main(int argc, char** argv) {
     if (only != "all" && only != name) continue;
     const int64_t S = hw * hw;
     Generator gen(1);
-    // (N, S, C) contiguous seen as (N, C, S): the kernels' channels-last rows.
-    auto rows = [&](const Tensor& t) { return t.permute({0, 2, 1}); };
-    const Tensor x = rows(randn({N, S, C}, {}, &gen).to(dt));
-    const Tensor g = rows(randn({N, S, C}, {}, &gen).to(dt));
-    const Tensor out = rows(empty({N, S, C}, {.dtype = dt}));
-    const Tensor dx = rows(empty({N, S, C}, {.dtype = dt}));
+    // (N, S, C) contiguous seen as (N, C, S): the kernels' channels-last rows; or (N, C, S) itself.
+    auto rows = [&](const Tensor& t) { return nchw ? t : t.permute({0, 2, 1}); };
+    const Shape shape = nchw ? Shape{N, C, S} : Shape{N, S, C};
+    const Tensor x = rows(randn(shape, {}, &gen).to(dt));
+    const Tensor g = rows(randn(shape, {}, &gen).to(dt));
+    const Tensor out = rows(empty(shape, {.dtype = dt}));
+    const Tensor dx = rows(empty(shape, {.dtype = dt}));
     const Tensor w = ones({C}, {.dtype = acc}), b = zeros({C}, {.dtype = acc});
     const Tensor rm = zeros({C}, {.dtype = acc}), rv = ones({C}, {.dtype = acc});
     const Tensor sm = empty({C}, {.dtype = acc}), sr = empty({C}, {.dtype = acc});

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -79,66 +80,25 @@ class RowBuf {
   void store(T* p, int64_t n) {
     if constexpr (!kDirect) store_block<T>(buf_.data(), p, 1, n);
   }
+  // R rows of W elements, `stride` apart: the rows in place (row stride `stride`), or widened into
+  // the buffer (row stride W); out() is then the destination at the same row stride.
+  int64_t load_rows(const T* p, int64_t R, int64_t W, int64_t stride, const A*& rows) {
+    if constexpr (kDirect) {
+      rows = p;
+      return stride;
+    } else {
+      for (int64_t r = 0; r < R; ++r) load_block<A>(p + r * stride, 1, buf_.data() + r * W, W);
+      rows = buf_.data();
+      return W;
+    }
+  }
+  void store_rows(T* p, int64_t R, int64_t W, int64_t stride) {
+    if constexpr (!kDirect)
+      for (int64_t r = 0; r < R; ++r) store_block<T>(buf_.data() + r * W, p + r * stride, 1, W);
+  }
 
  private:
   std::vector<A> buf_;
-};
-
-// Two sums Σu, Σv over the N rows (length S) of one channel, in A with f64 folds. Short rows
-// (the 4×4 or 8×8 maps of late ResNet stages) accumulate per column across rows, so the inner
-// loop stays a plain vector loop and nothing is reduced horizontally per row; long rows are
-// reduced per row with independent lanes.
-template <typename A>
-class ChannelSums {
- public:
-  static constexpr int64_t kColumnMax = 512;
-  explicit ChannelSums(int64_t S) : S_(S), columns_(S < kColumnMax) {
-    if (columns_) {
-      a1_.assign(static_cast<size_t>(S), A(0));
-      a2_.assign(static_cast<size_t>(S), A(0));
-    }
-  }
-  // Adds u(j) and v(j) for j < S (one row).
-  template <typename U, typename V>
-  void add_row(U&& u, V&& v) {
-    if (columns_) {
-      A* a1 = a1_.data();
-      A* a2 = a2_.data();
-      for (int64_t j = 0; j < S_; ++j) {
-        a1[j] += u(j);
-        a2[j] += v(j);
-      }
-      if (++rows_ * S_ >= kFoldBlock) fold();
-    } else {
-      for (int64_t b = 0; b < S_; b += kFoldBlock) {
-        const int64_t m = std::min(kFoldBlock, S_ - b);
-        s1_ += lanes_sum<A>(m, [&](int64_t i) { return u(b + i); });
-        s2_ += lanes_sum<A>(m, [&](int64_t i) { return v(b + i); });
-      }
-    }
-  }
-  // The totals so far; resets for the next channel.
-  std::pair<double, double> take() {
-    fold();
-    const std::pair<double, double> r{s1_, s2_};
-    s1_ = s2_ = 0;
-    return r;
-  }
-
- private:
-  void fold() {
-    if (!columns_ || rows_ == 0) return;
-    s1_ += lanes_sum<A>(S_, [&](int64_t j) { return a1_[j]; });
-    s2_ += lanes_sum<A>(S_, [&](int64_t j) { return a2_[j]; });
-    std::fill(a1_.begin(), a1_.end(), A(0));
-    std::fill(a2_.begin(), a2_.end(), A(0));
-    rows_ = 0;
-  }
-  int64_t S_;
-  bool columns_;
-  int64_t rows_ = 0;
-  std::vector<A> a1_, a2_;
-  double s1_ = 0, s2_ = 0;
 };
 
 // Mean and biased variance of a row, two passes (the row is in cache for the second).
@@ -195,6 +155,41 @@ template <typename A>
 inline void affine_row(const A* x, A* y, int64_t n, A mean, A scale, A shift) {
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * scale + shift;
 }
+
+// One channel's batch statistics from its sums s1 = Σ(x − k), s2 = Σ(x − k)² over M elements
+// shifted by k: the saved mean and 1/sqrt(var + eps), and the running statistics (the unbiased
+// variance) where rm / rv are non-null.
+template <typename A>
+void channel_statistics(double s1, double s2, A k, int64_t M, double momentum, double eps, A& mean_out,
+                        A& rstd_out, A* rm, A* rv) {
+  const double dm = s1 / static_cast<double>(M);
+  const double var = std::max(0.0, s2 / static_cast<double>(M) - dm * dm);
+  const double mean = static_cast<double>(k) + dm;
+  mean_out = static_cast<A>(mean);
+  rstd_out = static_cast<A>(1.0 / std::sqrt(var + eps));
+  if (rm) *rm = static_cast<A>((1.0 - momentum) * static_cast<double>(*rm) + momentum * mean);
+  if (rv) {
+    const double unbiased = var * static_cast<double>(M) / static_cast<double>(M - 1);
+    *rv = static_cast<A>((1.0 - momentum) * static_cast<double>(*rv) + momentum * unbiased);
+  }
+}
+
+// dx = ca·g + cb·(x − mean) + c0 for one channel, from Σg and Σg·(x − mean) over its M elements:
+// training, w·rstd·(g − Σg/M − (x − mean)·rstd²·Σg(x − mean)/M); eval, g·w·rstd (cb = c0 = 0).
+template <typename A>
+struct BackwardCoefficients {
+  A ca, cb, c0;
+  BackwardCoefficients(double sg, double sgx, const A* w, int64_t c, A rstd, int64_t M, bool training)
+      : ca(A(0)), cb(A(0)), c0(A(0)) {
+    const double wc = w ? static_cast<double>(w[c]) : 1.0;
+    const double r = rstd;
+    ca = static_cast<A>(wc * r);
+    if (training) {
+      cb = static_cast<A>(-wc * r * r * r * sgx / static_cast<double>(M));
+      c0 = static_cast<A>(-wc * r * sg / static_cast<double>(M));
+    }
+  }
+};
 
 // ---- batch norm, channels-last ------------------------------------------------------------------
 //
@@ -253,12 +248,12 @@ template <typename V, typename A>
   std::memcpy(p, &v, sizeof(V));
 }
 
-// Channels [c0, c0 + NV·L) of the R rows at x (and g when kG; row stride C): two accumulators per
+// Channels [c0, c0 + NV·L) of the R rows at x (and g when kG; row stride ld): two accumulators per
 // channel, loaded from a1/a2, updated by f(x, g, p, s1, s2) row by row, stored back. p is the
 // per-channel parameter (the shift or the mean). Each channel's sums run in row order whatever the
 // vector width, so the AVX2 and AVX-512 walks give the same bits.
 template <typename V, int NV, bool kG, typename A, typename F>
-[[gnu::always_inline]] inline void sum_chunk(int64_t R, int64_t C, int64_t c0, const A* x, const A* g, const A* p,
+[[gnu::always_inline]] inline void sum_chunk(int64_t R, int64_t ld, int64_t c0, const A* x, const A* g, const A* p,
                                              A* a1, A* a2, F& f) {
   constexpr int64_t L = sizeof(V) / sizeof(A);
   V s1[NV], s2[NV], pv[NV];
@@ -268,8 +263,8 @@ template <typename V, int NV, bool kG, typename A, typename F>
     vload(p + c0 + v * L, pv[v]);
   }
   for (int64_t r = 0; r < R; ++r) {
-    const A* xr = x + r * C + c0;
-    const A* gr = kG ? g + r * C + c0 : xr;
+    const A* xr = x + r * ld + c0;
+    const A* gr = kG ? g + r * ld + c0 : xr;
     for (int v = 0; v < NV; ++v) {
       V xv, gv{};
       vload(xr + v * L, xv);
@@ -286,11 +281,11 @@ template <typename V, int NV, bool kG, typename A, typename F>
 // The channels from c on in chunks of NV vectors of V, then of NV/2, ... 1 (so that 64 channels
 // are one chunk of 4 AVX-512 vectors, not four walks of one); returns where it stopped.
 template <typename V, int NV, bool kG, typename A, typename F>
-[[gnu::always_inline]] inline int64_t sum_vectors(int64_t R, int64_t C, int64_t c, const A* x, const A* g,
-                                                  const A* p, A* a1, A* a2, F& f) {
+[[gnu::always_inline]] inline int64_t sum_vectors(int64_t R, int64_t C, int64_t ld, int64_t c, const A* x,
+                                                  const A* g, const A* p, A* a1, A* a2, F& f) {
   constexpr int64_t L = sizeof(V) / sizeof(A);
-  for (; c + NV * L <= C; c += NV * L) sum_chunk<V, NV, kG>(R, C, c, x, g, p, a1, a2, f);
-  if constexpr (NV > 1) return sum_vectors<V, NV / 2, kG>(R, C, c, x, g, p, a1, a2, f);
+  for (; c + NV * L <= C; c += NV * L) sum_chunk<V, NV, kG>(R, ld, c, x, g, p, a1, a2, f);
+  if constexpr (NV > 1) return sum_vectors<V, NV / 2, kG>(R, C, ld, c, x, g, p, a1, a2, f);
   return c;
 }
 
@@ -298,40 +293,40 @@ template <typename V, int NV, bool kG, typename A, typename F>
 #define PRECIS_NORM_AVX512 PRECIS_VEC_EXP_AVX512
 #if PRECIS_NORM_AVX512
 template <bool kG, typename F>
-[[gnu::target("avx512f")]] void sum_rows_avx512(int64_t R, int64_t C, const float* x, const float* g,
+[[gnu::target("avx512f")]] void sum_rows_avx512(int64_t R, int64_t C, int64_t ld, const float* x, const float* g,
                                                  const float* p, float* a1, float* a2, F& f) {
-  int64_t c = sum_vectors<Vec64f, 2 * kChunkVecs, kG>(R, C, 0, x, g, p, a1, a2, f);
-  c = sum_vectors<Vec32f, 1, kG>(R, C, c, x, g, p, a1, a2, f);
-  for (; c < C; ++c) sum_chunk<float, 1, kG>(R, C, c, x, g, p, a1, a2, f);
+  int64_t c = sum_vectors<Vec64f, 2 * kChunkVecs, kG>(R, C, ld, 0, x, g, p, a1, a2, f);
+  c = sum_vectors<Vec32f, 1, kG>(R, C, ld, c, x, g, p, a1, a2, f);
+  for (; c < C; ++c) sum_chunk<float, 1, kG>(R, ld, c, x, g, p, a1, a2, f);
 }
 #endif
 
-// sum_chunk over all C channels: chunks of kChunkVecs vectors, then halves of that, then scalars
-// (fp32 on an AVX-512 CPU: the AVX-512 walk).
+// sum_chunk over all C channels of R rows ld apart: chunks of kChunkVecs vectors, then halves of
+// that, then scalars (fp32 on an AVX-512 CPU: the AVX-512 walk).
 template <bool kG, typename A, typename F>
-void sum_rows(int64_t R, int64_t C, const A* x, const A* g, const A* p, A* a1, A* a2, F&& f) {
+void sum_rows(int64_t R, int64_t C, int64_t ld, const A* x, const A* g, const A* p, A* a1, A* a2, F&& f) {
 #if PRECIS_NORM_AVX512
   if constexpr (std::is_same_v<A, float>)
-    if (vec_detail::use_avx512()) return sum_rows_avx512<kG>(R, C, x, g, p, a1, a2, f);
+    if (vec_detail::use_avx512()) return sum_rows_avx512<kG>(R, C, ld, x, g, p, a1, a2, f);
 #endif
-  int64_t c = sum_vectors<Vec32<A>, kChunkVecs, kG>(R, C, 0, x, g, p, a1, a2, f);
-  for (; c < C; ++c) sum_chunk<A, 1, kG>(R, C, c, x, g, p, a1, a2, f);
+  int64_t c = sum_vectors<Vec32<A>, kChunkVecs, kG>(R, C, ld, 0, x, g, p, a1, a2, f);
+  for (; c < C; ++c) sum_chunk<A, 1, kG>(R, ld, c, x, g, p, a1, a2, f);
 }
 
-// Channels [c0, c0 + NV·L) of R rows: o = f(x, g, q0, q1, q2, q3) with four per-channel
-// coefficients p[0..3] held in registers (those f ignores are dropped when it is inlined). o may
-// alias x (each element is read before it is written).
+// Channels [c0, c0 + NV·L) of R rows (row stride ld in x, g and o): o = f(x, g, q0, q1, q2, q3)
+// with four per-channel coefficients p[0..3] held in registers (those f ignores are dropped when it
+// is inlined). o may alias x (each element is read before it is written).
 template <typename V, int NV, bool kG, typename A, typename F>
-[[gnu::always_inline]] inline void map_chunk(int64_t R, int64_t C, int64_t c0, const A* x, const A* g, A* o,
+[[gnu::always_inline]] inline void map_chunk(int64_t R, int64_t ld, int64_t c0, const A* x, const A* g, A* o,
                                              const A* const* p, F& f) {
   constexpr int64_t L = sizeof(V) / sizeof(A);
   V q[4][NV];
   for (int k = 0; k < 4; ++k)
     for (int v = 0; v < NV; ++v) vload(p[k] + c0 + v * L, q[k][v]);
   for (int64_t r = 0; r < R; ++r) {
-    const A* xr = x + r * C + c0;
-    const A* gr = kG ? g + r * C + c0 : xr;
-    A* orow = o + r * C + c0;
+    const A* xr = x + r * ld + c0;
+    const A* gr = kG ? g + r * ld + c0 : xr;
+    A* orow = o + r * ld + c0;
     for (int v = 0; v < NV; ++v) {
       V xv, gv{}, ov;
       vload(xr + v * L, xv);
@@ -344,35 +339,35 @@ template <typename V, int NV, bool kG, typename A, typename F>
 
 // The channels from c on in chunks of NV vectors of V, then of NV/2, ... 1; returns where it stopped.
 template <typename V, int NV, bool kG, typename A, typename F>
-[[gnu::always_inline]] inline int64_t map_vectors(int64_t R, int64_t C, int64_t c, const A* x, const A* g, A* o,
-                                                  const A* const* p, F& f) {
+[[gnu::always_inline]] inline int64_t map_vectors(int64_t R, int64_t C, int64_t ld, int64_t c, const A* x,
+                                                  const A* g, A* o, const A* const* p, F& f) {
   constexpr int64_t L = sizeof(V) / sizeof(A);
-  for (; c + NV * L <= C; c += NV * L) map_chunk<V, NV, kG>(R, C, c, x, g, o, p, f);
-  if constexpr (NV > 1) return map_vectors<V, NV / 2, kG>(R, C, c, x, g, o, p, f);
+  for (; c + NV * L <= C; c += NV * L) map_chunk<V, NV, kG>(R, ld, c, x, g, o, p, f);
+  if constexpr (NV > 1) return map_vectors<V, NV / 2, kG>(R, C, ld, c, x, g, o, p, f);
   return c;
 }
 
 #if PRECIS_NORM_AVX512
 template <int NV, bool kG, typename F>
-[[gnu::target("avx512f")]] void map_rows_avx512(int64_t R, int64_t C, const float* x, const float* g, float* o,
-                                                 const float* const* p, F& f) {
-  int64_t c = map_vectors<Vec64f, 2 * NV, kG>(R, C, 0, x, g, o, p, f);
-  c = map_vectors<Vec32f, 1, kG>(R, C, c, x, g, o, p, f);
-  for (; c < C; ++c) map_chunk<float, 1, kG>(R, C, c, x, g, o, p, f);
+[[gnu::target("avx512f")]] void map_rows_avx512(int64_t R, int64_t C, int64_t ld, const float* x, const float* g,
+                                                 float* o, const float* const* p, F& f) {
+  int64_t c = map_vectors<Vec64f, 2 * NV, kG>(R, C, ld, 0, x, g, o, p, f);
+  c = map_vectors<Vec32f, 1, kG>(R, C, ld, c, x, g, o, p, f);
+  for (; c < C; ++c) map_chunk<float, 1, kG>(R, ld, c, x, g, o, p, f);
 }
 #endif
 
-// map_chunk over all C channels: chunks of NV vectors (fewer when f uses more coefficients, so
-// they stay in registers), then halves of that, then scalars (fp32 on an AVX-512 CPU: the AVX-512
-// walk, chunks of 2·NV 16-lane vectors).
+// map_chunk over all C channels of R rows ld apart: chunks of NV vectors (fewer when f uses more
+// coefficients, so they stay in registers), then halves of that, then scalars (fp32 on an AVX-512
+// CPU: the AVX-512 walk, chunks of 2·NV 16-lane vectors).
 template <int NV, bool kG, typename A, typename F>
-void map_rows(int64_t R, int64_t C, const A* x, const A* g, A* o, const A* const* p, F& f) {
+void map_rows(int64_t R, int64_t C, int64_t ld, const A* x, const A* g, A* o, const A* const* p, F& f) {
 #if PRECIS_NORM_AVX512
   if constexpr (std::is_same_v<A, float>)
-    if (vec_detail::use_avx512()) return map_rows_avx512<NV, kG>(R, C, x, g, o, p, f);
+    if (vec_detail::use_avx512()) return map_rows_avx512<NV, kG>(R, C, ld, x, g, o, p, f);
 #endif
-  int64_t c = map_vectors<Vec32<A>, NV, kG>(R, C, 0, x, g, o, p, f);
-  for (; c < C; ++c) map_chunk<A, 1, kG>(R, C, c, x, g, o, p, f);
+  int64_t c = map_vectors<Vec32<A>, NV, kG>(R, C, ld, 0, x, g, o, p, f);
+  for (; c < C; ++c) map_chunk<A, 1, kG>(R, ld, c, x, g, o, p, f);
 }
 
 // The row split both passes share: nb blocks, block i = rows [i·M/nb, (i+1)·M/nb).
@@ -462,7 +457,7 @@ void channels_last_map(int64_t M, int64_t C, int64_t nb, const T* xp, const T* g
         const A* gs = kG ? gb.load(gp + q * C, R * C) : nullptr;
         // f16/bf16: the result overwrites the widened x slab, then is rounded out in one call.
         A* os = xb.out(op + q * C);
-        map_rows<NV, kG>(R, C, xs, gs, os, coef, f);
+        map_rows<NV, kG>(R, C, C, xs, gs, os, coef, f);
         xb.store(op + q * C, R * C);
       }
     }
@@ -500,7 +495,7 @@ void batch_norm_channels_last(const Tensor& out, const Tensor& save_mean, const 
     std::vector<double> s1, s2;
     channels_last_sums<T, false>(M, C, nb, xp, nullptr, s1, s2,
                                  [&](int64_t R, const A* xs, const A*, A* a1, A* a2) {
-                                   sum_rows<false>(R, C, xs, static_cast<const A*>(nullptr), k.data(), a1, a2,
+                                   sum_rows<false>(R, C, C, xs, static_cast<const A*>(nullptr), k.data(), a1, a2,
                                                    [](const auto& xv, const auto&, const auto& kv, auto& u,
                                                       auto& q) PRECIS_NORM_INLINE {
                                                      const auto d = xv - kv;
@@ -508,18 +503,9 @@ void batch_norm_channels_last(const Tensor& out, const Tensor& save_mean, const 
                                                      q += d * d;
                                                    });
                                  });
-    for (int64_t c = 0; c < C; ++c) {
-      const double dm = s1[c] / static_cast<double>(M);
-      const double var = std::max(0.0, s2[c] / static_cast<double>(M) - dm * dm);
-      const double mean = static_cast<double>(k[c]) + dm;
-      sm[c] = static_cast<A>(mean);
-      sr[c] = static_cast<A>(1.0 / std::sqrt(var + eps));
-      if (rm) rm[c] = static_cast<A>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean);
-      if (rv) {
-        const double unbiased = var * static_cast<double>(M) / static_cast<double>(M - 1);
-        rv[c] = static_cast<A>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
-      }
-    }
+    for (int64_t c = 0; c < C; ++c)
+      channel_statistics(s1[c], s2[c], k[c], M, momentum, eps, sm[c], sr[c], rm ? rm + c : nullptr,
+                         rv ? rv + c : nullptr);
   }
   std::vector<A> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
@@ -557,7 +543,7 @@ void batch_norm_backward_channels_last(const Tensor& dx, const Tensor& dweight, 
   if (need_sums)
     // Σ g and Σ g·(x − mean), both from one read of x and grad.
     channels_last_sums<T, true>(M, C, nb, xp, gp, sg, sgx, [&](int64_t R, const A* xs, const A* gs, A* a1, A* a2) {
-      sum_rows<true>(R, C, xs, gs, sm, a1, a2,
+      sum_rows<true>(R, C, C, xs, gs, sm, a1, a2,
                      [](const auto& xv, const auto& gv, const auto& mu, auto& u, auto& q) PRECIS_NORM_INLINE {
         u += gv;
         q += gv * (xv - mu);
@@ -568,15 +554,12 @@ void batch_norm_backward_channels_last(const Tensor& dx, const Tensor& dweight, 
     if (dw) dw[c] = static_cast<A>(sgx[c] * static_cast<double>(sr[c]));
   }
   if (!dp) return;
-  std::vector<A> ca(static_cast<size_t>(C)), cb(static_cast<size_t>(C), A(0)), c0(static_cast<size_t>(C), A(0));
+  std::vector<A> ca(static_cast<size_t>(C)), cb(static_cast<size_t>(C)), c0(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
-    const double wc = w ? static_cast<double>(w[c]) : 1.0;
-    const double r = sr[c];
-    ca[c] = static_cast<A>(wc * r);
-    if (training) {
-      cb[c] = static_cast<A>(-wc * r * r * r * sgx[c] / static_cast<double>(M));
-      c0[c] = static_cast<A>(-wc * r * sg[c] / static_cast<double>(M));
-    }
+    const BackwardCoefficients<A> k(sg[c], sgx[c], w, c, sr[c], M, training);
+    ca[c] = k.ca;
+    cb[c] = k.cb;
+    c0[c] = k.c0;
   }
   const A* coef[4] = {ca.data(), cb.data(), sm, c0.data()};
   if (training) {
@@ -592,11 +575,152 @@ void batch_norm_backward_channels_last(const Tensor& dx, const Tensor& dweight, 
   }
 }
 
-// ---- batch norm -------------------------------------------------------------------------------
+// ---- batch norm, NCHW -----------------------------------------------------------------------------
+//
+// x, out: (N, C, S) contiguous. A channel is N rows of S elements C·S apart, rows too short in
+// late ResNet stages (4×4 = 16 elements) for a walk per row: each was a call to widen, one to sum
+// and one to store, for 16 elements, and the NCHW kernels ran 2-4x slower than the channels-last
+// ones there. The kernels walk a channel's elements as the columns of the channels-last chunk walks
+// (per-column accumulators and coefficients in registers), in windows of at most kColumns columns
+// taken down all N rows:
+//  - S < kColumns: B channels at a time, whose elements in row n are one contiguous run of B·S ≤
+//    kColumns, one window (column j belongs to channel c0 + j / S);
+//  - S ≥ kColumns: one channel at a time, in windows of kColumns columns of its rows (the last
+//    one narrower).
+// A block's sums, statistics and map run in one task while its elements are in cache; f16/bf16
+// windows are widened in slabs of at most kSlab elements, f32/f64 slabs read in place with the
+// next one prefetched (the walk goes down rows C·S apart).
+//
+// Accuracy: each column's sums run in A over at most kFoldRows rows in order and are folded into
+// f64, and a channel's columns are then added in f64 in column order: a channel's result depends
+// on the shape only, not on the thread count. The forward sums are shifted by each channel's first
+// element, so a large mean costs no precision.
 
-// x, out: (N, C, S). Training: per channel, shifted one-pass sums for the statistics (shift =
-// the channel's first element, so a large mean costs no precision), then normalise the channel
-// while it is in cache. Eval: one affine pass with the running statistics.
+// Columns of a walk: two chunks of the AVX-512 sum walk (8 vectors of 16 lanes each).
+constexpr int64_t kColumns = 256;
+
+// Channels [c0, c0 + nc) of (N, C, S); one channel when S ≥ kColumns.
+struct NchwBlock {
+  int64_t c0, nc;
+};
+
+// Channels per block: whole channels up to kColumns columns, and at least one block per thread.
+int64_t nchw_block_channels(int64_t C, int64_t S) {
+  const int64_t threads = std::max<int64_t>(1, get_num_threads());
+  return std::max<int64_t>(1, std::min(kColumns / S, (C + threads - 1) / threads));
+}
+
+// A task's buffers and the walk over one block, window by window: a window is up to kColumns
+// consecutive columns of the block's run (nc·S elements in each row: the whole run when S <
+// kColumns), taken over the N rows C·S apart. visit(R, width, ld, x, g, o) is called on R rows of
+// the window (row stride ld) of x (and g when kG) in the compute type, with o the destination of a
+// map at the same stride (written back after the call).
+template <typename T>
+struct NchwWalk {
+  using A = opmath_t<T>;
+  NchwWalk(int64_t N, int64_t C, int64_t S, int64_t B, bool with_grad)
+      : N(N), C(C), S(S), width(std::min(B * S, kColumns)), xb(kSlab), gb(with_grad ? kSlab : 0) {
+    for (auto& c : q) c.resize(static_cast<size_t>(width));
+    a1.resize(static_cast<size_t>(width));
+    a2.resize(static_cast<size_t>(width));
+    p1.resize(static_cast<size_t>(width));
+    p2.resize(static_cast<size_t>(width));
+  }
+
+  // Rows [n0, n1) of the window of block b at column col0, `cols` wide; f16/bf16 in slabs of at
+  // most kSlab elements, f32/f64 read in place.
+  template <bool kG, bool kOut, typename V>
+  void rows(const NchwBlock& b, int64_t col0, int64_t cols, int64_t n0, int64_t n1, const T* xp, const T* gp,
+            T* op, V&& visit) {
+    const int64_t stride = C * S;
+    const int64_t slab = std::max<int64_t>(1, kSlab / cols);
+    for (int64_t n = n0; n < n1; n += slab) {
+      const int64_t R = std::min(slab, n1 - n), off = (n * C + b.c0) * S + col0;
+      // The chunk walks go down the slab's rows, which lie C·S apart: the next slab is fetched
+      // row by row meanwhile (f32/f64 only, as prefetch_span).
+      for (int64_t r = R; r < R + std::min(slab, n1 - n - R); ++r) {
+        prefetch_span<false>(xp + off + r * stride, cols);
+        if (kG) prefetch_span<false>(gp + off + r * stride, cols);
+        if (kOut) prefetch_span<true>(op + off + r * stride, cols);
+      }
+      const A* xs = nullptr;
+      const A* gs = nullptr;
+      const int64_t ld = xb.load_rows(xp + off, R, cols, stride, xs);
+      if (kG) gb.load_rows(gp + off, R, cols, stride, gs);
+      A* os = kOut ? xb.out(op + off) : nullptr;
+      visit(R, cols, ld, xs, gs, os);
+      if (kOut) xb.store_rows(op + off, R, cols, stride);
+    }
+  }
+
+  // Every window of block b in order: f(col0, cols).
+  template <typename F>
+  void windows(const NchwBlock& b, F&& f) const {
+    const int64_t run = b.nc * S;
+    for (int64_t col0 = 0; col0 < run; col0 += width) f(col0, std::min(width, run - col0));
+  }
+
+  // q[k][j] = value(c) for each column j of a window, of channel c (windows are whole channels
+  // or parts of one).
+  template <typename F>
+  void expand(int k, const NchwBlock& b, F&& value) {
+    const int64_t n = std::min(b.nc * S, width);
+    for (int64_t j = 0; j < n; j += S) std::fill_n(q[k].begin() + j, std::min(S, n - j), value(b.c0 + j / S));
+  }
+  const A* coef(int k) const { return q[k].data(); }
+
+  int64_t N, C, S, width;
+  RowBuf<T> xb, gb;
+  std::vector<A> a1, a2, q[4];
+  std::vector<double> p1, p2;
+};
+
+// s1[j], s2[j] = Σ u, Σ v over the elements of the block's channel c0 + j (the accuracy rule
+// above), where sum(R, width, ld, xs, gs, a1, a2) adds R rows into the column accumulators.
+template <bool kG, typename T, typename Sum>
+void nchw_block_sums(NchwWalk<T>& w, const NchwBlock& b, const T* xp, const T* gp, double* s1, double* s2,
+                     Sum&& sum) {
+  using A = opmath_t<T>;
+  std::fill_n(s1, b.nc, 0.0);
+  std::fill_n(s2, b.nc, 0.0);
+  w.windows(b, [&](int64_t col0, int64_t cols) {
+    std::fill_n(w.p1.begin(), cols, 0.0);
+    std::fill_n(w.p2.begin(), cols, 0.0);
+    for (int64_t n = 0; n < w.N; n += kFoldRows) {
+      std::fill_n(w.a1.begin(), cols, A(0));
+      std::fill_n(w.a2.begin(), cols, A(0));
+      w.template rows<kG, false>(b, col0, cols, n, std::min(w.N, n + kFoldRows), xp, gp, static_cast<T*>(nullptr),
+                                 [&](int64_t R, int64_t width, int64_t ld, const A* xs, const A* gs, A*) {
+                                   sum(R, width, ld, xs, gs, w.a1.data(), w.a2.data());
+                                 });
+      for (int64_t j = 0; j < cols; ++j) {
+        w.p1[j] += static_cast<double>(w.a1[j]);
+        w.p2[j] += static_cast<double>(w.a2[j]);
+      }
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      s1[(col0 + j) / w.S] += w.p1[j];
+      s2[(col0 + j) / w.S] += w.p2[j];
+    }
+  });
+}
+
+// out = map(R, width, ld, xs, gs, os) over every window of block b.
+template <bool kG, typename T, typename Map>
+void nchw_block_map(NchwWalk<T>& w, const NchwBlock& b, const T* xp, const T* gp, T* op, Map&& map) {
+  w.windows(b, [&](int64_t col0, int64_t cols) { w.template rows<kG, true>(b, col0, cols, 0, w.N, xp, gp, op, map); });
+}
+
+// Runs body(walk, block) over the channel blocks of (N, C, S), one walk (buffers) per task.
+template <typename T, typename F>
+void for_nchw_blocks(int64_t N, int64_t C, int64_t S, bool with_grad, F&& body) {
+  const int64_t B = nchw_block_channels(C, S);
+  parallel_for(0, (C + B - 1) / B, 1, [&](int64_t lo, int64_t hi) {
+    NchwWalk<T> w(N, C, S, B, with_grad);
+    for (int64_t i = lo; i < hi; ++i) body(w, NchwBlock{i * B, std::min(B, C - i * B)});
+  });
+}
+
 template <typename T>
 void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_rstd, const Tensor& x,
                        const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
@@ -615,62 +739,58 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
   A* rv = mut_ptr_or_null<A>(running_var);
   A* sm = save_mean.data_ptr<A>();
   A* sr = save_rstd.data_ptr<A>();
-  if (C == 0) return;
-  if (!training) {
+  if (!training)
     for (int64_t c = 0; c < C; ++c) {
       sm[c] = rm[c];
       sr[c] = static_cast<A>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
     }
-    if (M == 0) return;
-    parallel_for(0, N * C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(S, 1)), [&](int64_t lo, int64_t hi) {
-      RowBuf<T> buf(S);
-      for (int64_t r = lo; r < hi; ++r) {
-        const int64_t c = r % C;
-        const A scale = (w ? w[c] : A(1)) * sr[c];
-        const A* xr = buf.load(xp + r * S, S);
-        affine_row(xr, buf.out(op + r * S), S, sm[c], scale, b ? b[c] : A(0));
-        buf.store(op + r * S, S);
-      }
-    });
+  if (C == 0) return;
+  if (M == 0) {
+    // No batch statistics (the op refuses training on fewer than two values per channel).
+    if (training) {
+      std::fill_n(sm, C, std::numeric_limits<A>::quiet_NaN());
+      std::fill_n(sr, C, std::numeric_limits<A>::quiet_NaN());
+    }
     return;
   }
-  parallel_for(0, C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(M, 1)), [&](int64_t lo, int64_t hi) {
-    RowBuf<T> buf(S);
-    ChannelSums<A> sums(S);
-    for (int64_t c = lo; c < hi; ++c) {
-      // Σ (x − k) and Σ (x − k)² with k = the channel's first element: one pass, and a large
-      // mean costs no precision.
-      const A k = convert<A>(xp[c * S]);
-      for (int64_t n = 0; n < N; ++n) {
-        const A* xr = buf.load(xp + (n * C + c) * S, S);
-        sums.add_row([&](int64_t j) { return xr[j] - k; }, [&](int64_t j) { return (xr[j] - k) * (xr[j] - k); });
-      }
-      const auto [s1, s2] = sums.take();
-      const double dm = s1 / static_cast<double>(M);
-      const double var = std::max(0.0, s2 / static_cast<double>(M) - dm * dm);
-      const double mean = static_cast<double>(k) + dm;
-      const A rstd = static_cast<A>(1.0 / std::sqrt(var + eps));
-      sm[c] = static_cast<A>(mean);
-      sr[c] = rstd;
-      if (rm) rm[c] = static_cast<A>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean);
-      if (rv) {
-        const double unbiased = var * static_cast<double>(M) / static_cast<double>(M - 1);
-        rv[c] = static_cast<A>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
-      }
-      const A scale = (w ? w[c] : A(1)) * rstd;
-      for (int64_t n = 0; n < N; ++n) {
-        const int64_t off = (n * C + c) * S;
-        const A* xr = buf.load(xp + off, S);
-        affine_row(xr, buf.out(op + off), S, sm[c], scale, b ? b[c] : A(0));
-        buf.store(op + off, S);
+  for_nchw_blocks<T>(N, C, S, false, [&](NchwWalk<T>& walk, const NchwBlock& blk) {
+    if (training) {
+      auto first = [&](int64_t c) { return convert<A>(xp[c * S]); };  // the shift
+      walk.expand(0, blk, first);
+      auto shifted = [](const auto& xv, const auto&, const auto& kv, auto& u, auto& q) PRECIS_NORM_INLINE {
+        const auto d = xv - kv;
+        u += d;
+        q += d * d;
+      };
+      double s1[kColumns], s2[kColumns];
+      nchw_block_sums<false>(walk, blk, xp, static_cast<const T*>(nullptr), s1, s2,
+                             [&](int64_t R, int64_t width, int64_t ld, const A* xs, const A*, A* a1, A* a2) {
+                               sum_rows<false>(R, width, ld, xs, static_cast<const A*>(nullptr), walk.coef(0), a1, a2,
+                                               shifted);
+                             });
+      for (int64_t j = 0; j < blk.nc; ++j) {
+        const int64_t c = blk.c0 + j;
+        channel_statistics(s1[j], s2[j], first(c), M, momentum, eps, sm[c], sr[c], rm ? rm + c : nullptr,
+                           rv ? rv + c : nullptr);
       }
     }
+    // (x − mean)·scale + shift, centred first as the channels-last map.
+    walk.expand(0, blk, [&](int64_t c) { return sm[c]; });
+    walk.expand(1, blk, [&](int64_t c) { return (w ? w[c] : A(1)) * sr[c]; });
+    walk.expand(2, blk, [&](int64_t c) { return b ? b[c] : A(0); });
+    const A* coef[4] = {walk.coef(0), walk.coef(1), walk.coef(2), walk.coef(0)};
+    auto affine = [](const auto& xv, const auto&, const auto& mu, const auto& sc, const auto& sh, const auto&,
+                     auto& o) PRECIS_NORM_INLINE { o = (xv - mu) * sc + sh; };
+    nchw_block_map<false>(walk, blk, xp, static_cast<const T*>(nullptr), op,
+                                    [&](int64_t R, int64_t width, int64_t ld, const A* xs, const A*, A* os) {
+                                      map_rows<kChunkVecs, false>(R, width, ld, xs, static_cast<const A*>(nullptr),
+                                                                  os, coef, affine);
+                                    });
   });
 }
 
-// grad, x, dx: (N, C, S). Per channel: Σg and Σg·(x − mean) in one pass, then (training)
-// dx = w·rstd·(g − Σg/M − (x − mean)·rstd²·Σg(x − mean)/M), as a·g + b·(x − mean) + c0, or
-// (eval) dx = g·w·rstd.
+// grad, x, dx: (N, C, S). Per channel: Σg and Σg·(x − mean) in one pass, then dx = ca·g +
+// cb·(x − mean) + c0 (BackwardCoefficients).
 template <typename T>
 void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
                                 const Tensor& x, const Tensor& weight, const Tensor& save_mean,
@@ -688,53 +808,49 @@ void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
   std::tie(xp, gp, dp, w, sm, sr, dw, db) =
       norm_backward_ptrs<T>(dx, dweight, dbias, grad, x, weight, save_mean, save_rstd);
   const bool need_sums = training ? dp != nullptr || dw || db : dw || db;
-  parallel_for(0, C, std::max<int64_t>(1, kNormGrain / std::max<int64_t>(M, 1)), [&](int64_t lo, int64_t hi) {
-    RowBuf<T> xb(S), gb(S);
-    ChannelSums<A> sums(S);
-    for (int64_t c = lo; c < hi; ++c) {
-      const A mean = sm[c], rstd = sr[c];
-      double sg = 0, sgx = 0;  // Σ g, Σ g·(x − mean)
-      if (need_sums) {
-        for (int64_t n = 0; n < N; ++n) {
-          const int64_t off = (n * C + c) * S;
-          const A* xr = xb.load(xp + off, S);
-          const A* gr = gb.load(gp + off, S);
-          sums.add_row([&](int64_t j) { return gr[j]; }, [&](int64_t j) { return gr[j] * (xr[j] - mean); });
-        }
-        std::tie(sg, sgx) = sums.take();
-      }
-      if (db) db[c] = static_cast<A>(sg);
-      if (dw) dw[c] = static_cast<A>(sgx * static_cast<double>(rstd));
-      if (!dp) continue;
-      const double wc = w ? static_cast<double>(w[c]) : 1.0;
-      const double r = rstd;
-      A ca, cb, c0;
-      if (training) {
-        const double bb = -wc * r * r * r * sgx / static_cast<double>(M);
-        ca = static_cast<A>(wc * r);
-        cb = static_cast<A>(bb);
-        c0 = static_cast<A>(-wc * r * sg / static_cast<double>(M));
-      } else {
-        ca = static_cast<A>(wc * r);
-        cb = A(0);
-        c0 = A(0);
-      }
-      for (int64_t n = 0; n < N; ++n) {
-        const int64_t off = (n * C + c) * S;
-        const A* gr = gb.load(gp + off, S);
-        // f16/bf16: x is widened straight into the output buffer and overwritten in place.
-        A* o = xb.out(dp + off);
-        const A* xr = o;
-        if constexpr (std::is_same_v<T, A>) xr = xp + off;
-        else if (training) load_block<A>(xp + off, 1, o, S);
-        if (training) {
-          for (int64_t i = 0; i < S; ++i) o[i] = ca * gr[i] + cb * (xr[i] - mean) + c0;
-        } else {
-          for (int64_t i = 0; i < S; ++i) o[i] = ca * gr[i];
-        }
-        xb.store(dp + off, S);
-      }
+  if (M == 0) {
+    for (int64_t c = 0; c < C; ++c) {
+      if (db) db[c] = A(0);
+      if (dw) dw[c] = A(0);
     }
+    return;
+  }
+  for_nchw_blocks<T>(N, C, S, true, [&](NchwWalk<T>& walk, const NchwBlock& blk) {
+    double sg[kColumns] = {}, sgx[kColumns] = {};  // Σ g, Σ g·(x − mean)
+    if (need_sums) {
+      auto centred = [](const auto& xv, const auto& gv, const auto& mu, auto& u, auto& q) PRECIS_NORM_INLINE {
+        u += gv;
+        q += gv * (xv - mu);
+      };
+      walk.expand(0, blk, [&](int64_t c) { return sm[c]; });
+      nchw_block_sums<true>(walk, blk, xp, gp, sg, sgx,
+                            [&](int64_t R, int64_t width, int64_t ld, const A* xs, const A* gs, A* a1, A* a2) {
+                              sum_rows<true>(R, width, ld, xs, gs, walk.coef(0), a1, a2, centred);
+                            });
+    }
+    for (int64_t j = 0; j < blk.nc; ++j) {
+      const int64_t c = blk.c0 + j;
+      if (db) db[c] = static_cast<A>(sg[j]);
+      if (dw) dw[c] = static_cast<A>(sgx[j] * static_cast<double>(sr[c]));
+    }
+    if (!dp) return;
+    auto k = [&](int64_t c) {
+      return BackwardCoefficients<A>(sg[c - blk.c0], sgx[c - blk.c0], w, c, sr[c], M, training);
+    };
+    walk.expand(0, blk, [&](int64_t c) { return k(c).ca; });
+    walk.expand(1, blk, [&](int64_t c) { return k(c).cb; });
+    walk.expand(2, blk, [&](int64_t c) { return sm[c]; });
+    walk.expand(3, blk, [&](int64_t c) { return k(c).c0; });
+    const A* coef[4] = {walk.coef(0), walk.coef(1), walk.coef(2), walk.coef(3)};
+    auto train_map = [](const auto& xv, const auto& gv, const auto& a, const auto& bb, const auto& mu,
+                        const auto& k0, auto& o) PRECIS_NORM_INLINE { o = a * gv + bb * (xv - mu) + k0; };
+    auto eval_map = [](const auto&, const auto& gv, const auto& a, const auto&, const auto&, const auto&,
+                       auto& o) PRECIS_NORM_INLINE { o = a * gv; };
+    nchw_block_map<true>(walk, blk, xp, gp, dp,
+                                   [&](int64_t R, int64_t width, int64_t ld, const A* xs, const A* gs, A* os) {
+                                     if (training) map_rows<2, true>(R, width, ld, xs, gs, os, coef, train_map);
+                                     else map_rows<kChunkVecs, true>(R, width, ld, xs, gs, os, coef, eval_map);
+                                   });
   });
 }
 

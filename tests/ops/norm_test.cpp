@@ -61,8 +61,8 @@ Tensor as_tensor(const std::vector<double>& v, const Shape& s) { return from_vec
 }  // namespace
 
 TEST_CASE("batch_norm training matches a f64 reference and updates the running statistics", "[ops][norm]") {
-  // Short rows summed per column (with f64 folds every 4096 elements: (300, 2, 4, 4)) and long
-  // rows summed per row ((2, 3, 600)).
+  // Channels walked in blocks (rows shorter than 256 elements; (300, 2, 4, 4) folds its fp32 sums
+  // into f64 after 256 rows) and one channel in windows of 256 columns ((2, 3, 600)).
   const std::vector<Shape> shapes = {{4, 3},        {2, 3, 5},       {3, 4, 2, 3}, {2, 2, 2, 2, 3},
                                      {5, 2, 1, 1},  {16, 8, 9, 7},   {300, 2, 4, 4}, {2, 3, 600}};
   for (const Shape& shape : shapes) {
@@ -365,16 +365,17 @@ bool is_channels_last(const Tensor& t) {
   return !t.is_contiguous() && t.permute({0, 2, 3, 1}).is_contiguous();
 }
 
-// batch_norm keeps a channels-last input channels-last (output and input gradient), computing the
-// same values as on the contiguous input: the forward against the naive f64 reference, the
-// gradients against the contiguous f64 run (itself checked against finite differences).
-// One shape in training or eval mode, every floating dtype.
-void check_channels_last_batch_norm(const Shape& shape, bool training) {
+// batch_norm on one layout computes the values of the other: the forward against the naive f64
+// reference, the gradients against the other layout's f64 run (the contiguous one is itself
+// checked against finite differences); a channels-last input stays channels-last (output and
+// input gradient). One shape in training or eval mode, every floating dtype.
+void check_batch_norm_layout(const Shape& shape, bool training, bool channels_last) {
   const int64_t C = shape[1], S = spatial(shape);
   const Tensor x = randn_input(shape, false, 11, DType::f64);
   const Tensor up = randn_input(shape, false, 12, DType::f64);
   const Tensor w = uniform_input({C}, 0.5, 1.5, false, 13, DType::f32), b = randn_input({C}, false, 14, DType::f32);
   const Tensor rm = randn_input({C}, false, 15, DType::f32), rv = uniform_input({C}, 0.5, 2.0, false, 16, DType::f32);
+  const bool cl_tested = channels_last;
   auto fn = [&](bool cl) {
     return [=](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
       // Running statistics: fresh copies per call, so every run starts from the same buffers.
@@ -385,9 +386,9 @@ void check_channels_last_batch_norm(const Shape& shape, bool training) {
     INFO(shape_str(shape) << " " << dtype_name(dt) << (training ? " training" : " eval"));
     const Tensor xr = x.to(dt).to(DType::f64), upr = up.to(dt).to(DType::f64);
     // The forward against the naive reference on the rounded input.
-    Tensor xcl = to_channels_last(xr.to(dt));
-    const Tensor y = batch_norm(xcl, rm.clone(), rv.clone(), w, b, training);
-    CHECK(is_channels_last(y));
+    const Tensor xt = cl_tested ? to_channels_last(xr.to(dt)) : xr.to(dt);
+    const Tensor y = batch_norm(xt, rm.clone(), rv.clone(), w, b, training);
+    if (cl_tested) CHECK(is_channels_last(y));
     const std::vector<double> xv = values(xr.contiguous());
     std::vector<double> want_y;
     if (training) {
@@ -406,12 +407,13 @@ void check_channels_last_batch_norm(const Shape& shape, bool training) {
     const std::string fwd = allclose_report(y.to(DType::f64).contiguous(), as_tensor(want_y, shape), tol);
     INFO("forward: " << fwd);
     CHECK(fwd.empty());
-    // The gradients against the contiguous f64 run on the same rounded values.
+    // The gradients against the other layout's f64 run on the same rounded values.
     // f64 runs get f64 parameters (their gradients come back in the parameters' dtype).
     const bool f64 = dt == DType::f64;
     const std::vector<Tensor> got =
-        grads_of(fn(true), xr, f64 ? w.to(DType::f64) : w, f64 ? b.to(DType::f64) : b, upr, dt);
-    const std::vector<Tensor> want = grads_of(fn(false), xr, w.to(DType::f64), b.to(DType::f64), upr, DType::f64);
+        grads_of(fn(cl_tested), xr, f64 ? w.to(DType::f64) : w, f64 ? b.to(DType::f64) : b, upr, dt);
+    const std::vector<Tensor> want =
+        grads_of(fn(!cl_tested), xr, w.to(DType::f64), b.to(DType::f64), upr, DType::f64);
     for (int k = 0; k < 3; ++k) {
       Tolerance gt = tolerance(dt);
       if (dt == DType::f32) gt = {2e-5, 2e-5};
@@ -428,6 +430,7 @@ void check_channels_last_batch_norm(const Shape& shape, bool training) {
       CHECK(report.empty());
     }
   }
+  if (!cl_tested) return;
   // The input gradient of a channels-last leaf is channels-last.
   // (A leaf's .grad is stored contiguous: the hook sees the gradient batch_norm sends.)
   Tensor leaf = to_channels_last(x.to(DType::f32)).detach().requires_grad_(true);
@@ -442,7 +445,7 @@ void check_channels_last_batch_norm(const Shape& shape, bool training) {
 
 TEST_CASE("batch_norm on channels-last input: layout kept, values as the f64 reference", "[ops][norm]") {
   for (const Shape& shape : {Shape{8, 16, 5, 3}, Shape{3, 33, 4, 4}, Shape{2, 3, 1, 7}, Shape{600, 2, 1, 2}})
-    for (bool training : {true, false}) check_channels_last_batch_norm(shape, training);
+    for (bool training : {true, false}) check_batch_norm_layout(shape, training, true);
 }
 
 // The channels-last kernels (ops/cpu/norm.cpp) walk channels in chunks of 4 vectors, then single
@@ -457,8 +460,39 @@ TEST_CASE("batch_norm channels-last: channel and row tails at 1 and 2 threads", 
     for (const Shape& shape : {Shape{5, 3, 50, 50}, Shape{2, 17, 33, 33}, Shape{3, 64, 13, 15}, Shape{2, 130, 12, 12}})
       for (bool training : {true, false}) {
         INFO(threads << " threads");
-        check_channels_last_batch_norm(shape, training);
+        check_batch_norm_layout(shape, training, true);
       }
+  }
+  set_num_threads(saved);
+}
+
+// The NCHW kernels (ops/cpu/norm.cpp) walk blocks of whole channels as columns when a channel's
+// rows are shorter than 256 elements (16 channels of 4×4 at a time, then a block of 2 at 130
+// channels), and one channel in windows of 256 columns otherwise (17×19 = 256 + 67; 32×32 = four
+// windows), over rows folded every 256 (N = 300): against the f64 reference and the channels-last
+// f64 gradients (another walk over another memory order), and the same bits at 1 and 2 threads.
+TEST_CASE("batch_norm NCHW: channel blocks, column windows and row folds, at 1 and 2 threads", "[ops][norm]") {
+  const int saved = get_num_threads();
+  for (const Shape& shape : {Shape{2, 130, 4, 4}, Shape{3, 9, 17, 19}, Shape{2, 3, 32, 32}, Shape{300, 5, 2, 3}}) {
+    const int64_t C = shape[1];
+    const Tensor x = randn_input(shape, false, 31, DType::f64), up = randn_input(shape, false, 32, DType::f64);
+    const Tensor w = uniform_input({C}, 0.5, 1.5, false, 33, DType::f32), b = randn_input({C}, false, 34, DType::f32);
+    for (bool training : {true, false}) {
+      std::vector<std::vector<double>> runs[2];
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        INFO(threads << " threads");
+        check_batch_norm_layout(shape, training, false);
+        auto fn = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+          return batch_norm(xi, full({C}, 0.1), full({C}, 1.5), wi, bi, training);
+        };
+        std::vector<std::vector<double>>& out = runs[threads - 1];
+        out.push_back(values(fn(x.to(DType::f32), w, b)));
+        for (const Tensor& g : grads_of(fn, x, w, b, up, DType::f32)) out.push_back(values(g));
+      }
+      INFO(shape_str(shape) << (training ? " training" : " eval"));
+      CHECK(runs[0] == runs[1]);
+    }
   }
   set_num_threads(saved);
 }
