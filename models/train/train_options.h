@@ -5,6 +5,7 @@
 #include <string>
 
 #include "amp/fp8_linear.h"
+#include "amp/grad_scaler.h"
 #include "autograd/checkpoint.h"
 #include "core/device.h"
 #include "core/dtype.h"
@@ -52,6 +53,10 @@ struct TrainOptions {
   int64_t step_size = 1;            ///< step: epochs between decays
   double gamma = 0.1;               ///< step: decay factor
   double clip = 0.0;                ///< max gradient 2-norm (0: no clipping)
+  /// The loss scaler's settings (init_scale, growth, back-off, ...; amp/grad_scaler.h) for f16
+  /// runs; `enabled` and `device` are the trainer's (on for f16, the run's device). A resumed run
+  /// continues from the checkpoint's scale.
+  amp::GradScalerOptions scaler;
   int64_t accum = 1;                ///< micro-batches per optimizer step
   /// Activation checkpointing of the ResNet stages / BERT encoder layers (autograd/checkpoint.h).
   autograd::CheckpointMode checkpoint_activations = autograd::CheckpointMode::none;

@@ -182,8 +182,10 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
     if (!o_.quiet) out_ << "fp8: " << layers << " linear layer" << (layers == 1 ? "" : "s") << "\n";
   }
   opt_ = make_optimizer(o_, model_->parameters());
-  scaler_ = std::make_unique<amp::GradScaler>(
-      amp::GradScalerOptions{.enabled = o_.precision == DType::f16, .device = o_.device});
+  amp::GradScalerOptions scaler_options = o_.scaler;
+  scaler_options.enabled = o_.precision == DType::f16;
+  scaler_options.device = o_.device;
+  scaler_ = std::make_unique<amp::GradScaler>(scaler_options);
   scaler_->set_parameter_names(model_->named_parameters());
   acc_ = std::make_unique<optim::GradAccumulator>(o_.accum);
   loader_ = &task_->train_loader();
