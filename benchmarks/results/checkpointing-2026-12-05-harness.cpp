@@ -10,7 +10,7 @@
 // process's peak RSS (VmHWM), and the median and min wall time and process CPU time (user + system,
 // all threads) of the timed steps: on a loaded machine the CPU time is the steadier cost measure.
 // Built against a build dir's libprecis.so with the link line of precis-bench (build.ninja).
-// usage: harness none|full|selective|selective+matmul|recompute-v|recompute-qkv|recompute-qkvo BATCH SEQ f32|bf16 THREADS REPS
+// usage: harness none|full|selective|selective+matmul|recompute-v|recompute-qkv|recompute-qkvo|policy-qkvo BATCH SEQ f32|bf16 THREADS REPS
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,7 +45,7 @@ static double vm_hwm_mb() {
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    std::fprintf(stderr, "usage: %s none|full|selective|selective+matmul|recompute-v|recompute-qkv|recompute-qkvo BATCH SEQ f32|bf16 THREADS REPS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s none|full|selective|selective+matmul|recompute-v|recompute-qkv|recompute-qkvo|policy-qkvo BATCH SEQ f32|bf16 THREADS REPS\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -69,6 +69,13 @@ int main(int argc, char** argv) {
   if (mode == "recompute-v") keep_linears({0, 1, 3, 4});
   if (mode == "recompute-qkv") keep_linears({3, 4});
   if (mode == "recompute-qkvo") keep_linears({4});
+  // policy-qkvo: BERT's own policy for L <= hidden with q, k, v and the attention output all
+  // recomputed (kept: the feed-forward GEMMs and the score pass's dropout mask).
+  if (mode == "policy-qkvo") {
+    ck.keep = [](const KeepCandidate& c) {
+      return c.op == OpId::linear_gelu || c.op == OpId::attention_softmax || (c.op == OpId::linear && c.index == 4);
+    };
+  }
 
   Generator init(1);
   models::BertConfig c = models::BertConfig::mini(30522);
