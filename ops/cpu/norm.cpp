@@ -179,15 +179,11 @@ void channel_statistics(double s1, double s2, A k, int64_t M, double momentum, d
 template <typename A>
 struct BackwardCoefficients {
   A ca, cb, c0;
-  BackwardCoefficients(double sg, double sgx, const A* w, int64_t c, A rstd, int64_t M, bool training)
-      : ca(A(0)), cb(A(0)), c0(A(0)) {
-    const double wc = w ? static_cast<double>(w[c]) : 1.0;
-    const double r = rstd;
+  BackwardCoefficients(double sg, double sgx, const A* w, int64_t c, A rstd, int64_t M, bool training) {
+    const double wc = w ? static_cast<double>(w[c]) : 1.0, r = rstd;
     ca = static_cast<A>(wc * r);
-    if (training) {
-      cb = static_cast<A>(-wc * r * r * r * sgx / static_cast<double>(M));
-      c0 = static_cast<A>(-wc * r * sg / static_cast<double>(M));
-    }
+    cb = training ? static_cast<A>(-wc * r * r * r * sgx / static_cast<double>(M)) : A(0);
+    c0 = training ? static_cast<A>(-wc * r * sg / static_cast<double>(M)) : A(0);
   }
 };
 
