@@ -1,5 +1,5 @@
-// bn_probe: the batch_norm CPU kernels alone, channels-last or NCHW, (no autograd, no allocation in the
-// timed loop), at the ResNet-18 CIFAR b64 shapes, next to a STREAM-like copy/triad at the same
+// bn_probe: the batch_norm CPU kernels alone, channels-last or NCHW (no autograd, no allocation in
+// the timed loop), at the ResNet-18 CIFAR b64 shapes, next to a STREAM-like copy/triad at the same
 // thread count, so the kernels' times can be read against this machine's memory bandwidth.
 // Build (from the repo root, after building libprecis.a in build/):
 //   g++ -O2 -std=c++20 -I. benchmarks/tools/bn_probe.cpp build/libprecis.a -ldnnl -lz -fopenmp \

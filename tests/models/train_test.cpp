@@ -177,7 +177,6 @@ TEST_CASE("precis-train: the gradient-ready hook runs once per step, after backw
   REQUIRE(steps == std::vector<int64_t>{1, 2, 3, 4, 5});
   REQUIRE(micro == std::vector<int64_t>{2, 2, 2, 2, 1});
   REQUIRE(grads_missing == 0);
-  INFO(log.str());
   REQUIRE(s.skipped_steps == 0);
 
   SECTION("gradients changed in place there are what the scaler and optimizer see") {

@@ -375,7 +375,6 @@ void check_batch_norm_layout(const Shape& shape, bool training, bool channels_la
   const Tensor up = randn_input(shape, false, 12, DType::f64);
   const Tensor w = uniform_input({C}, 0.5, 1.5, false, 13, DType::f32), b = randn_input({C}, false, 14, DType::f32);
   const Tensor rm = randn_input({C}, false, 15, DType::f32), rv = uniform_input({C}, 0.5, 2.0, false, 16, DType::f32);
-  const bool cl_tested = channels_last;
   auto fn = [&](bool cl) {
     return [=](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
       // Running statistics: fresh copies per call, so every run starts from the same buffers.
@@ -386,9 +385,9 @@ void check_batch_norm_layout(const Shape& shape, bool training, bool channels_la
     INFO(shape_str(shape) << " " << dtype_name(dt) << (training ? " training" : " eval"));
     const Tensor xr = x.to(dt).to(DType::f64), upr = up.to(dt).to(DType::f64);
     // The forward against the naive reference on the rounded input.
-    const Tensor xt = cl_tested ? to_channels_last(xr.to(dt)) : xr.to(dt);
+    const Tensor xt = channels_last ? to_channels_last(xr.to(dt)) : xr.to(dt);
     const Tensor y = batch_norm(xt, rm.clone(), rv.clone(), w, b, training);
-    if (cl_tested) CHECK(is_channels_last(y));
+    if (channels_last) CHECK(is_channels_last(y));
     const std::vector<double> xv = values(xr.contiguous());
     std::vector<double> want_y;
     if (training) {
@@ -411,9 +410,9 @@ void check_batch_norm_layout(const Shape& shape, bool training, bool channels_la
     // f64 runs get f64 parameters (their gradients come back in the parameters' dtype).
     const bool f64 = dt == DType::f64;
     const std::vector<Tensor> got =
-        grads_of(fn(cl_tested), xr, f64 ? w.to(DType::f64) : w, f64 ? b.to(DType::f64) : b, upr, dt);
+        grads_of(fn(channels_last), xr, f64 ? w.to(DType::f64) : w, f64 ? b.to(DType::f64) : b, upr, dt);
     const std::vector<Tensor> want =
-        grads_of(fn(!cl_tested), xr, w.to(DType::f64), b.to(DType::f64), upr, DType::f64);
+        grads_of(fn(!channels_last), xr, w.to(DType::f64), b.to(DType::f64), upr, DType::f64);
     for (int k = 0; k < 3; ++k) {
       Tolerance gt = tolerance(dt);
       if (dt == DType::f32) gt = {2e-5, 2e-5};
@@ -430,7 +429,7 @@ void check_batch_norm_layout(const Shape& shape, bool training, bool channels_la
       CHECK(report.empty());
     }
   }
-  if (!cl_tested) return;
+  if (!channels_last) return;
   // The input gradient of a channels-last leaf is channels-last.
   // (A leaf's .grad is stored contiguous: the hook sees the gradient batch_norm sends.)
   Tensor leaf = to_channels_last(x.to(DType::f32)).detach().requires_grad_(true);
