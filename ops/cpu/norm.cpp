@@ -381,7 +381,8 @@ int64_t slab_rows(int64_t C) { return std::max<int64_t>(1, std::min(kFoldRows, k
 // linearly while this one is walked brings it back to the row loop's time.
 // f16/bf16 slabs are read linearly by their bulk conversion already; prefetching them as well
 // measured slower (bf16 backward +15 % CPU time), so only the types read in place prefetch, unless
-// kAll: the NCHW walk's slabs are rows C·S apart, which prefetching made 1.3x faster in bf16 too.
+// kAll: the NCHW walk's slabs are rows C·S apart, and prefetching them made its bf16 passes
+// 1.1-1.4x faster too (benchmarks/results/bn-nchw-2026-12-07-zen4.md).
 template <bool kWrite, bool kAll = false, typename T>
 inline void prefetch_span(const T* p, int64_t n) {
   if constexpr (!kAll && !std::is_same_v<T, opmath_t<T>>) return;
