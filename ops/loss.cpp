@@ -393,10 +393,10 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   return detail::call<BinaryCrossEntropy>({input, target, weight}, reduction);
 }
 
-// Logits per chunk of linear_cross_entropy when the caller leaves it to us: 4 M elements (8 MB in
-// bf16), so a chunk's logits stay in cache between the GEMM that makes them and the kernel that
-// turns them into loss and gradient. At V = 30522 that is 128 rows; 512 and 2048 rows measured no
-// faster for BERT-mini (docs/design/losses-dropout-attention.md).
+// Logits per chunk of linear_cross_entropy's generic path when the caller leaves it to us: 4 M
+// elements (8 MB in bf16), so a chunk's logits stay in cache between the GEMM that makes them and
+// the kernel that turns them into loss and gradient. At V = 30522 that is 137 rows; 512 and 2048
+// rows measured no faster for BERT-mini (docs/design/losses-dropout-attention.md).
 constexpr int64_t kLinearCrossEntropyChunk = int64_t{1} << 22;
 
 // Written out: two algorithms (the backend's fused kernel, or chunks through the linear and
@@ -474,14 +474,15 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
     if (mean) grad_row = grad_row / counted.to(acc);
   }
 
-  // The backend's own kernel where it has one and the caller left the chunking to us (CPU with
-  // oneDNN: vocabulary blocks over all rows, no (M, V) tensor at all; ops/contracts/kernels_loss.h). Its
-  // gradients come out in fp32, for backward to scale and round once.
-  if (options.chunk_rows == 0 && M > 0 && K > 0 && V > 0 && find_fused_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
+  // The backend's own kernel where it has one (CPU with oneDNN, f32 and bf16: row chunks whose
+  // gradient products are formed at once, no (M, V) tensor at all; ops/contracts/kernels_loss.h).
+  // Its gradients come out in fp32, for backward to scale and round once. It takes the row
+  // gradient as a number, so only on the CPU, where reading the count waits for nothing (the
+  // tests' fake device runs the CPU's kernels as a device that must not be read).
+  if (dev == DeviceType::cpu && M > 0 && K > 0 && V > 0 &&
+      find_fused_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
     Tensor gx, gw, gb, total_rows, result;
     bool ran = false;
-    // This kernel takes the row gradient as a number; it exists on the CPU only, where reading
-    // the count waits for nothing.
     const double row_grad = mean ? 1.0 / counted.item<double>() : 1.0;
     {
       NoGradGuard no_grad;
@@ -497,7 +498,7 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
                                                             static_cast<double>(V) * (1 + need_x + need_w));
       ran = kernel<kernels::LinearCrossEntropyKernel>(OpId::linear_cross_entropy, dev, input.dtype())(
           loss_rows, weight_rows, gx, gw, gb, x2, w, b, tgt, row_grad, options.ignore_index,
-          options.label_smoothing);
+          options.label_smoothing, options.chunk_rows);
       if (ran) result = reduce_rows(loss_rows, weight_rows, options.reduction, {}, out_dtype, &total_rows);
     }
     if (ran) {

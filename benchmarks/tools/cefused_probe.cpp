@@ -58,6 +58,10 @@ int main(int argc, char** argv) {
 
   std::function<void(bool)> step;
   if (what == "lce") {
+    // The op's generic path, where the choice between the two applies: without the backend's own
+    // linear_cross_entropy kernel (f32 and bf16 since 2026-12-07; lce_probe.cpp times that one).
+    register_kernel(OpId::linear_cross_entropy, DeviceType::cpu, dt, nullptr,
+                    typeid(kernels::LinearCrossEntropyKernel));
     step = [&](bool) {
       const Tensor loss = linear_cross_entropy(x, w, b, t);
       (void)autograd::grad({loss}, {x, w, b});

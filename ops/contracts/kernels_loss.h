@@ -56,12 +56,13 @@ using CrossEntropyWithGradKernel = void(const Tensor& loss_rows, const Tensor& w
 /// (weight_rows is 1 or 0). grad_x (M, K), grad_w (V, K), grad_b (V): fp32, contiguous, or
 /// undefined when not wanted; they receive the gradients of Σ_i row_grad·loss_rows_i, summed in
 /// fp32 from the logit gradient rounded to x's dtype (as cross_entropy's backward rounds it).
-/// Returns false, writing nothing, when the backend cannot run it here (the caller then takes the
-/// generic path).
+/// chunk_rows: rows of logits made at a time (LinearCrossEntropyOptions::chunk_rows; 0: the
+/// backend's choice). Returns false, writing nothing, when the backend cannot run it here (the
+/// caller then takes the generic path).
 using LinearCrossEntropyKernel = bool(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& grad_x,
                                       const Tensor& grad_w, const Tensor& grad_b, const Tensor& x, const Tensor& w,
                                       const Tensor& b, const Tensor& target, double row_grad, int64_t ignore_index,
-                                      double label_smoothing);
+                                      double label_smoothing, int64_t chunk_rows);
 
 /// NLL on log-probabilities: loss_rows_i = −w[t_i]·x_{i,t_i}, weight_rows_i = w[t_i]; 0 for both
 /// at ignored rows. x: (M, C) any strides (only M elements are read).

@@ -42,7 +42,7 @@ struct GemmArgs {
   bool c_f32 = false;
   /// c += a·b (+ bias) instead of c = a·b (+ bias): c's values are read and the product added to
   /// them in c's type (for a caller summing products over blocks of K, e.g. linear_cross_entropy's
-  /// input gradient over vocabulary blocks; ops/cpu/linear_cross_entropy.cpp).
+  /// weight gradient over chunks of rows; ops/cpu/linear_cross_entropy.cpp).
   bool accumulate = false;
 };
 

@@ -1,36 +1,33 @@
-// linear_cross_entropy's CPU kernel (ops/contracts/kernels_loss.h LinearCrossEntropyKernel): the vocabulary
-// in column blocks over all rows, so that no (M, V) tensor is ever made.
+// linear_cross_entropy's CPU kernel (ops/contracts/kernels_loss.h LinearCrossEntropyKernel), f32 and
+// bf16: the rows in chunks of about 8 M logits, each chunk's loss and gradient products formed at
+// once, so no (M, V) tensor is ever made.
 //
-// Why blocks of columns: a block's logits, L = x · W_blockᵀ + b_block (M × nb), are a dense
-// oneDNN GEMM whose result stays in cache, and the block's GEMM runs at the speed of a small one.
-// Measured on the 2-vCPU AMX VM (bf16, 2 threads, BERT-mini's 2048 × 256 → 30522): all 30 blocks
-// of 1024 columns into one reused buffer 16-22 ms, against 37-43 ms for the whole (M, V) GEMM,
-// which is bound by writing its 125 MB result (a memset of 125 MB alone takes ~15 ms there). Row
-// chunks, the op's other path, re-read all of W for every chunk.
+// Per chunk of R rows: L = x_chunk · Wᵀ + b (one oneDNN GEMM into a reused (R, V) buffer); then
+// cross_entropy_with_grad's row kernel (ops/cpu/loss.cpp) writes each row's loss and its logit
+// gradient G = g_i·(softmax − (1 − ε)·onehot − ε/V), rounded to x's dtype as cross_entropy's
+// backward rounds it, into a second buffer; then grad_x[chunk] = G·W and grad_w += Gᵀ·x_chunk
+// (fp32 results) and grad_b += Σ_rows G. Three GEMMs, as the unfused pair makes: the gradient is
+// known in forward for an output gradient of 1, so backward only scales and rounds. The price of
+// the chunks is grad_w's fp32 (V, K) result read and written once per chunk, so chunks are large
+// (at V = 30522: 274 rows, two buffers of 16 MB in bf16, 32 MB in f32).
 //
-// The price is a second GEMM per block: the loss needs every column of a row (its normaliser)
-// before any gradient can be formed, so the kernel makes two passes over the blocks:
-//   pass 1  per block: L; per row the running max m and Σ exp(x − m), rescaled when m grows
-//           (the online normaliser of row_log_normaliser, ops/cpu/softmax_rows.h), the target's
-//           logit, and Σ x for label smoothing. Then each row's loss.
-//   pass 2  (gradients wanted) per block: L again; G = g_i·(softmax − (1 − ε)·onehot − ε/V)
-//           rounded to x's dtype, as cross_entropy's backward rounds its logit gradient; then
-//           grad_w[block] = Gᵀ·x (fp32), grad_x += G·W_block (fp32, oneDNN's sum post-op),
-//           grad_b[block] = Σ_rows G (fp32).
-// The gradients are those of the whole-matrix pair, accumulated in fp32 and left for the op's
-// backward to multiply by the output gradient and round once.
+// Measured on AMD Zen 4 (BERT-mini's 2048 × 256 → 30522, forward and backward, 2 threads, wall ms;
+// benchmarks/results/lce-2026-12-07-zen4.md): bf16 299-307 against 335-344 for the vocabulary-block
+// kernel this one replaced (it made every block's logits twice, a fourth GEMM, to hold only one
+// (M, 1024) block; on Zen 4 bf16 GEMMs are compute-bound), and 1.03-1.05× the op's generic path,
+// which holds the whole (M, V) logit gradient for backward's GEMMs (125 MB in bf16); f32 the
+// generic path's time within noise (522-572 against 521-560) without its 250 MB.
 #ifdef PRECIS_HAS_ONEDNN
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/gemm.h"
-#include "ops/cpu/softmax_rows.h"
+#include "ops/cpu/cross_entropy_rows.h"
+#include "ops/cpu/elementwise_util.h"
 #include "ops/contracts/kernels_loss.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
@@ -39,11 +36,12 @@ namespace precis::cpu {
 
 namespace {
 
-// Columns per block: about 2 M logits (4 MB in bf16), at least 256 and at most 4096, a multiple of
-// 64. BERT-mini's 2048 rows get 1024 (the measured best; 512 and 2048 were no faster).
-int64_t block_columns(int64_t rows, int64_t classes) {
-  const int64_t target = std::clamp<int64_t>((int64_t{1} << 21) / std::max<int64_t>(rows, 1), 256, 4096);
-  return std::min(classes, target / 64 * 64);
+// Rows per chunk when the caller leaves it to us: about 8 M logits, at least 64 rows (fewer slow
+// the GEMMs), at most all. At BERT-mini's shapes 4 M ran 4-8 % slower than 8 M (bf16, 1 thread)
+// and 8-15 % (f32, 2 threads); 16 M gained less than the machine's noise, for twice the buffers.
+int64_t rows_per_chunk(int64_t rows, int64_t classes, int64_t asked) {
+  if (asked > 0) return std::min(asked, rows);
+  return std::min(rows, std::max<int64_t>(64, (int64_t{1} << 23) / classes));
 }
 
 // A (rows, cols) operand at data with the given strides, in the canonical form GemmMatrix wants.
@@ -52,228 +50,156 @@ GemmMatrix matrix(const void* data, int64_t rows, int64_t cols, int64_t row_stri
   return {data, 0, 0, row_stride, col_stride};
 }
 
-// Rows per parallel_for chunk of a row pass over `cols` columns: about 64 K elements.
-int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1)); }
-
-// The running per-row state of pass 1.
-struct RowState {
-  float max = -std::numeric_limits<float>::infinity();
-  float sum = 0;         // Σ exp(x − max) over the columns seen so far
-  float target = 0;      // the target's logit, once its block has been seen
-  double logit_sum = 0;  // Σ x (label smoothing only)
-};
+constexpr int64_t kColumnTile = 1024;  // columns per tile of the bias gradient's column sums
+constexpr int64_t kRowGroup = 64;     // rows summed in fp32 before each fold into fp64
 
 template <typename T>
 class Kernel {
  public:
-  Kernel(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& target, int64_t ignore_index, double eps)
+  Kernel(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& target, int64_t ignore_index, double eps,
+         int64_t chunk, bool need_grad)
       : x_(x),
         w_(w),
         b_(b),
-        t_(static_cast<const int64_t*>(target.data_ptr())),
+        target_(target),
         ignore_(ignore_index),
-        eps_(static_cast<float>(eps)),
+        eps_(eps),
         m_(x.size(0)),
         k_(x.size(1)),
         v_(w.size(0)),
-        nb_(block_columns(m_, v_)),
-        logits_(empty({m_, nb_}, {.dtype = x.dtype()})) {}
+        rows_(rows_per_chunk(m_, v_, chunk)),
+        logits_(empty({rows_, v_}, {.dtype = x.dtype()})),
+        grad_(need_grad ? empty({rows_, v_}, {.dtype = x.dtype()}) : Tensor()),
+        stats_(empty({rows_, 2}, {.dtype = DType::f32})) {}
 
-  // Pass 1 and the loss; false (nothing written) when oneDNN has no kernel for the block GEMM.
-  bool loss(float* loss_rows, float* weight_rows) {
-    state_.assign(static_cast<size_t>(m_), RowState{});
-    for (int64_t c0 = 0; c0 < v_; c0 += nb_) {
-      const int64_t n = std::min(nb_, v_ - c0);
-      if (!block_logits(c0, n)) return false;
-      accumulate_rows(c0, n);
-    }
-    const float smooth = eps_ / static_cast<float>(v_);
-    for (int64_t i = 0; i < m_; ++i) {
-      const RowState& r = state_[static_cast<size_t>(i)];
-      if (t_[i] == ignore_) {
-        loss_rows[i] = 0;
-        weight_rows[i] = 0;
+  // Every chunk of rows: its logits, loss and (grad_ defined) logit gradient, and that gradient's
+  // products. false, nothing written, when oneDNN has no kernel for the logits' GEMM.
+  bool run(const Tensor& loss_rows, const Tensor& weight_rows, float row_grad, float* grad_x, float* grad_w,
+           float* grad_b) {
+    if (grad_b != nullptr) col_sums_.assign(static_cast<size_t>(v_), 0.0);
+    const Tensor grad_rows = full({1}, row_grad, {.dtype = DType::f32}).expand({rows_});
+    for (int64_t r0 = 0; r0 < m_; r0 += rows_) {
+      const int64_t n = std::min(rows_, m_ - r0);
+      const Tensor logits = logits_.narrow(0, 0, n), stats = stats_.narrow(0, 0, n), t = target_.narrow(0, r0, n);
+      if (!logits_gemm(r0, n)) {
+        PRECIS_INTERNAL_ASSERT(r0 == 0, "linear_cross_entropy: the logits' GEMM ran for the first chunk, not later");
+        return false;
+      }
+      const Tensor loss = loss_rows.narrow(0, r0, n), weight = weight_rows.narrow(0, r0, n);
+      if (!grad_.defined()) {
+        cross_entropy_kernel<T>(loss, weight, stats, logits, t, Tensor(), ignore_, eps_);
         continue;
       }
-      // −log p_t = log_sum − (x_t − m); Σ_c −log p_c = V·log_sum + Σ_c (m − x_c), as row_loss
-      // (ops/cpu/loss.cpp) writes them, so nothing rounds at m's magnitude but the last sum.
-      const float log_sum = std::log(r.sum);
-      float value = (1.0f - eps_) * (log_sum - (r.target - r.max));
-      if (eps_ != 0.0f) {
-        const double gap = static_cast<double>(v_) * r.max - r.logit_sum;
-        value += smooth * (static_cast<float>(v_) * log_sum + static_cast<float>(gap));
-      }
-      loss_rows[i] = value;
-      weight_rows[i] = 1;
+      const Tensor g = grad_.narrow(0, 0, n);
+      cross_entropy_with_grad_kernel<T>(loss, weight, stats, g, logits, t, Tensor(), grad_rows.narrow(0, 0, n),
+                                        ignore_, eps_);
+      if (grad_b != nullptr) add_column_sums(n);
+      if (grad_x != nullptr) gradient_gemm(/*dx=*/true, r0, n, grad_x + r0 * k_);
+      if (grad_w != nullptr) gradient_gemm(/*dx=*/false, r0, n, grad_w);
     }
+    if (grad_b != nullptr)
+      for (int64_t j = 0; j < v_; ++j) grad_b[j] = static_cast<float>(col_sums_[static_cast<size_t>(j)]);
     return true;
   }
 
-  // Pass 2, after loss(): the fp32 gradients for row gradients row_grad (mean: 1/count; ignored
-  // rows get none). Any of grad_x (M, K), grad_w (V, K), grad_b (V) may be null.
-  void gradients(float row_grad, float* grad_x, float* grad_w, float* grad_b) {
-    for (int64_t c0 = 0; c0 < v_; c0 += nb_) {
-      const int64_t n = std::min(nb_, v_ - c0);
-      PRECIS_INTERNAL_ASSERT(block_logits(c0, n), "linear_cross_entropy: the block GEMM ran in pass 1, not in 2");
-      block_gradient(c0, n, row_grad, grad_b != nullptr ? grad_b + c0 : nullptr);
-      if (grad_w != nullptr) gemm(/*dx=*/false, c0, n, grad_w + c0 * k_);
-      if (grad_x != nullptr) gemm(/*dx=*/true, c0, n, grad_x);
-    }
-  }
-
  private:
-  T* logits() const { return static_cast<T*>(logits_.data_ptr()); }
-
-  // logits_[:, :n] = x · W[c0 : c0 + n]ᵀ (+ b[c0 : c0 + n]), in x's dtype (fp32 accumulation).
-  bool block_logits(int64_t c0, int64_t n) {
+  // logits_[:n] = x[r0 : r0 + n] · Wᵀ (+ b), in x's dtype (fp32 accumulation).
+  bool logits_gemm(int64_t r0, int64_t n) {
     GemmArgs g;
     g.dtype = x_.dtype();
-    g.m = m_;
+    g.m = n;
     g.k = k_;
-    g.n = n;
-    g.a = matrix(x_.data_ptr(), m_, k_, k_, 1);
-    g.b = matrix(static_cast<const T*>(w_.data_ptr()) + c0 * k_, k_, n, 1, k_);  // W's rows read as columns
-    g.c = logits();
-    if (b_.defined()) g.bias = static_cast<const T*>(b_.data_ptr()) + c0;
+    g.n = v_;
+    g.a = matrix(static_cast<const T*>(x_.data_ptr()) + r0 * k_, n, k_, k_, 1);
+    g.b = matrix(w_.data_ptr(), k_, v_, 1, k_);  // W's rows read as columns
+    g.c = logits_.data_ptr();
+    if (b_.defined()) g.bias = b_.data_ptr();
     return onednn_gemm(g);
   }
 
-  // Pass 1's update of every row's state with the block's columns [c0, c0 + n). Each row's
-  // segment is widened to fp32 once (into L1) for its max, its exponentials and its sum.
-  void accumulate_rows(int64_t c0, int64_t n) {
-    const T* l = logits();
-    parallel_for(0, m_, row_grain(n), [&](int64_t begin, int64_t end) {
-      std::vector<float> widened(std::is_same_v<T, float> ? 0 : static_cast<size_t>(n));
-      for (int64_t i = begin; i < end; ++i) {
-        const float* row;
-        if constexpr (std::is_same_v<T, float>) {
-          row = l + i * n;
-        } else {
-          load_block<float>(l + i * n, 1, widened.data(), n);
-          row = widened.data();
-        }
-        RowState& r = state_[static_cast<size_t>(i)];
-        const float block_max = row_max(row, n);
-        if (block_max > r.max) {
-          r.sum *= std::exp(r.max - block_max);  // 0 · exp(−inf) = 0 for the first block
-          r.max = block_max;
-        }
-        if (r.max != -std::numeric_limits<float>::infinity())
-          r.sum += exp_shift_sum(row, static_cast<float*>(nullptr), n, r.max, 1.0f);
-        const int64_t t = t_[i];
-        if (t >= c0 && t < c0 + n) r.target = row[t - c0];
-        if (eps_ != 0.0f) r.logit_sum += lanes_sum<float>(n, [&](int64_t j) { return row[j]; });
-      }
-    });
-  }
-
-  // The block's logits replaced by their gradient, in x's dtype: for a counted row
-  // g·(exp(x − m − log_sum) − ε/V) − [j = t]·g·(1 − ε); 0 for an ignored row. With grad_b, also
-  // grad_b[c0 : c0 + n] = Σ_i G[i, :] of the rounded values (what the pair's bias gradient sums):
-  // each thread sums its rows in fp32 groups of 64 rows added in fp64, so the error does not grow
-  // with M, and the threads' sums are added in a fixed order.
-  void block_gradient(int64_t c0, int64_t n, float row_grad, float* grad_b) {
-    constexpr int64_t kRowGroup = 64;
-    T* l = logits();
-    const float smooth = eps_ / static_cast<float>(v_);
-    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), m_ / kRowGroup));
-    if (grad_b != nullptr) col_sums_.assign(static_cast<size_t>(parts * n), 0.0);
-    parallel_for(0, parts, 1, [&](int64_t p_begin, int64_t p_end) {
-      std::vector<float> buf(static_cast<size_t>(n)), group(grad_b != nullptr ? static_cast<size_t>(n) : 0);
-      for (int64_t p = p_begin; p < p_end; ++p) {
-        double* sums = grad_b != nullptr ? col_sums_.data() + p * n : nullptr;
-        const int64_t r_begin = m_ * p / parts, r_end = m_ * (p + 1) / parts;
-        for (int64_t i = r_begin; i < r_end; ++i) {
-          T* row = l + i * n;
-          const int64_t t = t_[i];
-          if (t == ignore_) {
-            std::fill(row, row + n, T(0.0f));
-          } else {
-            const RowState& r = state_[static_cast<size_t>(i)];
-            const float scale = row_grad / r.sum, shift = row_grad * smooth, hit = row_grad * (1.0f - eps_);
-            load_block<float>(row, 1, buf.data(), n);
-            exp_shift_sum(buf.data(), buf.data(), n, r.max, scale);
-            if (shift != 0.0f)
-              for (int64_t j = 0; j < n; ++j) buf[j] -= shift;
-            if (t >= c0 && t < c0 + n) buf[t - c0] -= hit;
-            store_block<T>(buf.data(), row, 1, n);
-            if (sums != nullptr) {
-              if constexpr (!std::is_same_v<T, float>) load_block<float>(row, 1, buf.data(), n);  // the rounded values
-              for (int64_t j = 0; j < n; ++j) group[j] += buf[j];
-            }
-          }
-          if (sums != nullptr && ((i - r_begin) % kRowGroup == kRowGroup - 1 || i + 1 == r_end)) {
-            for (int64_t j = 0; j < n; ++j) sums[j] += group[j];
-            std::fill(group.begin(), group.end(), 0.0f);
-          }
-        }
-      }
-    });
-    if (grad_b == nullptr) return;
-    for (int64_t j = 0; j < n; ++j) {
-      double total = 0;
-      for (int64_t p = 0; p < parts; ++p) total += col_sums_[static_cast<size_t>(p * n + j)];
-      grad_b[j] = static_cast<float>(total);
-    }
-  }
-
-  // dx: grad_x (M, K) += G · W[c0 : c0 + n]; else grad_w's rows [c0, c0 + n) = Gᵀ · x. In fp32.
-  void gemm(bool dx, int64_t c0, int64_t n, float* out) {
+  // dx: grad_x's rows [r0, r0 + n) = G · W; else grad_w (+)= Gᵀ · x[r0 : r0 + n]. In fp32.
+  void gradient_gemm(bool dx, int64_t r0, int64_t n, float* out) {
+    const void* g_data = grad_.data_ptr();
     GemmArgs g;
     g.dtype = x_.dtype();
     g.c_f32 = g.dtype == DType::bf16;
     g.c = out;
     if (dx) {
-      g.m = m_;
+      g.m = n;
+      g.k = v_;
+      g.n = k_;
+      g.a = matrix(g_data, n, v_, v_, 1);
+      g.b = matrix(w_.data_ptr(), v_, k_, k_, 1);
+    } else {
+      g.m = v_;
       g.k = n;
       g.n = k_;
-      g.a = matrix(logits(), m_, n, n, 1);
-      g.b = matrix(static_cast<const T*>(w_.data_ptr()) + c0 * k_, n, k_, k_, 1);
-      g.accumulate = c0 > 0;
-    } else {
-      g.m = n;
-      g.k = m_;
-      g.n = k_;
-      g.a = matrix(logits(), n, m_, 1, n);  // Gᵀ: G read column by column
-      g.b = matrix(x_.data_ptr(), m_, k_, k_, 1);
+      g.a = matrix(g_data, v_, n, 1, v_);  // Gᵀ: G read column by column
+      g.b = matrix(static_cast<const T*>(x_.data_ptr()) + r0 * k_, n, k_, k_, 1);
+      g.accumulate = r0 > 0;
     }
     PRECIS_INTERNAL_ASSERT(onednn_gemm(g), "linear_cross_entropy: oneDNN refused a gradient GEMM of ", g.m, "x",
                            g.k, "x", g.n);
   }
 
+  // col_sums_ += the chunk's column sums of G (the rounded values the pair's bias gradient sums):
+  // per column, fp32 sums of kRowGroup rows folded into fp64 in row order, whatever the threads.
+  void add_column_sums(int64_t n) {
+    const T* g = static_cast<const T*>(grad_.data_ptr());
+    parallel_for(0, (v_ + kColumnTile - 1) / kColumnTile, 1, [&](int64_t tb, int64_t te) {
+      float group[kColumnTile], buf[kColumnTile];
+      for (int64_t tile = tb; tile < te; ++tile) {
+        const int64_t c0 = tile * kColumnTile, len = std::min(kColumnTile, v_ - c0);
+        double* sums = col_sums_.data() + c0;
+        for (int64_t i0 = 0; i0 < n; i0 += kRowGroup) {
+          std::fill(group, group + len, 0.0f);
+          for (int64_t i = i0; i < std::min(n, i0 + kRowGroup); ++i) {
+            const float* row;
+            if constexpr (std::is_same_v<T, float>) {
+              row = g + i * v_ + c0;
+            } else {
+              load_block<float>(g + i * v_ + c0, 1, buf, len);
+              row = buf;
+            }
+            for (int64_t j = 0; j < len; ++j) group[j] += row[j];
+          }
+          for (int64_t j = 0; j < len; ++j) sums[j] += group[j];
+        }
+      }
+    });
+  }
+
   const Tensor& x_;
   const Tensor& w_;
   const Tensor& b_;
-  const int64_t* t_;
+  const Tensor& target_;
   const int64_t ignore_;
-  const float eps_;
-  const int64_t m_, k_, v_, nb_;
-  Tensor logits_;  // (M, nb): one block's logits, then its gradient
-  std::vector<RowState> state_;
-  std::vector<double> col_sums_;  // block_gradient's per-thread column sums
+  const double eps_;
+  const int64_t m_, k_, v_, rows_;
+  Tensor logits_;  // (rows_, V): a chunk's logits
+  Tensor grad_;    // (rows_, V): their gradient, when wanted
+  Tensor stats_;   // (rows_, 2): the chunk's row statistics
+  std::vector<double> col_sums_;  // grad_b's running sums
 };
 
 template <typename T>
 bool linear_cross_entropy_kernel(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& grad_x,
                                  const Tensor& grad_w, const Tensor& grad_b, const Tensor& x, const Tensor& w,
                                  const Tensor& b, const Tensor& target, double row_grad, int64_t ignore_index,
-                                 double label_smoothing) {
-  Kernel<T> k(x, w, b, target, ignore_index, label_smoothing);
-  if (!k.loss(static_cast<float*>(loss_rows.data_ptr()), static_cast<float*>(weight_rows.data_ptr()))) return false;
+                                 double label_smoothing, int64_t chunk_rows) {
+  const bool need_grad = grad_x.defined() || grad_w.defined() || grad_b.defined();
+  Kernel<T> k(x, w, b, target, ignore_index, label_smoothing, chunk_rows, need_grad);
   auto ptr = [](const Tensor& t) { return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr; };
-  if (grad_x.defined() || grad_w.defined() || grad_b.defined())
-    k.gradients(static_cast<float>(row_grad), ptr(grad_x), ptr(grad_w), ptr(grad_b));
-  return true;
+  return k.run(loss_rows, weight_rows, static_cast<float>(row_grad), ptr(grad_x), ptr(grad_w), ptr(grad_b));
 }
 
 }  // namespace
 
-// bf16 only. In f32 the second GEMM per block costs more than the passes over (M, V) it saves
-// (f32 GEMMs run at a third of bf16's rate here): BERT-mini's f32 step took 789 ms with it against
-// 669 ms with the op's row-chunk path, so f32 keeps that path.
 void register_linear_cross_entropy_kernels() {
   register_kernel<kernels::LinearCrossEntropyKernel>(OpId::linear_cross_entropy, DeviceType::cpu, DType::bf16,
                                                      &linear_cross_entropy_kernel<BFloat16>);
+  register_kernel<kernels::LinearCrossEntropyKernel>(OpId::linear_cross_entropy, DeviceType::cpu, DType::f32,
+                                                     &linear_cross_entropy_kernel<float>);
 }
 
 }  // namespace precis::cpu

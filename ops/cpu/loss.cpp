@@ -20,6 +20,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/cross_entropy_rows.h"
 #include "core/dtype_visit.h"
 #include "core/opmath.h"
 #include "ops/cpu/elementwise_util.h"
@@ -108,6 +109,8 @@ struct RowGrad {
   }
 };
 
+}  // namespace
+
 // x: (M, C) contiguous; target: (M) i64; weight: (C) or undefined; loss_rows, weight_rows: (M);
 // row_stats: (M, 2) = (max, log Σ exp(x − max)) per row. Accumulates in A = opmath_t<T>.
 template <typename T>
@@ -145,6 +148,8 @@ void cross_entropy_kernel(const Tensor& loss_rows, const Tensor& weight_rows, co
     }
   });
 }
+
+namespace {
 
 // grad_x: (M, C) contiguous; x: (M, C) contiguous; row_stats: (M, 2); target: (M); grad_rows: (M)
 // any stride. Computes in A = opmath_t<T>: one pass per row writing a·softmax − s·w, with
@@ -241,6 +246,8 @@ void check_with_grad_operands(const Tensor& loss_rows, const Tensor& weight_rows
                ": grad_x must not alias x (its first pass writes exponentials there), got ", all());
 }
 
+}  // namespace
+
 // CrossEntropyKernel and CrossEntropyBackwardKernel in one pass over the logits with one exp per
 // element: per row, the normaliser pass of row_log_normaliser (the same chunks, running max and
 // rescaled sum, so row_stats and the loss are bit for bit the forward kernel's) also stores each
@@ -316,6 +323,19 @@ void cross_entropy_with_grad_kernel(const Tensor& loss_rows, const Tensor& weigh
 }
 
 // x: (M, C) any strides; target: (M) i64; weight: (C) or undefined. Accumulates in opmath_t<T>.
+// linear_cross_entropy's kernel runs these two on its chunks (ops/cpu/cross_entropy_rows.h).
+#define PRECIS_CROSS_ENTROPY_ROWS(T)                                                                             \
+  template void cross_entropy_kernel<T>(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, \
+                                        const Tensor&, int64_t, double);                                         \
+  template void cross_entropy_with_grad_kernel<T>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,     \
+                                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&,     \
+                                                  int64_t, double);
+PRECIS_CROSS_ENTROPY_ROWS(float)
+PRECIS_CROSS_ENTROPY_ROWS(BFloat16)
+#undef PRECIS_CROSS_ENTROPY_ROWS
+
+namespace {
+
 template <typename T>
 void nll_loss_kernel(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& x, const Tensor& target,
                      const Tensor& weight, int64_t ignore_index) {

@@ -1,8 +1,8 @@
 // linear_cross_entropy: the loss against a naive f64 reference, loss and gradients against the
 // unfused linear + cross_entropy for chunk sizes that split the rows every way (one row, uneven,
 // one chunk), ignored rows, label smoothing, no bias; all rows ignored; no-grad; under autocast;
-// the CPU kernel (vocabulary blocks, bf16) the same ways; the gradient-check and
-// bad-input cases of the op table.
+// the CPU kernel (row chunks whose gradients are multiplied out at once; f32 and bf16) the same
+// ways; the gradient-check and bad-input cases of the op table.
 #include <cmath>
 #include <vector>
 
@@ -188,7 +188,7 @@ TEST_CASE("linear_cross_entropy under bf16 autocast: fp32 loss, as close to f64 
   }
 }
 
-// ---- the backend kernel (CPU with oneDNN: vocabulary blocks over all rows) ---------------------
+// ---- the backend kernel (CPU with oneDNN: row chunks, no (M, V) tensor) ------------------------
 
 namespace {
 
@@ -202,62 +202,86 @@ bool has_backend_kernel(DType dtype) {
 
 }  // namespace
 
-// 600 rows take column blocks of 3456, so 8000 classes make two full blocks and a short one; the
-// automatic chunking (chunk_rows 0) is what sends the op to the kernel (bf16 only). The kernel and
-// the pair round in different places (the kernel sums the input gradient over blocks in fp32 and
-// rounds once; the pair's GEMM rounds its whole sum once too, its bias gradient is a bf16 sum),
-// so each is compared with the f64 result of the same bf16 inputs: the kernel's worst error,
-// relative to the largest reference value, within twice the pair's.
-TEST_CASE("linear_cross_entropy's CPU kernel: loss and gradients as close to f64 as the pair's, across column blocks",
+// f32 goes to the kernel for every chunk_rows; its gradients are summed over the chunks in fp32
+// where the pair's GEMMs sum over all rows at once, so they agree to f32's rounding.
+TEST_CASE("linear_cross_entropy's CPU kernel in f32: linear + cross_entropy's loss and gradients for every chunking",
+          "[ops][loss]") {
+  if (!has_backend_kernel(DType::f32)) return;
+  for (int64_t chunk : {1, 3, 4, 10, 64, 0})
+    for (bool bias : {true, false}) {
+      INFO("chunk_rows " << chunk << " bias " << bias);
+      const Operands o = operands({2, 5}, 6, 9, bias, true, 23, DType::f32);
+      const TensorList fused = loss_and_grads(
+          linear_cross_entropy(o.x, o.w, o.b, o.target, {.label_smoothing = 0.1, .chunk_rows = chunk}), o);
+      const TensorList ref = loss_and_grads(
+          cross_entropy(linear(o.x, o.w, o.b).reshape({-1, 9}), o.target.reshape({-1}), {.label_smoothing = 0.1}), o);
+      REQUIRE(fused.size() == ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        INFO("output " << i << " (loss, x, w, b)");
+        REQUIRE(fused[i].sizes() == ref[i].sizes());
+        PRECIS_REQUIRE_CLOSE(fused[i], ref[i], DType::f32);
+      }
+    }
+}
+
+// 600 rows in chunks of 256 (two whole and a short one) and in the automatic chunking (one chunk
+// at 8000 classes). The kernel and the pair round in different places (the kernel sums the
+// gradients over chunks in fp32 and rounds once; the pair's GEMMs round their whole sums once, its
+// bias gradient is a bf16 sum), so each is compared with the f64 result of the same bf16 inputs:
+// the kernel's worst error, relative to the largest reference value, within twice the pair's.
+TEST_CASE("linear_cross_entropy's CPU kernel: loss and gradients as close to f64 as the pair's, across row chunks",
           "[ops][loss]") {
   if (!has_backend_kernel(DType::bf16)) return;
-  for (bool bias : {true, false})
-    for (double eps : {0.0, 0.1})
-      for (Reduction red : {Reduction::mean, Reduction::sum}) {
-        INFO("bias " << bias << " label_smoothing " << eps << " sum " << (red == Reduction::sum));
-        const Operands o = operands({3, 200}, 16, 8000, bias, true, 81, DType::bf16);
-        auto as_f64 = [](const Tensor& t) { return t.defined() ? t.detach().to(DType::f64).requires_grad_() : t; };
-        const Operands d{as_f64(o.x), as_f64(o.w), as_f64(o.b), o.target};
-        const LinearCrossEntropyOptions opts{.reduction = red, .label_smoothing = eps};
-        const TensorList fused = loss_and_grads(linear_cross_entropy(o.x, o.w, o.b, o.target, opts), o);
-        const TensorList pair = loss_and_grads(
-            cross_entropy(linear(o.x, o.w, o.b).reshape({-1, 8000}), o.target.reshape({-1}),
-                          {.reduction = red, .label_smoothing = eps}),
-            o);
-        const TensorList ref = loss_and_grads(linear_cross_entropy(d.x, d.w, d.b, d.target, opts), d);
-        REQUIRE(fused.size() == ref.size());
-        for (size_t i = 0; i < ref.size(); ++i) {
-          INFO("output " << i << " (loss, x, w, b)");
-          REQUIRE(fused[i].sizes() == ref[i].sizes());
-          const double scale = max(abs(ref[i])).item<double>();
-          const double err = max(abs(sub(fused[i].to(DType::f64), ref[i]))).item<double>() / scale;
-          const double err_pair = max(abs(sub(pair[i].to(DType::f64), ref[i]))).item<double>() / scale;
-          INFO("kernel error " << err << ", pair " << err_pair);
-          CHECK(err <= 2 * err_pair + 1e-4);
+  for (int64_t chunk : {256, 0})
+    for (bool bias : {true, false})
+      for (double eps : {0.0, 0.1})
+        for (Reduction red : {Reduction::mean, Reduction::sum}) {
+          INFO("chunk_rows " << chunk << " bias " << bias << " label_smoothing " << eps << " sum "
+                             << (red == Reduction::sum));
+          const Operands o = operands({3, 200}, 16, 8000, bias, true, 81, DType::bf16);
+          auto as_f64 = [](const Tensor& t) { return t.defined() ? t.detach().to(DType::f64).requires_grad_() : t; };
+          const Operands d{as_f64(o.x), as_f64(o.w), as_f64(o.b), o.target};
+          const LinearCrossEntropyOptions opts{.reduction = red, .label_smoothing = eps, .chunk_rows = chunk};
+          const TensorList fused = loss_and_grads(linear_cross_entropy(o.x, o.w, o.b, o.target, opts), o);
+          const TensorList pair = loss_and_grads(
+              cross_entropy(linear(o.x, o.w, o.b).reshape({-1, 8000}), o.target.reshape({-1}),
+                            {.reduction = red, .label_smoothing = eps}),
+              o);
+          const TensorList ref = loss_and_grads(linear_cross_entropy(d.x, d.w, d.b, d.target, opts), d);
+          REQUIRE(fused.size() == ref.size());
+          for (size_t i = 0; i < ref.size(); ++i) {
+            INFO("output " << i << " (loss, x, w, b)");
+            REQUIRE(fused[i].sizes() == ref[i].sizes());
+            const double scale = max(abs(ref[i])).item<double>();
+            const double err = max(abs(sub(fused[i].to(DType::f64), ref[i]))).item<double>() / scale;
+            const double err_pair = max(abs(sub(pair[i].to(DType::f64), ref[i]))).item<double>() / scale;
+            INFO("kernel error " << err << ", pair " << err_pair);
+            CHECK(err <= 2 * err_pair + 1e-4);
+          }
         }
-      }
 }
 
 TEST_CASE("linear_cross_entropy's CPU kernel: output gradient, only W's gradient, no gradient", "[ops][loss]") {
   if (!has_backend_kernel(DType::bf16)) return;
+  const LinearCrossEntropyOptions kChunks{.chunk_rows = 256};  // 600 rows: 256, 256, 88
   const Operands o = operands({600}, 8, 5000, true, true, 91, DType::bf16);
   const Tensor seed = full({}, -2.5, {.dtype = DType::bf16});
-  const TensorList g = autograd::grad({linear_cross_entropy(o.x, o.w, o.b, o.target)}, {o.x, o.w, o.b}, {seed});
+  const TensorList g = autograd::grad({linear_cross_entropy(o.x, o.w, o.b, o.target, kChunks)}, {o.x, o.w, o.b}, {seed});
   const TensorList ref = autograd::grad({cross_entropy(linear(o.x, o.w, o.b), o.target)}, {o.x, o.w, o.b}, {seed});
   for (size_t i = 0; i < ref.size(); ++i) PRECIS_REQUIRE_CLOSE(g[i], ref[i], DType::bf16);
 
   const Tensor x = o.x.detach(), b = o.b.detach();
-  const Tensor gw = autograd::grad({linear_cross_entropy(x, o.w, b, o.target)}, {o.w})[0];
+  const Tensor gw = autograd::grad({linear_cross_entropy(x, o.w, b, o.target, kChunks)}, {o.w})[0];
   PRECIS_REQUIRE_CLOSE(gw, autograd::grad({cross_entropy(linear(x, o.w, b), o.target)}, {o.w})[0], DType::bf16);
 
   NoGradGuard no_grad;
-  const Tensor loss = linear_cross_entropy(o.x, o.w, o.b, o.target);
+  const Tensor loss = linear_cross_entropy(o.x, o.w, o.b, o.target, kChunks);
   CHECK_FALSE(loss.requires_grad());
   PRECIS_REQUIRE_CLOSE(loss, cross_entropy(linear(o.x, o.w, o.b), o.target), DType::bf16);
 }
 
 // No classes (every target ignored): the mean's 0/0 and zero gradients — not a division by zero
-// in the chunk size, and not the bf16 kernel, whose blocks would be empty.
+// in the chunk size, and not the CPU kernel, whose rows would be empty.
 TEST_CASE("linear_cross_entropy with no classes gives NaN and zero gradients", "[ops][loss]") {
   for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
     INFO(dtype_name(dtype));
