@@ -9,14 +9,14 @@
 // (fp32 results) and grad_b += Σ_rows G. Three GEMMs, as the unfused pair makes: the gradient is
 // known in forward for an output gradient of 1, so backward only scales and rounds. The price of
 // the chunks is grad_w's fp32 (V, K) result read and written once per chunk, so chunks are large
-// (at V = 30522: 274 rows, two buffers of 16 MB in bf16, 32 MB in f32).
+// (at V = 30522 and 2048 rows: 256 rows, two buffers of 16 MB in bf16, 32 MB in f32).
 //
 // Measured on AMD Zen 4 (BERT-mini's 2048 × 256 → 30522, forward and backward, 2 threads, wall ms;
-// benchmarks/results/lce-2026-12-07-zen4.md): bf16 299-307 against 335-344 for the vocabulary-block
+// benchmarks/results/lce-2026-12-07-zen4.md): bf16 294-332 against 340-382 for the vocabulary-block
 // kernel this one replaced (it made every block's logits twice, a fourth GEMM, to hold only one
-// (M, 1024) block; on Zen 4 bf16 GEMMs are compute-bound), and 1.03-1.05× the op's generic path,
+// (M, 1024) block; on Zen 4 bf16 GEMMs are compute-bound), and 1.00-1.02× the op's generic path,
 // which holds the whole (M, V) logit gradient for backward's GEMMs (125 MB in bf16); f32 the
-// generic path's time within noise (522-572 against 521-560) without its 250 MB.
+// generic path's time (0.99-1.01×) without its 250 MB.
 #ifdef PRECIS_HAS_ONEDNN
 
 #include <algorithm>
@@ -36,12 +36,18 @@ namespace precis::cpu {
 
 namespace {
 
-// Rows per chunk when the caller leaves it to us: about 8 M logits, at least 64 rows (fewer slow
-// the GEMMs), at most all. At BERT-mini's shapes 4 M ran 4-8 % slower than 8 M (bf16, 1 thread)
-// and 8-15 % (f32, 2 threads); 16 M gained less than the machine's noise, for twice the buffers.
+// Rows per chunk when the caller leaves it to us: about 8 M logits (at least 64 rows: fewer slow
+// the GEMMs), the rows cut into equal chunks, and all rows in one chunk up to 1.5 times that: a
+// short last chunk runs its GEMMs slowly (BERT-mini's masked head, 307 rows, bf16, one thread:
+// chunks of 274 and 33 took 84-94 ms a step, one chunk 83). At BERT-mini's full 2048 rows, chunks
+// of 4 M logits ran 4-8 % slower than 8 M (bf16, 1 thread) and 8-15 % (f32, 2 threads); 16 M
+// gained less than the machine's noise, for twice the buffers.
 int64_t rows_per_chunk(int64_t rows, int64_t classes, int64_t asked) {
   if (asked > 0) return std::min(asked, rows);
-  return std::min(rows, std::max<int64_t>(64, (int64_t{1} << 23) / classes));
+  const int64_t target = std::max<int64_t>(64, (int64_t{1} << 23) / classes);
+  if (rows <= target + target / 2) return rows;
+  const int64_t chunks = (rows + target - 1) / target;
+  return (rows + chunks - 1) / chunks;
 }
 
 // A (rows, cols) operand at data with the given strides, in the canonical form GemmMatrix wants.
