@@ -322,7 +322,6 @@ void cross_entropy_with_grad_kernel(const Tensor& loss_rows, const Tensor& weigh
   });
 }
 
-// x: (M, C) any strides; target: (M) i64; weight: (C) or undefined. Accumulates in opmath_t<T>.
 // linear_cross_entropy's kernel runs these two on its chunks (ops/cpu/cross_entropy_rows.h).
 #define PRECIS_CROSS_ENTROPY_ROWS(T)                                                                             \
   template void cross_entropy_kernel<T>(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, \
@@ -336,6 +335,7 @@ PRECIS_CROSS_ENTROPY_ROWS(BFloat16)
 
 namespace {
 
+// x: (M, C) any strides; target: (M) i64; weight: (C) or undefined. Accumulates in opmath_t<T>.
 template <typename T>
 void nll_loss_kernel(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& x, const Tensor& target,
                      const Tensor& weight, int64_t ignore_index) {
