@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "amp/autocast.h"
 #include "autograd/engine.h"
 #include "benchmarks/bench.h"
 #include "core/rng.h"
@@ -134,6 +135,23 @@ std::vector<OpCase> make_cases() {
                      const Tensor target = randint(0, 30522, {2048}, {.dtype = DType::i64}, &gen);
                      return step([=] { return cross_entropy(logits, target); }, {logits}, Tensor());
                    }});
+  // BERT-mini's masked-LM decoder and loss over all 2048 tokens as one op (no (M, V) logits), in
+  // f32 and under bf16 autocast (fp32 leaves, the GEMMs in bf16, the loss fp32). Peer: the
+  // unfused cross_entropy(linear(...)) a PyTorch user writes, under torch.autocast for bf16.
+  for (const bool bf16 : {false, true}) {
+    cases.push_back({"linear_cross_entropy 2048x256->30522", [bf16] {
+                       Generator gen(11);
+                       const Tensor x = leaf({2048, 256}, gen), w = leaf({30522, 256}, gen, 0.05),
+                                    b = leaf({30522}, gen);
+                       const Tensor target = randint(0, 30522, {2048}, {.dtype = DType::i64}, &gen);
+                       return step(
+                           [=] {
+                             amp::Autocast ac(DType::bf16, DeviceType::cpu, bf16);
+                             return linear_cross_entropy(x, w, b, target);
+                           },
+                           {x, w, b}, Tensor());
+                     }, bf16 ? "bf16" : "f32"});
+  }
   // BERT-mini attention: q, k, v (16, 4, 128, 64).
   for (const bool masked : {false, true}) {
     cases.push_back({masked ? "attention 16x4x128x64 padding mask" : "attention 16x4x128x64", [masked] {
@@ -263,7 +281,9 @@ SuiteReport run_ops(const Options& options) {
       "operands whose innermost dim is strided in memory (transposed, NCHW read as NHWC). GFLOP/s is 0 "
       "for the memory-bound ops. 'elementwise:' cases: the op front-end's cost (100 calls on 64 values a "
       "repetition) and gelu forward+backward. 'linear_gelu': gelu(linear()) as one op, BERT-mini's "
-      "intermediate layer, x, W and b gradients (6·M·K·N FLOPs). 'fp8 emulation:' cases: forward only; "
+      "intermediate layer, x, W and b gradients (6·M·K·N FLOPs). 'linear_cross_entropy': BERT-mini's "
+      "decoder and loss over 2048 tokens as one op, f32 and under bf16 autocast (dtype bf16), x, W and b "
+      "gradients (6·M·K·V FLOPs; the peer: cross_entropy(linear())). 'fp8 emulation:' cases: forward only; "
       "scaled_matmul on the CPU widens fp8 exactly to bf16 and runs the bf16 GEMM, so it shows the cost "
       "of emulation beside that bf16 GEMM, not an fp8 speed-up (no peer case); scaled_fp8_cast, the recipe's "
       "one-pass cast, beside the same cast composed of ops (no peer case). "

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch peer of `precis-bench ops`: the same cases (forward + backward, f32, CPU) under the same
-case names, written as the same JSON records with "impl": "torch".
+"""PyTorch peer of `precis-bench ops`: the same cases (forward + backward, f32 unless a case says
+bf16, CPU) under the same case names, written as the same JSON records with "impl": "torch".
 
     python benchmarks/peers/torch_ops.py [--threads 2] [--repeat 200] [--min-time 0.5] [--json FILE]
                                          [--cases SUBSTRING]
@@ -31,7 +31,8 @@ CONV_SHAPES = [(3, 64, 3, 1, 32), (64, 64, 3, 1, 32), (64, 128, 3, 2, 32), (128,
 
 
 def make_cases(torch, F):
-    """(name, flops, maker, is_conv); maker() allocates the inputs and returns the timed step."""
+    """(name, flops, maker, is_conv[, dtype]); maker() allocates the inputs and returns the timed step;
+    dtype (default f32) labels the record, bf16 for a case run under torch.autocast."""
 
     def step(forward, wrt, grad_out=None):
         def run():
@@ -149,6 +150,21 @@ def make_cases(torch, F):
         return step(lambda: F.gelu(x), [x], gy)
     cases.append(("elementwise: gelu 1024x1024", 0.0, make_gelu, False))
 
+    # BERT-mini's decoder and loss over all 2048 tokens, as precis-bench's 'linear_cross_entropy'
+    # cases (there one op): f32, and bf16 = torch.autocast over fp32 leaves.
+    for dtype in ("f32", "bf16"):
+        def make_decoder_loss(dtype=dtype):
+            g = torch.Generator().manual_seed(11)
+            x, w, b = leaf(g, 2048, 256), leaf(g, 30522, 256, scale=0.05), leaf(g, 30522)
+            target = torch.randint(0, 30522, (2048,), generator=g)
+
+            def forward():
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                    return F.cross_entropy(F.linear(x, w, b), target)
+            return step(forward, [x, w, b])
+        cases.append(("linear_cross_entropy 2048x256->30522", 6.0 * 2048 * 256 * 30522, make_decoder_loss, False,
+                      dtype))
+
     # BERT-mini's intermediate layer, as precis-bench's 'linear_gelu' case (there one op).
     def make_linear_gelu():
         g = torch.Generator().manual_seed(10)
@@ -171,17 +187,18 @@ def main():
     threads = [int(t) for t in args.threads.split(",")]
     records = []
     print(f"torch {torch.__version__}, GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')}", file=sys.stderr)
-    for name, flops, make, _ in make_cases(torch, F):
-        if args.cases not in name:
+    for name, flops, make, _, *rest in make_cases(torch, F):
+        dtype = rest[0] if rest else "f32"
+        if args.cases not in f"{name} {dtype}":
             continue
         run = make()
         for n in threads:
             torch.set_num_threads(n)
             median, best, reps = time_step(run, args.repeat, args.min_time)
-            records.append({"suite": "ops", "case": name, "impl": "torch", "dtype": "f32", "threads": n,
+            records.append({"suite": "ops", "case": name, "impl": "torch", "dtype": dtype, "threads": n,
                             "median_ms": round(median, 4), "min_ms": round(best, 4),
                             "gflops": round(flops / (median * 1e6), 2) if flops else 0.0, "reps": reps})
-            print(f"{name:40s} {n} threads  median {median:9.3f} ms  min {best:9.3f} ms", file=sys.stderr)
+            print(f"{name + ' ' + dtype:40s} {n} threads  median {median:9.3f} ms  min {best:9.3f} ms", file=sys.stderr)
         del run
     for n in threads:
         conv = [r for r in records if r["threads"] == n and r["case"].startswith("conv2d ")]
