@@ -98,23 +98,28 @@ TEST_CASE("linear_cross_entropy matches the naive f64 loss", "[ops][loss]") {
       }
 }
 
+// f64 takes the op's generic path; f32 the CPU kernel where the build has one (oneDNN), whose
+// gradients are summed over the chunks in fp32 where the pair's GEMMs sum all rows at once, so
+// the two agree to f32's rounding.
 TEST_CASE("linear_cross_entropy: loss and gradients are linear + cross_entropy's for every chunking", "[ops][loss]") {
   // 10 rows: chunks of 1, 3 (uneven), 4, 10 and more than the rows, and the automatic size.
-  for (int64_t chunk : {1, 3, 4, 10, 64, 0})
-    for (bool bias : {true, false}) {
-      INFO("chunk_rows " << chunk << " bias " << bias);
-      const Operands o = operands({2, 5}, 6, 9, bias, true, 21);
-      const TensorList fused = loss_and_grads(
-          linear_cross_entropy(o.x, o.w, o.b, o.target, {.label_smoothing = 0.1, .chunk_rows = chunk}), o);
-      const TensorList ref = loss_and_grads(
-          cross_entropy(linear(o.x, o.w, o.b).reshape({-1, 9}), o.target.reshape({-1}), {.label_smoothing = 0.1}), o);
-      REQUIRE(fused.size() == ref.size());
-      for (size_t i = 0; i < ref.size(); ++i) {
-        INFO("output " << i << " (loss, x, w, b)");
-        REQUIRE(fused[i].sizes() == ref[i].sizes());
-        PRECIS_REQUIRE_CLOSE(fused[i], ref[i], DType::f64);
+  for (DType dtype : {DType::f64, DType::f32})
+    for (int64_t chunk : {1, 3, 4, 10, 64, 0})
+      for (bool bias : {true, false}) {
+        INFO(dtype_name(dtype) << " chunk_rows " << chunk << " bias " << bias);
+        const Operands o = operands({2, 5}, 6, 9, bias, true, 21, dtype);
+        const TensorList fused = loss_and_grads(
+            linear_cross_entropy(o.x, o.w, o.b, o.target, {.label_smoothing = 0.1, .chunk_rows = chunk}), o);
+        const TensorList ref = loss_and_grads(
+            cross_entropy(linear(o.x, o.w, o.b).reshape({-1, 9}), o.target.reshape({-1}), {.label_smoothing = 0.1}),
+            o);
+        REQUIRE(fused.size() == ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          INFO("output " << i << " (loss, x, w, b)");
+          REQUIRE(fused[i].sizes() == ref[i].sizes());
+          PRECIS_REQUIRE_CLOSE(fused[i], ref[i], dtype);
+        }
       }
-    }
 }
 
 TEST_CASE("linear_cross_entropy: a scaled output gradient scales every gradient", "[ops][loss]") {
@@ -201,28 +206,6 @@ bool has_backend_kernel(DType dtype) {
 }
 
 }  // namespace
-
-// f32 goes to the kernel for every chunk_rows; its gradients are summed over the chunks in fp32
-// where the pair's GEMMs sum over all rows at once, so they agree to f32's rounding.
-TEST_CASE("linear_cross_entropy's CPU kernel in f32: linear + cross_entropy's loss and gradients for every chunking",
-          "[ops][loss]") {
-  if (!has_backend_kernel(DType::f32)) return;
-  for (int64_t chunk : {1, 3, 4, 10, 64, 0})
-    for (bool bias : {true, false}) {
-      INFO("chunk_rows " << chunk << " bias " << bias);
-      const Operands o = operands({2, 5}, 6, 9, bias, true, 23, DType::f32);
-      const TensorList fused = loss_and_grads(
-          linear_cross_entropy(o.x, o.w, o.b, o.target, {.label_smoothing = 0.1, .chunk_rows = chunk}), o);
-      const TensorList ref = loss_and_grads(
-          cross_entropy(linear(o.x, o.w, o.b).reshape({-1, 9}), o.target.reshape({-1}), {.label_smoothing = 0.1}), o);
-      REQUIRE(fused.size() == ref.size());
-      for (size_t i = 0; i < ref.size(); ++i) {
-        INFO("output " << i << " (loss, x, w, b)");
-        REQUIRE(fused[i].sizes() == ref[i].sizes());
-        PRECIS_REQUIRE_CLOSE(fused[i], ref[i], DType::f32);
-      }
-    }
-}
 
 // 600 rows in chunks of 256 (two whole and a short one) and in the automatic chunking (one chunk
 // at 8000 classes). The kernel and the pair round in different places (the kernel sums the
