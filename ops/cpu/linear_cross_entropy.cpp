@@ -39,9 +39,9 @@ namespace {
 // Rows per chunk when the caller leaves it to us: about 8 M logits (at least 64 rows: fewer slow
 // the GEMMs), the rows cut into equal chunks, and all rows in one chunk up to 1.5 times that: a
 // short last chunk runs its GEMMs slowly (BERT-mini's masked head, 307 rows, bf16, one thread:
-// chunks of 274 and 33 took 84-94 ms a step, one chunk 83). At BERT-mini's full 2048 rows, chunks
-// of 4 M logits ran 4-8 % slower than 8 M (bf16, 1 thread) and 8-15 % (f32, 2 threads); 16 M
-// gained less than the machine's noise, for twice the buffers.
+// chunks of 274 and 33 rows took 88-95 ms a step, two of 154 84-93, one of 307 83). At BERT-mini's
+// full 2048 rows, chunks of 4 M logits ran 4-8 % slower than 8 M (bf16, 1 thread) and 8-15 % (f32,
+// 2 threads); 16 M gained less than the machine's noise, for twice the buffers.
 int64_t rows_per_chunk(int64_t rows, int64_t classes, int64_t asked) {
   if (asked > 0) return std::min(asked, rows);
   const int64_t target = std::max<int64_t>(64, (int64_t{1} << 23) / classes);
