@@ -139,12 +139,14 @@ TEST_CASE("profiler: ops that run the linear kernel as their GEMM are timed in t
           "[ops][profiler]") {
   // linear_gelu and the chunked linear_cross_entropy count their GEMMs' FLOPs in their own rows;
   // the GEMM time must land there too, not in a linear row without FLOPs (GFLOP/s would be wrong
-  // in both rows).
+  // in both rows). linear_cross_entropy in f64: its generic path, which runs the linear kernel
+  // (the CPU's own kernel, f32 and bf16, makes its GEMMs inside).
   const Tensor x = randn({16, 32}), w = randn({8, 32}), b = randn({8});
+  const Tensor x64 = x.to(DType::f64), w64 = w.to(DType::f64), b64 = b.to(DType::f64);
   const Tensor target = from_vector<int64_t>(std::vector<int64_t>(16, 3), {16});
   const auto all = profile([&] {
     (void)linear_gelu(x, w, b);
-    (void)linear_cross_entropy(x, w, b, target, {.chunk_rows = 4});
+    (void)linear_cross_entropy(x64, w64, b64, target, {.chunk_rows = 4});
   });
   CHECK(find_entry(all, "linear", Direction::forward) == nullptr);
   for (const char* op : {"linear_gelu", "linear_cross_entropy"}) {
