@@ -476,14 +476,11 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
 
   // The backend's own kernel where it has one (CPU with oneDNN, f32 and bf16: row chunks whose
   // gradient products are formed at once, no (M, V) tensor at all; ops/contracts/kernels_loss.h).
-  // Its gradients come out in fp32, for backward to scale and round once. It takes the row
-  // gradient as a number, so only on the CPU, where reading the count waits for nothing (the
-  // tests' fake device runs the CPU's kernels as a device that must not be read).
-  if (dev == DeviceType::cpu && M > 0 && K > 0 && V > 0 &&
-      find_fused_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
+  // It reads the row gradient on its device; its gradients come out in fp32, for backward to scale
+  // and round once.
+  if (M > 0 && K > 0 && V > 0 && find_fused_kernel(OpId::linear_cross_entropy, dev, input.dtype()) != nullptr) {
     Tensor gx, gw, gb, total_rows, result;
     bool ran = false;
-    const double row_grad = mean ? 1.0 / counted.item<double>() : 1.0;
     {
       NoGradGuard no_grad;
       const Tensor x2 = input.detach().reshape({M, K}).contiguous(), w = weight.detach().contiguous();
@@ -497,7 +494,7 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
         profiler::add_flops(OpId::linear_cross_entropy, 2.0 * static_cast<double>(M) * static_cast<double>(K) *
                                                             static_cast<double>(V) * (1 + need_x + need_w));
       ran = kernel<kernels::LinearCrossEntropyKernel>(OpId::linear_cross_entropy, dev, input.dtype())(
-          loss_rows, weight_rows, gx, gw, gb, x2, w, b, tgt, row_grad, options.ignore_index,
+          loss_rows, weight_rows, gx, gw, gb, x2, w, b, tgt, grad_row, options.ignore_index,
           options.label_smoothing, options.chunk_rows);
       if (ran) result = reduce_rows(loss_rows, weight_rows, options.reduction, {}, out_dtype, &total_rows);
     }

@@ -54,15 +54,16 @@ using CrossEntropyWithGradKernel = void(const Tensor& loss_rows, const Tensor& w
 /// x: (M, K) contiguous, M, K >= 1; w: (V, K) contiguous, V >= 1; b: (V) contiguous or undefined; all of
 /// x's dtype. target, loss_rows and weight_rows as CrossEntropyKernel, with no class weights
 /// (weight_rows is 1 or 0). grad_x (M, K), grad_w (V, K), grad_b (V): fp32, contiguous, or
-/// undefined when not wanted; they receive the gradients of Σ_i row_grad·loss_rows_i, summed in
-/// fp32 from the logit gradient rounded to x's dtype (as cross_entropy's backward rounds it).
-/// chunk_rows: rows of logits made at a time (LinearCrossEntropyOptions::chunk_rows; 0: the
-/// backend's choice). Returns false, writing nothing, when the backend cannot run it here (the
-/// caller then takes the generic path).
+/// undefined when not wanted; they receive the gradients of Σ_i g·loss_rows_i, g = row_grad's one
+/// fp32 element (on x's device, read where the kernel runs: no host read), summed in fp32 from the
+/// logit gradient rounded to x's dtype (as cross_entropy's backward rounds it). chunk_rows: rows
+/// of logits made at a time (LinearCrossEntropyOptions::chunk_rows; 0: the backend's choice).
+/// Returns false, writing nothing, when the backend cannot run it here (the caller then takes the
+/// generic path).
 using LinearCrossEntropyKernel = bool(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& grad_x,
                                       const Tensor& grad_w, const Tensor& grad_b, const Tensor& x, const Tensor& w,
-                                      const Tensor& b, const Tensor& target, double row_grad, int64_t ignore_index,
-                                      double label_smoothing, int64_t chunk_rows);
+                                      const Tensor& b, const Tensor& target, const Tensor& row_grad,
+                                      int64_t ignore_index, double label_smoothing, int64_t chunk_rows);
 
 /// NLL on log-probabilities: loss_rows_i = −w[t_i]·x_{i,t_i}, weight_rows_i = w[t_i]; 0 for both
 /// at ignored rows. x: (M, C) any strides (only M elements are read).

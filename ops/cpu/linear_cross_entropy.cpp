@@ -74,16 +74,17 @@ class Kernel {
         k_(x.size(1)),
         v_(w.size(0)),
         rows_(rows_per_chunk(m_, v_, chunk)),
-        logits_(empty({rows_, v_}, {.dtype = x.dtype()})),
-        grad_(need_grad ? empty({rows_, v_}, {.dtype = x.dtype()}) : Tensor()),
-        stats_(empty({rows_, 2}, {.dtype = DType::f32})) {}
+        logits_(empty({rows_, v_}, {.dtype = x.dtype(), .device = x.device()})),
+        grad_(need_grad ? empty({rows_, v_}, {.dtype = x.dtype(), .device = x.device()}) : Tensor()),
+        stats_(empty({rows_, 2}, {.dtype = DType::f32, .device = x.device()})) {}
 
-  // Every chunk of rows: its logits, loss and (grad_ defined) logit gradient, and that gradient's
-  // products. false, nothing written, when oneDNN has no kernel for the logits' GEMM.
-  bool run(const Tensor& loss_rows, const Tensor& weight_rows, float row_grad, float* grad_x, float* grad_w,
-           float* grad_b) {
+  // Every chunk of rows: its logits, loss and (grad_ defined) logit gradient for each row's loss
+  // gradient row_grad (one f32 element), and that gradient's products. false, nothing written,
+  // when oneDNN has no kernel for the logits' GEMM.
+  bool run(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& row_grad, float* grad_x,
+           float* grad_w, float* grad_b) {
     if (grad_b != nullptr) col_sums_.assign(static_cast<size_t>(v_), 0.0);
-    const Tensor grad_rows = full({1}, row_grad, {.dtype = DType::f32}).expand({rows_});
+    const Tensor grad_rows = row_grad.expand({rows_});
     for (int64_t r0 = 0; r0 < m_; r0 += rows_) {
       const int64_t n = std::min(rows_, m_ - r0);
       const Tensor logits = logits_.narrow(0, 0, n), stats = stats_.narrow(0, 0, n), t = target_.narrow(0, r0, n);
@@ -191,12 +192,12 @@ class Kernel {
 template <typename T>
 bool linear_cross_entropy_kernel(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& grad_x,
                                  const Tensor& grad_w, const Tensor& grad_b, const Tensor& x, const Tensor& w,
-                                 const Tensor& b, const Tensor& target, double row_grad, int64_t ignore_index,
-                                 double label_smoothing, int64_t chunk_rows) {
+                                 const Tensor& b, const Tensor& target, const Tensor& row_grad,
+                                 int64_t ignore_index, double label_smoothing, int64_t chunk_rows) {
   const bool need_grad = grad_x.defined() || grad_w.defined() || grad_b.defined();
   Kernel<T> k(x, w, b, target, ignore_index, label_smoothing, chunk_rows, need_grad);
   auto ptr = [](const Tensor& t) { return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr; };
-  return k.run(loss_rows, weight_rows, static_cast<float>(row_grad), ptr(grad_x), ptr(grad_w), ptr(grad_b));
+  return k.run(loss_rows, weight_rows, row_grad, ptr(grad_x), ptr(grad_w), ptr(grad_b));
 }
 
 }  // namespace
