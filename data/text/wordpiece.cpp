@@ -1,14 +1,12 @@
 #include "data/text/wordpiece.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <unordered_set>
 
 #include "core/error.h"
 #include "data/file_bytes.h"
 #include "data/text/unicode.h"
+#include "tensor/file_io.h"
 
 namespace precis::data {
 
@@ -34,31 +32,33 @@ std::vector<std::string> read_vocab(const std::string& path) {
     std::string_view line = text.substr(pos, nl - pos);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     const size_t line_no = vocab.size() + 1;
-    PRECIS_CHECK_T(IOError, !line.empty(), "read_vocab: ", path, ": line ", line_no,
+    PRECIS_CHECK_T(IOError, !line.empty(), "the vocabulary file '", path, "': line ", line_no,
                    " is empty (a vocab.txt has one token per line)");
-    PRECIS_CHECK_T(IOError, unicode::is_valid_utf8(line), "read_vocab: ", path, ": line ", line_no,
+    PRECIS_CHECK_T(IOError, unicode::is_valid_utf8(line), "the vocabulary file '", path, "': line ", line_no,
                    " is not valid UTF-8");
     vocab.emplace_back(line);
     pos = nl + 1;
   }
-  PRECIS_CHECK_T(IOError, !vocab.empty(), "read_vocab: ", path, " is empty");
+  PRECIS_CHECK_T(IOError, !vocab.empty(), "the vocabulary file '", path, "' is empty");
   for (size_t i = 0; i < vocab.size(); ++i) {
     auto [it, inserted] = first_line.emplace(vocab[i], i + 1);
-    PRECIS_CHECK_T(IOError, inserted, "read_vocab: ", path, ": token '", vocab[i], "' on line ", i + 1,
+    PRECIS_CHECK_T(IOError, inserted, "the vocabulary file '", path, "': token '", vocab[i], "' on line ", i + 1,
                    " repeats line ", it->second);
   }
   return vocab;
 }
 
 void write_vocab(const std::string& path, const std::vector<std::string>& vocab) {
-  // Streams keep no error of their own: the reason is errno of the failed open or write.
-  auto reason = [] { return errno != 0 ? std::string(std::strerror(errno)) : std::string("unknown error"); };
-  errno = 0;
-  std::ofstream f(path, std::ios::binary);
-  PRECIS_CHECK_T(IOError, f.is_open(), "cannot open the vocabulary file '", path, "' for writing: ", reason());
-  for (const std::string& t : vocab) f << t << '\n';
-  f.flush();
-  PRECIS_CHECK_T(IOError, f.good(), "writing the vocabulary file '", path, "' failed: ", reason());
+  // Through a temporary file renamed over `path`: a reader never finds the file half written.
+  // The ranks of a distributed run each train the same vocabulary and write it to the same file,
+  // and one that found the file while another was writing it read it empty.
+  std::string text;
+  for (const std::string& t : vocab) (text += t) += '\n';
+  try {
+    write_file_atomic(path, [&](const ByteSink& sink) { sink(text.data(), text.size()); });
+  } catch (const IOError& e) {
+    throw IOError(precis::detail::str_cat("cannot write the vocabulary file '", path, "' (", e.what(), ")"));
+  }
 }
 
 WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, WordPieceOptions options)

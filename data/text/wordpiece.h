@@ -127,8 +127,9 @@ inline constexpr uint64_t kMaxVocabFileBytes = uint64_t{64} << 20;
 /// line for an unreadable file (a directory, say), an empty file, an empty line, invalid UTF-8, a
 /// duplicate token, or more than kMaxVocabFileBytes.
 std::vector<std::string> read_vocab(const std::string& path);
-/// Writes one token per line. IOError naming the file and the system's reason when it cannot be
-/// written.
+/// Writes one token per line, atomically (tensor/file_io.h's write_file_atomic): a reader finds
+/// the old file or the whole new one, never a part, also while another process writes the same
+/// file. IOError naming the file and the system's reason when it cannot be written.
 void write_vocab(const std::string& path, const std::vector<std::string>& vocab);
 
 }  // namespace precis::data

@@ -2,8 +2,11 @@
 // helpers, vocab files.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "data/text/unicode.h"
@@ -198,6 +201,35 @@ TEST_CASE("tokenizer: malformed vocab files raise IOError naming the file and li
   REQUIRE(tok.encode("hi HI").ids == std::vector<int64_t>{2, 5, 5, 3});
   write_vocab(dir.file("out.txt"), tok.vocab());
   REQUIRE(read_vocab(dir.file("out.txt")) == tok.vocab());
+}
+
+TEST_CASE("tokenizer: a vocab file being written is never read half written", "[data]") {
+  // What the ranks of a distributed run do: each writes the same vocabulary to one file, and one
+  // that finds the file reads it. Written in place, a reader found it truncated or partial.
+  ScratchDir dir;
+  const std::string path = dir.file("vocab.txt");
+  std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+  for (int i = 0; i < 40000; ++i) vocab.push_back("token" + std::to_string(i));
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int round = 0; round < 30; ++round) write_vocab(path, vocab);
+    done = true;
+  });
+  int64_t reads = 0, bad = 0;
+  while (!done) {
+    if (!std::filesystem::exists(path)) continue;
+    try {
+      bad += read_vocab(path).size() != vocab.size();
+    } catch (const IOError&) {
+      ++bad;
+    }
+    ++reads;
+  }
+  writer.join();
+  INFO(reads << " reads while the file was rewritten");
+  CHECK(reads > 0);
+  CHECK(bad == 0);
+  REQUIRE(read_vocab(path) == vocab);
 }
 
 TEST_CASE("tokenizer: a vocab file that cannot be written names the file and the system's reason", "[data]") {
