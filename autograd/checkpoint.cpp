@@ -36,6 +36,7 @@
 #include "autograd/record.h"
 #include "core/rng.h"
 #include "ops/precision.h"
+#include "ops/profiler.h"
 #include "ops/recompute.h"
 
 namespace precis::autograd {
@@ -202,6 +203,8 @@ class CheckpointNode final : public Node {
                                                                : "CheckpointBackward";
   }
   void release_saved() override { state_.reset(); }
+  // Profiled op by op: the recomputed forward under "recompute", its backward under "backward".
+  bool profiles_own_ops() const override { return true; }
   TensorList apply(TensorList&& grads) override;
 
  private:
@@ -250,6 +253,7 @@ TensorList CheckpointNode::recompute() {
   DrawReplay draws(s.draws);
   PrecisionScope precision(s.precision.get(), /*recompute=*/true);
   KeptOutputs::Replaying kept(*s.kept);
+  profiler::DirectionScope profile_as_recompute(profiler::Direction::recompute);
   TensorList out = s.fn();
   kept.finish();
   draws.check();

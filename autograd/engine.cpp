@@ -110,7 +110,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
   BackwardPassGuard backward_pass;
   std::optional<CallbackScope> callbacks;
   if (stops == nullptr) callbacks.emplace();
-  profiler::BackwardScope profile_as_backward;  // kernels run by this pass are its backward
+  profiler::DirectionScope profile_as_backward(profiler::Direction::backward);  // kernels run by this pass
   auto is_stop = [stops](const Node* n) { return stops != nullptr && stops->count(n) > 0; };
 
   // 1. Dependency counts (iterative DFS).
@@ -191,9 +191,10 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
       if (!(is_acc && captures != nullptr)) {
         // The profiler's backward hook: a node's time (the kernels it runs included) goes to the
         // op that recorded it, or to its name when no op did, on the clock of the device its
-        // incoming gradients are on (where its kernels run).
+        // incoming gradients are on (where its kernels run); a node that profiles its own ops
+        // (a checkpointed region) leaves them to be timed one by one.
         std::optional<profiler::Scope> profile;
-        if (profiler::enabled()) {
+        if (profiler::enabled() && !node->profiles_own_ops()) {
           const Device d = gradients_device(grads);
           node->has_op() ? profile.emplace(node->op(), d.type, static_cast<int>(d.index))
                          : profile.emplace(node->name(), d.type, static_cast<int>(d.index));

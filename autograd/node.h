@@ -51,6 +51,10 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual OpId op() const { return OpId::copy; }
   /// Drops saved tensors after a backward without retain_graph.
   virtual void release_saved() {}
+  /// Whether the profiler (ops/profiler.h) times the ops this node runs as entries of their own
+  /// instead of timing the node as one: a checkpointed region's node, whose recomputed forward
+  /// and inner backward pass are what a user choosing what to recompute needs to see.
+  virtual bool profiles_own_ops() const { return false; }
 
   /// One edge per input, in argument order (filled when the node is recorded).
   std::vector<Edge>& next_edges() { return next_edges_; }

@@ -30,8 +30,8 @@ struct Stat {
 // One op or name: a Stat per direction and clock, and the FLOPs its front-end reported outside
 // any scope (they join the entry its kernel calls' time went to; see entries()).
 struct Row {
-  std::array<std::array<Stat, 2>, 2> stat;  // [Direction][Clock]
-  std::array<double, 2> front_flops{};      // [Direction]
+  std::array<std::array<Stat, 2>, kNumDirections> stat;  // [Direction][Clock]
+  std::array<double, kNumDirections> front_flops{};      // [Direction]
 };
 
 // A scope timed on a device, waiting for the device to pass its marks: its time goes to *ms.
@@ -158,7 +158,9 @@ void resolve_at_exit_once() {
 
 }  // namespace
 
-const char* direction_name(Direction d) { return d == Direction::forward ? "forward" : "backward"; }
+const char* direction_name(Direction d) {
+  return d == Direction::forward ? "forward" : d == Direction::backward ? "backward" : "recompute";
+}
 
 const char* clock_name(Clock c) { return c == Clock::wall ? "wall" : "device"; }
 
@@ -207,7 +209,7 @@ std::vector<Entry> entries() {
   std::lock_guard<std::mutex> lock(g_mutex);
   resolve_all_locked();
   auto add = [&](const std::string& name, const Row& r) {
-    for (int d = 0; d < 2; ++d) {
+    for (int d = 0; d < kNumDirections; ++d) {
       const std::array<Stat, 2>& s = r.stat[d];
       // Front-end FLOPs go with the kernel calls: to the device entry when the op ran there (an op
       // timed on both clocks in one profile is rare: a CUDA program's data pipeline, say).
@@ -318,9 +320,11 @@ Scope::~Scope() {
   if (g_pending.size() > kResolveAt) resolve_passed_locked();
 }
 
-BackwardScope::BackwardScope() noexcept : previous_(t_state.direction) { t_state.direction = Direction::backward; }
+DirectionScope::DirectionScope(Direction direction) noexcept : previous_(t_state.direction) {
+  t_state.direction = direction;
+}
 
-BackwardScope::~BackwardScope() { t_state.direction = previous_; }
+DirectionScope::~DirectionScope() { t_state.direction = previous_; }
 
 void add_flops(OpId op, double flops) {
   // Inside a scope the FLOPs go with its time; outside (an op's front-end, before its kernel call)

@@ -4,7 +4,9 @@
 //
 // Two hooks feed it, so that no op has to be instrumented by hand: every op-table kernel call
 // (KernelRef::operator(), ops/op_table.h) and every backward node the autograd engine runs
-// (autograd/engine.cpp). Both cost one relaxed atomic load when the profiler is off.
+// (autograd/engine.cpp). Both cost one relaxed atomic load when the profiler is off. A checkpointed
+// region's node is the exception to the second: its recomputed forward's kernel calls are timed
+// one by one as "recompute", and its inner backward's nodes as "backward" (autograd/checkpoint.h).
 //
 // Time is inclusive and counted once: a scope opened inside another on the same thread
 // (a kernel that calls another through the table, the kernels a backward node runs) adds its time
@@ -50,13 +52,17 @@ enum class OpId : uint16_t;
 
 namespace precis::profiler {
 
-/// Whether an entry's time was spent in the forward computation or in the autograd engine's
-/// backward pass. "forward" is everything outside backward, the optimizer's step kernels included.
+/// Whether an entry's time was spent in the forward computation, in the autograd engine's
+/// backward pass, or in a checkpointed region's forward run again inside backward
+/// (autograd/checkpoint.h). "forward" is everything outside backward, the optimizer's step
+/// kernels included.
 enum class Direction : uint8_t {
-  forward,   ///< outside the engine's backward pass
-  backward,  ///< inside it
+  forward,    ///< outside the engine's backward pass
+  backward,   ///< inside it
+  recompute,  ///< a checkpointed region's recomputed forward (its backward nodes are "backward")
 };
-/// "forward" or "backward".
+inline constexpr int kNumDirections = 3;
+/// "forward", "backward" or "recompute".
 const char* direction_name(Direction d);
 
 /// Which clock an entry's time was read from (see the file comment).
@@ -142,15 +148,16 @@ class Scope {
   int index_ = -1;  // the device the marks are recorded on
 };
 
-/// Marks this thread's scopes as backward while alive (the autograd engine opens one per pass).
-class BackwardScope {
+/// Marks this thread's scopes with `direction` while alive: the autograd engine opens a backward
+/// one per pass, a checkpointed region a recompute one around its recomputed forward.
+class DirectionScope {
  public:
-  /// Marks the thread's scopes as backward.
-  BackwardScope() noexcept;
+  /// Marks the thread's scopes with `direction`.
+  explicit DirectionScope(Direction direction) noexcept;
   /// Restores the direction before it.
-  ~BackwardScope();
-  BackwardScope(const BackwardScope&) = delete;
-  BackwardScope& operator=(const BackwardScope&) = delete;
+  ~DirectionScope();
+  DirectionScope(const DirectionScope&) = delete;
+  DirectionScope& operator=(const DirectionScope&) = delete;
 
  private:
   Direction previous_;

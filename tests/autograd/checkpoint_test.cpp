@@ -11,6 +11,7 @@
 #include "ops/functional.h"
 #include "ops/profiler.h"
 #include "tensor/factory.h"
+#include "tests/support/profiler_testing.h"
 #include "tests/support/tensor_testing.h"
 
 namespace precis {
@@ -254,6 +255,43 @@ TEST_CASE("selective checkpointing keeps the GEMM outputs instead of recomputing
   const double selective = flops_of(CheckpointMode::selective);
   REQUIRE(full == none + gemm);
   REQUIRE(selective == none);
+}
+
+TEST_CASE("the profiler times a checkpointed region's recomputation op by op, as recompute",
+          "[autograd][checkpoint][profiler]") {
+  using profiler::Direction;
+  using testing::find_entry;
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  auto profile_of = [&](CheckpointMode mode) {
+    profiler::reset();
+    profiler::set_enabled(true);
+    Tensor y = autograd::checkpoint(CheckpointOptions{.mode = mode}, [&m](const Tensor& in) { return m.block(in); }, x);
+    sum(y).backward();
+    profiler::set_enabled(false);
+    return profiler::entries();
+  };
+  // Full: every op of the block ran in the forward, again as recompute, and its backward node once.
+  const std::vector<profiler::Entry> full = profile_of(CheckpointMode::full);
+  for (const char* op : {"linear", "gelu", "dropout", "tanh", "add"}) {
+    INFO(op);
+    const profiler::Entry* f = find_entry(full, op, Direction::forward);
+    const profiler::Entry* r = find_entry(full, op, Direction::recompute);
+    REQUIRE(f != nullptr);
+    REQUIRE(r != nullptr);
+    CHECK(r->calls == f->calls);
+    CHECK(find_entry(full, op, Direction::backward) != nullptr);
+  }
+  CHECK(find_entry(full, "linear", Direction::recompute)->flops == 2.0 * 4 * 8 * 16 * 2);
+  CHECK(find_entry(full, "linear", Direction::backward)->calls == 2);
+  // No entry swallows the region's time under its node's name.
+  for (const profiler::Entry& e : full) CHECK(e.name.rfind("CheckpointBackward", 0) == std::string::npos);
+  // Selective keeps the linears' outputs: their kernels do not run again, the rest does.
+  const std::vector<profiler::Entry> selective = profile_of(CheckpointMode::selective);
+  CHECK(find_entry(selective, "linear", Direction::recompute) == nullptr);
+  CHECK(find_entry(selective, "gelu", Direction::recompute) != nullptr);
+  CHECK(find_entry(selective, "linear", Direction::backward)->calls == 2);
+  profiler::reset();
 }
 
 TEST_CASE("a keep policy chooses calls one by one, and the rest is recomputed", "[autograd][checkpoint]") {
