@@ -10,6 +10,8 @@
 // process's peak RSS (VmHWM), and the median and min wall time and process CPU time (user + system,
 // all threads) of the timed steps: on a loaded machine the CPU time is the steadier cost measure.
 // Built against a build dir's libprecis.so with the link line of precis-bench (build.ninja).
+// With PRECIS_PROFILE=1 it also prints the op profile of the timed steps to stderr (per step;
+// a checkpointed region's recomputed forward under "recompute"), reset after the warm-up.
 // usage: harness none|full|selective|selective+matmul|recompute-v|recompute-qkv|recompute-qkvo|policy-qkvo BATCH SEQ f32|bf16 THREADS REPS
 #include <algorithm>
 #include <chrono>
@@ -28,6 +30,7 @@
 #include "models/bert.h"
 #include "ops/functional.h"
 #include "optim/sgd.h"
+#include "ops/profiler.h"
 #include "tensor/factory.h"
 
 using namespace precis;
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
   opt.zero_grad();
   const size_t before = a.stats().allocated;
   a.reset_peak_stats();
+  profiler::reset();
   std::vector<double> times, cpu_times;
   for (int r = 0; r < reps; ++r) {
     const double t0 = wall(), c0 = cpu();
@@ -121,6 +125,7 @@ int main(int argc, char** argv) {
     times.push_back((wall() - t0) * 1e3);
     cpu_times.push_back((cpu() - c0) * 1e3);
   }
+  if (profiler::enabled()) std::fprintf(stderr, "%s\n", profiler::report(reps).c_str());
   const size_t peak = a.stats().peak_allocated;
   std::sort(times.begin(), times.end());
   std::sort(cpu_times.begin(), cpu_times.end());
