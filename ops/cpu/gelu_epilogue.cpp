@@ -141,12 +141,15 @@ void gelu_epilogue_kernel(const Tensor& out, const Tensor& deriv, const Tensor& 
         const ConstArrMap<C> xs(xbuf, m);
         ArrMap<C> y(obuf, m), dst(dbuf, m);
         if (d != nullptr && !tanh_form) {
-          gelu_math::gelu_and_derivative_erf<C>(y, dst, xs);
+          // vec_gelu.h's lanes give the same bits wherever they write: the derivative goes
+          // straight to its memory (fp32 here) instead of through dbuf.
+          ArrMap<C> direct(d + b + k, m);
+          gelu_math::gelu_and_derivative_erf<C>(y, direct, xs);
         } else {
           if (d != nullptr) gelu_math::derivative<C>(dst, xs, tanh_form);
           gelu_math::gelu(y, xs, tanh_form);
+          if (d != nullptr) std::copy(dbuf, dbuf + m, d + b + k);
         }
-        if (d != nullptr) std::copy(dbuf, dbuf + m, d + b + k);
         store_block<T>(obuf, o + b + k, 1, m);
       }
     }
