@@ -18,6 +18,12 @@
 //                       MaskedLMOptions::masked_positions_only)
 //   bert_mini b16x128 fp8-linear  bf16 only: the first case with the linear layers in fp8 (not the
 //                       decoder), as --precision fp8 trains: the emulation's cost on a CPU; no peer
+//   bert_mini b16x128 masked15 checkpoint-full, ... checkpoint-selective  masked15 with each encoder
+//                       layer an activation-checkpointed region (BertModel::set_checkpointing: full,
+//                       or selective with BERT's own keep policy; docs/checkpointing.md); the PyTorch
+//                       peer wraps each layer in torch.utils.checkpoint (non-reentrant), selective
+//                       with a policy that saves the matrix products (aten.mm/addmm) and recomputes
+//                       the rest. Their FLOPs include the recomputed forward (the work done)
 //
 // Peak memory: each case runs in a child process forked before it builds anything, and reports the
 // child's VmHWM (/proc/self/status) as peak_rss_mb, and its VmRSS before the model was built as
@@ -66,6 +72,7 @@
 #include "amp/autocast.h"
 #include "amp/fp8_linear.h"
 #include "amp/grad_scaler.h"
+#include "autograd/checkpoint.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -150,9 +157,11 @@ std::function<void()> resnet18_cifar_step(DType dtype, MemoryFormat format) {
 
 // bert_mini b16x128's step: the MLM loss of forward_with_labels with `options`, on every token
 // (labels = the ids) or, with masked15, on masked15_labels(ids).
-std::function<void()> bert_mini_step(DType dtype, bool masked15, models::MaskedLMOptions options, bool fp8 = false) {
+std::function<void()> bert_mini_step(DType dtype, bool masked15, models::MaskedLMOptions options, bool fp8 = false,
+                                     autograd::CheckpointMode checkpointing = autograd::CheckpointMode::none) {
   manual_seed(1);
   auto model = std::make_shared<models::BertForMaskedLM>(models::BertConfig::mini(30522));
+  model->bert->set_checkpointing({.mode = checkpointing});
   Tensor ids = randint(0, 30522, {16, 128});
   Tensor labels = masked15 ? masked15_labels(ids) : ids;
   return training_step(
@@ -190,6 +199,14 @@ const ModelCase kCases[] = {
     // (widened to bf16) and the casts are composed of ops, so this is the recipe's cost here, not a
     // speed-up (docs/fp8.md); no peer runs it.
     {"bert_mini b16x128 fp8-linear", [](DType dtype) { return bert_mini_step(dtype, false, {}, true); }, true},
+    {"bert_mini b16x128 masked15 checkpoint-full",
+     [](DType dtype) {
+       return bert_mini_step(dtype, true, {.masked_positions_only = true}, false, autograd::CheckpointMode::full);
+     }},
+    {"bert_mini b16x128 masked15 checkpoint-selective",
+     [](DType dtype) {
+       return bert_mini_step(dtype, true, {.masked_positions_only = true}, false, autograd::CheckpointMode::selective);
+     }},
 };
 
 double status_mb(const char* field) {
@@ -439,8 +456,9 @@ SuiteReport run_models(const Options& options) {
       "MLM loss on every token (fused-loss: the same without the logits, linear_cross_entropy; masked15: "
       "on 15 % of them, the head at those positions only; winograd: f32 with the CPU's conv precision tf32, so "
       "oneDNN's Winograd kernels for the 3×3 stride-1 convolutions; fp8-linear: bf16 with the linear layers' GEMMs in "
-      "fp8, emulated exactly on the CPU, so its cost here, not a speed-up). FLOPs: the step's matmul, linear, conv2d and "
-      "linear_cross_entropy FLOPs (forward and backward), "
+      "fp8, emulated exactly on the CPU, so its cost here, not a speed-up; checkpoint-full / -selective: masked15 with "
+      "each encoder layer activation-checkpointed). FLOPs: the step's matmul, linear, conv2d and "
+      "linear_cross_entropy FLOPs (forward, backward and any recomputed forward), "
       "counted from the model. Each case runs in a fresh child "
       "process; peak_rss_mb (JSON) is its VmHWM.";
   for (const ModelCase& c : kCases)

@@ -2,8 +2,9 @@
 """PyTorch peer of `precis-bench models`: one training step (forward, backward, SGD momentum step)
 of ResNet-18 (CIFAR layout, batch 64 of 3x32x32) and BERT-mini (L4 H256 A4 I1024, vocabulary
 30522, batch 16x128, masked-LM loss on every token, dropout on; "masked15": on the same 15 % of
-the tokens as precis-bench, the head at those positions only) on synthetic data, in f32 and
-under bf16 autocast, written as the same JSON records with "impl": "torch".
+the tokens as precis-bench, the head at those positions only; "masked15 checkpoint-full" and
+"checkpoint-selective": that step with each encoder layer in torch.utils.checkpoint) on synthetic
+data, in f32 and under bf16 autocast, written as the same JSON records with "impl": "torch".
 
     benchmarks/peers/torch_models.py [--threads 2] [--repeat 200] [--min-time 0.5] [--json FILE]
                                      [--cases SUBSTRING]
@@ -68,6 +69,7 @@ case (never a silent skip).
 Compare with: python3 benchmarks/report.py PRECIS.json TORCH.json --suite models
 """
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -82,11 +84,22 @@ from peer_common import peer_arg_parser, reexec_with_malloc_tuning, time_step, w
 # such op, so its side runs the b16x128 step as a PyTorch user writes it.
 # bert_mini b16x128 masked15: the MLM head (transform 2*256*256 + decoder 2*256*30522 FLOPs per
 # token) at 307 of the 2048 tokens instead of all of them.
+# bert_mini b16x128 masked15 checkpoint-*: each encoder layer checkpointed (non-reentrant), the
+# FLOPs those of the work done, as precis-bench counts them: full recomputes the encoder's forward
+# (per token and layer: q, k, v, attention output 4*2*256*256, feed-forward 2*2*256*1024, the two
+# attention products 2*2*128*256); selective, with its policy saving the matrix products
+# (aten.mm/addmm), recomputes the attention products alone (inside scaled_dot_product_attention).
 _HEAD_PER_TOKEN = 2.0 * 256 * 256 + 2.0 * 256 * 30522
+_ENCODER_TOKEN_LAYER = 4 * 2.0 * 256 * 256 + 2 * 2.0 * 256 * 1024
+_ATTENTION_TOKEN_LAYER = 2 * 2.0 * 128 * 256
+_MASKED15 = 3.0 * (46.2e9 - (2048 - 307) * _HEAD_PER_TOKEN)
 CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("resnet18_cifar_nchw b64", 3.0 * 1.11e9 * 64),
          ("bert_mini b16x128", 3.0 * 46.2e9),
          ("bert_mini b16x128 fused-loss", 3.0 * 46.2e9),
-         ("bert_mini b16x128 masked15", 3.0 * (46.2e9 - (2048 - 307) * _HEAD_PER_TOKEN))]
+         ("bert_mini b16x128 masked15", _MASKED15),
+         ("bert_mini b16x128 masked15 checkpoint-full",
+          _MASKED15 + 2048 * 4 * (_ENCODER_TOKEN_LAYER + _ATTENTION_TOKEN_LAYER)),
+         ("bert_mini b16x128 masked15 checkpoint-selective", _MASKED15 + 2048 * 4 * _ATTENTION_TOKEN_LAYER)]
 # --device cuda: (name, flops per step, what is counted, how many per step); ResNet-50 forward is
 # 4.1 G multiply-adds (8.2 GFLOP) per 224x224 image, as benchmarks/suite_models.cpp counts.
 RESNET50_BATCH, BERT_GPU_BATCH = 256, 64
@@ -141,6 +154,7 @@ def status_mb(field):
 
 def build_models(torch):
     nn, F = torch.nn, torch.nn.functional
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
     class BasicBlock(nn.Module):
         def __init__(self, cin, planes, stride):
@@ -177,6 +191,18 @@ def build_models(torch):
             x = F.relu(self.bn1(self.conv1(x)))
             x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
             return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+    def save_products(ctx, op, *args, **kwargs):
+        """PyTorch's selective checkpointing policy as its documentation writes one: keep the
+        matrix products' outputs, recompute the rest (norms, activations, dropout, attention)."""
+        keep = op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    def checkpointed(layer, x, mode):
+        if mode == "full":
+            return checkpoint(layer, x, use_reentrant=False)
+        return checkpoint(layer, x, use_reentrant=False,
+                          context_fn=functools.partial(create_selective_checkpoint_contexts, save_products))
 
     class BertLayer(nn.Module):
         """Post-LN encoder layer as models::BertLayer (HF layout), exact GELU, dropout 0.1."""
@@ -218,12 +244,14 @@ def build_models(torch):
                 if isinstance(m, nn.Linear) and m.bias is not None:
                     nn.init.zeros_(m.bias)
 
+        checkpointing = None  # None, "full" or "selective": each layer in torch.utils.checkpoint
+
         def encode(self, ids):
             l = ids.shape[1]
             pos = torch.arange(l, device=ids.device)
             x = self.drop(self.emb_norm(self.word(ids) + self.token_type(torch.zeros_like(ids)) + self.pos(pos)))
             for layer in self.layers:
-                x = layer(x)
+                x = layer(x) if self.checkpointing is None else checkpointed(layer, x, self.checkpointing)
             return x
 
         def head(self, x):
@@ -312,8 +340,9 @@ def make_step(torch, name, dtype):
             model = model.to(memory_format=torch.channels_last)
             x = x.contiguous(memory_format=torch.channels_last)
         loss_fn = lambda: F.cross_entropy(model(x), y)
-    elif name.endswith("masked15"):
+    elif "masked15" in name:
         model = BertMiniMLM()
+        model.checkpointing = name.split("checkpoint-")[1] if "checkpoint-" in name else None
         ids = torch.randint(0, 30522, (16, 128))
         labels = masked15_labels(torch, ids)
         loss_fn = lambda: model.masked_loss(ids, labels)
