@@ -210,13 +210,18 @@ TEST_CASE("tokenizer: a vocab file being written is never read half written", "[
   const std::string path = dir.file("vocab.txt");
   std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
   for (int i = 0; i < 40000; ++i) vocab.push_back("token" + std::to_string(i));
-  std::atomic<bool> done{false};
+  // The writer rewrites the file until the reader has read it 20 times: the reads fall among
+  // the rewrites.
+  constexpr int kReads = 20;
+  std::atomic<int> reads{0}, writes{0};
   std::thread writer([&] {
-    for (int round = 0; round < 30; ++round) write_vocab(path, vocab);
-    done = true;
+    while (reads < kReads) {
+      write_vocab(path, vocab);
+      ++writes;
+    }
   });
-  int64_t reads = 0, bad = 0;
-  while (!done) {
+  int bad = 0;
+  while (reads < kReads) {
     if (!std::filesystem::exists(path)) continue;
     try {
       bad += read_vocab(path).size() != vocab.size();
@@ -226,8 +231,8 @@ TEST_CASE("tokenizer: a vocab file being written is never read half written", "[
     ++reads;
   }
   writer.join();
-  INFO(reads << " reads while the file was rewritten");
-  CHECK(reads > 0);
+  INFO(writes << " writes while the file was read " << kReads << " times");
+  CHECK(writes > 1);
   CHECK(bad == 0);
   REQUIRE(read_vocab(path) == vocab);
 }
