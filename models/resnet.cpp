@@ -113,8 +113,18 @@ Tensor ResNet::features(const Tensor& x) {
                      " must be (N, ", conv1->in_channels(), ", H, W)");
   Tensor y = relu(bn1(conv1(x)));
   if (maxpool) y = maxpool(y);
-  for (auto& layer : layers)
-    y = autograd::checkpoint(checkpointing_, [stage = layer.ptr()](const Tensor& in) { return stage->forward(in); }, y);
+  // Checkpointed, each residual block is a region: the recomputation then holds one block's
+  // activations at a time, where a whole stage's (layer1's, at the largest resolution, most of
+  // the network's) set the backward's peak. Without, a stage's own Sequential settings apply.
+  for (auto& layer : layers) {
+    if (checkpointing_.mode == autograd::CheckpointMode::none) {
+      y = layer->forward(y);
+      continue;
+    }
+    for (size_t i = 0; i < layer->size(); ++i)
+      y = autograd::checkpoint(checkpointing_, [block = &(*layer)[i]](const Tensor& in) { return block->forward(in); },
+                               y);
+  }
   return adaptive_avg_pool2d(y, {1, 1}).flatten(1);
 }
 

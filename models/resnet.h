@@ -89,10 +89,10 @@ class ResNet : public nn::Module {
   /// The features before fc: (N, fc.in_features).
   Tensor features(const Tensor& x);
   /// Activation checkpointing of the stages (autograd/checkpoint.h): with mode full or selective
-  /// each stage (layer1, layer2, ...) is a region whose activations are recomputed in backward.
-  /// Default: none.
+  /// each residual block of each stage (layer1, layer2, ...) is a region whose activations are
+  /// recomputed in backward. Default: none.
   void set_checkpointing(const autograd::CheckpointOptions& options) { checkpointing_ = options; }
-  /// The stages' checkpointing options.
+  /// The blocks' checkpointing options.
   const autograd::CheckpointOptions& checkpointing() const { return checkpointing_; }
   std::string type_name() const override { return "ResNet"; }
 

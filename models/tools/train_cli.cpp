@@ -234,7 +234,7 @@ void add_common(CLI::App& app, TrainOptions& o, Common& c, const Texts& t) {
       ->check(integer<int64_t>(1))
       ->capture_default_str();
   app.add_option("--checkpoint-activations", c.checkpoint_activations,
-                 "recompute activations in backward, per ResNet stage or BERT encoder layer: none, full, or "
+                 "recompute activations in backward, per ResNet block or BERT encoder layer: none, full, or "
                  "selective (keeps most GEMM outputs: docs/checkpointing.md)")
       ->check(one_of({"none", "full", "selective"}))
       ->capture_default_str();

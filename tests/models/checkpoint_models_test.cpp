@@ -1,4 +1,4 @@
-// Activation checkpointing of the bundled models: BERT-mini's encoder layers and ResNet-18's stages
+// Activation checkpointing of the bundled models: BERT-mini's encoder layers and ResNet-18's blocks
 // give the gradients (and parameters after a step, and BatchNorm statistics) of the plain model bit
 // for bit, in f32, under bf16 autocast and under f16 autocast with the loss scaler, with dropout
 // on, over accumulated micro-batches.
@@ -231,10 +231,21 @@ TEST_CASE("the models' checkpointing options make their layers checkpointed regi
                             std::pair{CheckpointMode::selective, "CheckpointBackward(selective)"}}) {
     bert.set_checkpointing({.mode = mode});
     REQUIRE(bert.forward(ids).grad_fn()->name() == node);
-    // features = flatten(pool(layer4(...))): the pool's input comes from the last stage's region.
+    // features = flatten(pool(layer4(...))): the pool's input comes from the last block's region,
+    // whose input comes from the block before's, back to layer1's first: one region per residual
+    // block (eight in resnet18), not one per stage.
     resnet->set_checkpointing({.mode = mode});
-    const auto pool = resnet->features(images).grad_fn()->next_edges()[0].fn;
-    REQUIRE(pool->next_edges()[0].fn->name() == node);
+    const Tensor features = resnet->features(images);
+    std::shared_ptr<autograd::Node> region = features.grad_fn()->next_edges()[0].fn->next_edges()[0].fn;
+    int regions = 0;
+    while (region != nullptr && region->name() == node) {
+      ++regions;
+      std::shared_ptr<autograd::Node> previous;
+      for (const autograd::Edge& e : region->next_edges())
+        if (e.valid() && e.fn->name() == node) previous = e.fn;
+      region = previous;
+    }
+    CHECK(regions == 8);
   }
   bert.set_checkpointing({.mode = CheckpointMode::none});
   REQUIRE(bert.forward(ids).grad_fn()->name() != "CheckpointBackward");
