@@ -8,6 +8,10 @@
 //                       activations (the input made contiguous(MemoryFormat::ChannelsLast); the
 //                       PyTorch peer does the same with torch.channels_last, model and input)
 //   resnet18_cifar_nchw b64  the same with contiguous (NCHW) activations
+//   resnet18_cifar b64 checkpoint-full  the channels-last step with each residual block an
+//                       activation-checkpointed region (ResNet::set_checkpointing); the PyTorch peer
+//                       wraps each block in torch.utils.checkpoint (non-reentrant). FLOPs include
+//                       the recomputed forward
 //   bert_mini b16x128   BERT-mini (L4 H256 A4 I1024, vocabulary 30522) masked-LM head, batch 16 of
 //                       128 tokens, every token a prediction target (labels = inputs), dropout on
 //   bert_mini b16x128 fused-loss  the same loss on every token without the logits: the decoder and
@@ -147,9 +151,11 @@ Tensor masked15_labels(const Tensor& ids) {
 }
 
 // resnet18_cifar's step with the input (and so every activation) in `format`.
-std::function<void()> resnet18_cifar_step(DType dtype, MemoryFormat format) {
+std::function<void()> resnet18_cifar_step(DType dtype, MemoryFormat format,
+                                          autograd::CheckpointMode checkpointing = autograd::CheckpointMode::none) {
   manual_seed(1);
   std::shared_ptr<models::ResNet> model = models::resnet18_cifar({.num_classes = 10});
+  model->set_checkpointing({.mode = checkpointing});
   Tensor x = contiguous(randn({64, 3, 32, 32}), format);
   Tensor y = randint(0, 10, {64});
   return training_step(model, dtype, [x, y](nn::Module& m) { return cross_entropy(m.forward(x), y); });
@@ -185,6 +191,10 @@ std::function<void()> with_winograd(std::function<void()> step) {
 const ModelCase kCases[] = {
     {"resnet18_cifar b64", [](DType dtype) { return resnet18_cifar_step(dtype, MemoryFormat::ChannelsLast); }},
     {"resnet18_cifar_nchw b64", [](DType dtype) { return resnet18_cifar_step(dtype, MemoryFormat::Contiguous); }},
+    {"resnet18_cifar b64 checkpoint-full",
+     [](DType dtype) {
+       return resnet18_cifar_step(dtype, MemoryFormat::ChannelsLast, autograd::CheckpointMode::full);
+     }},
     // The same with the CPU's conv precision tf32: Winograd convolutions, no PyTorch peer (its CPU
     // convolutions are direct under every setting). FLOPs stay the direct convolutions' count.
     {"resnet18_cifar b64 winograd",
@@ -456,8 +466,8 @@ SuiteReport run_models(const Options& options) {
       "MLM loss on every token (fused-loss: the same without the logits, linear_cross_entropy; masked15: "
       "on 15 % of them, the head at those positions only; winograd: f32 with the CPU's conv precision tf32, so "
       "oneDNN's Winograd kernels for the 3×3 stride-1 convolutions; fp8-linear: bf16 with the linear layers' GEMMs in "
-      "fp8, emulated exactly on the CPU, so its cost here, not a speed-up; checkpoint-full / -selective: masked15 with "
-      "each encoder layer activation-checkpointed). FLOPs: the step's matmul, linear, conv2d and "
+      "fp8, emulated exactly on the CPU, so its cost here, not a speed-up; checkpoint-full / -selective: each ResNet "
+      "block or each BERT encoder layer activation-checkpointed). FLOPs: the step's matmul, linear, conv2d and "
       "linear_cross_entropy FLOPs (forward, backward and any recomputed forward), "
       "counted from the model. Each case runs in a fresh child "
       "process; peak_rss_mb (JSON) is its VmHWM.";

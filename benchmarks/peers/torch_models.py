@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch peer of `precis-bench models`: one training step (forward, backward, SGD momentum step)
-of ResNet-18 (CIFAR layout, batch 64 of 3x32x32) and BERT-mini (L4 H256 A4 I1024, vocabulary
+of ResNet-18 (CIFAR layout, batch 64 of 3x32x32; "checkpoint-full": each residual block in
+torch.utils.checkpoint) and BERT-mini (L4 H256 A4 I1024, vocabulary
 30522, batch 16x128, masked-LM loss on every token, dropout on; "masked15": on the same 15 % of
 the tokens as precis-bench, the head at those positions only; "masked15 checkpoint-full" and
 "checkpoint-selective": that step with each encoder layer in torch.utils.checkpoint) on synthetic
@@ -93,7 +94,11 @@ _HEAD_PER_TOKEN = 2.0 * 256 * 256 + 2.0 * 256 * 30522
 _ENCODER_TOKEN_LAYER = 4 * 2.0 * 256 * 256 + 2 * 2.0 * 256 * 1024
 _ATTENTION_TOKEN_LAYER = 2 * 2.0 * 128 * 256
 _MASKED15 = 3.0 * (46.2e9 - (2048 - 307) * _HEAD_PER_TOKEN)
+# resnet18_cifar b64 checkpoint-full: each residual block checkpointed, the stages' forward (all
+# but the 3x3 stem convolution and the classifier) done twice.
+_RESNET18_STEM = 2.0 * 3 * 64 * 9 * 32 * 32
 CASES = [("resnet18_cifar b64", 3.0 * 1.11e9 * 64), ("resnet18_cifar_nchw b64", 3.0 * 1.11e9 * 64),
+         ("resnet18_cifar b64 checkpoint-full", 3.0 * 1.11e9 * 64 + (1.11e9 - _RESNET18_STEM) * 64),
          ("bert_mini b16x128", 3.0 * 46.2e9),
          ("bert_mini b16x128 fused-loss", 3.0 * 46.2e9),
          ("bert_mini b16x128 masked15", _MASKED15),
@@ -187,9 +192,13 @@ def build_models(torch):
             self.layer1, self.layer2, self.layer3, self.layer4 = layers
             self.fc = nn.Linear(512, num_classes)
 
+        checkpointing = None  # None or "full": each residual block in torch.utils.checkpoint
+
         def forward(self, x):
             x = F.relu(self.bn1(self.conv1(x)))
-            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+                for block in stage:
+                    x = block(x) if self.checkpointing is None else checkpointed(block, x, self.checkpointing)
             return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
     def save_products(ctx, op, *args, **kwargs):
@@ -335,6 +344,7 @@ def make_step(torch, name, dtype):
     torch.manual_seed(1)
     if name.startswith("resnet18_cifar"):
         model = ResNet18Cifar()
+        model.checkpointing = "full" if "checkpoint-full" in name else None
         x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
         if not name.startswith("resnet18_cifar_nchw"):
             model = model.to(memory_format=torch.channels_last)
