@@ -61,7 +61,7 @@ enum class Direction : uint8_t {
   backward,   ///< inside it
   recompute,  ///< a checkpointed region's recomputed forward (its backward nodes are "backward")
 };
-inline constexpr int kNumDirections = 3;
+inline constexpr int kNumDirections = static_cast<int>(Direction::recompute) + 1;  ///< recompute is the last
 /// "forward", "backward" or "recompute".
 const char* direction_name(Direction d);
 

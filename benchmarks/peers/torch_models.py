@@ -338,13 +338,18 @@ def masked15_labels(torch, ids):
     return labels.reshape(ids.shape)
 
 
+def checkpoint_mode(name):
+    """"full" or "selective" for a "... checkpoint-MODE" case, else None."""
+    return name.split("checkpoint-")[1] if "checkpoint-" in name else None
+
+
 def make_step(torch, name, dtype):
     F = torch.nn.functional
     ResNet18Cifar, BertMiniMLM, _ = build_models(torch)
     torch.manual_seed(1)
     if name.startswith("resnet18_cifar"):
         model = ResNet18Cifar()
-        model.checkpointing = "full" if "checkpoint-full" in name else None
+        model.checkpointing = checkpoint_mode(name)
         x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
         if not name.startswith("resnet18_cifar_nchw"):
             model = model.to(memory_format=torch.channels_last)
@@ -352,7 +357,7 @@ def make_step(torch, name, dtype):
         loss_fn = lambda: F.cross_entropy(model(x), y)
     elif "masked15" in name:
         model = BertMiniMLM()
-        model.checkpointing = name.split("checkpoint-")[1] if "checkpoint-" in name else None
+        model.checkpointing = checkpoint_mode(name)
         ids = torch.randint(0, 30522, (16, 128))
         labels = masked15_labels(torch, ids)
         loss_fn = lambda: model.masked_loss(ids, labels)
