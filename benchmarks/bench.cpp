@@ -79,7 +79,8 @@ std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& i
   return out;
 }
 
-StepTiming time_step(const std::function<void()>& step, const Options& options, const std::string& title) {
+StepTiming time_step(const std::function<void()>& step, const Options& options, const std::string& title,
+                     const std::function<void()>& before_timed) {
   StepTiming out;
   {
     profiler::FlopCounter counter;
@@ -87,6 +88,7 @@ StepTiming time_step(const std::function<void()>& step, const Options& options, 
     out.flops = counter.flops();
   }
   for (int i = 1; i < options.warmup_reps; ++i) step();
+  if (before_timed) before_timed();
   Options timed = options;
   timed.warmup_reps = 0;
   if (options.profile) {

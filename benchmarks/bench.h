@@ -58,6 +58,9 @@ struct Record {
   double items_per_s = 0;
   std::string items;  // "images" or "tokens"
   double peak_device_mb = 0;
+  // The same peak over the timed steps alone (after the warm-up: without cuDNN's algorithm search
+  // and its workspaces, as torch_models.py's peak_device_mb_steps), in MiB.
+  double peak_device_mb_steps = 0;
   // The GPU models cases' variant, named as benchmarks/peers/torch_models.py names PyTorch's
   // ("f32-notf32-nchw", "f32-tf32-nchw", "bf16-amp", ...) so report.py pairs like with like; empty
   // (omitted from the JSON) elsewhere.
@@ -84,7 +87,10 @@ struct StepTiming {
 /// Times one step as time_interleaved does, counting its FLOPs (ops/profiler.h: matmul, linear,
 /// conv2d, forward and backward) on the first warm-up run. With options.profile the timed
 /// repetitions are profiled and the profile is printed to stdout under a heading naming `title`.
-StepTiming time_step(const std::function<void()>& step, const Options& options, const std::string& title);
+/// `before_timed`, when given, runs once between the warm-up and the timed repetitions (e.g. to
+/// start a new peak-memory window).
+StepTiming time_step(const std::function<void()>& step, const Options& options, const std::string& title,
+                     const std::function<void()>& before_timed = {});
 
 /// What a suite prints beside its records: a free-form note (conventions, caveats) and the impl
 /// every other impl of the same case is compared with ("" for none).

@@ -148,7 +148,8 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
       out << ", \"peak_rss_mb\": " << fixed(r.peak_rss_mb, 1) << ", \"base_rss_mb\": " << fixed(r.base_rss_mb, 1);
     if (!r.device.empty())
       out << ", \"device\": \"" << r.device << "\", \"" << r.items << "_per_s\": " << fixed(r.items_per_s, 1)
-          << ", \"peak_device_mb\": " << fixed(r.peak_device_mb, 1);
+          << ", \"peak_device_mb\": " << fixed(r.peak_device_mb, 1) << ", \"peak_device_mb_steps\": "
+          << fixed(r.peak_device_mb_steps, 1);
     if (!r.variant.empty()) out << ", \"variant\": \"" << json_escape(r.variant) << "\"";
     out << ", \"processor\": \"" << json_escape(cpu.model_name) << "\", \"processor_family\": \""
         << json_escape(cpu.family) << "\", \"cpu_vendor\": \"" << json_escape(cpu.vendor)

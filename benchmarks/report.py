@@ -23,7 +23,11 @@ Columns: both medians and minima, and the ratios precis/peer of each (below 1 = 
   - the models suite (whole training steps): ok when precis <= peer in step time and in peak
     memory. Its records carry peak_rss_mb (VmHWM of the process, the largest over the runs) and
     base_rss_mb; the peer's memory column also shows its peak net of its base (PyTorch's
-    interpreter and import).
+    interpreter and import). GPU steps (precis-bench models --device cuda, torch_models.py
+    --device cuda) carry peak_device_mb instead, the device allocator's peak over the case (warm-up,
+    cuDNN's algorithm search and workspaces included; the largest over the runs), and
+    peak_device_mb_steps, the same over the timed steps alone: memory is judged by the first, and
+    both are shown ("peak (steps)"). CPU and GPU steps go to separate reports.
 Share of peak: when the precis records carry "peak_gflops" (precis-bench measures the machine's
 GEMM peak at start), the table adds the case's GFLOP (precis's "flops": counted by the ops, the
 same work for both sides), the peak, and each side's share of it at the --by time
@@ -82,6 +86,9 @@ def load(paths, suite):
                 if "peak_rss_mb" in r:
                     b["peak_rss_mb"] = max(b.get("peak_rss_mb", 0), r["peak_rss_mb"])
                     b["base_rss_mb"] = max(b.get("base_rss_mb", 0), r.get("base_rss_mb", 0))
+                for field in ("peak_device_mb", "peak_device_mb_steps"):
+                    if field in r:
+                        b[field] = max(b.get(field, 0), r[field])
     # The conv total of the best runs is the sum of the best conv cases (not the best total).
     for key in order:
         case = key[0]
@@ -123,11 +130,33 @@ def by_processor(precis, peer):
     return [(processor_heading(rs), rs, [p for p in peer if cpu_of(p) in (cpu, None)]) for cpu, rs in groups.items()]
 
 
+def on_gpu(r):
+    """Whether a record ran on a GPU (a "device" other than cpu)."""
+    return r.get("device", "cpu") != "cpu"
+
+
+def memory_kind(records):
+    """Which memory the whole-step records of a report carry: "rss" (CPU steps: peak_rss_mb),
+    "device" (GPU steps: peak_device_mb) or None (op cases); ValueError for both at once."""
+    kinds = {"device" if on_gpu(r) else "rss" for r in records if "peak_rss_mb" in r or "peak_device_mb" in r}
+    if len(kinds) > 1:
+        raise ValueError("CPU and GPU training steps in one report: their memory is not the same measure; "
+                         "report them separately (precis-bench models, and precis-bench models --device cuda)")
+    return kinds.pop() if kinds else None
+
+
+def device_memory(r):
+    """A GPU record's peak device memory as a cell: "peak (steps)" in MiB, "—" when not measured."""
+    if r is None or "peak_device_mb" not in r:
+        return "—"
+    steps = r.get("peak_device_mb_steps")
+    return f"{r['peak_device_mb']:.0f}" + (f" ({steps:.0f})" if steps is not None else "")
+
+
 def pair_key(r):
-    """What pairs a precis record with the peer's: (case, dtype, threads); GPU records (a "device"
-    other than cpu) leave the threads out, as the host's thread count does not make their time."""
-    gpu = r.get("device", "cpu") != "cpu"
-    return (r["case"], r["dtype"], None if gpu else r["threads"])
+    """What pairs a precis record with the peer's: (case, dtype, threads); GPU records leave the
+    threads out, as the host's thread count does not make their time."""
+    return (r["case"], r["dtype"], None if on_gpu(r) else r["threads"])
 
 
 def math_of(variant):
@@ -194,8 +223,11 @@ def report(precis, peer, by):
     peer_name = peer_impls[0] if len(peer_impls) == 1 else "peer"
     index = peer_index(peer)
     # Whole-model records (the models suite) carry memory, and their target is the peer itself.
-    models = any("peak_rss_mb" in r for r in precis)
-    mem_head = f" precis peak RSS MB | {peer_name} peak RSS MB (net of base) |" if models else ""
+    kind = memory_kind(precis)
+    models = kind is not None
+    mem_head = {"rss": f" precis peak RSS MB | {peer_name} peak RSS MB (net of base) |",
+                "device": f" precis peak device MiB (steps) | {peer_name} peak device MiB (steps) |",
+                None: ""}[kind]
     peaks = any(r.get("peak_gflops") for r in precis)
     peak_head = f" GFLOP | peak GFLOP/s | precis % of peak ({by}) | {peer_name} % of peak ({by}) |" if peaks else ""
     lines = [f"| case | dtype | threads | precis median ms | {peer_name} median ms | precis/{peer_name} (median) | "
@@ -214,10 +246,13 @@ def report(precis, peer, by):
         rn = ratio(r["min_ms"], p and p["min_ms"])
         judged = rm if by == "median" else rn
         mem = ""
-        if models:
-            pm = p.get("peak_rss_mb") if p else None
+        if kind == "rss":
+            pm, mine_mem = (p.get("peak_rss_mb") if p else None), r.get("peak_rss_mb", 0)
             net = f" ({pm - p.get('base_rss_mb', 0):.0f})" if pm is not None else ""
-            mem = f" {r.get('peak_rss_mb', 0):.0f} | {fmt(pm, 0)}{net} |"
+            mem = f" {mine_mem:.0f} | {fmt(pm, 0)}{net} |"
+        elif kind == "device":
+            pm, mine_mem = (p.get("peak_device_mb") if p else None), r.get("peak_device_mb", 0)
+            mem = f" {device_memory(r)} | {device_memory(p)} |"
         if peaks:
             field = "median_ms" if by == "median" else "min_ms"
             flops, peak = flops_of(r), r.get("peak_gflops")
@@ -225,11 +260,14 @@ def report(precis, peer, by):
             mem += (f" {fmt(flops * 1e-9 if flops else None, 2)} | {fmt(peak if counted else None, 1)} | "
                     f"{fmt(share(flops, r[field], peak) if counted else None, 1)} | "
                     f"{fmt(share(flops, p and p[field], peak) if counted else None, 1)} |")
+        over = ""
         if judged is None:
             verdict = "no peer"
         elif models:
-            over_mem = pm is not None and r.get("peak_rss_mb", 0) > pm
+            over_mem = pm is not None and mine_mem > pm
             verdict = "OVER PEER" if judged > 1.0 or over_mem else "ok (<= peer)"
+            unit = "MiB" if kind == "device" else "MB"
+            over = f", memory {mine_mem:.0f} > {pm:.0f} {unit}" if over_mem else ""
         elif r["case"] == CONV_TOTAL:
             verdict = "ok (<= peer)" if judged <= 1.0 else "OVER PEER"
         elif judged <= LIMIT:
@@ -241,7 +279,7 @@ def report(precis, peer, by):
         name = label(p, r) if p else label(r)
         if verdict.startswith(("SLOWER", "OVER")):
             threads = f" ({r['threads']} threads)" if pair_key(r)[2] is not None else ""
-            failures.append(f"{name}{threads}: {judged:.2f}x")
+            failures.append(f"{name}{threads}: {judged:.2f}x{over}")
         name = f"**{name}**" if r["case"] == CONV_TOTAL else name
         lines.append(f"| {name} | {r['dtype']} | {r['threads']} | {fmt(r['median_ms'])} | {fmt(p and p['median_ms'])} | "
                      f"{fmt(rm, 2)} | {fmt(r['min_ms'])} | {fmt(p and p['min_ms'])} | {fmt(rn, 2)} |{mem} {verdict} |")
@@ -271,6 +309,10 @@ def main():
     suite = None if args.suite == "all" else args.suite
     precis = [r for r in load(args.precis, suite) if r["impl"] == "precis"]
     peer = [r for r in load(args.peer, suite) if r["impl"] != "precis"]
+    try:
+        memory_kind(precis)
+    except ValueError as e:
+        sys.exit(f"report.py: {e}")
     groups = by_processor(precis, peer)
     if len(groups) == 1:
         heading, mine, theirs = groups[0]
