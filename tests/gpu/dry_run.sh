@@ -75,7 +75,7 @@ while (( $# )); do
   shift
 done
 [[ -n "$json" ]] || exit 0
-echo '[{"case": "resnet50 b256 224", "dtype": "f16", "impl": "precis", "variant": "f16-amp-nchw", "median_ms": 50.0, "images_per_s": 5120, "peak_device_mb": 9000}]' >"$json"
+echo '[{"suite": "models", "case": "resnet50 b256 224", "dtype": "f16", "impl": "precis", "threads": 16, "variant": "f16-amp-nchw", "median_ms": 50.0, "min_ms": 49.0, "gflops": 0, "device": "cuda:0", "images_per_s": 5120, "peak_device_mb": 9000, "peak_device_mb_steps": 8500}]' >"$json"
 EOF
 cat >"$fake/tools/nvidia-smi" <<'EOF'
 #!/usr/bin/env bash
@@ -94,7 +94,7 @@ cat >"$fake/tools/torch-python" <<'EOF'
 # The PyTorch python: site lookups go to this machine's python3; the peer writes one record.
 [[ "$1" == -c ]] && exec python3 "$@"
 while (( $# )); do [[ "$1" == --json ]] && json=$2; shift; done
-echo '[{"case": "resnet50 b256 224", "dtype": "f16", "impl": "torch", "variant": "f16-amp-cl", "median_ms": 45.0, "images_per_s": 5689, "peak_device_mb": 11000}]' >"$json"
+echo '[{"suite": "models", "case": "resnet50 b256 224", "dtype": "f16", "impl": "torch", "threads": 16, "variant": "f16-amp-cl", "median_ms": 45.0, "min_ms": 44.0, "gflops": 0, "device": "cuda:0", "images_per_s": 5689, "peak_device_mb": 11000, "peak_device_mb_steps": 10500}]' >"$json"
 EOF
 chmod +x "$fake"/bin/* "$fake"/tools/*
 
@@ -118,6 +118,9 @@ for want in "$faulty_test [cuda]" "memcheck (direct allocator)" "resnet20 f16 cu
             "precis-bench models --device cuda" "torch_models.py --device cuda" "time budget"; do
   [[ "$(result clean "$want")" == ok ]] || fail "the clean run has no ok row '$want'"
 done
+[[ "$(result clean "benchmarks/report.py")" == info ]] || fail "the clean run has no report.py row"
+grep -q "| 9000 (8500) | 11000 (10500) | OVER PEER |" "$fake/out-clean/bench-report.md" \
+  || fail "bench-report.md does not set precis's peak device memory (and its steps') beside PyTorch's"
 
 dry faulty "no_tests memcheck empty_csv crash_verdict timeout" && fail "a run with faults passed"
 [[ "$(result faulty "$faulty_test [cuda]")" == FAIL ]] || fail "a filter matching nothing did not fail its row"

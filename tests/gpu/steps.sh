@@ -302,9 +302,11 @@ PY
   finish
 }
 
-# One info row per (case, dtype, variant): step time, throughput, peak device memory.
+# One info row per (case, dtype, variant): step time, throughput, peak device memory over the case
+# (and over the timed steps alone); then benchmarks/report.py's table of precis against the best
+# PyTorch recipe of each math, verdicts included, in $OUT/bench-report.md.
 bench_rows() {
-  local line
+  local line out
   [[ -s "$logdir/bench-precis.json" || -s "$logdir/bench-torch.json" ]] || return 0
   while IFS= read -r line; do row "${line%%|*}" info "${line#*|}"; done < <(python3 - "$logdir"/bench-*.json <<'PY'
 import json, sys
@@ -317,12 +319,22 @@ for p in sys.argv[1:]:
     for r in recs:
         rate = next((f"{v:.0f} {k[:-6]}/s" for k, v in r.items() if k.endswith("_per_s")), "")
         what = f"{r['impl']} {r.get('variant', '')}".strip()
+        steps = f" (steps {r['peak_device_mb_steps']:.0f})" if "peak_device_mb_steps" in r else ""
         rows.append((r["case"], r["dtype"], f"  {r['case']} {r['dtype']}|{what}: {r['median_ms']:.1f} ms, {rate}, "
-                     f"{r.get('peak_device_mb', 0):.0f} MiB"))
+                     f"{r.get('peak_device_mb', 0):.0f} MiB{steps}"))
 for _, _, line in sorted(rows):
     print(line)
 PY
 )
+  [[ -s "$logdir/bench-precis.json" && -s "$logdir/bench-torch.json" ]] || return 0
+  if out=$(python3 benchmarks/report.py "$logdir/bench-precis.json" "$logdir/bench-torch.json" --suite all \
+             --out "$logdir/bench-report.md" 2>&1); then
+    row "benchmarks/report.py" info "$(tail -n 1 "$logdir/bench-report.md")"
+    [[ -n "${OUT:-}" && -d "${OUT:-}" ]] && cp "$logdir/bench-report.md" "$OUT/"
+  else
+    row "benchmarks/report.py" FAIL "$(tail -n 1 <<<"$out")"
+  fi
+  return 0
 }
 
 finish() {
