@@ -103,13 +103,17 @@ __global__ void cross_entropy_backward_kernel(T* grad_x, const T* __restrict__ x
 
 template <typename T>
 __global__ void nll_loss_kernel(opmath_t<T>* loss, opmath_t<T>* wrow, const T* __restrict__ x, int64_t s0, int64_t s1,
-                                const int64_t* target, const opmath_t<T>* w, int64_t M, int64_t ignore_index) {
+                                const int64_t* target, const opmath_t<T>* w, int64_t M, int64_t C,
+                                int64_t ignore_index) {
   using A = opmath_t<T>;
   PRECIS_GRID_STRIDE_LOOP(r, M) {
     const int64_t t = target[r];
     if (t == ignore_index) {
       loss[r] = 0;
       wrow[r] = 0;
+    } else if (target_out_of_range(t, C)) {  // reported by the op's device assert; never read x there
+      loss[r] = A(NAN);
+      wrow[r] = A(NAN);
     } else {
       const A wt = param_or(w, t, A(1));
       loss[r] = -wt * load_op(x[r * s0 + t * s1]);
@@ -154,13 +158,14 @@ void launch_cross_entropy_backward(DType dtype, void* grad_x, const void* x, con
 }
 
 void launch_nll_loss(DType dtype, void* loss_rows, void* weight_rows, const void* x, int64_t s0, int64_t s1,
-                     const int64_t* target, const void* weight, int64_t M, int64_t ignore_index, cudaStream_t stream) {
+                     const int64_t* target, const void* weight, int64_t M, int64_t C, int64_t ignore_index,
+                     cudaStream_t stream) {
   if (M == 0) return;
   visit_floating(dtype, [&]<typename T>() {
     using A = opmath_t<T>;
     nll_loss_kernel<T><<<grid_for(M), kThreads, 0, stream>>>(static_cast<A*>(loss_rows), static_cast<A*>(weight_rows),
                                                              static_cast<const T*>(x), s0, s1, target,
-                                                             static_cast<const A*>(weight), M, ignore_index);
+                                                             static_cast<const A*>(weight), M, C, ignore_index);
   });
   check_launch("nll_loss", dtype);
 }

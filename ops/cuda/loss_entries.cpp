@@ -16,6 +16,7 @@ using rows::channels_last_rows;
 using rows::check_operands;
 using rows::ptr;
 using rows::scratch_doubles;
+using rows::XLayout;
 
 void check_target(const char* op, const Tensor& x, const Tensor& target) {
   PRECIS_CHECK_DTYPE(target.dtype() == DType::i64 && target.device() == x.device() && target.is_contiguous(), op,
@@ -52,11 +53,11 @@ void cross_entropy_backward_kernel(const Tensor& grad_x, const Tensor& x, const 
 
 void nll_loss_kernel(const Tensor& loss_rows, const Tensor& weight_rows, const Tensor& x, const Tensor& target,
                      const Tensor& weight, int64_t ignore_index) {
-  check_operands("nll_loss", x, {}, {&loss_rows, &weight_rows, &weight});
+  check_operands("nll_loss", x, {}, {&loss_rows, &weight_rows, &weight}, XLayout::any_strides);
   check_target("nll_loss", x, target);
   DeviceGuard guard(x.device().index);
   launch_nll_loss(x.dtype(), loss_rows.data_ptr(), weight_rows.data_ptr(), x.data_ptr(), x.stride(0), x.stride(1),
-                  static_cast<const int64_t*>(target.data_ptr()), ptr(weight), x.size(0), ignore_index,
+                  static_cast<const int64_t*>(target.data_ptr()), ptr(weight), x.size(0), x.size(1), ignore_index,
                   device_stream(x.device().index));
 }
 

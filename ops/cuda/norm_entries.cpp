@@ -17,12 +17,14 @@ using rows::channels_last_rows;
 using rows::check_operands;
 using rows::ptr;
 using rows::scratch_doubles;
+using rows::XLayout;
 
 void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_rstd, const Tensor& x,
                        const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                        const Tensor& running_var, bool training, double momentum, double eps) {
   const bool cl = channels_last_rows(x);
-  check_operands("batch_norm", x, {&out}, {&save_mean, &save_rstd, &weight, &bias, &running_mean, &running_var}, cl);
+  const XLayout layout = cl ? XLayout::channels_last : XLayout::contiguous;
+  check_operands("batch_norm", x, {&out}, {&save_mean, &save_rstd, &weight, &bias, &running_mean, &running_var}, layout);
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   DeviceGuard guard(x.device().index);
   const Tensor scratch = scratch_doubles(training ? batch_norm_scratch_doubles(C, N, S) : 1, x.device());
@@ -35,7 +37,8 @@ void batch_norm_backward_kernel(const Tensor& dx, const Tensor& dweight, const T
                                 const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                                 const Tensor& save_rstd, bool training) {
   const bool cl = channels_last_rows(x);
-  check_operands("batch_norm_backward", x, {&dx, &grad}, {&dweight, &dbias, &weight, &save_mean, &save_rstd}, cl);
+  const XLayout layout = cl ? XLayout::channels_last : XLayout::contiguous;
+  check_operands("batch_norm_backward", x, {&dx, &grad}, {&dweight, &dbias, &weight, &save_mean, &save_rstd}, layout);
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   DeviceGuard guard(x.device().index);
   const Tensor scratch = scratch_doubles(batch_norm_scratch_doubles(C, N, S), x.device());

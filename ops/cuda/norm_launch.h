@@ -101,9 +101,11 @@ void launch_cross_entropy_backward(DType dtype, void* grad_x, const void* x, con
                                    const int64_t* target, const void* weight, const void* grad_rows,
                                    int64_t grad_rows_stride, int64_t M, int64_t C, int64_t ignore_index,
                                    double label_smoothing, double* scratch, cudaStream_t stream);
-/// NLL: x (M, C) with strides (s0, s1).
+/// NLL: x (M, C) with strides (s0, s1); a target outside [0, C) gives its row a NaN loss and weight
+/// (the op's device assert reports it).
 void launch_nll_loss(DType dtype, void* loss_rows, void* weight_rows, const void* x, int64_t s0, int64_t s1,
-                     const int64_t* target, const void* weight, int64_t M, int64_t ignore_index, cudaStream_t stream);
+                     const int64_t* target, const void* weight, int64_t M, int64_t C, int64_t ignore_index,
+                     cudaStream_t stream);
 
 /// var over the reduced dims of `l` (ops/cuda/reduce.cu): two passes, the mean of each output
 /// into `means` (num_out acc values, device), then Σ(x − mean)² / (red_numel − correction) into

@@ -5,11 +5,13 @@
 // machine without a GPU; the [cuda_api] test checks the registrations in any CUDA build. The
 // kernels' math is tested on the host by tests/ops/norm_math_test.cpp.
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <vector>
 
 #include "core/device.h"
 #include "ops/cuda/norm_launch.h"
+#include "ops/device_asserts.h"
 #include "ops/functional.h"
 #include "ops/contracts/kernels_loss.h"
 #include "ops/contracts/kernels_norm.h"
@@ -231,6 +233,42 @@ TEST_CASE("CUDA nll_loss forward matches the CPU", "[cuda]") {
         return nll_loss(in[0], tgt.to(dev), w.to(dev), -100, red);
       });
     }
+}
+
+TEST_CASE("CUDA nll_loss reads a strided input, and a target out of range never reads past x", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  // The op hands the kernel x with its own strides (a narrowed or transposed (M, C), a strided
+  // 1-D row): the CUDA entry used to refuse anything but contiguous x.
+  const Tensor wide = leaf({8, 10}, -5, 0, 132, DType::f32, false);
+  const Tensor tall = leaf({6, 8}, -5, 0, 133, DType::f32, false);
+  const Tensor tgt = from_vector<int64_t>({0, 5, -100, 3, 2, 1, 4, 0}, {8});
+  for (Reduction red : {Reduction::mean, Reduction::none}) {
+    INFO("reduction " << static_cast<int>(red));
+    require_close(nll_loss(wide.to(kGpu).narrow(1, 0, 6), tgt.to(kGpu), Tensor(), -100, red),
+                  nll_loss(wide.narrow(1, 0, 6), tgt, Tensor(), -100, red), DType::f32, OpId::nll_loss,
+                  Compared::output);
+    require_close(nll_loss(tall.to(kGpu).t(), tgt.to(kGpu), Tensor(), -100, red),
+                  nll_loss(tall.t(), tgt, Tensor(), -100, red), DType::f32, OpId::nll_loss, Compared::output);
+  }
+  const Tensor row = leaf({12}, -5, 0, 134, DType::f32, false);
+  const Tensor one = from_vector<int64_t>({4}, {});
+  require_close(nll_loss(row.to(kGpu).slice(0, 0, 12, 2), one.to(kGpu)), nll_loss(row.slice(0, 0, 12, 2), one),
+                DType::f32, OpId::nll_loss, Compared::output);
+  // Out of range: the op reports it at the next host read; the kernel itself (called directly,
+  // as the op does before the report) gives those rows NaN and reads nothing outside x.
+  const Tensor x = leaf({4, 5}, -5, 0, 135, DType::f32, false).to(kGpu);
+  const Tensor bad = from_vector<int64_t>({0, 5, 2, int64_t{1} << 40}, {4}).to(kGpu);
+  (void)nll_loss(x, bad, Tensor(), -100, Reduction::none);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(check_device_asserts(kGpu), IndexError, "nll_loss");
+  const Tensor loss_rows = empty({4}, {.device = kGpu}), weight_rows = empty({4}, {.device = kGpu});
+  kernel<kernels::NllLossKernel>(OpId::nll_loss, DeviceType::cuda, DType::f32)(loss_rows, weight_rows, x, bad,
+                                                                              Tensor(), -100);
+  const std::vector<double> loss = values(loss_rows), xs = values(x);
+  CHECK(loss[0] == -xs[0]);
+  CHECK(std::isnan(loss[1]));
+  CHECK(loss[2] == -xs[2 * 5 + 2]);
+  CHECK(std::isnan(loss[3]));
+  CHECK(std::isnan(values(weight_rows)[3]));
 }
 
 TEST_CASE("CUDA var matches the CPU over any dims and corrections, with its gradient", "[cuda]") {
