@@ -1,13 +1,12 @@
 #pragma once
 // The device storage types of f16 and bf16 (CUDA's __half, __nv_bfloat16) in the shared opmath
 // header's terms (core/opmath.h): computed in float, loaded exactly, stored rounded to nearest
-// even by the CUDA conversion intrinsics (a double is rounded once, directly). And DeviceTypes,
+// even by the CUDA conversion intrinsics; a double goes through float first, as on the host (and
+// in PyTorch), so an f64 → f16/bf16 copy or an f16 mean rounds as the CPU's does. And DeviceTypes,
 // the map visit_dtype (core/dtype_visit.h) uses to hand these types to device code. Included by
 // nvcc-compiled files only (ops/cuda/device_math.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-
-#include <type_traits>
 
 #include "core/opmath.h"
 
@@ -20,8 +19,7 @@ struct ElementTraits<__half> {
   static __host__ __device__ __forceinline__ float load(__half v) { return __half2float(v); }
   template <typename U>
   static __host__ __device__ __forceinline__ __half store(U v) {
-    if constexpr (std::is_same_v<U, double>) return __double2half(v);
-    else return __float2half_rn(static_cast<float>(v));
+    return __float2half_rn(static_cast<float>(v));
   }
 };
 
@@ -32,8 +30,7 @@ struct ElementTraits<__nv_bfloat16> {
   static __host__ __device__ __forceinline__ float load(__nv_bfloat16 v) { return __bfloat162float(v); }
   template <typename U>
   static __host__ __device__ __forceinline__ __nv_bfloat16 store(U v) {
-    if constexpr (std::is_same_v<U, double>) return __double2bfloat16(v);
-    else return __float2bfloat16_rn(static_cast<float>(v));
+    return __float2bfloat16_rn(static_cast<float>(v));
   }
 };
 

@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "core/device_caching_allocator.h"
 #include "ops/contracts/kernels.h"
+#include "ops/functional.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 #include "tests/support/tensor_testing.h"
@@ -140,6 +141,26 @@ TEST_CASE("strided copy with dtype conversion matches the CPU", "[cuda]") {
   Tensor dst = zeros({4, 3}, {.device = kGpu}).t();  // (3, 4), strides (1, 3)
   dst.copy_(row);
   REQUIRE(values(dst) == std::vector<double>{1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4});
+}
+
+TEST_CASE("CUDA rounds an f64 to f16 or bf16 through fp32, as the CPU and PyTorch: copies and f16 means", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  // Just past a rounding midpoint of the 16-bit format by less than fp32 keeps: through fp32 the
+  // value lands on the midpoint and then on the even neighbour (1); rounded directly, it goes up.
+  const Tensor x = from_vector<double>({1 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40),
+                                        1 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)});
+  CHECK(values(x.to(kGpu).to(DType::f16).to(DType::f64)) == values(x.to(DType::f16).to(DType::f64)));
+  CHECK(values(x.to(kGpu).to(DType::bf16).to(DType::f64)) == values(x.to(DType::bf16).to(DType::f64)));
+  CHECK(values(x.to(DType::f16).to(DType::f64))[0] == 1.0);
+  // An f16 mean is formed in f64 (sum · 1/N) and stored as f16. A row of 12289 values in [1, 2)
+  // whose sum is exact in fp32 in any order (multiples of 2^-10 under 2^14) and whose mean lies
+  // 1/24578 of an f16 step above a midpoint: through fp32 it rounds down to 1, directly up.
+  std::vector<float> row(12289, 1.0f);
+  for (int i = 0; i < 6; ++i) row[i] = 1 + 1023.0f / 1024;
+  row[6] = 1 + 7.0f / 1024;  // 6145 steps in all: the mean is 1 + (0.5 + 1/24578) · 2^-10
+  const Tensor h = from_vector<float>(row, {1, 12289}).to(DType::f16);
+  REQUIRE(mean(h, {1}).item<double>() == 1.0);
+  CHECK(mean(h.to(kGpu), {1}).item<double>() == 1.0);
 }
 
 namespace {
