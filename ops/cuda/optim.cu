@@ -56,12 +56,15 @@ __global__ void sgd_kernel(LaunchArgs<SgdTensor> a, SgdHyper host_hyper, StepInp
   const int64_t begin = static_cast<int64_t>(a.block_chunk[blockIdx.x]) * kChunk;
   const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
   const bool first = t.step != nullptr && *t.step == 0.0f;
-  const kernels::SgdScalars<C> s = kernels::make_sgd_scalars<C>(h);
+  C* buf = static_cast<C*>(t.momentum_buffer);
+  kernels::SgdScalars<C> s = kernels::make_sgd_scalars<C>(h);
+  // The buffer exists when the optimizer's own momentum is nonzero; a scheduled momentum (read on
+  // the device) cannot add one: without it the step is plain SGD, as on the CPU.
+  s.has_momentum = s.has_momentum && buf != nullptr;
   const bool scaled = sc.grad_scale != nullptr;
   const C inv = scaled ? static_cast<C>(kernels::inverse_scale(*sc.grad_scale)) : C(1);
   P* param = static_cast<P*>(t.param);
   const G* grad = static_cast<const G*>(t.grad);
-  C* buf = static_cast<C*>(t.momentum_buffer);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     C g = static_cast<C>(load_op(grad[i]));
     if (scaled) g = g * inv;
@@ -159,7 +162,7 @@ void multi_tensor_apply(const Args* tensors, int count, const StepInputs& sc, co
     steps.count = 0;
   };
   for (int i = 0; i < count; ++i) {
-    if (tensors[i].step == nullptr || tensors[i].numel == 0) continue;
+    if (tensors[i].step == nullptr) continue;  // an empty parameter's counter counts too, as on the CPU
     steps.step[steps.count++] = tensors[i].step;
     if (steps.count == kMaxSteps) flush_steps();
   }

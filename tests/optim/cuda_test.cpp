@@ -10,6 +10,8 @@
 #include <optional>
 
 #include "amp/grad_scaler.h"
+#include "ops/contracts/kernels_optim.h"
+#include "ops/op_table.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
 #include "optim/sgd.h"
@@ -186,4 +188,40 @@ TEST_CASE("GradScaler::clip_grad_norm_ clips CUDA gradients with unscale_'s norm
   CHECK(norms[1].item<float>() == Approx(norms[0].item<float>()).epsilon(1e-6));
   CHECK(norms[0].item<float>() > 1.0f);  // so the gradients were clipped
   for (size_t i = 0; i < grads[0].size(); ++i) PRECIS_REQUIRE_CLOSE(grads[1][i].to(DType::f64), grads[0][i].to(DType::f64), DType::f32);
+}
+
+TEST_CASE("CUDA SGD and Adam kernels: a scheduled momentum without a buffer, and an empty parameter's step counter",
+          "[optim][cuda]") {
+  if (!cuda_usable()) {
+    WARN("no usable CUDA device: skipped");
+    return;
+  }
+  const Device gpu = Device::cuda();
+  // The optimizer's own momentum is 0, so no buffer exists; a schedule (OneCycleLR's momentum)
+  // says 0.9 on the device. Plain SGD on both backends, as the CPU kernel does (the CUDA kernel
+  // used to write through the null buffer).
+  const Tensor p0 = testing::randn_input({300}, false, 1, DType::f32);
+  const Tensor g = testing::randn_input({300}, false, 2, DType::f32);
+  const auto sgd = [&](Device device) {
+    const Tensor p = p0.to(device).clone();
+    const Tensor scheduled = from_vector<double>({0.1, 0.9}).to(device);
+    kernel<kernels::SgdStepKernel>(OpId::sgd_step, device.type, DType::f32)(
+        {{.param = p, .grad = g.to(device)}}, kernels::SgdHyper{.lr = 0.5}, Tensor(), Tensor(), scheduled);
+    return p.cpu();
+  };
+  const Tensor expected = sgd(Device::cpu());
+  PRECIS_REQUIRE_CLOSE(expected, p0 - g * 0.1, DType::f32);
+  PRECIS_REQUIRE_CLOSE(sgd(gpu), expected, DType::f32);  // nvcc may contract into an FMA (optim_math.h)
+  // An empty parameter's step counter counts its steps as every other's.
+  const auto adam_steps = [&](Device device) {
+    const Tensor empty_p = zeros({0}, {.device = device}), step = zeros({}, {.device = device});
+    const Tensor avg = zeros({0}, {.device = device}), avg_sq = zeros({0}, {.device = device});
+    kernel<kernels::AdamStepKernel>(OpId::adam_step, device.type, DType::f32)(
+        {{.param = empty_p, .grad = zeros({0}, {.device = device}), .exp_avg = avg, .exp_avg_sq = avg_sq,
+          .step = step}},
+        kernels::AdamHyper{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}, Tensor(), Tensor(), Tensor());
+    return step.item<float>();
+  };
+  REQUIRE(adam_steps(Device::cpu()) == 1.0f);
+  CHECK(adam_steps(gpu) == 1.0f);
 }
