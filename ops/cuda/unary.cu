@@ -41,7 +41,10 @@ __device__ __forceinline__ M pow_scalar(M x, M e) {
 template <UnaryOp Op, typename M>
 __device__ __forceinline__ M apply(M x, M param) {
   if constexpr (Op == UnaryOp::neg) return -x;
-  else if constexpr (Op == UnaryOp::abs) return x < M(0) ? -x : x;
+  else if constexpr (Op == UnaryOp::abs) {
+    if constexpr (std::is_floating_point_v<M>) return ::fabs(x);  // abs(-0.0) is +0.0, as on the CPU
+    else return x < M(0) ? -x : x;
+  }
   else if constexpr (Op == UnaryOp::relu) {
     if constexpr (std::is_floating_point_v<M>) return (x > M(0) || x != x) ? x : M(0);  // NaN passes
     else return x > M(0) ? x : M(0);
@@ -113,7 +116,11 @@ __device__ __forceinline__ M backward(M g, M x, bool tanh_form) {
   } else {
     // y = x·Φ(x): y' = Φ(x) + x·φ(x)
     const M one_plus = M(1) + ::erf(x * M(kSqrt1_2));
-    return g * (M(0.5) * (one_plus > M(0) ? one_plus : M(0)) + x * ::exp(M(-0.5) * x * x) * M(kInvSqrt2Pi));
+    M x_phi = x * ::exp(M(-0.5) * x * x) * M(kInvSqrt2Pi);
+    // fp32 (and f16/bf16) as the CPU's vec_gelu.h, which clamps x: x·φ(x) is 0 at ±inf, so
+    // gelu'(+inf) = 1 and gelu'(-inf) = 0 rather than inf·0. f64 keeps NaN there, as the CPU's.
+    if constexpr (std::is_same_v<M, float>) x_phi = ::isinf(x) ? M(0) : x_phi;
+    return g * (M(0.5) * (one_plus > M(0) ? one_plus : M(0)) + x_phi);
   }
 }
 

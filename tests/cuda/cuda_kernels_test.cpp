@@ -136,6 +136,21 @@ TEST_CASE("CUDA unary edge cases: relu passes NaN, sigmoid saturates, exp underf
   CHECK(s[2] == 1.0);
   CHECK(values(exp(x))[1] == 0.0);
   CHECK(values(pow(x, 0.0))[0] == 1.0);  // x^0 = 1 even for NaN
+  // abs(-0.0) is +0.0 (the CPU's and PyTorch's; 1/abs(x) is then +inf).
+  CHECK_FALSE(std::signbit(values(abs(from_vector<float>({-0.0f}).to(kGpu)))[0]));
+  // gelu' (erf form) at ±inf in fp32 is the CPU's 1 and 0, not inf·0; f64 gives NaN on both.
+  for (DType dt : {DType::f32, DType::f64}) {
+    INFO(dtype_name(dt));
+    const Tensor inf = from_vector<double>({INFINITY, -INFINITY}).to(dt);
+    const auto grad = [&](const Device& device) {
+      const Tensor xi = inf.to(device).detach().requires_grad_();
+      gelu(xi).backward(ones_like(xi));
+      return values(xi.grad());
+    };
+    const std::vector<double> cpu = grad(Device::cpu()), gpu = grad(kGpu);
+    if (dt == DType::f32) CHECK(cpu == std::vector<double>{1.0, 0.0});
+    for (size_t i = 0; i < cpu.size(); ++i) CHECK((gpu[i] == cpu[i] || (std::isnan(gpu[i]) && std::isnan(cpu[i]))));
+  }
 }
 
 TEST_CASE("CUDA relu and gelu backward kernels match the CPU kernels", "[cuda]") {
