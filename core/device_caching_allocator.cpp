@@ -224,7 +224,9 @@ void* DeviceCachingAllocator::allocate(size_t nbytes) {
   book_.count_request();
   const StreamHandle stream = memory_->current_stream();
   const PoolId owner = owner_for(stream);
-  process_events();
+  // An event query is illegal while a stream captures a graph (private pools route only then):
+  // blocks waiting for events are reclaimed once no capture is underway, as in PyTorch.
+  if (routing_.empty()) process_events();
   Pool& pool = pool_for(size);
   Block* b = take_free(pool, owner, stream, size);
   bool from_cache = b != nullptr;
@@ -268,6 +270,21 @@ void DeviceCachingAllocator::deallocate(void* ptr, size_t /*nbytes*/) {
 void DeviceCachingAllocator::deallocate_locked(Block* b) noexcept {
   b->allocated = false;
   book_.freed(b->size);  // cannot fail here: the block was live, so its bytes are counted
+  if (!b->uses.empty() && !routing_.empty()) {
+    // During a capture an event recorded on a capturing stream becomes part of the graph and can
+    // never be queried: record the block's events once the capture is over (end_allocate_to_pool).
+    ++b->pending;  // out of the cache meanwhile
+    try {
+      deferred_.push_back(b);
+      return;
+    } catch (...) {
+      --b->pending;  // no room to defer: record now, as outside a capture
+    }
+  }
+  retire(b);
+}
+
+void DeviceCachingAllocator::retire(Block* b) noexcept {
   bool recorded_all = true;
   for (StreamHandle s : b->uses) {
     try {
@@ -342,6 +359,13 @@ void DeviceCachingAllocator::end_allocate_to_pool(PoolId pool) {
   PRECIS_CHECK_T(StateError, it != routing_.end(), "end_allocate_to_pool: no stream allocates to private pool ",
                  pool, " on ", memory_->name());
   routing_.erase(it);
+  if (!routing_.empty()) return;
+  std::vector<Block*> deferred;
+  deferred.swap(deferred_);
+  for (Block* b : deferred) {
+    --b->pending;
+    retire(b);
+  }
 }
 
 void DeviceCachingAllocator::release_pool(PoolId pool) {

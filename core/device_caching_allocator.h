@@ -21,7 +21,9 @@
 // A block used on another stream must be announced with record_stream (PyTorch's
 // Tensor.record_stream); freeing it then records an event on each such stream, and the block
 // becomes reusable only once every event has completed (events are queried at the start of each
-// allocation; the host never waits for them except when memory runs out).
+// allocation; the host never waits for them except when memory runs out). While a graph capture
+// routes allocations to a private pool, events are neither queried nor recorded (both are illegal
+// in a capture): blocks freed then get their events when the capture ends.
 //
 // Private pools. While a stream allocates to a private pool (begin_allocate_to_pool), its blocks
 // come from segments of that pool only, and freed they return to it: nothing outside the pool
@@ -165,6 +167,7 @@ class DeviceCachingAllocator final : public CachingAllocatorBase {
   void wait_for_events();
   void release_free_segments();
   void deallocate_locked(Block* b) noexcept;
+  void retire(Block* b) noexcept;  // records b's events on the streams that used it, or frees it
   [[noreturn]] void throw_oom(size_t nbytes, size_t segment);
 
   std::unique_ptr<DeviceMemory> memory_;
@@ -178,6 +181,7 @@ class DeviceCachingAllocator final : public CachingAllocatorBase {
     Block* block;
   };
   std::list<Pending> pending_;           // events recorded when blocks used on other streams were freed
+  std::vector<Block*> deferred_;         // such blocks freed during a capture: events recorded after it
   std::map<StreamHandle, PoolId> routing_;  // streams whose allocations go to a private pool now
   std::set<PoolId> released_;               // pools whose owner is gone (never routed to again)
 };

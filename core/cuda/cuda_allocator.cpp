@@ -57,9 +57,14 @@ class CudaDeviceMemory final : public DeviceMemory {
   void* malloc(size_t bytes) override {
     DeviceGuard guard(index_);
     void* p = nullptr;
-    return alloc_ok(cudaMalloc(&p, bytes), precis::detail::str_cat("allocating ", bytes, " bytes on cuda:", index_))
-               ? p
-               : nullptr;
+    // A graph capture (thread-local mode, core/cuda/cuda_graph.cpp) forbids cudaMalloc on its
+    // thread: the capture's first allocations need new segments of its private pool, which stay
+    // until the graph is gone, so the call is safe; relax the mode for it (PyTorch does the same).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    PRECIS_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode), "relaxing the stream capture mode on cuda:", index_);
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);  // back to the caller's mode
+    return alloc_ok(err, precis::detail::str_cat("allocating ", bytes, " bytes on cuda:", index_)) ? p : nullptr;
   }
   void free(void* ptr, size_t bytes) override {
     DeviceGuard guard(index_);

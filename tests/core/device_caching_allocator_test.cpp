@@ -32,11 +32,15 @@ struct FakeState {
   int fail_free_call = -1;      // free call number (1-based) that throws
   void* failed_free = nullptr;  // the segment that call was given (still held by the device)
   bool fail_record = false, fail_sync = false;
+  // A graph capture is underway: as CUDA, the device refuses an event query then, and an event
+  // recorded then belongs to the graph and can never be queried or waited for.
+  bool capturing = false;
   StreamHandle current = stream(1);
   struct Ev {
     StreamHandle stream;
     bool done = false;
     bool destroyed = false;
+    bool captured = false;
   };
   std::vector<Ev> events;  // an event's handle is its index + 1
 
@@ -86,11 +90,14 @@ class FakeDevice final : public DeviceMemory {
   StreamHandle current_stream() override { return st_->current; }
   EventHandle record_event(StreamHandle s) override {
     if (st_->fail_record) throw DeviceError("fake device: event record failed");
-    st_->events.push_back({s});
+    st_->events.push_back({.stream = s, .captured = st_->capturing});
     return reinterpret_cast<EventHandle>(st_->events.size());
   }
-  bool query_event(EventHandle e) override { return ev(e).done; }
-  void synchronize_event(EventHandle e) override { ev(e).done = true; }
+  bool query_event(EventHandle e) override {
+    if (st_->capturing) throw DeviceError("fake device: an event query during a graph capture");
+    return usable(e).done;
+  }
+  void synchronize_event(EventHandle e) override { usable(e).done = true; }
   void destroy_event(EventHandle e) noexcept override { ev(e).destroyed = true; }
   void synchronize_device() override {
     ++st_->device_syncs;
@@ -102,6 +109,10 @@ class FakeDevice final : public DeviceMemory {
 
  private:
   FakeState::Ev& ev(EventHandle e) { return st_->events.at(reinterpret_cast<size_t>(e) - 1); }
+  FakeState::Ev& usable(EventHandle e) {
+    if (ev(e).captured) throw DeviceError("fake device: an event recorded during a graph capture was queried");
+    return ev(e);
+  }
   std::shared_ptr<FakeState> st_;
   Device dev_;
 };
@@ -459,4 +470,37 @@ TEST_CASE("device allocator: private pool misuse is refused with StateError or V
   f.alloc.release_pool(4);
   CHECK_THROWS_WITH(f.alloc.begin_allocate_to_pool(3, stream(1)), Catch::Contains("was released"));
   CHECK_THROWS_AS(f.alloc.release_pool(0), ValueError);
+}
+
+TEST_CASE("device allocator: a capture neither queries nor records events, and blocks freed in it get theirs after it",
+          "[core][allocator][graph]") {
+  Fixture f;
+  const StreamHandle own = stream(1), side = stream(2);
+  // Before the capture: a block used on the side stream is freed, so its event is pending.
+  void* early = f.alloc.allocate(4 * MiB);
+  f.alloc.record_stream(early, side);
+  f.alloc.deallocate(early, 4 * MiB);
+  void* used = f.alloc.allocate(1 * MiB);  // freed during the capture, also used on the side stream
+  f.alloc.record_stream(used, side);
+  REQUIRE(f.alloc.pending_event_count() == 1);
+
+  f.alloc.begin_allocate_to_pool(7, own);
+  f.st->capturing = true;
+  void* captured = f.alloc.allocate(2 * MiB);  // does not query the pending event
+  f.alloc.deallocate(used, 1 * MiB);           // records no event inside the capture
+  f.alloc.deallocate(captured, 2 * MiB);
+  CHECK(f.alloc.pending_event_count() == 1);
+  f.st->capturing = false;
+  f.alloc.end_allocate_to_pool(7);
+  CHECK(f.alloc.pending_event_count() == 2);  // `used`'s event, recorded after the capture
+  for (const FakeState::Ev& e : f.st->events) CHECK_FALSE(e.captured);
+
+  // Both blocks wait for the side stream, then return to the cache.
+  f.alloc.deallocate(f.alloc.allocate(1000), 1000);  // queries both events: not done
+  CHECK(f.alloc.pending_event_count() == 2);
+  f.st->complete(side);
+  f.alloc.deallocate(f.alloc.allocate(1000), 1000);
+  CHECK(f.alloc.pending_event_count() == 0);
+  f.alloc.release_pool(7);
+  CHECK(f.st->bad_frees == 0);
 }
