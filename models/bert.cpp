@@ -66,14 +66,20 @@ BertEmbeddings::BertEmbeddings(const BertConfig& c)
       token_type_embeddings(add("token_type_embeddings",
                                 nn::Embedding(c.type_vocab_size, c.hidden_size, {.generator = c.generator}))),
       LayerNorm(add("LayerNorm", nn::LayerNorm(c.hidden_size, {.eps = c.layer_norm_eps}))),
-      dropout(add("dropout", nn::Dropout(c.hidden_dropout_prob))) {}
+      dropout(add("dropout", nn::Dropout(c.hidden_dropout_prob))),
+      position_ids(arange(static_cast<double>(c.max_position_embeddings), {.dtype = DType::i64})) {
+  register_buffer("position_ids", position_ids, /*persistent=*/false);
+}
 
 Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
   PRECIS_CHECK_SHAPE(input_ids.dim() == 2, "BertEmbeddings: input_ids ", input_ids.describe(), " must be (B, L)");
   const int64_t len = input_ids.size(1);
   PRECIS_CHECK_SHAPE(len <= position_embeddings->num_embeddings(), "BertEmbeddings: sequence length ", len,
                      " exceeds max_position_embeddings ", position_embeddings->num_embeddings());
-  Tensor positions = arange(static_cast<double>(len), {.dtype = DType::i64, .device = input_ids.device()});
+  PRECIS_CHECK_DEVICE(position_ids.device() == input_ids.device(), "BertEmbeddings: input_ids ",
+                      input_ids.describe(), " are on another device than the model (", position_ids.device().str(),
+                      "); move the model with to(device) or the batch with .to(", position_ids.device().str(), ")");
+  const Tensor positions = position_ids.narrow(0, 0, len);
   Tensor types = token_type_ids.defined() ? token_type_ids
                                           : zeros(input_ids.sizes(), {.dtype = DType::i64, .device = input_ids.device()});
   Tensor e = word_embeddings(input_ids) + token_type_embeddings(types) + position_embeddings(positions);

@@ -70,6 +70,9 @@ class BertEmbeddings : public nn::Module {
   /// LayerNorm(hidden, layer_norm_eps) over the summed embeddings (HF's capitalised name).
   nn::Child<nn::LayerNorm> LayerNorm;  // NOLINT: HF's name
   nn::Child<nn::Dropout> dropout;  ///< hidden_dropout_prob, after LayerNorm
+  /// 0 .. max_position_embeddings - 1 (i64), a non-persistent buffer as HF's: it follows to(),
+  /// so a forward on a device makes no host-to-device copy (one a CUDA graph could not replay).
+  Tensor position_ids;
 };
 
 /// HF's BertSelfAttention: multi-head scaled dot-product attention over separate query, key and

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/checked_math.h"
+#include "core/cuda_graph.h"
 #include "core/grad_mode.h"
 #include "core/thread_pool.h"
 #include "ops/detail/scalar_check.h"
@@ -46,6 +47,13 @@ Tensor scalar_tensor(Scalar value, TensorOptions options) { return full({}, valu
 
 Tensor upload(const Tensor& t, Device device) {
   if (t.device() == device || !t.device().is_cpu() || !pinned_memory_available()) return t.to(device);
+  // A capture would record a copy from a pinned buffer that is freed (and reused) right after it:
+  // every replay would copy whatever that memory holds then. (A pageable source is refused as a
+  // host wait.)
+  PRECIS_CHECK_T(GraphCaptureError, !cuda::is_capturing(), "a host tensor ", t.describe(), " copied to ",
+                 device.str(), " (a factory such as arange or from_vector with a device) while capturing a CUDA "
+                 "graph: the replays would copy from a temporary host buffer that is gone by then. Create the "
+                 "tensor before the capture, as a module buffer or a static input refilled with copy_");
   return t.pin_memory().to(device, /*non_blocking=*/true);
 }
 

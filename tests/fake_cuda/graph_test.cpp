@@ -1,8 +1,8 @@
 // CUDA graph capture (core/cuda_graph.h) on the fake device: what a capture refuses before it is
-// issued (a host wait, a draw it could not replay), the state errors, the private pool a capture
-// allocates from, that whole training steps are capturable — no host wait inside them — and that
-// a captured step's dropout draws the masks an eager step draws. The
-// fake device runs kernels as they are launched, so it has nothing to replay: replays, and the
+// issued (a host wait, a copy from a temporary host buffer, a draw it could not replay), the state
+// errors, the private pool a capture allocates from, that whole training steps are capturable — no
+// host wait inside them — and that a captured step's dropout draws the masks an eager step draws.
+// The fake device runs kernels as they are launched, so it has nothing to replay: replays, and the
 // captured work's results, are checked on a GPU.
 #include <string>
 #include <vector>
@@ -62,6 +62,10 @@ TEST_CASE("a CUDA graph capture refuses a host wait before it is issued, naming 
   CHECK_FALSE(cuda::is_capturing());
   const std::string upload = capture_error(g, [&] { (void)full({4}, 1.0).to(kDev); });  // a pageable source
   CHECK(upload.find("pageable") != std::string::npos);
+  // A factory with a device goes up through a temporary pinned buffer: no wait, but a replay would
+  // copy from memory that is gone.
+  const std::string factory = capture_error(g, [&] { (void)arange(4.0, {.device = kDev}); });
+  CHECK(factory.find("temporary host buffer") != std::string::npos);
   const std::string sync = capture_error(g, [&] { cuda::synchronize(0); });
   CHECK(sync.find("synchronize") != std::string::npos);
   CHECK_NOTHROW((void)sum(x).item<float>());  // outside a capture the host reads as always
