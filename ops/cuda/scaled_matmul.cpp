@@ -63,15 +63,24 @@ struct Fp8Descs {
   }
 };
 
-std::optional<Fp8Plan> heuristic(cublasLtHandle_t h, const Fp8Descs& descs) {
+// `alignment`: the operands' common alignment in bytes. The heuristic otherwise assumes 256, and
+// could offer an algorithm that a view at a 16-byte offset makes cublasLtMatmul refuse.
+std::optional<Fp8Plan> heuristic(cublasLtHandle_t h, const Fp8Descs& descs, int64_t alignment) {
   Preference pref;
   pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kMaxWorkspace));
+  const auto align = static_cast<uint32_t>(alignment);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    pref.set(attr, align);
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(h, descs.desc.d, descs.a.d, descs.b.d, descs.d.d,
                                                                descs.d.d, pref.d, 1, &result, &returned);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0) return std::nullopt;
+  // Only "not supported" means the f32 fallback; another failure (a bad descriptor) is a bug to
+  // report, not to hide behind the fallback's exact result.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return std::nullopt;
   PRECIS_CUBLAS_CHECK(status, "cuBLASLt heuristic for scaled_matmul");
+  if (returned == 0) return std::nullopt;
   return Fp8Plan{result.algo, result.workspaceSize};
 }
 
@@ -123,11 +132,11 @@ void scaled_matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, c
       why = "an operand is not 16-byte aligned";
     } else {
       const kernels::PlanKey key{static_cast<int64_t>(a.dtype()), static_cast<int64_t>(b.dtype()),
-                                 static_cast<int64_t>(out.dtype()), m, k, n, fast_accum ? 1 : 0, index};
+                                 static_cast<int64_t>(out.dtype()), m, k, n, fast_accum ? 1 : 0, index, alignment};
       plan = plan_cache().find(key);
       if (!plan) {
         plan = heuristic(lt_handle(index), Fp8Descs(a.dtype(), b.dtype(), out.dtype(), m, k, n, a_scale_inv.data_ptr(),
-                                                     b_scale_inv.data_ptr(), fast_accum));
+                                                     b_scale_inv.data_ptr(), fast_accum), alignment);
         if (plan) plan = plan_cache().insert(key, *plan);
       }
       if (!plan) why = "cuBLASLt's heuristic offers no fp8 algorithm for this problem";
