@@ -370,8 +370,10 @@ void run_pass(cudnnHandle_t h, ConvDescs& descs, const ConvProblem& pr, int devi
                                                 kernels::describe(pr), " on ", device.str()));
     failures += precis::detail::str_cat("; algorithm ", c.algo, ": ", cudnnGetErrorString(status));
   }
-  throw DeviceError(precis::detail::str_cat("conv2d: no cuDNN ", Pass::name(), " algorithm ran for ",
-                                            kernels::describe(pr), " on ", device.str(), failures));
+  // Every candidate refused (not supported) or wanted more workspace than there is: as when
+  // cuDNN lists none, NotImplementedError, so a channels-last pass retries on NCHW copies.
+  throw NotImplementedError(precis::detail::str_cat("conv2d: no cuDNN ", Pass::name(), " algorithm ran for ",
+                                                    kernels::describe(pr), " on ", device.str(), failures));
 }
 
 /// The layout every operand is dense in (NCHW preferred when both fit), or a ShapeError: the
