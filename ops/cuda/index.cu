@@ -104,6 +104,34 @@ __global__ void scatter_add_kernel(T* __restrict__ out, const int64_t* __restric
   }
 }
 
+// Thread t = c·k + i: the grouping key of entry i of column c (kernels::scatter_flat_index).
+__global__ void scatter_keys_kernel(int64_t* __restrict__ flat, const int64_t* __restrict__ index,
+                                    const ScatterAddLaunch a) {
+  PRECIS_GRID_STRIDE_LOOP(t, a.l.numel * a.k) {
+    const int64_t col = t / a.k, i = t % a.k;
+    int64_t off[3];
+    offsets_of<3>(a.l, col, off);
+    flat[t] = kernels::scatter_flat_index(index[off[1] + i * a.index_dim_stride], col, a.rows);
+  }
+}
+
+// Thread t: output row t % rows of column t / rows, from its group of the column's entries.
+template <typename T>
+__global__ void scatter_add_grouped_kernel(T* __restrict__ out, const T* __restrict__ src,
+                                           const int64_t* __restrict__ groups, const ScatterAddLaunch a) {
+  const int64_t total = a.l.numel * a.rows;
+  const int64_t* positions = groups + total + 1;
+  PRECIS_GRID_STRIDE_LOOP(t, total) {
+    const int64_t begin = groups[t], end = groups[t + 1];
+    if (begin == end) continue;  // nothing adds to it: unchanged
+    const int64_t col = t / a.rows, j = t % a.rows;
+    int64_t off[3];
+    offsets_of<3>(a.l, col, off);
+    T* dst = out + off[0] + j * a.out_dim_stride;
+    *dst = kernels::index_add_element(*dst, src + off[2], a.src_dim_stride, positions, begin, end, col * a.k);
+  }
+}
+
 }  // namespace
 
 void launch_gather(size_t elem_size, void* out, const int64_t* index, const void* x, int64_t dim_stride,
@@ -164,6 +192,30 @@ void launch_index_add(DType dtype, void* out, const void* src, const int64_t* gr
   });
   PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the index_add kernel (", dtype_name(dtype), ", ", a.l.numel,
                     " elements)");
+}
+
+size_t scatter_add_grouped_scratch_bytes(const ScatterAddLaunch& a) {
+  return group_index_scratch_bytes(a.l.numel * a.k, a.l.numel * a.rows);
+}
+
+void launch_scatter_add_grouped(DType dtype, void* out, const int64_t* index, const void* src,
+                                const ScatterAddLaunch& a, int64_t* flat, int64_t* groups, void* scratch,
+                                size_t scratch_bytes) {
+  const int64_t entries = a.l.numel * a.k, outputs = a.l.numel * a.rows;
+  if (entries == 0 || outputs == 0) return;
+  scatter_keys_kernel<<<grid_for(entries), kThreads, 0, a.l.stream>>>(flat, index, a);
+  PRECIS_CUDA_CHECK(cudaGetLastError(), "launching scatter_add's grouping keys (", entries, " entries)");
+  launch_group_index_rows(flat, entries, outputs, groups, scratch, scratch_bytes, a.l.stream);
+  visit_device_dtype(dtype, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      PRECIS_INTERNAL_ASSERT(false, "scatter_add: bool has no add");
+    } else {
+      scatter_add_grouped_kernel<T><<<grid_for(outputs), kThreads, 0, a.l.stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(src), groups, a);
+    }
+  });
+  PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the grouped scatter_add kernel (", dtype_name(dtype), ", ",
+                    outputs, " outputs)");
 }
 
 void launch_scatter_add(DType dtype, void* out, const int64_t* index, const void* src, const ScatterAddLaunch& a) {

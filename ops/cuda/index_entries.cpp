@@ -76,16 +76,20 @@ void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const
   for (size_t d = static_cast<size_t>(dim) + 1; d < out.sizes().size(); ++d) a.inner *= out.sizes()[d];
   a.src_dim_stride = src.strides()[dim];
   // Freed after the launches: the stream-ordered allocator reuses them only for work queued later.
+  DeviceGuard guard(out.device().index);  // first: CUB sizes its sort's scratch for the current device
   const Tensor idx = index.contiguous();
   const Tensor groups = empty({rows + 1 + k}, {.dtype = DType::i64, .device = out.device()});
   const size_t scratch_bytes = group_index_scratch_bytes(k, rows);
   const Tensor scratch =
       empty({static_cast<int64_t>((scratch_bytes + 7) / 8)}, {.dtype = DType::i64, .device = out.device()});
-  DeviceGuard guard(out.device().index);
   launch_group_index_rows(static_cast<const int64_t*>(idx.data_ptr()), k, rows,
                           static_cast<int64_t*>(groups.data_ptr()), scratch.data_ptr(), scratch_bytes, a.l.stream);
   launch_index_add(out.dtype(), out.data_ptr(), sa.data_ptr(), static_cast<const int64_t*>(groups.data_ptr()), a);
 }
+
+// Columns up to this long are scanned whole by each output (no scratch, no sort); longer ones are
+// grouped first (launch_scatter_add_grouped), so the work grows as the entries, not their square.
+constexpr int64_t kScatterScanMax = 64;
 
 // out (contiguous, holding x): out[index[pos] along dim] += src[pos] over index's positions.
 void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -107,7 +111,21 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   a.index_dim_stride = index.strides()[dim];
   a.src_dim_stride = src.strides()[dim];
   DeviceGuard guard(out.device().index);
-  launch_scatter_add(out.dtype(), oa.data_ptr(), static_cast<const int64_t*>(ia.data_ptr()), sa.data_ptr(), a);
+  if (a.k <= kScatterScanMax) {
+    launch_scatter_add(out.dtype(), oa.data_ptr(), static_cast<const int64_t*>(ia.data_ptr()), sa.data_ptr(), a);
+    return;
+  }
+  // Long columns (a gather's backward along a long dim): group the entries by output first.
+  // Freed after the launches: the stream-ordered allocator reuses them only for work queued later.
+  const int64_t entries = a.l.numel * a.k, outputs = a.l.numel * a.rows;
+  const Tensor flat = empty({entries}, {.dtype = DType::i64, .device = out.device()});
+  const Tensor groups = empty({outputs + 1 + entries}, {.dtype = DType::i64, .device = out.device()});
+  const size_t scratch_bytes = scatter_add_grouped_scratch_bytes(a);
+  const Tensor scratch =
+      empty({static_cast<int64_t>((scratch_bytes + 7) / 8)}, {.dtype = DType::i64, .device = out.device()});
+  launch_scatter_add_grouped(out.dtype(), oa.data_ptr(), static_cast<const int64_t*>(ia.data_ptr()), sa.data_ptr(), a,
+                             static_cast<int64_t*>(flat.data_ptr()), static_cast<int64_t*>(groups.data_ptr()),
+                             scratch.data_ptr(), scratch_bytes);
 }
 
 }  // namespace

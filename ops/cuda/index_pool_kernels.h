@@ -45,6 +45,16 @@ struct ScatterAddLaunch {
   int64_t rows = 0, k = 0, out_dim_stride = 0, index_dim_stride = 0, src_dim_stride = 0;
 };
 void launch_scatter_add(DType dtype, void* out, const int64_t* index, const void* src, const ScatterAddLaunch& a);
+/// scatter_add for long columns, where launch_scatter_add's scan of the whole column per output
+/// (columns · rows · k reads) would be quadratic: each entry's output is found once
+/// (kernels::scatter_flat_index), the entries are grouped by output as index_add's index is, and
+/// each output adds its group in increasing position — the scan's order and result, bit for bit.
+/// Device buffers: flat (columns · k i64), groups (columns · rows + 1 + columns · k i64), scratch
+/// of scatter_add_grouped_scratch_bytes(a) bytes.
+size_t scatter_add_grouped_scratch_bytes(const ScatterAddLaunch& a);
+void launch_scatter_add_grouped(DType dtype, void* out, const int64_t* index, const void* src,
+                                const ScatterAddLaunch& a, int64_t* flat, int64_t* groups, void* scratch,
+                                size_t scratch_bytes);
 
 // ---- pooling (ops/cuda/pool.cu) ------------------------------------------------------------------
 enum class PoolOp : uint8_t { max, max_backward, avg, avg_backward, adaptive_avg, adaptive_avg_backward };

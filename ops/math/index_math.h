@@ -16,8 +16,9 @@ namespace precis::kernels {
 /// positions[offsets[r] ... offsets[r+1]) are the i with index[i] == r, increasing. Position i is
 /// sorted, stably, under group_key(index[i], size) — its row, or `size` for an index outside
 /// [0, size), so that no row's group holds it (the op's device-side check reports it) — and
-/// offsets[r] is the first sorted position whose key is >= r (group_offset, a binary search). tests/ops/index_pool_math_test.cpp checks the steps against a
-/// counting sort, invalid indices included.
+/// offsets[r] is the first sorted position whose key is >= r (group_offset, a binary search).
+/// tests/ops/index_pool_math_test.cpp checks the steps against a counting sort, invalid indices
+/// included.
 PRECIS_HD_INLINE uint64_t group_key(int64_t v, int64_t size) {
   return static_cast<uint64_t>(v >= 0 && v < size ? v : size);
 }
@@ -33,15 +34,26 @@ PRECIS_HD_INLINE int64_t group_offset(const uint64_t* sorted_keys, int64_t k, in
   return lo;
 }
 
-/// index_add for one output element: dst + Σ src[positions[p] · src_dim_stride] over p in
-/// [begin, end), accumulated in opmath_t<T> in that order and rounded once. src points at the
-/// element's column (its offset with the indexed coordinate 0).
+/// index_add for one output element: dst + Σ src[(positions[p] − first) · src_dim_stride] over p
+/// in [begin, end), accumulated in opmath_t<T> in that order and rounded once. src points at the
+/// element's column (its offset with the indexed coordinate 0). `first`: the position of the
+/// column's first entry when positions number the entries of many columns (a grouped scatter_add).
 template <typename T>
 PRECIS_HD_INLINE T index_add_element(T dst, const T* src, int64_t src_dim_stride, const int64_t* positions,
-                                     int64_t begin, int64_t end) {
+                                     int64_t begin, int64_t end, int64_t first = 0) {
   opmath_t<T> acc = load_op(dst);
-  for (int64_t p = begin; p < end; ++p) acc = wrapping_add(acc, load_op(src[positions[p] * src_dim_stride]));
+  for (int64_t p = begin; p < end; ++p)
+    acc = wrapping_add(acc, load_op(src[(positions[p] - first) * src_dim_stride]));
   return store_op<T>(acc);
+}
+
+/// A grouped scatter_add's key for index value v of column col (columns of `rows` outputs): the
+/// output element it adds to, numbered col · rows + v, or −1 for v outside [0, rows) (group_key
+/// then puts it in no group). Grouping entry col · k + i of every column by this key, as index_add
+/// groups its index, gives each output element its positions in increasing i: index_add_element
+/// over them (first = col · k) is scatter_add_element without the scan of the whole column.
+PRECIS_HD_INLINE int64_t scatter_flat_index(int64_t v, int64_t col, int64_t rows) {
+  return v >= 0 && v < rows ? col * rows + v : -1;
 }
 
 /// scatter_add for output element j of a column along the indexed dim: dst + Σ src[i] over the

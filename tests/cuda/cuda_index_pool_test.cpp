@@ -110,6 +110,36 @@ TEST_CASE("CUDA index_select, gather, index_add and scatter_add match the CPU bi
   }
 }
 
+TEST_CASE("CUDA scatter_add over long columns (a gather's backward) groups its entries and matches the CPU", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  // Columns longer than the scan's limit (64) take the grouped path: 300 entries per column, a
+  // permutation in one row, heavy duplicates in the others, along either dim of a strided src.
+  for (DType dt : {DType::f32, DType::bf16, DType::i64}) {
+    for (int64_t dim : {0, 1}) {
+      INFO(dtype_name(dt) << " dim " << dim);
+      Shape xs = {6, 6}, is = {5, 5};
+      xs[static_cast<size_t>(dim)] = 250;
+      is[static_cast<size_t>(dim)] = 300;
+      const Tensor x = input(dt, xs, 50 + dim);
+      Tensor idx = uniform_input(is, 0, 249.99, false, 60 + dim).to(DType::i64);
+      idx.select(1 - dim, 0).narrow(0, 0, 250).copy_(from_vector<int64_t>([] {
+        std::vector<int64_t> perm(250);
+        for (int64_t i = 0; i < 250; ++i) perm[static_cast<size_t>(i)] = (i * 97) % 250;
+        return perm;
+      }()));
+      idx.select(1 - dim, 1).narrow(0, 0, 300).fill_(7.0);
+      const Tensor src = input(dt, {is[1], is[0]}, 70 + dim).t();  // strided
+      require_same(scatter_add(x.to(kGpu), dim, idx.to(kGpu), src.to(kGpu)), scatter_add(x, dim, idx, src));
+      if (!is_floating(dt)) continue;
+      // gather's backward is this scatter_add.
+      const Tensor xg = leaf(x, kGpu), xc = leaf(x, Device::cpu());
+      gather(xg, dim, idx.to(kGpu)).backward(src.to(kGpu));
+      gather(xc, dim, idx).backward(src);
+      require_same(xg.grad(), xc.grad());
+    }
+  }
+}
+
 TEST_CASE("CUDA embedding forward and backward (index_add) match the CPU and are reproducible", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   // 4096 tokens over 50 rows, token 3 a quarter of them: many additions into one row.

@@ -343,7 +343,8 @@ TEST_CASE("the device grouping of index_add equals group_index_rows, and leaves 
   }
 }
 
-TEST_CASE("index_add_element and scatter_add_element match the CPU kernels bit for bit", "[ops][cuda_math][index]") {
+TEST_CASE("index_add_element and scatter_add_element match the CPU kernels bit for bit, scatter_add grouped too",
+          "[ops][cuda_math][index]") {
   for (DType dt : kAddable) {
     for (int64_t dim = 0; dim < 3; ++dim) {
       INFO(dtype_name(dt) << " dim " << dim);
@@ -404,6 +405,38 @@ TEST_CASE("index_add_element and scatter_add_element match the CPU kernels bit f
                   if (hit) so[ox] = v;
                 }
           require_same_tensor<T>(sgot, swant.contiguous());
+
+          // The grouped path of long columns: entry (column c, i) keyed by scatter_flat_index,
+          // grouped as index_add's index, each output added by index_add_element from its group.
+          const int64_t sk = is[dim], ncols = cols[0] * cols[1] * cols[2];
+          std::vector<int64_t> flat(static_cast<size_t>(ncols * sk));
+          const auto column = [&](int64_t c, int64_t (&at)[3]) {
+            at[0] = c / (cols[1] * cols[2]);
+            at[1] = c / cols[2] % cols[1];
+            at[2] = c % cols[2];
+          };
+          for (int64_t c = 0; c < ncols; ++c) {  // the CUDA key kernel's thread c·k + i
+            int64_t at[3];
+            column(c, at);
+            for (int64_t i = 0; i < sk; ++i)
+              flat[static_cast<size_t>(c * sk + i)] = kernels::scatter_flat_index(
+                  ip[at[0] * ist[0] + at[1] * ist[1] + at[2] * ist[2] + i * ist[dim]], c, rows);
+          }
+          std::vector<int64_t> offsets, positions;
+          group_by_sorting(flat, ncols * rows, offsets, positions);
+          Tensor ggot = x.contiguous().clone();
+          T* go = ggot.data_ptr<T>();
+          for (int64_t t = 0; t < ncols * rows; ++t) {  // the CUDA add kernel's thread (column, j)
+            const int64_t c = t / rows, j = t % rows;
+            const int64_t begin = offsets[static_cast<size_t>(t)], end = offsets[static_cast<size_t>(t) + 1];
+            if (begin == end) continue;
+            int64_t at[3];
+            column(c, at);
+            const int64_t ox = at[0] * xst[0] + at[1] * xst[1] + at[2] * xst[2] + j * xst[dim];
+            const int64_t os = at[0] * sst[0] + at[1] * sst[1] + at[2] * sst[2];
+            go[ox] = kernels::index_add_element(go[ox], sp + os, sst[dim], positions.data(), begin, end, c * sk);
+          }
+          require_same_tensor<T>(ggot, swant.contiguous());
         }
       });
     }
