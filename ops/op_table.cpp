@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -77,12 +78,14 @@ const detail::KernelSlot& detail::kernel_slot(OpId op, DeviceType device, DType 
   return slot_of(op, device, dtype);
 }
 
-void detail::copy_kernels(DeviceType from, DeviceType to) {
+void detail::copy_kernels(DeviceType from, DeviceType to, std::span<const OpId> except) {
   // Not init_backends_for(from): for CUDA that would re-enter the registration that calls this.
   if (from == DeviceType::cpu) init_backends();
-  for (int op = 0; op < kNumOps; ++op)
+  for (int op = 0; op < kNumOps; ++op) {
+    if (std::find(except.begin(), except.end(), static_cast<OpId>(op)) != except.end()) continue;
     for (int d = 0; d < kNumDTypes; ++d)
       g_kernels[op][static_cast<int>(to)][d] = g_kernels[op][static_cast<int>(from)][d];
+  }
 }
 
 void set_kernel_lookup_observer(KernelLookupObserver observer) { g_lookup_observer.store(observer); }

@@ -3,6 +3,7 @@
 // registry that maps (op, device type, dtype) to a kernel function.
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <typeinfo>
 #include <utility>
@@ -92,9 +93,10 @@ struct KernelSlot {
 /// The slot for (op, device, dtype); fn is nullptr when nothing is registered.
 const KernelSlot& kernel_slot(OpId op, DeviceType device, DType dtype);
 /// Registers every kernel of `from`'s slots in `to`'s, signatures included (`from`'s backend is
-/// initialised first). For the tests' fake CUDA device (tests/support/fake_cuda), whose memory is
-/// host memory, so the CPU kernels run on it. Call it from a backend's register function only.
-void copy_kernels(DeviceType from, DeviceType to);
+/// initialised first), except the slots of the ops in `except`, left empty. For the tests' fake
+/// CUDA device (tests/support/fake_cuda), whose memory is host memory, so the CPU kernels run on
+/// it. Call it from a backend's register function only.
+void copy_kernels(DeviceType from, DeviceType to, std::span<const OpId> except = {});
 }  // namespace detail
 
 namespace detail {

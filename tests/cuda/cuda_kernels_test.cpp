@@ -2,9 +2,12 @@
 // checked against the CPU kernels on the same inputs, and a GradScaler training run on cuda:0
 // checked against the same run on the CPU. Tests tagged [cuda] return early (with a warning)
 // without a GPU; the [cuda_api] test checks the registrations on any machine.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "amp/grad_scaler.h"
@@ -15,6 +18,7 @@
 #include "ops/op_table.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+#include "tests/support/fake_cuda/cpu_only_ops.h"
 #include "tests/support/tensor_testing.h"
 
 using namespace precis;
@@ -72,6 +76,35 @@ const UnaryCase kUnaryCases[] = {
 };
 
 }  // namespace
+
+TEST_CASE("the fake CUDA device leaves empty exactly the kernel slots the real backend leaves empty", "[cuda_api]") {
+#ifdef PRECIS_HAS_CUDA
+  // (op, dtype) slots the CPU fills and the real backend does not, against the fake device's list
+  // (tests/support/fake_cuda/cpu_only_ops.h): the fake tests take the GPU's composed paths.
+  std::set<std::string> real, fake;
+  for (int o = 0; o < kNumOps; ++o)
+    for (int d = 0; d < kNumDTypes; ++d) {
+      const auto op = static_cast<OpId>(o);
+      const auto dt = static_cast<DType>(d);
+      if (find_kernel(op, DeviceType::cpu, dt) == nullptr) continue;
+      const std::string slot = std::string(op_name(op)) + " " + std::string(dtype_name(dt));
+      if (find_kernel(op, DeviceType::cuda, dt) == nullptr) real.insert(slot);
+      if (std::find(fake_cuda_testing::kCpuOnlyOps.begin(), fake_cuda_testing::kCpuOnlyOps.end(), op) !=
+          fake_cuda_testing::kCpuOnlyOps.end())
+        fake.insert(slot);
+    }
+  for (const std::string& slot : real) {
+    INFO("the real backend lacks " << slot << ": add its op to kCpuOnlyOps");
+    CHECK(fake.count(slot) == 1);
+  }
+  for (const std::string& slot : fake) {
+    INFO("the real backend has " << slot << ": take its op out of kCpuOnlyOps");
+    CHECK(real.count(slot) == 1);
+  }
+#else
+  WARN("built without CUDA; the fake device's list of CPU-only ops is not checked");
+#endif
+}
 
 TEST_CASE("the CUDA backend registers the scaler-path kernels without a GPU", "[cuda_api]") {
 #ifdef PRECIS_HAS_CUDA

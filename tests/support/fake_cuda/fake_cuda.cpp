@@ -11,7 +11,9 @@
 //     allocator tells the devices apart), with one stream whose events complete at once;
 //   - pinned host memory from a caching allocator of its own (Tensor::is_pinned holds);
 //   - the CPU kernels of every (op, dtype) slot registered for DeviceType::cuda
-//     (detail::copy_kernels): kernels run synchronously on the calling thread;
+//     (detail::copy_kernels) but those of the ops the real backend lacks (cpu_only_ops.h, checked
+//     against it in CUDA builds), so the front-ends take the GPU's composed paths: kernels run
+//     synchronously on the calling thread;
 //   - a device copy that memcpys and reports a host synchronisation exactly where the real
 //     backend's (ops/cuda/device_copy.cpp) waits: a device-to-host copy unless it lands in pinned
 //     memory with non_blocking, a host-to-device copy unless it reads pinned memory with
@@ -23,10 +25,8 @@
 //   - the host halves of the CUDA kernels (ops/cuda/*_kernels.cpp): one of them that reads a
 //     device tensor (index_add's grouping, used by embedding's backward) syncs on a GPU and not
 //     here; cuDNN's algorithm search; asynchrony itself (races, stream ordering, timing);
-//   - kernels the real backend lacks: the CPU has a kernel in every slot it fills, so an op the
-//     CUDA backend does not implement (or implements for fewer dtypes) works here; the fused
-//     kernels that only the CPU has (attention_softmax) send attention down the fused path,
-//     where the real backend composes it from public ops;
+//   - a dtype the real backend lacks for an op it has (none today; the [cuda_api] test would
+//     fail and name it);
 //   - numerics of the GPU kernels (TF32, cuBLASLt epilogues, atomics' order).
 // CUDA-only front-end branches (grep is_cuda() / DeviceType::cuda in ops, amp, optim,
 // models/train) and how they fare here:
@@ -50,6 +50,7 @@
 #include "ops/backends.h"
 #include "ops/op_table.h"
 #include "tensor/tensor.h"
+#include "tests/support/fake_cuda/cpu_only_ops.h"
 
 namespace {
 
@@ -212,7 +213,8 @@ extern "C" {
 const precis::detail::CudaCoreHooks* precis_cuda_core_hooks() { return &kHooks; }
 
 void precis_cuda_register_kernels() {
-  precis::detail::copy_kernels(precis::DeviceType::cpu, precis::DeviceType::cuda);
+  precis::detail::copy_kernels(precis::DeviceType::cpu, precis::DeviceType::cuda,
+                               precis::fake_cuda_testing::kCpuOnlyOps);
   precis::set_device_copy(&device_copy);
 }
 
