@@ -280,6 +280,10 @@ std::vector<Candidate> candidates(cudnnHandle_t h, ConvDescs& descs, const kerne
   if (std::optional<std::vector<Candidate>> hit = plan_cache().find(key)) return *hit;
   typename Pass::Perf perf[Pass::kCount];
   int returned = 0;
+  // What the heuristic offers depends on the descriptor's math type: ask with the widest allowed
+  // one (Tensor Cores for f16/bf16, as the benchmark path and PyTorch do), not whatever math the
+  // last candidate of an earlier pass on these descriptors left there.
+  descs.set_math(query_math(pr.dtype, descs.tf32));
   PRECIS_CUDNN_CHECK(Pass::query(h, descs, &returned, perf), "choosing the ", Pass::name(), " algorithm of ",
                      kernels::describe(pr));
   std::vector<Candidate> found;
