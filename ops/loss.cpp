@@ -513,18 +513,27 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
     }
   }
 
-  Tensor x2, w, dlogits, total, out;
+  // f16's range is too narrow for the logit gradient to be formed before the output gradient is
+  // known: a loss scaler's 65536 scales it in backward, after (p − y)/count has been rounded to f16
+  // (underflowing where the scale exists to prevent it) and x·65536 overflows. For f16 the logits
+  // are kept instead and the gradient formed in backward with the output gradient in it, as the
+  // unfused pair (linear, then cross_entropy) does; bf16, f32 and f64 have the range.
+  const bool grad_in_backward = need_grad && input.dtype() == DType::f16;
+  Tensor x2, w, dlogits, kept_logits, row_stats, total, out;
   {
     NoGradGuard no_grad;
     x2 = input.detach().reshape({M, K}).contiguous();
     w = weight.detach().contiguous();
     const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
-    Tensor loss_rows = empty({M}, acc_opts), weight_rows = empty({M}, acc_opts), row_stats = empty({M, 2}, acc_opts);
-    if (need_grad) dlogits = empty({M, V}, x_opts);
+    Tensor loss_rows = empty({M}, acc_opts), weight_rows = empty({M}, acc_opts);
+    row_stats = empty({M, 2}, acc_opts);
+    if (grad_in_backward) kept_logits = empty({M, V}, x_opts);
+    else if (need_grad) dlogits = empty({M, V}, x_opts);
     if (profiler::counting_flops())  // the logits' GEMM; backward's two are matmuls, counted there
       profiler::add_flops(OpId::linear_cross_entropy,
                           2.0 * static_cast<double>(M) * static_cast<double>(K) * static_cast<double>(V));
-    const Tensor logits = empty({std::min(chunk, std::max<int64_t>(M, 1)), V}, x_opts);
+    const Tensor logits =
+        grad_in_backward ? Tensor() : empty({std::min(chunk, std::max<int64_t>(M, 1)), V}, x_opts);
     const Tensor grad_rows = grad_row.expand({chunk});
     const auto linear_kernel =
         kernel<kernels::LinearKernel>(OpId::linear, dev, input.dtype()).timed_as(OpId::linear_cross_entropy);
@@ -537,9 +546,10 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
     const bool fused = need_grad && find_fused_kernel(OpId::cross_entropy_with_grad, dev, input.dtype()) != nullptr;
     for (int64_t r0 = 0; r0 < M; r0 += chunk) {
       const int64_t n = std::min(chunk, M - r0);
-      const Tensor lc = logits.narrow(0, 0, n), t = tgt.narrow(0, r0, n), stats = row_stats.narrow(0, r0, n);
+      const Tensor lc = grad_in_backward ? kept_logits.narrow(0, r0, n) : logits.narrow(0, 0, n);
+      const Tensor t = tgt.narrow(0, r0, n), stats = row_stats.narrow(0, r0, n);
       linear_kernel(lc, x2.narrow(0, r0, n), w, b);
-      if (!need_grad) {
+      if (!need_grad || grad_in_backward) {
         ce_kernel(loss_rows.narrow(0, r0, n), weight_rows.narrow(0, r0, n), stats, lc, t, Tensor(),
                   options.ignore_index, options.label_smoothing);
         continue;
@@ -561,13 +571,34 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
   if (need_grad) {
     autograd::record(
         OpId::linear_cross_entropy, {input, weight, bias}, {out},
-        [dlogits, x2, w, need_x, need_w, need_b, in_shape = input.sizes(), acc](const TensorList& g) -> TensorList {
+        [dlogits, kept_logits, row_stats, tgt, total, x2, w, need_x, need_w, need_b, in_shape = input.sizes(), acc,
+         chunk, dev, reduction = options.reduction, ignore = options.ignore_index,
+         smoothing = options.label_smoothing](const TensorList& g) -> TensorList {
+          Tensor gx, gw, gb;
+          if (kept_logits.defined()) {
+            // f16: cross_entropy's backward on the kept logits, chunk by chunk, with its row
+            // gradient (the output gradient over the divisor), then linear's backward.
+            const int64_t rows = kept_logits.size(0);
+            const Tensor rows_grad = grad_rows(g[0], reduction, total, 1, acc);
+            const Tensor dl =
+                empty(kept_logits.sizes(), {.dtype = kept_logits.dtype(), .device = kept_logits.device()});
+            const auto ce_backward =
+                kernel<kernels::CrossEntropyBackwardKernel>(OpId::cross_entropy_backward, dev, kept_logits.dtype());
+            for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+              const int64_t n = std::min(chunk, rows - r0);
+              ce_backward(dl.narrow(0, r0, n), kept_logits.narrow(0, r0, n), row_stats.narrow(0, r0, n),
+                          tgt.narrow(0, r0, n), Tensor(), rows_grad.expand({n}), ignore, smoothing);
+            }
+            if (need_x) gx = matmul(dl, w).reshape(in_shape);
+            if (need_w) gw = matmul(dl.t(), x2);
+            if (need_b) gb = sum(dl, {0});
+            return {gx, gw, gb};
+          }
           // x's and W's gradients are whole-matrix GEMMs on the logit gradient: a chunk's x
           // gradient (rows × K over K = V) ran ~20 % slower than one (M, V)·(V, K) GEMM. Each
           // gradient is multiplied by the output gradient in fp32 and rounded once to its dtype:
           // exact for 1 and for a loss scaler's power of two.
           const Tensor s = g[0].to(acc);
-          Tensor gx, gw, gb;
           if (need_x) gx = mul(matmul(dlogits, w).to(acc), s).to(dlogits.dtype()).reshape(in_shape);
           if (need_w) gw = matmul(dlogits.t(), mul(x2.to(acc), s).to(x2.dtype()));
           if (need_b) gb = mul(sum(dlogits, {0}).to(acc), s).to(dlogits.dtype());
