@@ -35,8 +35,12 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   const double flag = approximate == "tanh" ? 1.0 : 0.0;
   const DeviceType dev = x.device().type;
   if (find_fused_kernel(OpId::gelu_epilogue, dev, x.dtype()) == nullptr ||
-      find_fused_kernel(OpId::gelu_epilogue_backward, dev, x.dtype()) == nullptr)
+      find_fused_kernel(OpId::gelu_epilogue_backward, dev, x.dtype()) == nullptr) {
+    // Cast once, by linear_gelu's category, as the fused path is: linear's and gelu's own (a
+    // user's override of either) must not apply on one backend and not on the other.
+    PrecisionPolicyGuard no_policy(nullptr);
     return gelu(linear(x, weight, bias), approximate);
+  }
 
   const int64_t in = weight.size(1), outs = weight.size(0);
   Shape out_sizes(x.sizes().begin(), x.sizes().end() - 1);

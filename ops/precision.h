@@ -57,6 +57,22 @@ PrecisionPolicy* set_precision_policy(PrecisionPolicy* policy);
 /// The policy installed on this thread, or nullptr.
 inline PrecisionPolicy* precision_policy() { return detail::t_precision_policy; }
 
+/// Installs `policy` (nullptr: none) on this thread for its scope and restores the previous one:
+/// a composite whose inputs its own category has cast runs its parts under no policy, so the
+/// parts' categories (which a user may override) do not cast them again.
+class PrecisionPolicyGuard {
+ public:
+  /// Installs `policy` (nullptr: none) until the guard goes out of scope.
+  explicit PrecisionPolicyGuard(PrecisionPolicy* policy) : previous_(set_precision_policy(policy)) {}
+  /// Puts the previous policy back.
+  ~PrecisionPolicyGuard() { set_precision_policy(previous_); }
+  PrecisionPolicyGuard(const PrecisionPolicyGuard&) = delete;
+  PrecisionPolicyGuard& operator=(const PrecisionPolicyGuard&) = delete;
+
+ private:
+  PrecisionPolicy* previous_;
+};
+
 /// The category the installed policy applies to `op` on `device` now (PrecisionPolicy::category);
 /// Passthrough when none is installed. A query: nothing is cast, no audit records it.
 inline Category precision_category(OpId op, DeviceType device) {

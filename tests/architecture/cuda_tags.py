@@ -69,6 +69,8 @@ ALLOWED = {
         "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
     ("fake_cuda/graph_test.cpp", "*"):
         "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
+    ("fake_cuda/composed_ops_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
 }
 LITERAL = re.compile(r'R"([^(\s"]*)\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*(?:.|\n)*?\*/')
 

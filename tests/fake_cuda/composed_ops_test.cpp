@@ -1,0 +1,53 @@
+// The GPU's composed paths of the ops that only the CPU has a fused kernel for
+// (tests/support/fake_cuda/cpu_only_ops.h), on the fake device, where they run as on a GPU: what
+// they give must be what the fused paths give on the CPU.
+#include <limits>
+
+#include "amp/amp.h"
+#include "precis.h"
+#include "tests/fake_cuda/fake_device.h"
+#include "tests/support/tensor_testing.h"
+
+using namespace precis;
+using precis::fake_cuda_testing::require_fake_device;
+
+namespace {
+
+const Device kDev = Device::cuda(0);
+
+// linear_gelu's output dtype under the device's autocast, with `op` pinned to FP32 there.
+DType linear_gelu_dtype(Device device, OpId op) {
+  amp::set_category(op, Category::FP32, device.type);
+  const Tensor x = randn({4, 8}).to(device), w = randn({6, 8}).to(device), b = randn({6}).to(device);
+  DType out;
+  {
+    amp::Autocast autocast(amp::default_autocast_dtype(device.type), device.type);
+    out = linear_gelu(x, w, b).dtype();
+  }
+  amp::reset_categories();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("linear_gelu's composed path casts once, by linear_gelu's category, as the fused path") {
+  require_fake_device();
+  REQUIRE(find_kernel(OpId::gelu_epilogue, DeviceType::cuda, DType::f16) == nullptr);  // the composed path
+  // Pinned to FP32 itself: fp32 on both backends; only linear (a part of the composite) pinned:
+  // the low-precision dtype on both (it used to be fp32 on the GPU and f16 on the CPU, and the
+  // other way round).
+  CHECK(linear_gelu_dtype(Device::cpu(), OpId::linear_gelu) == DType::f32);
+  CHECK(linear_gelu_dtype(kDev, OpId::linear_gelu) == DType::f32);
+  CHECK(linear_gelu_dtype(Device::cpu(), OpId::linear) == DType::bf16);
+  CHECK(linear_gelu_dtype(kDev, OpId::linear) == DType::f16);
+}
+
+TEST_CASE("scaled_dot_product_attention over no keys with an additive mask gives zeros, as on the CPU") {
+  require_fake_device();
+  const Tensor q = randn({2, 5, 8}), k = randn({2, 0, 8}), v = randn({2, 0, 4}), mask = zeros({5, 0});
+  const Tensor cpu = scaled_dot_product_attention(q, k, v, mask);
+  const Tensor dev = scaled_dot_product_attention(q.to(kDev), k.to(kDev), v.to(kDev), mask.to(kDev));
+  REQUIRE(dev.sizes() == Shape{2, 5, 4});
+  CHECK(dev.to(Device::cpu()).to_vector<float>() == cpu.to_vector<float>());
+  CHECK(max(abs(cpu)).item<float>() == 0.0f);
+}
