@@ -23,6 +23,7 @@ namespace {
 // rows are returned as they are, since asking whether any is set would make the host wait for the
 // device (zeroing rows where none is set changes nothing).
 Tensor all_masked_rows(const Tensor& scores, const Tensor& keep) {
+  if (scores.size(-1) == 0) return Tensor();  // no keys: the weights are empty, nothing to zero (nor a max to take)
   const Tensor rows = keep.defined()
                           ? eq(sum(keep, {-1}, true), 0)
                           : eq(std::get<0>(max(scores.detach(), -1, true)), -std::numeric_limits<double>::infinity());
