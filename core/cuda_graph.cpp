@@ -76,6 +76,7 @@ thread_local CaptureDraws t_capture_draws;
 }  // namespace
 
 bool is_capturing() { return t_capturing != nullptr; }
+int capturing_device() { return t_capturing != nullptr ? t_capturing->device() : -1; }
 
 Graph::Graph(int device) : device_(device) {}
 
@@ -198,7 +199,10 @@ void Graph::replay() {
   for (const RandomStream& r : random_)
     if (r.drawn > 0) cuda->write_u64_async(device_, r.base, r.generator->offset());
   cuda->graph_replay(handle_);
-  for (const RandomStream& r : random_) r.generator->set_state(r.seed, r.generator->offset() + r.drawn);
+  // Only the generators the graph draws from move; one it never drew from may have been reseeded
+  // since the capture, and must keep its new seed.
+  for (const RandomStream& r : random_)
+    if (r.drawn > 0) r.generator->set_state(r.seed, r.generator->offset() + r.drawn);
 }
 
 void Graph::abandon() noexcept {

@@ -9,6 +9,7 @@
 
 #include "amp/amp.h"
 #include "core/cuda_graph.h"
+#include "core/rng.h"
 #include "core/device.h"
 #include "models/bert.h"
 #include "models/resnet.h"
@@ -81,6 +82,12 @@ TEST_CASE("a CUDA graph replay repeats the captured work on inputs refilled in p
     CHECK(got.front() == static_cast<float>(2.0 * v + 1.0));
     CHECK(got.back() == static_cast<float>(2.0 * v + 1.0));
   }
+  // The graph draws nothing: reseeding after the capture is allowed, and a replay keeps the new
+  // seed (it used to write the capture's seed back into the default generator).
+  const uint64_t before = default_generator().seed();
+  manual_seed(before + 7);
+  g.replay();
+  CHECK(default_generator().seed() == before + 7);
 }
 
 TEST_CASE("a captured f16 ResNet-20 step replayed equals the eager steps bit for bit", "[cuda]") {
