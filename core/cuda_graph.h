@@ -94,6 +94,8 @@ class Graph {
 
 /// Whether the calling thread is capturing a graph now.
 bool is_capturing();
+/// The device whose work the calling thread is capturing now, or -1.
+int capturing_device();
 
 /// Captures fn() into `graph`: capture_begin(), fn(), capture_end(). When fn throws (a
 /// GraphCaptureError among others), the capture is abandoned, the graph stays empty and the

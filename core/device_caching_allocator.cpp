@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "core/checked_math.h"
+#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "core/warning.h"
 
@@ -219,6 +220,15 @@ void* DeviceCachingAllocator::allocate(size_t nbytes) {
     throw OutOfMemoryError(detail::str_cat("caching allocator: cannot allocate ", nbytes, " bytes on ",
                                            memory_->name(), ": more than a 64-bit offset can address"),
                            nbytes, memory_->device().str());
+  // A capture records the work of its own device's stream: memory on another device (and the work
+  // that writes it) would be made once, now, and never by a replay.
+  if (const int captured = cuda::capturing_device(); captured >= 0) {
+    const Device mine = memory_->device();
+    PRECIS_CHECK_T(GraphCaptureError, !mine.is_cuda() || mine.index == captured, "allocating ", nbytes,
+                   " bytes on ", mine.str(), " while capturing a CUDA graph of cuda:", captured,
+                   ": a capture records one device's work; create the Graph for ", mine.str(),
+                   " (cuda::Graph graph(", mine.index, "))");
+  }
   const size_t size = block_size(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   book_.count_request();

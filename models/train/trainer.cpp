@@ -70,7 +70,8 @@ struct StepOutputs {
 // last one) run the same step eagerly.
 struct GraphedStep {
   static constexpr int kWarmup = 2;  // eager full-batch steps first: optimizer state, cuDNN plans
-  cuda::Graph graph;
+  explicit GraphedStep(int device) : graph(device) {}
+  cuda::Graph graph;  // on the training device: a capture follows that device's stream only
   std::vector<Shape> shapes;    // the full batch's tensor shapes (empty until one is seen)
   std::vector<Tensor> inputs;   // the device tensors the captured step reads, refilled per batch
   StepOutputs captured;         // the captured step's outputs, rewritten by every replay
@@ -218,7 +219,7 @@ Trainer::Trainer(const TrainOptions& options, std::ostream& out, const TrainHook
     PRECIS_CHECK(!hooks_.gradients_ready, "--cuda-graphs: a TrainHooks::gradients_ready hook cannot run inside a "
                  "captured step (no host code runs in a replay); train without graphs to use it");
     opt_->set_capturable(true);  // the replays read the lr from the device
-    graphed_ = std::make_unique<GraphedStep>();
+    graphed_ = std::make_unique<GraphedStep>(o_.device.index);
   }
   identity_ = run_identity(o_, *task_);
   if (dist_) identity_["world_size"] = std::to_string(dist_->size());

@@ -103,6 +103,12 @@ TEST_CASE("precis-train --cuda-graphs on the fake device: warm-up steps equal ea
   o.checkpoint_dir.clear();
   PRECIS_REQUIRE_THROWS_WITH_ALL(train::train(o, out), NotImplementedError, "cuda::Graph::replay",
                                  "replays run on a GPU");
+  // On cuda:1 the step is captured on cuda:1 (the graph used to be cuda:0's, whose capture a
+  // GPU would have left empty while the step ran once on cuda:1; allocating on another device
+  // than the capture's is now refused, so that graph would throw GraphCaptureError here).
+  o.device = Device::cuda(1);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(train::train(o, out), NotImplementedError, "cuda::Graph::replay",
+                                 "replays run on a GPU");
 }
 
 TEST_CASE("precis-train --cuda-graphs refuses what a captured step cannot hold, naming the option") {
