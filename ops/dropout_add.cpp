@@ -99,7 +99,10 @@ struct DropoutAdd {
     if (p == 1.0 || x.sizes() != residual.sizes() || !one_family ||
         find_fused_kernel(OpId::dropout_add, dev, out_dtype) == nullptr) {
       ctx.grad = false;
-      return add(dropout(x, p, training, generator), residual);
+      // An f16/bf16 x beside an fp32 residual is widened first, as the fused kernel reads it:
+      // x·scale rounded to x's dtype would be an ulp off what x.to(f32) gives.
+      const bool widen = is_low_precision(x.dtype()) && out_dtype == DType::f32;
+      return add(dropout(widen ? x.to(DType::f32) : x, p, training, generator), residual);
     }
 
     // Dropout's draw: one Philox block per 4 elements, reserved from the generator.

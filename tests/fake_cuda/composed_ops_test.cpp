@@ -51,3 +51,25 @@ TEST_CASE("scaled_dot_product_attention over no keys with an additive mask gives
   CHECK(dev.to(Device::cpu()).to_vector<float>() == cpu.to_vector<float>());
   CHECK(max(abs(cpu)).item<float>() == 0.0f);
 }
+
+TEST_CASE("dropout_add's composed path widens an f16/bf16 x beside an fp32 residual, as the fused kernel") {
+  require_fake_device();
+  REQUIRE(find_kernel(OpId::dropout_add, DeviceType::cuda, DType::f32) == nullptr);  // the composed path
+  for (DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    const Tensor x0 = randn({64, 33}).to(dt), r0 = randn({64, 33});
+    const auto run = [&](Device device) {
+      const Tensor x = x0.to(device).detach().requires_grad_(), r = r0.to(device).detach().requires_grad_();
+      Generator gen(5);
+      const Tensor out = dropout_add(x, r, 0.25, true, &gen);
+      out.backward(ones_like(out));
+      return std::vector<Tensor>{out.to(Device::cpu()), x.grad().to(Device::cpu()), r.grad().to(Device::cpu())};
+    };
+    const std::vector<Tensor> cpu = run(Device::cpu()), dev = run(kDev);
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      INFO("output " << i << " (out, x's gradient, residual's)");
+      REQUIRE(dev[i].dtype() == cpu[i].dtype());
+      CHECK(dev[i].to(DType::f64).to_vector<double>() == cpu[i].to(DType::f64).to_vector<double>());
+    }
+  }
+}
