@@ -110,7 +110,12 @@ class NcclWork : public Work {
     if (waited_) return true;
     check_async();
     const cudaError_t q = cudaEventQuery(done_);
-    if (q == cudaErrorNotReady) return false;
+    if (q == cudaErrorNotReady) {
+      // Not an error, but the runtime keeps it as the thread's last one: cleared, or the next
+      // kernel's launch check (DDP's backward, right after polling its buckets) reports it.
+      (void)cudaGetLastError();
+      return false;
+    }
     PRECIS_CUDA_CHECK(q, "dist (nccl): ", what_);
     return true;
   }
