@@ -61,6 +61,9 @@ struct CudaCoreHooks {
   /// stream order and without a host wait (the offset base of a graph's random draws before each
   /// replay, core/cuda_graph.cpp). Null where graph_begin is.
   void (*write_u64_async)(int device, void* dst, uint64_t value);
+  /// Makes `index` the calling thread's current device (cudaSetDevice); null where the backend
+  /// has no notion of one (the tests' fake device checks the index only).
+  void (*set_device)(int index);
 };
 
 /// The loaded backend's hooks, or nullptr when it cannot be loaded.

@@ -65,6 +65,16 @@ void synchronize(int index) {
   for (int i = 0; i < cuda->device_count(); ++i) cuda->synchronize_device(i);
 }
 
+void set_device(int index) {
+  const detail::CudaCoreHooks* cuda = detail::cuda_core_hooks();
+  PRECIS_CHECK_DEVICE(cuda != nullptr, "cuda::set_device: cuda:", index, " is not available: ",
+                      cuda_backend_unavailable_reason());
+  PRECIS_CHECK_DEVICE(index >= 0 && index < cuda->device_count(), "cuda::set_device: cuda:", index,
+                      " is not a visible device (", cuda->device_count(), " visible",
+                      cuda->device_count() == 0 ? std::string("; ") + cuda->unavailable_reason() : std::string(), ")");
+  if (cuda->set_device != nullptr) cuda->set_device(index);
+}
+
 }  // namespace cuda
 
 }  // namespace precis

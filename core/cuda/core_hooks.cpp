@@ -35,6 +35,7 @@ constexpr precis::detail::CudaCoreHooks kHooks{
     .graph_replay = &precis::cuda::graph_replay,
     .graph_destroy = &precis::cuda::graph_destroy,
     .write_u64_async = &precis::cuda::write_u64_async,
+    .set_device = &precis::cuda::set_home_device,
 };
 
 }  // namespace

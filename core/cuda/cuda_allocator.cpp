@@ -116,6 +116,9 @@ class PinnedHostMemory final : public DeviceMemory {
   std::string name() const override { return "pinned host memory"; }
   void* malloc(size_t bytes) override {
     void* p = nullptr;
+    // The allocation lives in the current device's context: on a thread of its own (a loader
+    // worker) that is cuda:0 unless the process's device is made current, and left so.
+    if (const int home = home_device(); home >= 0 && current_device() != home) set_device(home);
     return alloc_ok(cudaHostAlloc(&p, bytes, cudaHostAllocPortable),
                     precis::detail::str_cat("allocating ", bytes, " bytes of pinned host memory"))
                ? p

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -111,6 +112,17 @@ void set_device(int index) {
   check_device_index(index, "set_device");
   PRECIS_CUDA_CHECK(cudaSetDevice(index), "making cuda:", index, " current");
 }
+
+namespace {
+std::atomic<int> g_home_device{-1};
+}  // namespace
+
+void set_home_device(int index) {
+  set_device(index);
+  g_home_device.store(index, std::memory_order_relaxed);
+}
+
+int home_device() { return g_home_device.load(std::memory_order_relaxed); }
 
 DeviceGuard::DeviceGuard(int index) : previous_(current_device()), index_(index) {
   if (index_ != previous_) set_device(index_);

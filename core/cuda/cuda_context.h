@@ -41,6 +41,12 @@ void check_device_index(int index, const char* op);
 int current_device();
 /// Makes `index` the current device (cudaSetDevice).
 void set_device(int index);
+/// cuda::set_device (core/synchronize.h): makes `index` current on the calling thread and the
+/// process's home device, which threads that make a context without naming a device (pinned
+/// memory for the loader's workers) make current first.
+void set_home_device(int index);
+/// The device set_home_device named, or -1.
+int home_device();
 
 /// Makes a device current for a scope and restores the previous one on exit (no-op when it is
 /// already current).

@@ -7,6 +7,7 @@
 #include "amp/autocast.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/synchronize.h"
 #include "models/train/trainer.h"
 #include "tensor/factory.h"
 #include "optim/adam.h"
@@ -62,7 +63,11 @@ void require_usable_device(Device device) {
                                       count == 1 ? "" : "s", " (cuda:0", count == 1 ? "" : " to cuda:",
                                       count == 1 ? "" : std::to_string(count - 1), "). Use one of them, or --device cpu"));
   // Allocating one element asks the driver: its DeviceError says why a visible device cannot be had.
+  // The device becomes the process's current one first (torch.cuda.set_device), so that what names
+  // no device (pinned memory for the loader, a guard restoring the current device) opens no context
+  // on cuda:0 — on a node of eight GPUs, one per data-parallel rank, seven stray ones there.
   try {
+    cuda::set_device(device.index);
     (void)zeros({1}, {.device = device});
   } catch (const DeviceError& e) {
     throw DeviceError("--device " + device.str() + ": the GPU cannot be used: " + e.what() + ". Use --device cpu");

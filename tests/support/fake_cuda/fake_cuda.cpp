@@ -204,6 +204,7 @@ constexpr detail::CudaCoreHooks kHooks{
     .graph_replay = &graph_replay,
     .graph_destroy = &graph_destroy,
     .write_u64_async = &write_u64_async,
+    .set_device = nullptr,
 };
 
 }  // namespace
