@@ -264,13 +264,15 @@ PRECIS_HD_INLINE double norm_root(double power_sum, NormKind k, double p) {
 
 /// The factor clip_grad_norm_ multiplies every gradient by, formed as PyTorch does in f32:
 /// max_norm · (1 / (total + 1e-6)) with the total norm rounded to f32. The gradients are scaled
-/// only when the (f64) total is finite and the factor is below 1 (clip_scales); otherwise they
-/// keep their bits.
+/// only when that f32 total is finite and the factor is below 1 (clip_scales); otherwise they
+/// keep their bits. (A total finite in f64 but past f32's range is inf as the factor sees it, and
+/// gave a factor of 0: every gradient zeroed, the step applied.)
 PRECIS_HD_INLINE float clip_coefficient(double total, double max_norm) {
   return static_cast<float>(max_norm) * (1.0f / (static_cast<float>(total) + 1e-6f));
 }
 PRECIS_HD_INLINE bool clip_scales(double total, float coef) {
-  return total - total == 0.0 && coef < 1.0f;  // total finite: inf - inf and NaN - NaN are NaN
+  const float t = static_cast<float>(total);
+  return t - t == 0.0f && coef < 1.0f;  // finite: inf - inf and NaN - NaN are NaN
 }
 
 /// x clamped to [-hi, hi]; NaN stays NaN (it compares false both ways).

@@ -109,6 +109,16 @@ TEST_CASE("clip_grad_norm_ with non-finite gradients: untouched, or an error nam
     PRECIS_REQUIRE_THROWS_WITH_ALL(clip_grad_norm_(s.params, 1.0, 2.0, true), ValueError, "clip_grad_norm_",
                                    "parameter 3", "[9, 4] f16 cpu", "error_if_nonfinite");
   }
+  // Finite gradients whose norm passes f32's range (f64 sums keep it finite): the factor is formed
+  // in f32, where the norm is inf, so the gradients keep their bits as for an inf norm (they were
+  // all zeroed). The error asks about the gradients, all finite here: none.
+  {
+    Tensor p = zeros({2}).requires_grad_();
+    p.set_grad(full({2}, 3e38));
+    const double total = clip_grad_norm_({p}, 1.0).item<double>();
+    CHECK(std::isinf(total));
+    CHECK(p.grad().to_vector<float>() == std::vector<float>{3e38f, 3e38f});
+  }
   Setup s;
   PRECIS_REQUIRE_THROWS_WITH_ALL(clip_grad_norm_(s.params, 1.0, 0.0), ValueError, "norm_type");
   PRECIS_REQUIRE_THROWS_WITH_ALL(clip_grad_norm_(s.params, -1.0), ValueError, "max_norm");
