@@ -494,6 +494,13 @@ void GradScaler::load_state_dict(const StateDict& d) {
   PRECIS_CHECK_T(StateError, !d.empty(), "GradScaler::load_state_dict: the state dict is empty (saved by a disabled "
                  "scaler?)");
   PRECIS_CHECK_T(StateError, pending_.empty(), "GradScaler::load_state_dict: load between optimizer steps");
+  // After unscale_(opt) the gradients are unscaled in place: dropping that stage would make the
+  // step unscale them a second time.
+  PRECIS_CHECK_T(StateError,
+                 std::all_of(per_optimizer_.begin(), per_optimizer_.end(),
+                             [](const auto& entry) { return entry.second.stage == Stage::ready; }),
+                 "GradScaler::load_state_dict: an optimizer's gradients were unscaled (unscale_) for a step that "
+                 "has not run; load between optimizer steps (after update(), before the next backward)");
   const char* owner = "GradScaler";
   GradScalerOptions loaded = options_;
   loaded.init_scale = state_get_real(d, "options.init_scale", owner);

@@ -92,6 +92,22 @@ TEST_CASE("the scaler's state is updated in place: the scale tensor stays the sa
   CHECK(scale.item<double>() == 1024.0);
 }
 
+TEST_CASE("load_state_dict refuses to drop an unscale_ whose step has not run", "[amp][scaler]") {
+  // Loading used to forget that the gradients were unscaled in place, so step() unscaled them
+  // again: the step applied with gradients 1/scale too small.
+  Rig rig({.init_scale = 1024.0});
+  const StateDict saved = rig.scaler.state_dict();
+  (void)rig.scaler.scale(scalar_tensor(1.0));
+  rig.w.set_grad(full({4}, 1024.0));
+  rig.scaler.unscale_(rig.opt);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(rig.scaler.load_state_dict(saved), StateError, "load_state_dict", "unscale_",
+                                 "between optimizer steps");
+  (void)rig.scaler.step(rig.opt);  // still the step it was: gradients of 1
+  rig.scaler.update();
+  CHECK(rig.w.to_vector<float>() == std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f});
+  CHECK_NOTHROW(rig.scaler.load_state_dict(saved));  // between steps again
+}
+
 TEST_CASE("the scale grows after growth_interval clean steps, and an overflow resets the count", "[amp][scaler]") {
   Rig rig({.init_scale = 8.0, .growth_interval = 3});
   std::vector<double> scales;
