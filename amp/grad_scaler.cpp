@@ -204,6 +204,8 @@ void GradScaler::check_grads(optim::Optimizer& opt, OptimizerState& s, bool writ
   // whole model's, so that every process skips, backs off and clips alike.
   opt.reduce_gradient_stats(s.found_inf, s.sq_norms);
   s.grad_norm = Tensor();
+  s.versions.clear();
+  for (const Tensor& g : grads) s.versions.push_back(g.version());
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt) {
@@ -220,6 +222,18 @@ Tensor GradScaler::clip_grad_norm_(optim::Optimizer& opt, double max_norm) {
   if (!options_.enabled) return opt.clip_grad_norm_(max_norm);
   unscale_(opt);
   OptimizerState& s = state_of(opt);
+  // unscale_'s norms serve while the gradients are as it left them; changed in place since (a
+  // clip already applied, clip_grad_value_), they are taken again from the gradients as they are.
+  bool changed = false;
+  for (size_t i = 0; i < s.params.size(); ++i) changed = changed || s.params[i].grad().version() != s.versions[i];
+  if (changed) {
+    if (!s.deferred) {
+      s.grad_norm = optim::clip_grad_norm_(s.params, max_norm);
+      return s.grad_norm;
+    }
+    check_grads(opt, s, /*write=*/false);  // f16 gradients still scaled in storage: read, unscaled
+    s.deferred = true;
+  }
   Tensor norm = optim::clip_grad_norm_(s.params, max_norm, s.sq_norms);  // stays on the device
   s.grad_norm = norm;
   return norm;

@@ -216,8 +216,8 @@ class GradScaler {
   /// the history. Empty when disabled.
   StateDict state_dict() const;
   /// Restores what state_dict() returned, options included (onto this scaler's device, or the CPU
-  /// before its first use). StateError when disabled, for an empty dict, or between step() and
-  /// update(); the per-optimizer progress of the current step is dropped.
+  /// before its first use). StateError when disabled, for an empty dict, between step() and
+  /// update(), or between unscale_(opt) and its step().
   void load_state_dict(const StateDict& dict);
 
  private:
@@ -230,6 +230,7 @@ class GradScaler {
     std::vector<Tensor> params;  // those with gradients, matching counts / sq_norms
     Tensor grad_norm;  // 0-d, set by clip_grad_norm_ or step
     bool deferred = false;  // unscale_ left the gradients scaled (f16); step() passes the scale
+    std::vector<uint32_t> versions;  // the gradients' versions when sq_norms were taken
   };
 
   void ensure_state(const Tensor& like);

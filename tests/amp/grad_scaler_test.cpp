@@ -8,6 +8,7 @@
 #include "amp/grad_scaler.h"
 #include "autograd/grad_mode.h"
 #include "ops/functional.h"
+#include "optim/clip_grad.h"
 #include "optim/sgd.h"
 #include "tensor/safetensors.h"
 #include "tests/support/tensor_testing.h"
@@ -90,6 +91,28 @@ TEST_CASE("the scaler's state is updated in place: the scale tensor stays the sa
   rig.scaler.load_state_dict(saved);
   CHECK(rig.scaler.scale_tensor().data_ptr() == storage);
   CHECK(scale.item<double>() == 1024.0);
+}
+
+TEST_CASE("GradScaler::clip_grad_norm_ takes the norms again when the gradients changed since unscale_",
+          "[amp][scaler]") {
+  // unscale_'s norms are reused while the gradients are as it left them; they used to be reused
+  // after in-place changes too: a second clip reported the first norm and clipped again.
+  for (DType dt : {DType::f32, DType::f16}) {  // f16: the gradients stay scaled in storage
+    INFO(dtype_name(dt));
+    Tensor w = ones({4}, {.dtype = dt}).requires_grad_();
+    optim::SGD opt({w}, {.lr = 0.5});
+    GradScaler scaler({.init_scale = 8.0});
+    (void)scaler.scale(scalar_tensor(1.0));
+    w.set_grad(full({4}, 4.0 * 8.0, {.dtype = dt}));  // unscaled: 4 each, a 2-norm of 8
+    CHECK(scaler.clip_grad_norm_(opt, 1.0).item<double>() == Approx(8.0));
+    CHECK(scaler.clip_grad_norm_(opt, 1.0).item<double>() == Approx(1.0).epsilon(1e-3));  // already clipped
+    optim::clip_grad_value_({w}, dt == DType::f16 ? 0.25 * 8.0 : 0.25);  // in storage's units
+    CHECK(scaler.clip_grad_norm_(opt, 1.0).item<double>() == Approx(0.5).epsilon(1e-3));
+    const StepResult r = scaler.step(opt);
+    scaler.update();
+    CHECK(r.applied());
+    CHECK(w.to(DType::f32).to_vector<float>() == std::vector<float>(4, 1.0f - 0.5f * 0.25f));
+  }
 }
 
 TEST_CASE("load_state_dict refuses to drop an unscale_ whose step has not run", "[amp][scaler]") {
