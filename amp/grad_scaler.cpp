@@ -127,6 +127,7 @@ void GradScaler::ensure_state(const Tensor& like) {
   growth_tracker_ = zeros({}, f32);
   hysteresis_tracker_ = full({}, static_cast<double>(options_.hysteresis), f32);
   floor_skips_ = zeros({}, f32);
+  floor_run_ = zeros({}, f32);
   loss_nonfinite_ = zeros({}, f32);
   initialised_ = true;
 }
@@ -309,6 +310,7 @@ void GradScaler::update() {
     // The state is written in place, never replaced: a step captured in a CUDA graph reads and
     // writes these very tensors at every replay, so each replay starts from the previous one's state.
     floor_skips_.copy_((floor_skips_ + 1.0) * skipped * at_floor);
+    floor_run_.copy_(maximum(floor_run_, floor_skips_));
     scale_.copy_(scale);
     growth_tracker_.copy_(growth);
     hysteresis_tracker_.copy_(hyst);
@@ -344,7 +346,8 @@ void GradScaler::check_floor_if_due() const {
   if (!floor_check_due_) return;
   floor_check_due_ = false;
   const auto& o = options_;
-  const double skips = floor_skips_.item<double>();
+  const double skips = floor_run_.item<double>();
+  floor_run_.copy_(floor_skips_);  // the next check sees runs from here on (a run going on counts on)
   if (skips < static_cast<double>(o.max_skips_at_floor)) return;
   std::ostringstream msg;
   msg << "GradScaler: " << static_cast<int64_t>(skips) << " consecutive steps were skipped with the loss scale at "
@@ -475,6 +478,7 @@ StateDict GradScaler::state_dict() const {
   d["growth_tracker"] = initialised_ ? cpu(growth_tracker_) : zeros({});
   d["hysteresis_tracker"] = initialised_ ? cpu(hysteresis_tracker_) : full({}, static_cast<double>(options_.hysteresis));
   d["floor_skips"] = initialised_ ? cpu(floor_skips_) : zeros({});
+  d["floor_run"] = initialised_ ? cpu(floor_run_) : zeros({});
   d["steps"] = state_int(steps_);
   d["updates_since_check"] = state_int(updates_since_check_);
   d["options.init_scale"] = state_real(options_.init_scale);
@@ -554,6 +558,12 @@ void GradScaler::load_state_dict(const StateDict& d) {
   set(growth_tracker_, "growth_tracker");
   set(hysteresis_tracker_, "hysteresis_tracker");
   set(floor_skips_, "floor_skips");
+  if (d.count("floor_run") != 0) {
+    set(floor_run_, "floor_run");
+  } else {  // a state saved before the run was kept: the run in progress
+    if (floor_run_.defined()) floor_run_.copy_(floor_skips_);
+    else floor_run_ = floor_skips_.clone();
+  }
   if (loss_nonfinite_.defined()) {
     loss_nonfinite_.zero_();
   } else {

@@ -162,7 +162,8 @@ class GradScaler {
   /// back-off on overflow (after `hysteresis` overflows), growth after growth_interval clean
   /// steps, nothing on a non-finite loss. Never waits for the device. The floor check (a
   /// StateError with a diagnostic after max_skips_at_floor consecutive skips at the floor) reads
-  /// the skip counter every min(max_skips_at_floor, 8) updates: with the state on the CPU, where
+  /// the longest run of such skips since it last looked (kept on the device, so a run that ended
+  /// in between is still seen) every min(max_skips_at_floor, 8) updates: with the state on the CPU, where
   /// reading is free, update() itself throws; on a CUDA device the check waits for the next host
   /// read of the scaler (get_scale, history, skipped_steps, state_dict), which throws instead, as
   /// a PyTorch device-side assert surfaces at the next synchronisation. precis-train reads
@@ -246,6 +247,7 @@ class GradScaler {
   Tensor growth_tracker_;
   Tensor hysteresis_tracker_;
   Tensor floor_skips_;     // consecutive skips at the floor
+  mutable Tensor floor_run_;  // the longest such run since the last floor check (which reads, resets it)
   Tensor loss_nonfinite_;  // set by scale() since the last update()
   std::map<const optim::Optimizer*, OptimizerState> per_optimizer_;
   std::vector<std::shared_ptr<StepResult::Record>> pending_;  // steps since the last update()

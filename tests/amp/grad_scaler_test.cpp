@@ -197,6 +197,17 @@ TEST_CASE("consecutive skips at the floor stop training with a diagnostic", "[am
   CHECK(thrown);
 }
 
+TEST_CASE("a run of skips at the floor that ends between two floor checks is still reported", "[amp][scaler]") {
+  // Checks at updates 8, 16, 24, 32 (every min(20, 8)); the run is updates 6-31, 26 long: 19 at
+  // the check of update 24, over by update 32, where the counter alone (0 again) showed nothing.
+  Rig rig({.init_scale = 1.0, .min_scale = 1.0, .max_skips_at_floor = 20});
+  for (int i = 0; i < 5; ++i) REQUIRE_NOTHROW(rig.run(1.0, 0.25));
+  for (int i = 0; i < 18; ++i) REQUIRE_NOTHROW(rig.run(1.0, kInf));  // updates 6-23
+  REQUIRE_NOTHROW(rig.run(1.0, kInf));                                // update 24: a check, 19 < 20
+  for (int i = 0; i < 7; ++i) REQUIRE_NOTHROW(rig.run(1.0, kInf));   // updates 25-31
+  PRECIS_REQUIRE_THROWS_WITH_ALL(rig.run(1.0, 0.25), StateError, "26 consecutive steps", "floor");  // 32
+}
+
 // check_floor() runs the check at once (what a loop replaying a captured step calls): update()
 // alone checks every 8 updates, so after 10 skips at the floor with max_skips_at_floor 10 only
 // check_floor() has seen them.
