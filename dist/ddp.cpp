@@ -348,7 +348,11 @@ void DistributedDataParallel::finalize() {
       for (auto& p : params_) {
         if (p.ready) continue;
         Bucket& b = buckets_[static_cast<size_t>(p.bucket)];
-        b.flat.narrow(0, p.offset, p.tensor.numel()).zero_();
+        // Unused in this pass, but a gradient it accumulated in no_sync passes is still this
+        // rank's share (PyTorch's reducer reduces an existing .grad, and zeros only a missing one).
+        const Tensor g = p.tensor.grad();
+        if (g.defined()) copy_divided(g, b.flat, p.offset, group_->size());
+        else b.flat.narrow(0, p.offset, p.tensor.numel()).zero_();
         p.ready = true;
         --b.pending;
       }

@@ -49,8 +49,9 @@ struct DistributedDataParallelOptions {
   /// Broadcast the buffers (BatchNorm running statistics) from rank 0 in pre_forward().
   bool broadcast_buffers = true;
   /// false: a parameter whose gradient backward did not produce is an error naming it (it would
-  /// leave its bucket unlaunched). true: it contributes zeros, and after the reduction it gets the
-  /// mean of the ranks that did produce one.
+  /// leave its bucket unlaunched). true: it contributes the gradient it holds (accumulated under
+  /// no_sync), or zeros when it has none, and after the reduction it gets the sum of the ranks'
+  /// contributions over the world size, as PyTorch's (so zeros count in the mean).
   bool find_unused_parameters = false;
   /// When set (and enabled), its non-finite-loss flag is reduced with the gradients and set back.
   amp::GradScaler* scaler = nullptr;

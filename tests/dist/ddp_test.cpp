@@ -269,6 +269,26 @@ TEST_CASE("ddp: an unused parameter is an error naming it, unless find_unused_pa
   CHECK(same_on_every_rank(*pg, flat_grads(net)));
 }
 
+TEST_CASE("ddp: find_unused_parameters reduces a gradient accumulated under no_sync that the synced pass skips",
+          "[dist][ddp]") {
+  // PyTorch's reducer reduces an unused parameter's existing .grad; this one zeroed its bucket
+  // slot and then overwrote the accumulated gradient with the (zero) mean.
+  auto pg = dist::init_process_group();
+  Net net(1.0);
+  Tensor extra = zeros({3}).requires_grad_(true);
+  auto params = net.params();
+  params.emplace_back("head.extra", extra);
+  DistributedDataParallel ddp(pg, params, {}, {.find_unused_parameters = true});
+  {
+    auto guard = ddp.no_sync();
+    add(net.loss(pg->rank() * kBatch, kBatch), sum(extra * static_cast<double>(pg->rank() + 1))).backward();
+  }
+  net.loss(pg->rank() * kBatch, kBatch).backward();  // extra takes no part in the synced pass
+  const float mean = static_cast<float>(pg->size() + 1) / 2.0f;  // of the ranks' 1, 2, ...
+  CHECK(extra.grad().to_vector<float>() == std::vector<float>(3, mean));
+  CHECK(same_on_every_rank(*pg, flat_grads(net)));
+}
+
 TEST_CASE("ddp: a NaN loss on one rank makes every rank skip and keep its scale, with no extra collective",
           "[dist][ddp][amp]") {
   auto pg = dist::init_process_group();
