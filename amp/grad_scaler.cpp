@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "autograd/grad_mode.h"
+#include "core/cuda_graph.h"
 #include "ops/functional.h"
 #include "ops/contracts/kernels_amp.h"
 #include "ops/op_table.h"
@@ -119,6 +120,10 @@ void GradScaler::ensure_state(const Tensor& like) {
                         "scaler's state (", device_.str(), "); one scaler serves one device");
     return;
   }
+  PRECIS_CHECK_T(GraphCaptureError, !cuda::is_capturing(), "GradScaler: first used inside a CUDA graph capture: "
+                 "the state it makes there (the scale, its trackers) would be made again by every replay, the "
+                 "scale reset to init_scale each time; run one step eagerly before capturing (precis-train's "
+                 "warm-up steps do)");
   PRECIS_CHECK_DEVICE(!options_.device || like.device() == *options_.device, "GradScaler: ", like.describe(),
                       " is not on the scaler's device ", options_.device ? options_.device->str() : "");
   device_ = like.device();

@@ -69,6 +69,11 @@ TEST_CASE("a CUDA graph capture refuses a host wait before it is issued, naming 
   const std::string sync = capture_error(g, [&] { cuda::synchronize(0); });
   CHECK(sync.find("synchronize") != std::string::npos);
   CHECK_NOTHROW((void)sum(x).item<float>());  // outside a capture the host reads as always
+  // A loss scaler first used inside the capture: its state would be made again by every replay.
+  amp::GradScaler fresh;
+  const std::string scaler = capture_error(g, [&] { (void)fresh.scale(sum(x)); });
+  CHECK(scaler.find("GradScaler") != std::string::npos);
+  CHECK(scaler.find("eagerly before capturing") != std::string::npos);
   // Work on another device than the graph's: a capture records its own device's stream only.
   const Tensor other = randn({4}).to(Device::cuda(1));
   const std::string device = capture_error(g, [&] { (void)(other * 2.0); });
