@@ -292,8 +292,8 @@ struct LinearCrossEntropyOptions {
 /// the GEMMs run in f16/bf16) it is fp32, as cross_entropy's is there. The gradients are formed
 /// in forward for an output gradient of 1 and scaled in backward — except in f16, whose range a
 /// loss scale would leave: there the (M, V) logits stay and the gradients are formed in backward,
-/// as the unfused pair's — so they are not differentiable again (no double backward). No class weights. Errors: ValueError for reduction none, a bad
-/// label_smoothing or chunk_rows < 0; ShapeError, DTypeError, DeviceError, IndexError as linear
+/// as the unfused pair's — so they are not differentiable again (no double backward). No class
+/// weights. Errors: ValueError for reduction none, a bad label_smoothing or chunk_rows < 0; ShapeError, DTypeError, DeviceError, IndexError as linear
 /// and cross_entropy.
 Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& target,
                             const LinearCrossEntropyOptions& options = {});

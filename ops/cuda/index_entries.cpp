@@ -55,6 +55,12 @@ void index_select_kernel(const Tensor& out, const Tensor& x, int64_t dim, const 
   run_gather("index_select", out, x, dim, detail::make_alias(index, out.sizes(), strides, index.storage_offset()));
 }
 
+// Device scratch of at least `bytes` (8-byte aligned) for the grouping sort, freed by the caller
+// after its launches: the stream-ordered allocator reuses it only for work queued later.
+Tensor scratch_of(size_t bytes, Device device) {
+  return empty({static_cast<int64_t>((bytes + 7) / 8)}, {.dtype = DType::i64, .device = device});
+}
+
 // out (contiguous, holding x) += src's slices at rows index along dim. The index is grouped by
 // row on the device (a stable sort of its positions, ops/cuda/index.cu), so the host never reads
 // it back (embedding's backward runs this every step); each output element then adds its row's
@@ -80,8 +86,7 @@ void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const
   const Tensor idx = index.contiguous();
   const Tensor groups = empty({rows + 1 + k}, {.dtype = DType::i64, .device = out.device()});
   const size_t scratch_bytes = group_index_scratch_bytes(k, rows);
-  const Tensor scratch =
-      empty({static_cast<int64_t>((scratch_bytes + 7) / 8)}, {.dtype = DType::i64, .device = out.device()});
+  const Tensor scratch = scratch_of(scratch_bytes, out.device());
   launch_group_index_rows(static_cast<const int64_t*>(idx.data_ptr()), k, rows,
                           static_cast<int64_t*>(groups.data_ptr()), scratch.data_ptr(), scratch_bytes, a.l.stream);
   launch_index_add(out.dtype(), out.data_ptr(), sa.data_ptr(), static_cast<const int64_t*>(groups.data_ptr()), a);
@@ -121,8 +126,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   const Tensor flat = empty({entries}, {.dtype = DType::i64, .device = out.device()});
   const Tensor groups = empty({outputs + 1 + entries}, {.dtype = DType::i64, .device = out.device()});
   const size_t scratch_bytes = scatter_add_grouped_scratch_bytes(a);
-  const Tensor scratch =
-      empty({static_cast<int64_t>((scratch_bytes + 7) / 8)}, {.dtype = DType::i64, .device = out.device()});
+  const Tensor scratch = scratch_of(scratch_bytes, out.device());
   launch_scatter_add_grouped(out.dtype(), oa.data_ptr(), static_cast<const int64_t*>(ia.data_ptr()), sa.data_ptr(), a,
                              static_cast<int64_t*>(flat.data_ptr()), static_cast<int64_t*>(groups.data_ptr()),
                              scratch.data_ptr(), scratch_bytes);

@@ -24,7 +24,8 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
                        const Tensor& running_var, bool training, double momentum, double eps) {
   const bool cl = channels_last_rows(x);
   const XLayout layout = cl ? XLayout::channels_last : XLayout::contiguous;
-  check_operands("batch_norm", x, {&out}, {&save_mean, &save_rstd, &weight, &bias, &running_mean, &running_var}, layout);
+  check_operands("batch_norm", x, {&out}, {&save_mean, &save_rstd, &weight, &bias, &running_mean, &running_var},
+                 layout);
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   DeviceGuard guard(x.device().index);
   const Tensor scratch = scratch_doubles(training ? batch_norm_scratch_doubles(C, N, S) : 1, x.device());
