@@ -39,7 +39,15 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
     // Cast once, by linear_gelu's category, as the fused path is: linear's and gelu's own (a
     // user's override of either) must not apply on one backend and not on the other.
     PrecisionPolicyGuard no_policy(nullptr);
-    return gelu(linear(x, weight, bias), approximate);
+    // And its GEMM is linear_gelu's call for a selective checkpoint's keep policy, as the fused
+    // path's is (a policy's linear indices would otherwise shift on a GPU): kept, it is the
+    // pre-activation the fused path keeps.
+    Tensor pre;
+    {
+      KeepCountsAs gemm(OpId::linear, OpId::linear_gelu);
+      pre = linear(x, weight, bias);
+    }
+    return gelu(pre, approximate);
   }
 
   const int64_t in = weight.size(1), outs = weight.size(0);

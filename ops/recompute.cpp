@@ -6,11 +6,23 @@ namespace precis {
 
 namespace {
 thread_local bool t_recomputing = false;
-}
+// KeepCountsAs: calls of t_part are counted as calls of t_whole (equal: no renaming).
+thread_local OpId t_part = OpId::linear, t_whole = OpId::linear;
+OpId counted_as(OpId op) { return op == t_part ? t_whole : op; }
+}  // namespace
 
 bool is_recomputing() { return t_recomputing; }
 RecomputingGuard::RecomputingGuard() : prev_(t_recomputing) { t_recomputing = true; }
 RecomputingGuard::~RecomputingGuard() { t_recomputing = prev_; }
+
+KeepCountsAs::KeepCountsAs(OpId part, OpId whole) : prev_part_(t_part), prev_whole_(t_whole) {
+  t_part = part;
+  t_whole = whole;
+}
+KeepCountsAs::~KeepCountsAs() {
+  t_part = prev_part_;
+  t_whole = prev_whole_;
+}
 
 KeptOutputs::KeptOutputs(KeepPolicy policy) : policy_(std::move(policy)) {}
 
@@ -58,6 +70,7 @@ void KeptOutputs::Replaying::finish() const {
 }
 
 std::vector<Tensor> KeptOutputs::run(OpId op, const std::function<std::vector<Tensor>()>& compute) {
+  op = counted_as(op);
   if (mode_ == Mode::replaying && policy_) {
     PRECIS_CHECK_T(CheckpointError, next_ < recorded_.size() && recorded_[next_].op == op,
                    "checkpoint (selective): the recomputation called ", op_name(op), " where the forward ",
@@ -86,7 +99,7 @@ bool KeptOutputs::records(OpId op) const {
 }
 
 bool keeps_for_recompute(OpId op) {
-  return detail::t_kept_outputs != nullptr && detail::t_kept_outputs->records(op);
+  return detail::t_kept_outputs != nullptr && detail::t_kept_outputs->records(counted_as(op));
 }
 
 }  // namespace precis

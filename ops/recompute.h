@@ -132,6 +132,21 @@ inline bool kept_outputs_active() { return detail::t_kept_outputs != nullptr; }
 /// (linear_gelu's pre-activation), since the kept outputs will be replayed under grad mode.
 bool keeps_for_recompute(OpId op);
 
+/// Makes the calls of `part` in its scope count as calls of `whole` for a selective region's store
+/// and its keep policy: a composite op composed from another where it has no fused kernel (the
+/// GPU's linear_gelu, from linear and gelu) is then one candidate call of itself on every backend,
+/// so that a policy's call indices do not depend on the device.
+class KeepCountsAs {
+ public:
+  KeepCountsAs(OpId part, OpId whole);
+  ~KeepCountsAs();
+  KeepCountsAs(const KeepCountsAs&) = delete;
+  KeepCountsAs& operator=(const KeepCountsAs&) = delete;
+
+ private:
+  OpId prev_part_, prev_whole_;
+};
+
 /// The outputs of one call of `op` (several: an op that also keeps a tensor for its backward),
 /// from compute() or, in a selective recomputation, from the forward's store.
 template <typename F>

@@ -1,7 +1,10 @@
 // The GPU's composed paths of the ops that only the CPU has a fused kernel for
 // (tests/support/fake_cuda/cpu_only_ops.h), on the fake device, where they run as on a GPU: what
 // they give must be what the fused paths give on the CPU.
+#include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "amp/amp.h"
 #include "precis.h"
@@ -71,5 +74,43 @@ TEST_CASE("dropout_add's composed path widens an f16/bf16 x beside an fp32 resid
       REQUIRE(dev[i].dtype() == cpu[i].dtype());
       CHECK(dev[i].to(DType::f64).to_vector<double>() == cpu[i].to(DType::f64).to_vector<double>());
     }
+  }
+}
+
+TEST_CASE("linear_gelu's composed path is one linear_gelu call for a selective checkpoint's keep policy") {
+  require_fake_device();
+  REQUIRE(find_kernel(OpId::gelu_epilogue, DeviceType::cuda, DType::f32) == nullptr);  // the composed path
+  // A policy keeping "linear call 0" keeps the down-projection on both backends; on the GPU it used to
+  // see linear_gelu's GEMM as linear call 0 (and the down-projection as call 1).
+  const Tensor x0 = randn({4, 8}), w10 = randn({16, 8}), b10 = randn({16}), w20 = randn({8, 16});
+  const auto run = [&](Device device) {
+    const Tensor x = x0.to(device).detach().requires_grad_(), w1 = w10.to(device).detach().requires_grad_(),
+                 b1 = b10.to(device).detach().requires_grad_(), w2 = w20.to(device).detach().requires_grad_();
+    std::vector<std::pair<OpId, int64_t>> seen;
+    const autograd::CheckpointOptions o{.mode = autograd::CheckpointMode::selective,
+                                        .keep = [&seen](const KeepCandidate& c) {
+                                          seen.emplace_back(c.op, c.index);
+                                          return c.op == OpId::linear && c.index == 0;
+                                        }};
+    profiler::FlopCounter count;
+    const Tensor y = autograd::checkpoint(o, [&](const Tensor& in) { return linear(linear_gelu(in, w1, b1), w2); }, x);
+    const double forward = count.flops();
+    sum(y).backward();
+    // Backward: two GEMMs per layer, and the recomputation runs linear_gelu's GEMM again, only it.
+    const double gemm = 2.0 * 4 * 8 * 16;  // either layer's
+    CHECK(forward == 2 * gemm);
+    CHECK(count.flops() - forward == 4 * gemm + gemm);
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());  // linear_gelu asks ahead of its call too
+    return std::make_pair(seen, std::vector<Tensor>{x.grad().to(Device::cpu()), w1.grad().to(Device::cpu()),
+                                                    b1.grad().to(Device::cpu()), w2.grad().to(Device::cpu())});
+  };
+  const auto [cpu_seen, cpu_grads] = run(Device::cpu());
+  const auto [dev_seen, dev_grads] = run(kDev);
+  const std::vector<std::pair<OpId, int64_t>> expected{{OpId::linear_gelu, 0}, {OpId::linear, 0}};
+  CHECK(cpu_seen == expected);
+  CHECK(dev_seen == expected);
+  for (size_t i = 0; i < cpu_grads.size(); ++i) {
+    INFO("gradient " << i << " (x, w1, b1, w2)");
+    CHECK(max(abs(dev_grads[i] - cpu_grads[i])).item<float>() <= 1e-5f * (1.0f + max(abs(cpu_grads[i])).item<float>()));
   }
 }
