@@ -72,9 +72,24 @@ void LRScheduler::to_device(int64_t horizon) {
     }
     table.push_back(from_vector<double>(rows).reshape({horizon + 1, columns}).to(device));
   }
-  table_ = std::move(table);
+  // Tables and a count that stay the same size and device are written in place: a step captured
+  // in a CUDA graph (step_on_device) reads the tensors it had at the capture. A longer horizon
+  // needs new tables, and a new capture.
+  NoGradGuard no_grad;
+  const bool same = table_.size() == table.size() &&
+                    std::equal(table.begin(), table.end(), table_.begin(), [](const Tensor& a, const Tensor& b) {
+                      return a.sizes() == b.sizes() && a.device() == b.device();
+                    });
+  if (same) {
+    for (size_t g = 0; g < table.size(); ++g) table_[g].copy_(table[g]);
+  } else {
+    table_ = std::move(table);
+  }
   horizon_ = horizon;
-  device_count_ = full({1}, step_, {.dtype = DType::i64, .device = device});
+  if (device_count_.defined() && device_count_.device() == device)
+    device_count_.fill_(step_);
+  else
+    device_count_ = full({1}, step_, {.dtype = DType::i64, .device = device});
 }
 
 void LRScheduler::step_on_device(const Tensor& skip) {
@@ -116,7 +131,7 @@ void LRScheduler::load_state_dict(const StateDict& dict) {
   base_lrs_ = base.to_vector<double>();
   step_ = step;
   apply();
-  if (on_device()) {  // the count, and a table of the loaded base lrs
+  if (on_device()) {  // the count (to_device reads it), and a table of the loaded base lrs
     push();
     to_device(std::max(horizon_, step_));
   }

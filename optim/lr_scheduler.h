@@ -67,6 +67,11 @@ class LRScheduler {
   void to_device(int64_t horizon);
   /// Whether to_device() was called.
   bool on_device() const { return device_count_.defined(); }
+  /// The device count (1-D i64 {count}; undefined before to_device()): the live tensor that
+  /// step_on_device advances, read without a host wait. It and the lr tables stay the same
+  /// tensors across load_state_dict() and a to_device() with the same horizon, so a step captured
+  /// in a CUDA graph keeps reading them; a longer horizon makes new tables (capture again).
+  const Tensor& device_step() const { return device_count_; }
   /// step(applied) done on the device, without a host wait (capturable): adds 1 to the count unless
   /// `skip` is nonzero, then copies the lr and momentum of the count (of `horizon` past it) into
   /// the optimizer's scheduled() tensors. skip: 0-d f32 on the parameters' device, the loss

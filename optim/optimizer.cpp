@@ -146,10 +146,13 @@ void Optimizer::set_capturable(bool capturable) {
                      "); a capturable optimizer keeps one device copy of each group's lr. Move the model to one "
                      "device first, or put each device's parameters in their own group.");
   }
+  // Turned on again, the device copies stay the tensors they are: a step captured since reads them.
+  const bool keep = capturable && capturable_;
   capturable_ = capturable;
-  scheduled_.assign(capturable ? groups_.size() : 0, Tensor());
+  if (!keep) scheduled_.assign(capturable ? groups_.size() : 0, Tensor());
   for (size_t g = 0; g < scheduled_.size(); ++g) {
-    scheduled_[g] = empty({2}, {.dtype = DType::f64, .device = groups_[g].front().device()});
+    if (!scheduled_[g].defined() || scheduled_[g].device() != groups_[g].front().device())
+      scheduled_[g] = empty({2}, {.dtype = DType::f64, .device = groups_[g].front().device()});
     write_scheduled(g);
   }
 }
@@ -300,6 +303,20 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   // Options last, so that a failure above leaves the optimizer as it was.
   for (size_t g = 0; g < groups_.size(); ++g)
     load_group_options(g, state_subset(dict, "param_groups." + std::to_string(g) + "."));
+  // A state tensor that stays (same key, dtype, device and shape) takes the loaded values in place:
+  // a step captured in a CUDA graph reads and writes the tensors it had at the capture.
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < new_state.size(); ++i)
+    for (auto& [key, t] : new_state[i]) {
+      const auto old = state_[i].find(key);
+      if (old == state_[i].end() || !old->second.defined()) continue;
+      const Tensor& live = old->second;
+      if (live.dtype() == t.dtype() && live.device() == t.device() && live.sizes() == t.sizes() &&
+          live.is_contiguous()) {
+        Tensor(live).copy_(t);
+        t = live;
+      }
+    }
   state_ = std::move(new_state);
 }
 

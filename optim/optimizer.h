@@ -97,7 +97,8 @@ class Optimizer {
   /// progress (StateError: the write would be recorded, and each replay would repeat it).
   /// Turning the mode on or off while capturing is a StateError too; turning it on is a
   /// ValueError when a group's parameters are on different devices. The steps' results are
-  /// those of the host values, bit for bit. A schedule counted on the device
+  /// those of the host values, bit for bit. Turning it on again keeps the device tensors (a
+  /// step captured since reads them) and rewrites their values. A schedule counted on the device
   /// (LRScheduler::step_on_device) changes only the device copy: group_lr() and group_momentum()
   /// then return the values last set on the host, while state_dict() saves the device's. Off by
   /// default.
@@ -122,7 +123,9 @@ class Optimizer {
   virtual StateDict state_dict() const;
   /// Restores what state_dict() returned, into an optimizer over parameters of the same groups,
   /// counts and shapes (ValueError / ShapeError naming the mismatch otherwise). The group options
-  /// are replaced by the saved ones. A resumed run continues bit for bit.
+  /// are replaced by the saved ones. A resumed run continues bit for bit. A state tensor that
+  /// exists with the loaded one's dtype, device and shape is written in place (and the device
+  /// lrs of capturable mode always are), so a step captured in a CUDA graph keeps reading them.
   virtual void load_state_dict(const StateDict& dict);
 
   /// optim::clip_grad_norm_ over parameters() (optim/clip_grad.h); a sharded optimizer

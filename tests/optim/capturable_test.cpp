@@ -191,3 +191,53 @@ TEST_CASE("a schedule on the device: host steps, loads, the horizon, and refusal
   CHECK(opt.scheduled(0).to_vector<double>()[0] == 0.4 * 0.5);
   CHECK(sched.get_last_lr() == std::vector<double>{0.4 * 0.5});
 }
+
+TEST_CASE("loads and set_capturable keep the tensors a captured step reads", "[optim][capturable][scheduler]") {
+  // A step captured in a CUDA graph reads and writes the optimizer state, the device lrs and the
+  // schedule's count and tables it had at the capture: a later load or set_capturable(true) must
+  // write those tensors, not replace them (the replays would use freed memory).
+  for (const auto& [name, make] : optimizers()) {
+    INFO(name);
+    const std::vector<Tensor> ps = make_params();
+    std::unique_ptr<Optimizer> opt = make(ps);
+    opt->set_capturable(true);
+    CosineAnnealingLR sched(*opt, {.T_max = 8});
+    sched.to_device(8);
+    set_grads(ps, clones(ps), 0);
+    opt->step();
+    sched.step_on_device();
+    const StateDict saved_opt = opt->state_dict();
+    const StateDict saved_sched = sched.state_dict();
+    for (int k = 1; k < 3; ++k) {
+      set_grads(ps, clones(ps), k);
+      opt->step();
+      sched.step_on_device();
+    }
+    const std::vector<std::string> keys = {"step", "master", "momentum_buffer", "exp_avg", "exp_avg_sq",
+                                           "max_exp_avg_sq"};
+    std::vector<const void*> live;
+    for (const Tensor& p : ps)
+      for (const std::string& key : keys) live.push_back(opt->state(p, key).defined() ? opt->state(p, key).data_ptr() : nullptr);
+    const void* lrs = opt->scheduled(0).data_ptr();
+    const void* count = sched.device_step().data_ptr();
+
+    opt->load_state_dict(saved_opt);
+    opt->set_capturable(true);
+    sched.load_state_dict(saved_sched);
+    size_t i = 0;
+    for (const Tensor& p : ps)
+      for (const std::string& key : keys) {
+        INFO(key);
+        CHECK((opt->state(p, key).defined() ? opt->state(p, key).data_ptr() : nullptr) == live[i++]);
+      }
+    CHECK(opt->scheduled(0).data_ptr() == lrs);
+    CHECK(sched.device_step().data_ptr() == count);
+    // ... holding the loaded values.
+    const StateDict now = opt->state_dict();
+    for (const auto& [key, t] : saved_opt) {
+      INFO(key);
+      PRECIS_REQUIRE_SAME_BITS(now.at(key), t);
+    }
+    CHECK(sched.last_step() == 1);
+  }
+}
