@@ -294,9 +294,11 @@ struct GroupNorm : NormOperands {
     const int64_t S = C == 0 || N == 0 ? 0 : input.numel() / (N * C);
     const DType acc = acc_dtype(input.dtype());
     const Shape kshape{N, C, S};
-    // A channels-last input stays so (its output too), as conv2d keeps it: no transposes between them.
+    // The kernels take contiguous (N, C, S) only (a group spans channels, which channels-last rows
+    // interleave): a channels-last input is normalised as a contiguous copy, and its output
+    // returned channels-last, as PyTorch keeps the layout.
     const bool channels_last = batch_norm_channels_last(input);
-    const Tensor x = channels_last ? channels_last_rows(input.detach()) : input.detach().contiguous().view(kshape);
+    const Tensor x = input.detach().contiguous().view(kshape);
     const Tensor w = kernel_param(weight, acc), b = kernel_param(bias, acc);
     Tensor out = empty(kshape, {.dtype = input.dtype(), .device = input.device()});
     Tensor mean = empty({N, num_groups}, {.dtype = acc, .device = input.device()});
@@ -309,6 +311,7 @@ struct GroupNorm : NormOperands {
       ctx.saved.rstd = std::move(rstd);
       ctx.saved.num_groups = num_groups;
     }
+    if (channels_last) return contiguous(out.view(input.sizes()), MemoryFormat::ChannelsLast);
     return out.view(input.sizes());
   }
   static TensorList backward(const Saved& s, const TensorList& g) {

@@ -365,6 +365,30 @@ bool is_channels_last(const Tensor& t) {
   return !t.is_contiguous() && t.permute({0, 2, 3, 1}).is_contiguous();
 }
 
+TEST_CASE("group_norm of a channels-last input equals the contiguous one's, and stays channels-last",
+          "[ops][norm]") {
+  // Its kernels take contiguous (N, C, S) only; a channels-last input used to reach them as
+  // strided rows and came out wrong (3.5 off at this size, dx too).
+  const Tensor x = randn_input({2, 6, 3, 5}, false, 21, DType::f64), up = randn_input({2, 6, 3, 5}, false, 22, DType::f64);
+  const Tensor w = uniform_input({6}, 0.5, 1.5, false, 23, DType::f64), b = randn_input({6}, false, 24, DType::f64);
+  for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+    INFO(dtype_name(dt));
+    auto run = [&](bool cl) {
+      const Tensor xi = x.to(dt).detach().requires_grad_(), wi = w.to(dt).detach().requires_grad_(),
+                   bi = b.to(dt).detach().requires_grad_();
+      const Tensor y = group_norm(cl ? to_channels_last(xi) : xi, 3, wi, bi);
+      if (cl) CHECK(is_channels_last(y));
+      sum(mul(y, up.to(dt))).backward();
+      return std::vector<Tensor>{y.contiguous(), xi.grad(), wi.grad(), bi.grad()};
+    };
+    const std::vector<Tensor> plain = run(false), cl = run(true);
+    for (size_t k = 0; k < plain.size(); ++k) {
+      INFO("output " << k << " (y, dx, dw, db)");
+      PRECIS_REQUIRE_SAME_BITS(cl[k], plain[k]);
+    }
+  }
+}
+
 // batch_norm on one layout computes the values of the other: the forward against the naive f64
 // reference, the gradients against the other layout's f64 run (the contiguous one is itself
 // checked against finite differences); a channels-last input stays channels-last (output and
