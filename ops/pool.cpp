@@ -11,6 +11,7 @@
 #include "ops/contracts/kernels_conv.h"
 #include "ops/op_table.h"
 #include "ops/detail/pair_arg.h"
+#include "ops/math/pool_math.h"
 #include "tensor/factory.h"
 
 namespace precis {
@@ -33,11 +34,13 @@ void check_input(const char* op, const Tensor& x) {
 }
 
 // Output size along one dim: floor (or ceil) of the window count, where in ceil mode the last
-// window must start inside the input or its left padding (as PyTorch).
+// window must start inside the input or its left padding (as PyTorch). The division rounds toward
+// −∞ (PyTorch's div_rtn): in ceil mode a window longer than the padded input still gives one
+// output, whose window is clipped to the input.
 int64_t pool_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil, bool ceil_mode) {
   const int64_t span = in + 2 * pad - dil * (k - 1) - 1;
-  if (span < 0) return 0;
-  int64_t out = (span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+  int64_t out = kernels::floor_div(span + (ceil_mode ? stride - 1 : 0), stride) + 1;
+  if (out <= 0) return 0;
   if (ceil_mode && (out - 1) * stride >= in + pad) --out;
   return out;
 }
@@ -63,7 +66,8 @@ Shape pool_geometry(const char* op, const Tensor& x, const std::vector<int64_t>&
                  "), dilation (", p.dilation[d], "), padding (", p.padding[d], ") or stride (", p.stride[d],
                  ") too large: the window arithmetic overflows int64, input is ", x.describe());
     out[2 + d] = pool_out_size(in, p.kernel[d], p.stride[d], p.padding[d], p.dilation[d], ceil_mode);
-    PRECIS_CHECK_SHAPE(out[2 + d] >= 1, op, ": the window (kernel_size ", p.kernel[d], ", dilation ", p.dilation[d],
+    PRECIS_CHECK_SHAPE(out[2 + d] >= 1, op, ": the window (kernel_size ", p.kernel[d],
+                       p.dilation[d] != 1 ? ", dilation " + std::to_string(p.dilation[d]) : std::string(),
                        ") is larger than the padded input ", d == 0 ? "height" : "width", " (", in, " + 2·",
                        p.padding[d], "), input is ", x.describe());
   }

@@ -161,6 +161,10 @@ def gen_max_pool2d():
         ("k3s1_overlap", (1, 2, 6, 5), 3, 1, 0, 1, False),
         ("rect_ceil", (1, 2, 7, 8), (2, 3), (2, 2), (1, 1), 1, True),
         ("dilation2", (1, 2, 9, 9), 3, 2, 1, 2, False),
+        # ceil mode with a window longer than the padded input: one output (PyTorch's rounding
+        # toward -inf), and a dilated last window that ends past the input.
+        ("ceil_window_past_input", (1, 2, 2, 2), 3, 2, 0, 1, True),
+        ("ceil_dilated_partial", (1, 2, 5, 4), 3, 3, 1, (2, 1), True),
     ]
     for name, shape, k, s, p, d, ceil in configs:
         g = generator(f"max_pool2d/{name}")
@@ -181,6 +185,8 @@ def gen_avg_pool2d():
         ("k3s2p1_include_pad", (2, 3, 9, 9), 3, 2, 1, False, True),
         ("k3s2p1_exclude_pad", (2, 3, 9, 9), 3, 2, 1, False, False),
         ("rect_ceil", (1, 2, 7, 8), (2, 3), (2, 2), (1, 1), True, True),
+        ("ceil_window_past_input", (1, 2, 7, 1), (3, 4), (1, 3), (1, 1), True, False),
+        ("ceil_window_past_input_include_pad", (1, 2, 7, 1), (3, 4), (1, 3), (1, 1), True, True),
     ]
     for name, shape, k, s, p, ceil, cip in configs:
         g = generator(f"avg_pool2d/{name}")
