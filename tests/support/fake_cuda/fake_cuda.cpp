@@ -30,7 +30,9 @@
 //   - numerics of the GPU kernels (TF32, cuBLASLt epilogues, atomics' order).
 // CUDA-only front-end branches (grep is_cuda() / DeviceType::cuda in ops, amp, optim,
 // models/train) and how they fare here:
-//   - conv2d hands a channels-last weight to the kernel on CUDA: the CPU kernel takes it;
+//   - conv2d hands a channels-last weight (cuDNN's NHWC filter) to the kernel on CUDA and wants its
+//     gradient so: the CPU kernels read and write OIHW weights, so the fake passes them contiguous
+//     copies (conv_kernels below);
 //   - the f32 precision setting (ops/float32_precision) answers "tf32" for CUDA: a query only,
 //     the CPU kernels compute in IEEE f32;
 //   - Tensor::to(Device::cpu(), true) into pinned memory, DataLoader pin_memory and
@@ -48,7 +50,9 @@
 #include "core/error.h"
 #include "core/sync_debug.h"
 #include "ops/backends.h"
+#include "ops/contracts/kernels_conv.h"
 #include "ops/op_table.h"
+#include "tensor/factory.h"
 #include "tensor/tensor.h"
 #include "tests/support/fake_cuda/cpu_only_ops.h"
 
@@ -207,6 +211,34 @@ constexpr detail::CudaCoreHooks kHooks{
     .set_device = nullptr,
 };
 
+// conv2d's kernels on the fake device: the CPU's, with a channels-last weight (and weight
+// gradient) passed through contiguous copies.
+Tensor oihw(const Tensor& w) { return w.defined() && !w.is_contiguous() ? w.contiguous() : w; }
+void conv2d_fake(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::Conv2dParams& p) {
+  auto* cpu = reinterpret_cast<kernels::Conv2dKernel*>(find_kernel(OpId::conv2d, DeviceType::cpu, x.dtype()));
+  cpu(out, x, oihw(w), bias, p);
+}
+void conv2d_backward_fake(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out,
+                          const Tensor& x, const Tensor& w, const kernels::Conv2dParams& p) {
+  const DType dt = grad_out.dtype();
+  auto* cpu =
+      reinterpret_cast<kernels::Conv2dBackwardKernel*>(find_kernel(OpId::conv2d_backward, DeviceType::cpu, dt));
+  const Tensor gw = grad_w.defined() && !grad_w.is_contiguous() ? empty(grad_w.sizes(), {.dtype = grad_w.dtype(),
+                                                                                          .device = grad_w.device()})
+                                                                : grad_w;
+  cpu(grad_x, gw, grad_bias, grad_out, x, oihw(w), p);
+  if (!gw.is_same(grad_w)) Tensor(grad_w).copy_(gw);
+}
+void register_conv_kernels() {
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    if (find_kernel(OpId::conv2d, DeviceType::cpu, dt) != nullptr)
+      register_kernel<kernels::Conv2dKernel>(OpId::conv2d, DeviceType::cuda, dt, &conv2d_fake);
+    if (find_kernel(OpId::conv2d_backward, DeviceType::cpu, dt) != nullptr)
+      register_kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, DeviceType::cuda, dt,
+                                                     &conv2d_backward_fake);
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -216,6 +248,7 @@ const precis::detail::CudaCoreHooks* precis_cuda_core_hooks() { return &kHooks; 
 void precis_cuda_register_kernels() {
   precis::detail::copy_kernels(precis::DeviceType::cpu, precis::DeviceType::cuda,
                                precis::fake_cuda_testing::kCpuOnlyOps);
+  register_conv_kernels();
   precis::set_device_copy(&device_copy);
 }
 
