@@ -14,6 +14,8 @@ GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
 }
 Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate_); }
 
+Tensor SiLU::forward(const Tensor& x) { return silu(x); }
+Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
 Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
 
 Dropout::Dropout(double p, Generator* generator) : p_(p), generator_(generator) {

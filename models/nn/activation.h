@@ -1,5 +1,5 @@
 #pragma once
-// Parameter-free layers: ReLU, GELU, Tanh, Dropout, Identity, Flatten (torch.nn names).
+// Parameter-free layers: ReLU, GELU, SiLU, Sigmoid, Tanh, Dropout, Identity, Flatten (torch.nn names).
 #include <string>
 
 #include "core/rng.h"
@@ -25,6 +25,20 @@ class GELU : public Module {
 
  private:
   std::string approximate_;
+};
+
+/// torch.nn.SiLU (swish): x·sigmoid(x) elementwise, any shape and floating dtype.
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;  ///< Passthrough.
+  std::string type_name() const override { return "SiLU"; }
+};
+
+/// torch.nn.Sigmoid: 1/(1 + e^−x) elementwise, any shape and floating dtype.
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;  ///< Passthrough.
+  std::string type_name() const override { return "Sigmoid"; }
 };
 
 /// torch.nn.Tanh: tanh elementwise, any shape and floating dtype.

@@ -1,4 +1,4 @@
-// The torch.nn layers added for users coming from PyTorch: GroupNorm, AvgPool2d,
+// The torch.nn layers added for users coming from PyTorch: GroupNorm, SiLU, Sigmoid, AvgPool2d,
 // TransformerEncoderLayer / TransformerEncoder, MultiheadAttention's (output, weights) pair, and
 // ModuleList::at. Numerics against PyTorch are in golden_layers_test.cpp; here: names, defaults,
 // shapes, masks, modes, copies and bad inputs.
@@ -36,6 +36,21 @@ TEST_CASE("nn::GroupNorm: PyTorch's names and defaults, equals the functional op
                                  "num_groups (4)");
   PRECIS_REQUIRE_THROWS_WITH_ALL(gn(randn({3, 5, 4})), ShapeError, "nn::GroupNorm(2, 6)", "[3, 5, 4] f32 cpu",
                                  "(N, 6, ...)");
+}
+
+TEST_CASE("nn::SiLU and nn::Sigmoid: PyTorch's names, the functional ops, in a Sequential", "[models][layers]") {
+  const Tensor x = randn({3, 5});
+  nn::SiLU silu_layer;
+  nn::Sigmoid sigmoid_layer;
+  PRECIS_REQUIRE_SAME_BITS(silu_layer(x), silu(x));
+  PRECIS_REQUIRE_SAME_BITS(sigmoid_layer(x), sigmoid(x));
+  CHECK(silu_layer.str() == "SiLU()");
+  CHECK(sigmoid_layer.str() == "Sigmoid()");
+  nn::Sequential gate{nn::Linear(5, 4), nn::SiLU(), nn::Linear(4, 1), nn::Sigmoid()};
+  const Tensor y = gate(x);
+  CHECK(y.sizes() == Shape{3, 1});
+  CHECK(-max(neg(y)).item<float>() > 0.0f);
+  CHECK(max(y).item<float>() < 1.0f);
 }
 
 TEST_CASE("nn::AvgPool2d: options as torch.nn.AvgPool2d", "[models][layers]") {
