@@ -75,7 +75,8 @@ ClassRows class_rows(const char* op, const Tensor& input, const Tensor& target, 
                      dtype_name(target.dtype()), " (", class_operands(input, target, weight),
                      "); convert indices with target.to(DType::i64) (probability targets are not supported)");
   PRECIS_CHECK_DEVICE(target.device() == input.device() && (!weight.defined() || weight.device() == input.device()),
-                      op, ": all operands must be on one device, got ", class_operands(input, target, weight));
+                      op, ": all operands must be on one device, got ", class_operands(input, target, weight),
+                      "; move them to one device with .to(device), e.g. target.to(input.device())");
   PRECIS_CHECK_SHAPE(input.dim() >= 1, op, ": input must be (N, C), (N, C, d1, ...) or (C), got ",
                      class_operands(input, target, weight));
   ClassRows r;
@@ -170,13 +171,15 @@ void check_elementwise(const char* op, const Tensor& input, const Tensor& target
     if (t->defined()) all += std::string(", ") + name + " " + t->describe();
   PRECIS_CHECK_DTYPE(input.is_floating_point() && target.is_floating_point(), op,
                      ": input and target must be floating, got ", all);
-  PRECIS_CHECK_DEVICE(target.device() == input.device(), op, ": all operands must be on one device, got ", all);
+  PRECIS_CHECK_DEVICE(target.device() == input.device(), op, ": all operands must be on one device, got ", all,
+                      "; move them to one device with .to(device), e.g. target.to(input.device())");
   PRECIS_CHECK_SHAPE(target.sizes() == input.sizes(), op, ": target must have input's shape, got ", all,
                      "; expand one explicitly if broadcasting is meant");
   for (const auto& [name, t] : extras) {
     if (!t->defined()) continue;
     PRECIS_CHECK_DTYPE(t->is_floating_point(), op, ": ", name, " must be floating, got ", all);
-    PRECIS_CHECK_DEVICE(t->device() == input.device(), op, ": all operands must be on one device, got ", all);
+    PRECIS_CHECK_DEVICE(t->device() == input.device(), op, ": all operands must be on one device, got ", all,
+                        "; move them to one device with .to(device)");
     PRECIS_CHECK_SHAPE(broadcasts_to(*t, input.sizes()), op, ": ", name, " must broadcast to input's shape ",
                        shape_str(input.sizes()), ", got ", all);
   }
@@ -424,7 +427,8 @@ Tensor linear_cross_entropy(const Tensor& input_in, const Tensor& weight_in, con
                      "; convert with target.to(DType::i64)");
   PRECIS_CHECK_DEVICE(weight.device() == input.device() && target.device() == input.device() &&
                           (!bias.defined() || bias.device() == input.device()),
-                      op, ": all operands must be on one device, got ", all);
+                      op, ": all operands must be on one device, got ", all,
+                      "; move them to one device with .to(device), e.g. target.to(input.device())");
   PRECIS_CHECK_SHAPE(input.dim() >= 1 && weight.dim() == 2 && input.size(-1) == weight.size(1), op,
                      ": expected input (*, K) and weight (V, K) with the same K, got ", all);
   const int64_t V = weight.size(0), K = weight.size(1);

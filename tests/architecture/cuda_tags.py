@@ -63,6 +63,8 @@ ALLOWED = {
         "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
     ("fake_cuda/trainer_sync_test.cpp", "*"):
         "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
+    ("fake_cuda/device_mismatch_test.cpp", "*"):
+        "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
     ("fake_cuda/conv_layout_test.cpp", "*"):
         "the fake CUDA device over host memory (tests/support/fake_cuda, selected by PRECIS_CUDA_BACKEND); no GPU",
     ("fake_cuda/device_assert_test.cpp", "*"):
