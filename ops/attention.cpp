@@ -4,7 +4,9 @@
 // each way, same numbers) replaces the chain of ops where it has a kernel and the mask fits. Causal masking never empties a row (key 0 is visible to
 // every query), so only explicit masks are checked for rows with no visible key.
 #include <cmath>
+#include <deque>
 #include <limits>
+#include <mutex>
 
 #include "core/grad_mode.h"
 #include "ops/detail/attention_softmax.h"
@@ -29,6 +31,34 @@ Tensor all_masked_rows(const Tensor& scores, const Tensor& keep) {
                           : eq(std::get<0>(max(scores.detach(), -1, true)), -std::numeric_limits<double>::infinity());
   if (!rows.device().is_cpu()) return rows;
   return sum(rows).item<int64_t>() > 0 ? rows : Tensor();
+}
+
+// The causal mask (L, S) on `device`: key j is visible from query i when j <= i (top-left
+// aligned, as PyTorch). Built from host indices, so on a GPU each mask is made once and kept (the
+// last few sizes per process): a step captured in a CUDA graph after an eager warm-up step then
+// uploads nothing (an upload inside a capture is refused), and eager steps copy nothing per call.
+Tensor causal_keep(int64_t L, int64_t S, Device device) {
+  const auto make = [&] {
+    NoGradGuard no_grad;
+    const TensorOptions idx{.dtype = DType::i64, .device = device};
+    return le(arange(static_cast<double>(S), idx).unsqueeze(0), arange(static_cast<double>(L), idx).unsqueeze(1));
+  };
+  if (device.is_cpu()) return make();
+  struct Entry {
+    Device device;
+    int64_t L, S;
+    Tensor keep;
+  };
+  static std::mutex mutex;
+  // Never destroyed: device memory must not be freed by static destructors after the runtime is gone.
+  static auto* const cache = new std::deque<Entry>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Entry& e : *cache)
+    if (e.device == device && e.L == L && e.S == S) return e.keep;
+  Tensor keep = make();
+  if (cache->size() == 8) cache->pop_front();
+  cache->push_back({device, L, S, keep});
+  return keep;
 }
 
 // Whether the fused score pass (ops/detail/attention_softmax.h) takes over between the matmuls: where
@@ -95,10 +125,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor scores = mul(raw.to(score_dtype), s);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   if (is_causal) {
-    // Key j is visible from query i when j <= i (top-left aligned, as PyTorch).
-    const TensorOptions idx{.dtype = DType::i64, .device = q.device()};
-    const Tensor keep = le(arange(static_cast<double>(S), idx).unsqueeze(0), arange(static_cast<double>(L), idx).unsqueeze(1));
-    scores = where(keep, scores, neg_inf);
+    scores = where(causal_keep(L, S, q.device()), scores, neg_inf);
   } else if (attn_mask.defined()) {
     scores = attn_mask.dtype() == DType::boolean ? where(attn_mask, scores, neg_inf)
                                                  : add(scores, attn_mask.to(score_dtype));

@@ -327,3 +327,23 @@ TEST_CASE("fp8 scaled casts and delayed-scaling updates capture, and equal the C
   PRECIS_REQUIRE_SAME_BITS(dev.scale().to(Device::cpu()), cpu.scale());
   PRECIS_REQUIRE_SAME_BITS(dev.amax_history().to(Device::cpu()), cpu.amax_history());
 }
+
+TEST_CASE("causal attention is capturable after an eager call, with the CPU's values") {
+  require_fake_device();
+  // The causal mask is made from host indices: once per size, at the eager call; inside the
+  // capture (where an upload is refused) the kept mask is used.
+  const Tensor q0 = randn({2, 4, 5, 8}), k0 = randn({2, 4, 7, 8}), v0 = randn({2, 4, 7, 8});
+  const Tensor q = q0.to(kDev), k = k0.to(kDev), v = v0.to(kDev);
+  const Tensor eager = scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true);
+  cuda::Graph g;
+  Tensor captured;
+  REQUIRE_NOTHROW(cuda::capture(g, [&] { captured = scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true); }));
+  const Tensor cpu = scaled_dot_product_attention(q0, k0, v0, Tensor(), 0.0, true);
+  PRECIS_REQUIRE_CLOSE(eager.to(Device::cpu()), cpu, DType::f32);
+  PRECIS_REQUIRE_SAME_BITS(captured.to(Device::cpu()), eager.to(Device::cpu()));
+  // A size first seen inside a capture still needs its upload: refused, naming what to do.
+  cuda::Graph h;
+  const Tensor q2 = randn({1, 1, 3, 8}).to(kDev), k2 = randn({1, 1, 6, 8}).to(kDev);
+  CHECK(capture_error(h, [&] { (void)scaled_dot_product_attention(q2, k2, k2, Tensor(), 0.0, true); })
+            .find("before the capture") != std::string::npos);
+}
