@@ -54,6 +54,25 @@ Shape broadcast_shapes(const char* op, std::initializer_list<const Tensor*> oper
   return out;
 }
 
+void detail::cpu_scalars_to_device(std::span<Tensor> operands) {
+  const Tensor* on_device = nullptr;
+  for (const Tensor& t : operands)
+    if (t.defined() && !t.device().is_cpu()) on_device = &t;
+  if (on_device == nullptr) return;
+  const Device device = on_device->device();
+  for (Tensor& t : operands) {
+    if (!t.defined() || !t.device().is_cpu() || t.dim() != 0) continue;
+    if (t.requires_grad() && is_grad_enabled()) {
+      t = t.to(device);
+      continue;
+    }
+    const Scalar v = is_floating(t.dtype()) ? Scalar(t.item<double>())
+                     : t.dtype() == DType::boolean ? Scalar(t.item<bool>())
+                                                   : Scalar(t.item<int64_t>());
+    t = full({}, v, {.dtype = t.dtype(), .device = device});
+  }
+}
+
 namespace {
 // bool < integer < floating.
 int category_rank(DType t) { return t == DType::boolean ? 0 : is_integral(t) ? 1 : 2; }
@@ -187,6 +206,7 @@ struct Binary {
   static constexpr OpId id = Id;
   static constexpr Domain domain = Domain::any;
   static constexpr const char* names[] = {"a", "b"};
+  static constexpr bool cpu_scalars = true;
   struct Saved {
     SavedTensor a, b;
     bool need_a = false, need_b = false;
@@ -246,6 +266,7 @@ struct Compare {
   static constexpr OpId id = Id;
   static constexpr Domain domain = Domain::any;
   static constexpr const char* names[] = {"a", "b"};
+  static constexpr bool cpu_scalars = true;
   static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 2>& in) {
     const Shape shape = broadcast_shapes(op_name(Id), {&in[0], &in[1]}, {"a", "b"});
     const DType dt = promoted_dtype(in[0], in[1], Promotion::Arithmetic);

@@ -27,7 +27,9 @@
 // bias), and say that its kernel widens operand 0 from f16/bf16 itself (`static constexpr bool
 // widens_first_in_kernel = true`; then ctx.first_widened). The ops a policy casts with (cast,
 // clone, to_device) declare `static constexpr bool precision_hook = false`: the hook must not see
-// its own casts.
+// its own casts. The element-wise binary ops declare `static constexpr bool cpu_scalars = true`:
+// a 0-d CPU operand beside a device operand is used as a scalar on that device, as PyTorch allows
+// (`x_cuda * torch.tensor(2.0)`), before the one-device check.
 // Op::forward may clear ctx.grad when no node of its own is wanted: it returned an operand
 // itself (dropout in eval mode) or a result its inner ops already recorded (a composed path).
 // A declaration without `backward` (and `Saved`) is an op that records no node (comparisons).
@@ -107,6 +109,12 @@ constexpr bool runs_precision_hook() {
   }
 }
 
+/// For an op declaring cpu_scalars: each 0-d CPU operand, when another operand is on a device,
+/// becomes that value on the device (read on the host: no device wait; a fill, not a copy, so a
+/// CUDA graph capture takes it, its value frozen as PyTorch's is); one that needs a gradient is
+/// moved with to(), whose backward brings the gradient back. ops/binary.cpp.
+void cpu_scalars_to_device(std::span<Tensor> operands);
+
 /// Step 2 of call(): the declaration's checks.
 template <typename Op, size_t N>
 void check_operands(const std::array<Tensor, N>& in) {
@@ -170,6 +178,7 @@ auto call(const Tensor (&operands)[N], Params&&... params) {
       p->apply(Op::id, in);
     }
   }
+  if constexpr (requires { Op::cpu_scalars; }) cpu_scalars_to_device(in);
   check_operands<Op>(in);
   constexpr bool differentiable = requires { &Op::backward; };
   if constexpr (differentiable) ctx.grad = autograd::needs_grad(std::span<const Tensor>(in));
