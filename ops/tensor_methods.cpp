@@ -266,9 +266,18 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 Tensor Tensor::operator-() const { return neg(*this); }
 
 namespace {
+// bool < integer < floating: PyTorch's in-place rule lets a result into a tensor of its kind or
+// a higher one only.
+int kind_rank(DType t) { return t == DType::boolean ? 0 : is_integral(t) ? 1 : 2; }
+
 Tensor& assign_inplace(Tensor& self, const Tensor& result, const char* op) {
+  check_inplace_allowed(op, self, &result);  // named as the user wrote it, not as copy_
   PRECIS_CHECK_SHAPE(result.sizes() == self.sizes(), op, ": the result of shape ", shape_str(result.sizes()),
                      " does not fit in-place into a tensor ", self.describe());
+  PRECIS_CHECK_DTYPE(kind_rank(result.dtype()) <= kind_rank(self.dtype()), op, ": the result is ",
+                     dtype_name(result.dtype()), ", which cannot be stored in place into ", self.describe(),
+                     " without truncation; convert first, e.g. x = x.to(DType::", dtype_name(result.dtype()),
+                     "), or use the out-of-place operator");
   self.copy_(result);
   return self;
 }
@@ -278,6 +287,10 @@ Tensor& Tensor::operator+=(const Tensor& o) { return assign_inplace(*this, add(*
 Tensor& Tensor::operator-=(const Tensor& o) { return assign_inplace(*this, sub(*this, o), "operator-="); }
 Tensor& Tensor::operator*=(const Tensor& o) { return assign_inplace(*this, mul(*this, o), "operator*="); }
 Tensor& Tensor::operator/=(const Tensor& o) { return assign_inplace(*this, div(*this, o), "operator/="); }
+Tensor& Tensor::operator+=(Scalar o) { return assign_inplace(*this, add(*this, o), "operator+="); }
+Tensor& Tensor::operator-=(Scalar o) { return assign_inplace(*this, sub(*this, o), "operator-="); }
+Tensor& Tensor::operator*=(Scalar o) { return assign_inplace(*this, mul(*this, o), "operator*="); }
+Tensor& Tensor::operator/=(Scalar o) { return assign_inplace(*this, div(*this, o), "operator/="); }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -233,14 +233,24 @@ class Tensor {
   // ---- arithmetic shorthands (see ops/functional.h) ----------------------------------------
   /// precis::neg.
   Tensor operator-() const;
-  /// In-place precis::add (other broadcasts to this tensor's shape).
+  /// In-place precis::add (other broadcasts to this tensor's shape). As in PyTorch, a result of a
+  /// higher kind than this tensor (floating into an integer tensor, a number into a bool one) is
+  /// a DTypeError, not a truncation; a wider floating result is rounded to this tensor's dtype.
   Tensor& operator+=(const Tensor& other);
-  /// In-place precis::sub.
+  /// In-place precis::sub (the rules of operator+=).
   Tensor& operator-=(const Tensor& other);
-  /// In-place precis::mul.
+  /// In-place precis::mul (the rules of operator+=).
   Tensor& operator*=(const Tensor& other);
-  /// In-place precis::div.
+  /// In-place precis::div (the rules of operator+=: dividing an integer tensor is a DTypeError).
   Tensor& operator/=(const Tensor& other);
+  /// In-place precis::add of a scalar (`x += 0.5`; the rules of operator+=).
+  Tensor& operator+=(Scalar other);
+  /// In-place precis::sub of a scalar.
+  Tensor& operator-=(Scalar other);
+  /// In-place precis::mul by a scalar.
+  Tensor& operator*=(Scalar other);
+  /// In-place precis::div by a scalar.
+  Tensor& operator/=(Scalar other);
 
   /// Printable form: values (summarised when large), shape, dtype, device, grad_fn.
   std::string str() const;

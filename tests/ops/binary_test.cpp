@@ -509,3 +509,33 @@ std::vector<GradCase> binary_grad_cases() {
 const bool kBinaryCases = register_grad_cases(binary_grad_cases());
 
 }  // namespace
+
+TEST_CASE("compound assignment: tensor or scalar operands, PyTorch's in-place dtype rule", "[ops][binary]") {
+  Tensor x = from_vector<float>({1.0f, 2.0f, 3.0f});
+  x += 0.5;
+  x *= from_vector<float>({2.0f, 2.0f, 2.0f});
+  x -= 1;
+  x /= 2.0;
+  CHECK(x.to_vector<float>() == std::vector<float>{1.0f, 2.0f, 3.0f});
+  // A wider floating result is rounded into the tensor's dtype.
+  Tensor h = from_vector<float>({1.0f, 2.0f}).to(DType::bf16);
+  h += from_vector<double>({0.5, 0.25});
+  CHECK(h.dtype() == DType::bf16);
+  CHECK(h.to(DType::f32).to_vector<float>() == std::vector<float>{1.5f, 2.25f});
+  // A floating result into an integer tensor (or a number into a bool one) used to be truncated
+  // silently; PyTorch refuses it, and so does precis, leaving the tensor as it was.
+  Tensor c = zeros({3}, {.dtype = DType::i64});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(c += from_vector<float>({0.5f, 1.7f, -2.5f}), DTypeError, "operator+=", "f32",
+                                 "[3] i64", "x.to(DType::f32)");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(c /= 2, DTypeError, "operator/=", "f32");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(c *= 1.5, DTypeError, "operator*=");
+  CHECK(c.to_vector<int64_t>() == std::vector<int64_t>{0, 0, 0});
+  c += 2;
+  c *= from_vector<int64_t>({1, 2, 3});
+  CHECK(c.to_vector<int64_t>() == std::vector<int64_t>{2, 4, 6});
+  Tensor flags = zeros({2}, {.dtype = DType::boolean});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(flags += 1, DTypeError, "operator+=", "bool");
+  // On a tensor that requires grad, the error names the operator the user wrote.
+  Tensor w = ones({2}).requires_grad_();
+  PRECIS_REQUIRE_THROWS_WITH_ALL(w -= ones({2}), StateError, "operator-=", "NoGradGuard");
+}
