@@ -1,5 +1,6 @@
 #include "optim/clip_grad.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -83,11 +84,14 @@ void check_finite(const GradList& l, const std::vector<Tensor>& params, const Te
 }
 
 /// The clip itself, on the gradients' device: total norm from the power sums, then the scaling
-/// when it is finite and above max_norm. Returns the total (0-d f32 on that device).
+/// when it is finite and above max_norm. Returns the total (0-d on that device: f64 when every
+/// gradient is f64, else f32).
 Tensor clip_with(const GradList& l, const Tensor& sums, double norm_type, double max_norm) {
   if (l.grads.empty()) return scalar_tensor(0.0, {.dtype = DType::f32});
   NoGradGuard no_grad;
-  Tensor total = empty({}, {.dtype = DType::f32, .device = l.device});
+  const bool all_f64 =
+      std::all_of(l.grads.begin(), l.grads.end(), [](const Tensor& g) { return g.dtype() == DType::f64; });
+  Tensor total = empty({}, {.dtype = all_f64 ? DType::f64 : DType::f32, .device = l.device});
   list_kernel<kernels::ClipGradNormKernel>(OpId::clip_grad_norm, l.device)(l.grads, sums, norm_type, max_norm, total);
   finish_in_place(l);
   return total;

@@ -18,9 +18,11 @@ namespace precis::optim {
 
 /// Scales the gradients of `params` in place so that their total `norm_type`-norm (over all
 /// gradients together, as if concatenated) is at most max_norm: when total > max_norm each
-/// gradient is multiplied by max_norm / (total + 1e-6). norm_type > 0, or INFINITY for the max
-/// norm. Parameters without a gradient are ignored. Returns the total norm before clipping as a
-/// 0-d f32 tensor on the gradients' device (0 when no parameter has a gradient).
+/// gradient is multiplied by max_norm / (total + 1e-6), formed as PyTorch forms it: in f64 for f64
+/// gradients, in f32 for the others. norm_type > 0, or INFINITY for the max norm. Parameters
+/// without a gradient are ignored. Returns the total norm before clipping as a 0-d tensor on the
+/// gradients' device: f64 when every gradient is f64 (as PyTorch's), else f32 (0 when no
+/// parameter has a gradient).
 /// Per-tensor norms accumulate in f64 in one pass over each gradient, in a fixed order (the result
 /// does not depend on the thread count). Gradients may be f32, f64, f16 or bf16.
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,

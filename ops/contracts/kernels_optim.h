@@ -52,9 +52,10 @@ using AdamStepKernel = void(const std::vector<AdamParam>& params, const AdamHype
 using GradNormKernel = void(const std::vector<Tensor>& grads, double norm_type, const Tensor& out);
 
 /// The clip of clip_grad_norm_, decided on the device:
-///   total = norm_root(combine of power_sums[0 .. n), in order)      written to total_out (0-d f32)
-///   coef  = clip_coefficient(total, max_norm)
-///   if clip_scales(total, coef): every grads[i] *= coef, in its compute type, in place.
+///   total = norm_root(combine of power_sums[0 .. n), in order)      written to total_out (0-d f32,
+///           or f64 when every gradient is f64)
+///   coef  = clip_coefficient<A>(total, max_norm): A = double for f64 gradients, float otherwise
+///   if clip_scales(total, coef): grads[i] *= coef (its A), in its compute type, in place.
 /// power_sums: 1-D f32/f64 of grads.size() entries on the gradients' device (from GradNormKernel,
 /// or the loss scaler's squared norms with norm_type 2). grads as GradNormKernel. Looked up by
 /// f32; registered under every floating dtype.

@@ -85,7 +85,8 @@ void grad_norms_kernel(const std::vector<Tensor>& grads, double norm_type, const
 }
 
 /// Multiplies g by coef in g's compute type, in place. g: (numel,).
-void scale_grad(const Tensor& g, float coef) {
+template <typename A>
+void scale_grad(const Tensor& g, A coef) {
   visit_floating_dtype(g.dtype(), [&]<typename T>() {
     using C = opmath_t<T>;
     T* data = static_cast<T*>(g.data_ptr());
@@ -102,7 +103,7 @@ void clip_grad_norm_kernel(const std::vector<Tensor>& grads, const Tensor& power
   kernels::check_grad_list("clip_grad_norm", grads, device);
   kernels::check_vector_arg("clip_grad_norm", "power_sums", power_sums, static_cast<int64_t>(grads.size()), false,
                             device);
-  kernels::check_total_out("clip_grad_norm", total_out, device);
+  kernels::check_total_out("clip_grad_norm", total_out, device, /*allow_f64=*/true);
   const NormKind kind = kernels::norm_kind(norm_type);
   double acc = 0.0;
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -112,10 +113,20 @@ void clip_grad_norm_kernel(const std::vector<Tensor>& grads, const Tensor& power
     acc = kernels::norm_combine(acc, v, kind);
   }
   const double total = kernels::norm_root(acc, kind, norm_type);
-  *total_out.data_ptr<float>() = static_cast<float>(total);
-  const float coef = kernels::clip_coefficient(total, max_norm);
-  if (!kernels::clip_scales(total, coef)) return;
-  for (const Tensor& g : grads) scale_grad(g, coef);
+  if (total_out.dtype() == DType::f64)
+    *total_out.data_ptr<double>() = total;
+  else
+    *total_out.data_ptr<float>() = static_cast<float>(total);
+  // Each gradient by the factor of its own kind: f64 ones in f64, the others PyTorch's f32.
+  const float coef = kernels::clip_coefficient<float>(total, max_norm);
+  const double coef64 = kernels::clip_coefficient<double>(total, max_norm);
+  for (const Tensor& g : grads) {
+    if (g.dtype() == DType::f64) {
+      if (kernels::clip_scales(total, coef64)) scale_grad(g, coef64);
+    } else if (kernels::clip_scales(total, coef)) {
+      scale_grad(g, coef);
+    }
+  }
 }
 
 void clip_grad_value_kernel(const std::vector<Tensor>& grads, double clip_value) {

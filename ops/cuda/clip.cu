@@ -98,10 +98,12 @@ __global__ void __launch_bounds__(kFinishThreads)
 }
 
 // One thread: the total norm from the power sums, in order (as the CPU kernel), and the clip
-// decision: coef[0] = the factor, coef[1] = 1 when the gradients are to be scaled, else 0.
+// decisions: coef[0] = the f32 factor, coef[1] = 1 when the f32/f16/bf16 gradients are to be
+// scaled, else 0; coef[2], coef[3] the same for the f64 gradients (their factor is f64).
+// total_out: float, or double when total_f64.
 template <typename S>
 __global__ void clip_total_kernel(const S* __restrict__ sums, int count, NormKind kind, double p, double max_norm,
-                                  float* __restrict__ total_out, float* __restrict__ coef) {
+                                  void* __restrict__ total_out, bool total_f64, double* __restrict__ coef) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double acc = 0.0;
   for (int i = 0; i < count; ++i) {
@@ -110,18 +112,26 @@ __global__ void clip_total_kernel(const S* __restrict__ sums, int count, NormKin
     acc = kernels::norm_combine(acc, v, kind);
   }
   const double total = kernels::norm_root(acc, kind, p);
-  *total_out = static_cast<float>(total);
-  const float c = kernels::clip_coefficient(total, max_norm);
-  coef[0] = c;
-  coef[1] = kernels::clip_scales(total, c) ? 1.0f : 0.0f;
+  if (total_f64)
+    *static_cast<double*>(total_out) = total;
+  else
+    *static_cast<float*>(total_out) = static_cast<float>(total);
+  const float c = kernels::clip_coefficient<float>(total, max_norm);
+  coef[0] = static_cast<double>(c);
+  coef[1] = kernels::clip_scales(total, c) ? 1.0 : 0.0;
+  const double c64 = kernels::clip_coefficient<double>(total, max_norm);
+  coef[2] = c64;
+  coef[3] = kernels::clip_scales(total, c64) ? 1.0 : 0.0;
 }
 
-// g *= coef[0] in g's compute type, when coef[1] says so. g: (numel,), one chunk per block.
+// g *= its factor (coef[0], or coef[2] for f64) in g's compute type, when coef[1] (coef[3]) says
+// so. g: (numel,), one chunk per block.
 template <typename T>
-__global__ void __launch_bounds__(kClipThreads) clip_scale_kernel(const LaunchArgs a, const float* __restrict__ coef) {
+__global__ void __launch_bounds__(kClipThreads) clip_scale_kernel(const LaunchArgs a, const double* __restrict__ coef) {
   using C = opmath_t<T>;
-  if (coef[1] == 0.0f) return;
-  const C c = static_cast<C>(coef[0]);
+  constexpr int k = std::is_same_v<T, double> ? 2 : 0;
+  if (coef[k + 1] == 0.0) return;
+  const C c = static_cast<C>(coef[k]);  // exact: coef[0] holds a float
   const TensorArg& t = a.t[a.block_tensor[blockIdx.x]];
   const ChunkRange r = chunk_range(a, t);
   T* g = static_cast<T*>(t.data);
@@ -209,14 +219,14 @@ void launch_grad_norms(const GradBuffer* grads, int count, kernels::NormKind kin
 }
 
 void launch_clip_grad_norm(const GradBuffer* grads, int count, const void* power_sums, bool sums_f64,
-                           kernels::NormKind kind, double p, double max_norm, float* total_out, float* coef,
-                           cudaStream_t stream) {
+                           kernels::NormKind kind, double p, double max_norm, void* total_out, bool total_f64,
+                           double* coef, cudaStream_t stream) {
   if (sums_f64) {
     clip_total_kernel<double><<<1, 1, 0, stream>>>(static_cast<const double*>(power_sums), count, kind, p, max_norm,
-                                                   total_out, coef);
+                                                   total_out, total_f64, coef);
   } else {
     clip_total_kernel<float><<<1, 1, 0, stream>>>(static_cast<const float*>(power_sums), count, kind, p, max_norm,
-                                                  total_out, coef);
+                                                  total_out, total_f64, coef);
   }
   PRECIS_CUDA_CHECK(cudaGetLastError(), "launching the clip_grad_norm total kernel (", count, " gradients)");
   for (DType dt : kFloating) {

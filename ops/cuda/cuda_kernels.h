@@ -166,11 +166,12 @@ size_t grad_norms_scratch_bytes(const GradBuffer* grads, int count);
 void launch_grad_norms(const GradBuffer* grads, int count, kernels::NormKind kind, double p, double* out,
                        void* scratch, cudaStream_t stream);
 /// The clip of clip_grad_norm (ops/contracts/kernels_optim.h): the total norm from `count` power sums
-/// (f64 or f32, device) into *total_out (f32), then every gradient scaled in place by
-/// clip_coefficient when clip_scales, decided on the device. coef: 2 floats of device scratch.
+/// (f64 or f32, device) into *total_out (a float, or a double when total_f64), then every gradient
+/// scaled in place by clip_coefficient (f64 for f64 gradients) when clip_scales, decided on the
+/// device. coef: 4 doubles of device scratch.
 void launch_clip_grad_norm(const GradBuffer* grads, int count, const void* power_sums, bool sums_f64,
-                           kernels::NormKind kind, double p, double max_norm, float* total_out, float* coef,
-                           cudaStream_t stream);
+                           kernels::NormKind kind, double p, double max_norm, void* total_out, bool total_f64,
+                           double* coef, cudaStream_t stream);
 /// Every gradient element clamped to [-clip_value, clip_value] in place (NaN stays).
 void launch_clip_grad_value(const GradBuffer* grads, int count, double clip_value, cudaStream_t stream);
 

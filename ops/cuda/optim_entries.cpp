@@ -81,20 +81,21 @@ void grad_norms_kernel(const std::vector<Tensor>& grads, double norm_type, const
                     out.data_ptr<double>(), scratch.data_ptr(), device_stream(dev.index));
 }
 
-// grads as grad_norms_kernel; power_sums: (n,) f32/f64; total_out: 0-d f32; all on one device.
+// grads as grad_norms_kernel; power_sums: (n,) f32/f64; total_out: 0-d f32 or f64; all on one device.
 void clip_grad_norm_kernel(const std::vector<Tensor>& grads, const Tensor& power_sums, double norm_type,
                            double max_norm, const Tensor& total_out) {
   const Device dev = device_of("clip_grad_norm", total_out);
   kernels::check_grad_list("clip_grad_norm", grads, dev);
   kernels::check_vector_arg("clip_grad_norm", "power_sums", power_sums, static_cast<int64_t>(grads.size()), false,
                             dev);
-  kernels::check_total_out("clip_grad_norm", total_out, dev);
+  kernels::check_total_out("clip_grad_norm", total_out, dev, /*allow_f64=*/true);
   const std::vector<GradBuffer> args = grad_buffers(grads);
   DeviceGuard guard(dev.index);
-  Tensor coef = empty({2}, {.dtype = DType::f32, .device = dev});
+  Tensor coef = empty({4}, {.dtype = DType::f64, .device = dev});
   launch_clip_grad_norm(args.data(), static_cast<int>(args.size()), power_sums.data_ptr(),
                         power_sums.dtype() == DType::f64, kernels::norm_kind(norm_type), norm_type, max_norm,
-                        total_out.data_ptr<float>(), coef.data_ptr<float>(), device_stream(dev.index));
+                        total_out.data_ptr(), total_out.dtype() == DType::f64, coef.data_ptr<double>(),
+                        device_stream(dev.index));
 }
 
 void clip_grad_value_kernel(const std::vector<Tensor>& grads, double clip_value) {

@@ -137,11 +137,11 @@ void check_vector_arg(const char* op, const char* what, const Tensor& t, int64_t
   }
 }
 
-void check_total_out(const char* op, const Tensor& t, Device device) {
+void check_total_out(const char* op, const Tensor& t, Device device, bool allow_f64) {
   PRECIS_CHECK(t.defined(), op, ": total_out is undefined");
   PRECIS_CHECK_DEVICE(t.device() == device, op, ": total_out is ", t.describe(), "; expected a tensor on ", device.str());
-  PRECIS_CHECK_DTYPE(t.dtype() == DType::f32 && t.numel() == 1, op, ": total_out is ", t.describe(),
-                     "; expected one f32 value");
+  PRECIS_CHECK_DTYPE((t.dtype() == DType::f32 || (allow_f64 && t.dtype() == DType::f64)) && t.numel() == 1, op,
+                     ": total_out is ", t.describe(), allow_f64 ? "; expected one f32 or f64 value" : "; expected one f32 value");
 }
 
 }  // namespace precis::kernels

@@ -262,17 +262,21 @@ PRECIS_HD_INLINE double norm_root(double power_sum, NormKind k, double p) {
   return pow(power_sum, 1.0 / p);
 }
 
-/// The factor clip_grad_norm_ multiplies every gradient by, formed as PyTorch does in f32:
-/// max_norm · (1 / (total + 1e-6)) with the total norm rounded to f32. The gradients are scaled
-/// only when that f32 total is finite and the factor is below 1 (clip_scales); otherwise they
-/// keep their bits. (A total finite in f64 but past f32's range is inf as the factor sees it, and
-/// gave a factor of 0: every gradient zeroed, the step applied.)
-PRECIS_HD_INLINE float clip_coefficient(double total, double max_norm) {
-  return static_cast<float>(max_norm) * (1.0f / (static_cast<float>(total) + 1e-6f));
+/// The factor clip_grad_norm_ multiplies a gradient by, formed as PyTorch does in the norm's
+/// dtype: max_norm · (1 / (total + 1e-6)) with the total norm rounded to A — f32 (A = float) for
+/// f32, f16 and bf16 gradients, f64 (A = double) for f64 ones (PyTorch's total norm of f64
+/// gradients is f64; an f32 factor moved f64 runs off their reference by ~1e-8 a clipped step).
+/// A gradient is scaled only when that total is finite in A and the factor is below 1
+/// (clip_scales); otherwise it keeps its bits. (A total finite in f64 but past f32's range is inf
+/// as the f32 factor sees it, and gave a factor of 0: every gradient zeroed, the step applied.)
+template <typename A = float>
+PRECIS_HD_INLINE A clip_coefficient(double total, double max_norm) {
+  return static_cast<A>(max_norm) * (A(1) / (static_cast<A>(total) + static_cast<A>(1e-6)));
 }
-PRECIS_HD_INLINE bool clip_scales(double total, float coef) {
-  const float t = static_cast<float>(total);
-  return t - t == 0.0f && coef < 1.0f;  // finite: inf - inf and NaN - NaN are NaN
+template <typename A>
+PRECIS_HD_INLINE bool clip_scales(double total, A coef) {
+  const A t = static_cast<A>(total);
+  return t - t == A(0) && coef < A(1);  // finite: inf - inf and NaN - NaN are NaN
 }
 
 /// x clamped to [-hi, hi]; NaN stays NaN (it compares false both ways).

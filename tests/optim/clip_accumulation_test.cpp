@@ -72,6 +72,25 @@ TEST_CASE("clip_grad_norm_ computes 1-, 2-, 3- and inf-norms and scales when abo
   }
 }
 
+TEST_CASE("clip_grad_norm_ of f64 gradients works in f64, as PyTorch: the total and the factor", "[optim][clip]") {
+  // PyTorch 2.15: clip_grad_norm_ of the f64 gradient {3, 4 + 1e-12} to 1 returns the f64 total
+  // 5.0000000000008 and leaves {0.599999879999928, 0.799999840000104} (f32 factor: 0.59999987483...).
+  Tensor p = zeros({2}, {.dtype = DType::f64}).requires_grad_();
+  p.set_grad(from_vector<double>({3.0, 4.0 + 1e-12}));
+  const Tensor total = optim::clip_grad_norm_({p}, 1.0);
+  REQUIRE(total.dtype() == DType::f64);
+  CHECK(std::abs(total.item<double>() - 5.0000000000008) <= 1e-15);
+  const std::vector<double> g = p.grad().to_vector<double>();
+  CHECK(std::abs(g[0] - 0.599999879999928) <= 1e-15);
+  CHECK(std::abs(g[1] - 0.799999840000104) <= 1e-15);
+  // Beside an f32 gradient the total is f32, and each gradient keeps its own kind of factor.
+  Tensor q = zeros({1}).requires_grad_();
+  q.set_grad(from_vector<float>({0.0f}));
+  p.set_grad(from_vector<double>({3.0, 4.0 + 1e-12}));
+  CHECK(optim::clip_grad_norm_({p, q}, 1.0).dtype() == DType::f32);
+  CHECK(std::abs(p.grad().to_vector<double>()[0] - 0.599999879999928) <= 1e-15);
+}
+
 TEST_CASE("clip_grad_norm_ leaves gradients below max_norm untouched", "[optim][clip]") {
   Setup s;
   const Tensor g0 = s.params[1].grad().clone();

@@ -280,8 +280,10 @@ TEST_CASE("grad_norms rejects bad outputs and gradients", "[ops][optim_kernels]"
 
 // ---- clip_grad_norm / clip_grad_value --------------------------------------------------------------
 
-TEST_CASE("clip_grad_norm scales every gradient by PyTorch's f32 coefficient in its compute type",
+TEST_CASE("clip_grad_norm scales every gradient by PyTorch's coefficient in its compute type",
           "[ops][optim_kernels]") {
+  // PyTorch forms the coefficient in the norm's dtype: f32 for f32/f16/bf16 gradients, f64 for
+  // f64 ones (which an f32 coefficient moved off their f64 reference by ~1e-8 a clipped step).
   auto clip = kernel<ClipGradNormKernel>(OpId::clip_grad_norm, DeviceType::cpu, DType::f32);
   const std::vector<Tensor> originals = norm_grads();
   double sq = 0;
@@ -297,13 +299,14 @@ TEST_CASE("clip_grad_norm scales every gradient by PyTorch's f32 coefficient in 
   clip(grads, from_vector<double>(sums), 2.0, total / 4, total_out);
   CHECK(total_out.item<float>() == static_cast<float>(total));
   const float coef = static_cast<float>(total / 4) * (1.0f / (static_cast<float>(total) + 1e-6f));
+  const double coef64 = (total / 4) * (1.0 / (total + 1e-6));
   for (size_t i = 0; i < grads.size(); ++i) {
     INFO(grads[i].describe());
     const auto before = values(originals[i]);
     const auto after = values(grads[i]);
     for (size_t k = 0; k < before.size(); ++k) {
       double want;
-      if (grads[i].dtype() == DType::f64) want = before[k] * static_cast<double>(coef);
+      if (grads[i].dtype() == DType::f64) want = before[k] * coef64;
       else want = static_cast<float>(static_cast<float>(before[k]) * coef);  // fp32 product
       // ... then rounded once to the gradient's dtype.
       want = scalar_tensor(want, {.dtype = DType::f64}).to(grads[i].dtype()).item<double>();
@@ -315,6 +318,10 @@ TEST_CASE("clip_grad_norm scales every gradient by PyTorch's f32 coefficient in 
   for (const Tensor& g : originals) again.push_back(g.clone());
   clip(again, from_vector<double>(sums).to(DType::f32), 2.0, total * 2, total_out);
   for (size_t i = 0; i < again.size(); ++i) CHECK(values(again[i]) == values(originals[i]));
+  // An f64 total_out (what clip_grad_norm_ passes when every gradient is f64) gets the total in f64.
+  Tensor total64 = zeros({}, {.dtype = DType::f64});
+  clip(again, from_vector<double>(sums), 2.0, total * 2, total64);
+  CHECK(total64.item<double>() == total);
 }
 
 TEST_CASE("clip_grad_norm leaves gradients alone for a non-finite or invalid total", "[ops][optim_kernels]") {
@@ -331,8 +338,8 @@ TEST_CASE("clip_grad_norm leaves gradients alone for a non-finite or invalid tot
   const Tensor g = zeros({3});
   PRECIS_REQUIRE_THROWS_WITH_ALL(clip({g}, from_vector<double>({1.0, 2.0}), 2.0, 1.0, zeros({})), ShapeError,
                                  "clip_grad_norm", "power_sums", "1 entries");
-  PRECIS_REQUIRE_THROWS_WITH_ALL(clip({g}, from_vector<double>({1.0}), 2.0, 1.0, zeros({}, {.dtype = DType::f64})),
-                                 DTypeError, "clip_grad_norm", "total_out", "f32");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(clip({g}, from_vector<double>({1.0}), 2.0, 1.0, zeros({}, {.dtype = DType::f16})),
+                                 DTypeError, "clip_grad_norm", "total_out", "f32 or f64");
 }
 
 TEST_CASE("clip_grad_value clamps in the compute type, in-range elements keep their bits", "[ops][optim_kernels]") {

@@ -305,6 +305,12 @@ TEST_CASE("clip_coefficient is PyTorch's f32 formula and clip_scales refuses non
   // an inf total, rather than every gradient zeroed beside a reported norm of inf.
   CHECK(clip_coefficient(1e300, 1.0) == 0.0f);
   CHECK_FALSE(clip_scales(1e300, clip_coefficient(1e300, 1.0)));
+  // f64 gradients' factor: the same formula in f64, where such a total is finite.
+  const double c64 = clip_coefficient<double>(10.0 + 1e-12, 1.0);
+  CHECK(c64 == 1.0 * (1.0 / (10.0 + 1e-12 + 1e-6)));
+  CHECK(c64 != static_cast<double>(clip_coefficient<float>(10.0 + 1e-12, 1.0)));
+  CHECK(clip_scales(1e300, clip_coefficient<double>(1e300, 1.0)));
+  CHECK_FALSE(clip_scales(kInf, clip_coefficient<double>(kInf, 1.0)));
 }
 
 TEST_CASE("clip_value_element clamps both sides and keeps NaN", "[ops][opmath]") {
