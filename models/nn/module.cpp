@@ -447,7 +447,9 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
     PRECIS_CHECK(false, msg.str());
   }
   NoGradGuard no_grad;
-  for (const auto& [k, t] : own) {
+  // In module order, as PyTorch copies: a tied tensor whose names hold different values in the
+  // dict ends with the value of its last name in that order (name order would pick another).
+  for (const auto& [k, t] : state_entries()) {
     auto it = dict.find(k);
     if (it == dict.end()) continue;
     Tensor dst = t;

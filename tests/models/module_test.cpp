@@ -318,6 +318,13 @@ TEST_CASE("module: tied tensors stay tied through to() and clone()", "[models]")
   StateDict sd = t.state_dict();
   sd.erase("dec.weight");
   CHECK(c->load_state_dict(sd).ok());
+  // Names of a tied tensor holding different values: the last name in module order wins, as
+  // PyTorch copies module by module (name order made emb.weight win over dec.weight here).
+  StateDict both = t.state_dict();
+  both["emb.weight"] = full({5, 3}, 1.0, {.dtype = DType::f16});
+  both["dec.weight"] = full({5, 3}, 2.0, {.dtype = DType::f16});
+  CHECK(c->load_state_dict(both).ok());
+  CHECK(c->emb_->weight.to(DType::f32).to_vector<float>() == std::vector<float>(15, 2.0f));
 }
 
 TEST_CASE("module: train/eval switches BatchNorm and Dropout", "[models]") {
