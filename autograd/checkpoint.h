@@ -19,7 +19,11 @@
 // tensors it captures, must not modify them in place (CheckpointError), and must not change
 // them between forward and backward (CheckpointError at backward: pass tensors that change, such
 // as a reused input buffer, as arguments so their versions are checked). Tensors it captures that
-// do not require grad are read again at backward as they are then. docs/checkpointing.md.
+// do not require grad are read again at backward as they are then. `fn` itself is kept and called
+// again at backward (unlike Python's closures, C++ references keep nothing alive): whatever it
+// captures by reference must outlive the backward — modules and members do; a local of the
+// function that called checkpoint does not, so capture such a local by value or pass it as an
+// argument. docs/checkpointing.md.
 #include <concepts>
 #include <cstdint>
 #include <functional>
