@@ -24,8 +24,8 @@ void check_params(const std::string& optimizer, const std::vector<std::vector<Te
       PRECIS_CHECK(p.defined(), optimizer, ": parameter ", i, " of group ", g, " is an undefined tensor");
       PRECIS_CHECK_DTYPE(p.is_floating_point(), optimizer, ": parameter ", i, " of group ", g, " is ", p.describe(),
                          "; only floating tensors (f32, f64, f16, bf16) can be optimized");
-      PRECIS_CHECK(p.requires_grad(), optimizer, ": parameter ", i, " of group ", g, " (", p.describe(),
-                   ") does not require grad; call requires_grad_() on it or leave it out");
+      // One that does not require grad (a frozen layer of model.parameters()) is accepted, as in
+      // PyTorch: it has no gradient, so steps skip it until it is unfrozen.
       PRECIS_CHECK(p.is_leaf(), optimizer, ": parameter ", i, " of group ", g, " (", p.describe(),
                    ") is not a leaf tensor (it was computed by an op); optimize the leaf it came from, or "
                    "detach() it and call requires_grad_()");

@@ -280,7 +280,6 @@ TEST_CASE("Adam warns when eps vanishes in its fp32 state", "[optim][warning]") 
 TEST_CASE("optimizers reject bad parameters and options", "[optim][errors]") {
   Tensor w = ones({2}).requires_grad_();
   PRECIS_REQUIRE_THROWS_WITH_ALL(SGD(std::vector<Tensor>{}), ValueError, "SGD", "empty parameter list");
-  PRECIS_REQUIRE_THROWS_WITH_ALL(SGD({ones({2})}), ValueError, "SGD", "does not require grad", "[2] f32 cpu");
   PRECIS_REQUIRE_THROWS_WITH_ALL(SGD({w * 2.0}), ValueError, "not a leaf");
   PRECIS_REQUIRE_THROWS_WITH_ALL(SGD({ones({2}, {.dtype = DType::i64})}), DTypeError, "floating");
   PRECIS_REQUIRE_THROWS_WITH_ALL(SGD({w, w}), ValueError, "more than once");
@@ -301,4 +300,22 @@ TEST_CASE("optimizers reject bad parameters and options", "[optim][errors]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(opt.step({.grad_scale = scalar_tensor(2.0, {.dtype = DType::f64})}), DTypeError,
                                  "grad_scale", "f32");
   PRECIS_REQUIRE_THROWS_WITH_ALL(opt.step({.found_inf = zeros({2})}), ShapeError, "found_inf", "one value");
+}
+
+TEST_CASE("a frozen parameter is accepted and skipped until it is unfrozen, as in PyTorch", "[optim]") {
+  // Fine-tuning passes model.parameters() with a frozen backbone: PyTorch's optimizers take them.
+  Tensor frozen = ones({2}), w = ones({2}).requires_grad_();
+  SGD sgd({frozen, w}, {.lr = 0.5, .momentum = 0.9});
+  AdamW adamw({frozen.detach().clone(), w.detach().clone().requires_grad_()}, {.lr = 0.1});
+  w.set_grad(ones({2}));
+  sgd.step();
+  CHECK(frozen.to_vector<float>() == std::vector<float>{1.0f, 1.0f});
+  CHECK(w.to_vector<float>() == std::vector<float>{0.5f, 0.5f});
+  CHECK_FALSE(sgd.state(frozen, "momentum_buffer").defined());
+  frozen.requires_grad_();  // unfrozen: stepped from now on
+  frozen.set_grad(ones({2}));
+  sgd.step();
+  CHECK(frozen.to_vector<float>() == std::vector<float>{0.5f, 0.5f});
+  adamw.step();  // no gradient anywhere: nothing moves, nothing throws
+  CHECK(adamw.parameters()[0].to_vector<float>() == std::vector<float>{1.0f, 1.0f});
 }
