@@ -37,6 +37,7 @@
 #include <unordered_map>
 
 #include "amp/audit.h"
+#include "core/warning.h"
 #include "autograd/grad_mode.h"
 #include "ops/detail/broadcast.h"
 #include "ops/precision.h"
@@ -332,6 +333,16 @@ Tensor cast_for(Category c, const Tensor& t, DType widest, DeviceType device) {
 namespace {
 
 // Casts an op's inputs as its category says, when autocast is on for their device. `widest` is the
+// Once per process: an op autocast would run in low precision ran on CUDA tensors while autocast
+// was enabled for the CPU only.
+void warn_autocast_on_cpu_only() {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  warn("amp::Autocast is enabled for the CPU only, and an op it would run in low precision ran on CUDA tensors, "
+       "in their own dtype. Autocast's device type defaults to the CPU; for a model on a GPU write "
+       "amp::Autocast(DType::f16, DeviceType::cuda) (or DType::bf16)");
+}
+
 // Promote dtype: ops' result_type for single ops, plain promotion over the floating inputs for list
 // ops (cat, stack), as before the hook existed. With keep_first_narrow (an op whose kernel widens
 // its first input itself, PrecisionPolicy::apply_widening_in_kernel), an f16/bf16 first input that
@@ -353,7 +364,14 @@ bool cast_inputs(std::span<Tensor> inputs, bool list_op, bool keep_first_narrow,
     if (list_op) widest = found ? promote_types(widest, t.dtype()) : t.dtype();
     found = true;
   }
-  if (!found || !is_autocast_enabled(device)) return false;
+  if (!found) return false;
+  if (!is_autocast_enabled(device)) {
+    // Autocast is on for another device type only (any_autocast_enabled): `Autocast(DType::bf16)`
+    // means the CPU, so a GPU model under it silently stays in fp32. Said once per process. (The
+    // other way round is deliberate: host-side work inside a GPU region.)
+    if (device == DeviceType::cuda && category_of(device) == Category::Lower) warn_autocast_on_cpu_only();
+    return false;
+  }
   const Category c = category_of(device);
   if (c == Category::Banned) banned();
   if (c == Category::Passthrough) return false;

@@ -41,7 +41,9 @@ struct AutocastOptions {
 class Autocast {
  public:
   /// Autocast to `dtype` (f16 or bf16, DTypeError otherwise, even when disabled) for ops on
-  /// `device_type`, with the weight cache on. Note the argument order differs from torch.autocast's.
+  /// `device_type`, with the weight cache on. Note the argument order differs from torch.autocast's,
+  /// and device_type defaults to the CPU: a GPU model needs DeviceType::cuda (an op autocast would
+  /// lower that runs on CUDA tensors under a CPU-only region warns once per process).
   explicit Autocast(DType dtype, DeviceType device_type = DeviceType::cpu, bool enabled = true);
   /// The region `options` describes (DTypeError unless options.dtype is f16 or bf16).
   explicit Autocast(const AutocastOptions& options);

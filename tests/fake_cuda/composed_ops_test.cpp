@@ -2,6 +2,7 @@
 // (tests/support/fake_cuda/cpu_only_ops.h), on the fake device, where they run as on a GPU: what
 // they give must be what the fused paths give on the CPU.
 #include <algorithm>
+#include <string>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -113,4 +114,26 @@ TEST_CASE("linear_gelu's composed path is one linear_gelu call for a selective c
     INFO("gradient " << i << " (x, w1, b1, w2)");
     CHECK(max(abs(dev_grads[i] - cpu_grads[i])).item<float>() <= 1e-5f * (1.0f + max(abs(cpu_grads[i])).item<float>()));
   }
+}
+
+TEST_CASE("autocast enabled for the CPU only warns once when a GPU op would have been lowered") {
+  require_fake_device();
+  // amp::Autocast(DType::bf16) means the CPU (the default device type): a model on a GPU under it
+  // computes in fp32, which PyTorch's explicit device_type makes visible and precis now says.
+  std::vector<std::string> seen;
+  WarningHandler old = set_warning_handler([&](const std::string& m) { seen.push_back(m); });
+  const Tensor x = randn({4, 8}).to(kDev), w = randn({6, 8}).to(kDev);
+  {
+    amp::Autocast cpu_only(DType::bf16);
+    CHECK(linear(x, w).dtype() == DType::f32);  // not lowered: autocast is not on for cuda
+    (void)matmul(x, w.t());
+    (void)linear(x.to(Device::cpu()), w.to(Device::cpu()));  // the CPU op is lowered, no warning
+  }
+  {
+    amp::Autocast gpu(DType::f16, DeviceType::cuda);  // host work inside a GPU region: no warning
+    (void)linear(x.to(Device::cpu()), w.to(Device::cpu()));
+  }
+  set_warning_handler(old);
+  REQUIRE(seen.size() == 1);  // once per process (ctest runs each test case in its own)
+  CHECK(seen[0].find("DeviceType::cuda") != std::string::npos);
 }
