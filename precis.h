@@ -4,6 +4,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/function.h"
+#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
 #include "core/cuda_graph.h"

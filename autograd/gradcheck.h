@@ -7,20 +7,22 @@
 
 namespace precis::autograd {
 
+/// Options of gradcheck (torch.autograd.gradcheck's names where it has them).
 struct GradcheckOptions {
-  double eps = 1e-6;      // central-difference step
-  double atol = 1e-5;
-  double rtol = 1e-3;
+  double eps = 1e-6;   ///< central-difference step
+  double atol = 1e-5;  ///< absolute tolerance of |analytic − numeric|
+  double rtol = 1e-3;  ///< relative tolerance, times |numeric|
   /// Inputs with more elements than this are checked along random directions instead of the
   /// full Jacobian.
   int64_t full_jacobian_max_numel = 256;
-  int num_random_directions = 8;
-  uint64_t seed = 0;
+  int num_random_directions = 8;  ///< directions per large input
+  uint64_t seed = 0;               ///< seeds the directions and the output weighting
 };
 
+/// What gradcheck found.
 struct GradcheckResult {
-  bool ok = true;
-  std::string message;  // the first mismatch: input, element, analytic vs numeric
+  bool ok = true;       ///< every checked gradient within tolerance
+  std::string message;  ///< the first mismatch: input, element, analytic vs numeric
 };
 
 /// Compares the analytic gradients of fn (through backward) with central differences, for every
