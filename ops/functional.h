@@ -152,6 +152,13 @@ ScaledFp8Cast scaled_fp8_cast(const Tensor& x, const Tensor& scale, DType fp8_dt
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 /// Stacks along a new dim; all shapes equal. Promote.
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+/// torch.split with one size: views of x along dim of split_size elements each, the last one
+/// shorter when split_size does not divide the dim (one view of an empty dim). split_size > 0
+/// (ValueError; 0 only for an empty dim, as PyTorch). Gradients flow to x as through narrow.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+/// torch.chunk: at most `chunks` views of x along dim, each ceil(size / chunks) long but the last
+/// (so fewer than `chunks` when the size does not allow them all, as PyTorch). chunks > 0.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 /// Rows of x along dim picked by index (1-D, i64 or i32). Passthrough.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0, etc. index: i64, same ndim. Passthrough.

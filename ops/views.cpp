@@ -270,4 +270,26 @@ Tensor Tensor::contiguous() const {
   return is_contiguous() ? *this : clone();
 }
 
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t d) {
+  require_defined("split", x);
+  PRECIS_CHECK_INDEX(x.dim() > 0, "split: cannot split a 0-d tensor ", x.describe());
+  const int64_t w = wrap_dim(d, x.dim(), "split", x);
+  const int64_t n = x.size(w);
+  PRECIS_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be > 0 (0 only for an empty ",
+               "dim), got ", split_size, " for dim ", w, " of a tensor ", x.describe());
+  if (n == 0) return {x.narrow(w, 0, 0)};
+  std::vector<Tensor> out;
+  out.reserve(static_cast<size_t>((n + split_size - 1) / split_size));
+  for (int64_t start = 0; start < n; start += split_size) out.push_back(x.narrow(w, start, std::min(split_size, n - start)));
+  return out;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t d) {
+  require_defined("chunk", x);
+  PRECIS_CHECK(chunks > 0, "chunk: chunks must be > 0, got ", chunks, " for a tensor ", x.describe());
+  PRECIS_CHECK_INDEX(x.dim() > 0, "chunk: cannot chunk a 0-d tensor ", x.describe());
+  const int64_t n = x.size(wrap_dim(d, x.dim(), "chunk", x));
+  return split(x, n == 0 ? 0 : (n + chunks - 1) / chunks, d);
+}
+
 }  // namespace precis

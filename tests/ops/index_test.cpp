@@ -326,3 +326,24 @@ static const bool kIndexGradCases = register_grad_cases({
        return TensorList{scatter_add(x[0], 0, from_vector<int64_t>({2, 0, 2, 2, 1, 2}, {2, 3}), x[1])};
      }},
 });
+
+TEST_CASE("split and chunk: views along a dim with PyTorch's sizes, gradients through them", "[ops][index]") {
+  const Tensor x = arange(10.0).reshape({2, 5}).requires_grad_();
+  const std::vector<Tensor> s = split(x, 2, 1);
+  REQUIRE(s.size() == 3);
+  CHECK(s[0].sizes() == Shape{2, 2});
+  CHECK(s[2].sizes() == Shape{2, 1});
+  CHECK(s[1].to_vector<float>() == std::vector<float>{2, 3, 7, 8});
+  CHECK(s[1].data_ptr() == static_cast<const char*>(x.data_ptr()) + 2 * sizeof(float));  // a view
+  // torch.arange(5).chunk(4) gives three chunks of 2, 2, 1; arange(6).chunk(4) 2, 2, 2.
+  CHECK(chunk(arange(5.0), 4).size() == 3);
+  CHECK(chunk(arange(6.0), 4).size() == 3);
+  CHECK(chunk(x, 2, -1)[1].sizes() == Shape{2, 2});
+  CHECK(split(zeros({0, 3}), 2).size() == 1);  // an empty dim: one empty view
+  // Gradients flow back to the right elements.
+  sum(mul(s[1], 2.0)).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{0, 0, 2, 2, 0, 0, 0, 2, 2, 0});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(split(x, 0, 1), ValueError, "split", "split_size", "[2, 5]");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(chunk(x, 0), ValueError, "chunk", "chunks must be > 0");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(split(x, 2, 2), IndexError, "split");
+}
