@@ -409,4 +409,16 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   return detail::call<MaskedFill>({x}, mask, value);
 }
 
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
+  check_defined("clamp", x, "x");
+  PRECIS_CHECK(min || max, "clamp: give min, max or both (x ", x.describe(), ")");
+  Tensor out = x;
+  // le/ge: an element at a bound is refilled with its own value, so that (as PyTorch's clamp with
+  // scalar bounds) no gradient passes there.
+  if (min) out = masked_fill(out, le(x, *min), *min);
+  // After min, so that min > max leaves max everywhere (PyTorch's order).
+  if (max) out = masked_fill(out, ge(out, *max), *max);
+  return out;
+}
+
 }  // namespace precis

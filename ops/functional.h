@@ -67,6 +67,12 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
 /// x with `value` where mask (bool) is true; x and mask broadcast together (as torch.masked_fill).
 /// The value is converted to x's dtype. Passthrough.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+/// torch.clamp: x with elements below min set to min and above max set to max (either bound
+/// optional, at least one given; min > max gives max everywhere, as PyTorch). NaN stays NaN. The
+/// gradient passes where min < x < max, strictly (PyTorch's with scalar bounds; for a NaN element
+/// it passes too, where PyTorch's is 0). Bounds are converted to x's dtype. Composed of le/ge and
+/// masked_fill.
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 
 // ---- reductions -----------------------------------------------------------------------------
 // dims may be negative; an empty dims list reduces over every dim. Floating results accumulate in

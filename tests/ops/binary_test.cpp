@@ -539,3 +539,29 @@ TEST_CASE("compound assignment: tensor or scalar operands, PyTorch's in-place dt
   Tensor w = ones({2}).requires_grad_();
   PRECIS_REQUIRE_THROWS_WITH_ALL(w -= ones({2}), StateError, "operator-=", "NoGradGuard");
 }
+
+TEST_CASE("clamp: PyTorch's values and gradient, one-sided bounds, min > max, NaN", "[ops][binary]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = from_vector<float>({-2.0f, -1.0f, 0.0f, 0.5f, 1.0f, 3.0f}).requires_grad_();
+  const Tensor y = clamp(x, -1.0, 1.0);
+  CHECK(y.to_vector<float>() == std::vector<float>{-1.0f, -1.0f, 0.0f, 0.5f, 1.0f, 1.0f});
+  sum(mul(y, 3.0)).backward();
+  // Elements at a bound get no gradient, as torch.clamp's with scalar bounds (PyTorch 2.15:
+  // [0, 0, 3, 3, 0, 0]); clamp(min=-1) passes it at 1, and clamp(max=1) at -1.
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{0.0f, 0.0f, 3.0f, 3.0f, 0.0f, 0.0f});
+  const Tensor x2 = x.detach().clone().requires_grad_();
+  sum(add(clamp(x2, -1.0), clamp(x2, std::nullopt, 1.0))).backward();
+  CHECK(x2.grad().to_vector<float>() == std::vector<float>{1.0f, 1.0f, 2.0f, 2.0f, 1.0f, 1.0f});
+  const Tensor plain = from_vector<float>({-2.0f, 0.5f, 3.0f, nan});
+  CHECK(clamp(plain, 0.0).to_vector<float>()[0] == 0.0f);
+  CHECK(clamp(plain, std::nullopt, 1.0).to_vector<float>()[2] == 1.0f);
+  CHECK(std::isnan(clamp(plain, 0.0, 1.0).to_vector<float>()[3]));
+  CHECK(clamp(plain.slice(0, 0, 3), 2.0, 1.0).to_vector<float>() == std::vector<float>{1.0f, 1.0f, 1.0f});  // min > max
+  for (DType dt : {DType::bf16, DType::f16, DType::f64, DType::i64}) {
+    INFO(dtype_name(dt));
+    const Tensor c = clamp(from_vector<double>({-5.0, 2.0, 7.0}).to(dt), -1, 4);
+    CHECK(c.dtype() == dt);
+    CHECK(c.to(DType::f64).to_vector<double>() == std::vector<double>{-1.0, 2.0, 4.0});
+  }
+  PRECIS_REQUIRE_THROWS_WITH_ALL(clamp(plain, std::nullopt, std::nullopt), ValueError, "clamp", "min, max");
+}
