@@ -280,7 +280,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t d) {
   if (n == 0) return {x.narrow(w, 0, 0)};
   std::vector<Tensor> out;
   out.reserve(static_cast<size_t>((n + split_size - 1) / split_size));
-  for (int64_t start = 0; start < n; start += split_size) out.push_back(x.narrow(w, start, std::min(split_size, n - start)));
+  for (int64_t start = 0; start < n; start += split_size)
+    out.push_back(x.narrow(w, start, std::min(split_size, n - start)));
   return out;
 }
 

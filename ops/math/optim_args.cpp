@@ -141,7 +141,8 @@ void check_total_out(const char* op, const Tensor& t, Device device, bool allow_
   PRECIS_CHECK(t.defined(), op, ": total_out is undefined");
   PRECIS_CHECK_DEVICE(t.device() == device, op, ": total_out is ", t.describe(), "; expected a tensor on ", device.str());
   PRECIS_CHECK_DTYPE((t.dtype() == DType::f32 || (allow_f64 && t.dtype() == DType::f64)) && t.numel() == 1, op,
-                     ": total_out is ", t.describe(), allow_f64 ? "; expected one f32 or f64 value" : "; expected one f32 value");
+                     ": total_out is ", t.describe(),
+                     allow_f64 ? "; expected one f32 or f64 value" : "; expected one f32 value");
 }
 
 }  // namespace precis::kernels

@@ -313,7 +313,11 @@ else:
 PY
 )
     rc=$?
-    if [[ -z "$min" && $rc == 0 && "$out" == ok\|* ]]; then row "$name" info "${out#ok|}"; else verdict_row "$name" $rc "$out"; fi
+    if [[ -z "$min" && $rc == 0 && "$out" == ok\|* ]]; then
+      row "$name" info "${out#ok|}"
+    else
+      verdict_row "$name" $rc "$out"
+    fi
   else
     rc=$?; row "$name" "$(result_of $rc)" "precis-bench exit $rc"
   fi

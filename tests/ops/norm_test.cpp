@@ -369,7 +369,8 @@ TEST_CASE("group_norm of a channels-last input equals the contiguous one's, and 
           "[ops][norm]") {
   // Its kernels take contiguous (N, C, S) only; a channels-last input used to reach them as
   // strided rows and came out wrong (3.5 off at this size, dx too).
-  const Tensor x = randn_input({2, 6, 3, 5}, false, 21, DType::f64), up = randn_input({2, 6, 3, 5}, false, 22, DType::f64);
+  const Tensor x = randn_input({2, 6, 3, 5}, false, 21, DType::f64);
+  const Tensor up = randn_input({2, 6, 3, 5}, false, 22, DType::f64);
   const Tensor w = uniform_input({6}, 0.5, 1.5, false, 23, DType::f64), b = randn_input({6}, false, 24, DType::f64);
   for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
     INFO(dtype_name(dt));

@@ -217,7 +217,8 @@ TEST_CASE("loads and set_capturable keep the tensors a captured step reads", "[o
                                            "max_exp_avg_sq"};
     std::vector<const void*> live;
     for (const Tensor& p : ps)
-      for (const std::string& key : keys) live.push_back(opt->state(p, key).defined() ? opt->state(p, key).data_ptr() : nullptr);
+      for (const std::string& key : keys)
+        live.push_back(opt->state(p, key).defined() ? opt->state(p, key).data_ptr() : nullptr);
     const void* lrs = opt->scheduled(0).data_ptr();
     const void* count = sched.device_step().data_ptr();
 

@@ -214,7 +214,8 @@ constexpr detail::CudaCoreHooks kHooks{
 // conv2d's kernels on the fake device: the CPU's, with a channels-last weight (and weight
 // gradient) passed through contiguous copies.
 Tensor oihw(const Tensor& w) { return w.defined() && !w.is_contiguous() ? w.contiguous() : w; }
-void conv2d_fake(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::Conv2dParams& p) {
+void conv2d_fake(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
+                 const kernels::Conv2dParams& p) {
   auto* cpu = reinterpret_cast<kernels::Conv2dKernel*>(find_kernel(OpId::conv2d, DeviceType::cpu, x.dtype()));
   cpu(out, x, oihw(w), bias, p);
 }
