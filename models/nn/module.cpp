@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <ostream>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -246,6 +247,19 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
     out.emplace_back(name, const_cast<Module*>(m));  // the tree is ours: this call is non-const
   return out;
 }
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  std::unordered_set<const Module*> seen;
+  std::function<void(Module&)> visit = [&](Module& m) {
+    if (!seen.insert(&m).second) return;  // a shared child once, as named_modules lists it
+    for (const auto& child : m.children()) visit(*child);
+    fn(m);
+  };
+  visit(*this);
+  return *this;
+}
+
+std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.str(); }
 
 namespace {
 std::vector<Tensor> tensors_of(const std::vector<std::pair<std::string, Tensor>>& named) {

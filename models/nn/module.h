@@ -44,6 +44,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -196,6 +198,9 @@ class Module {
   std::vector<std::pair<std::string, Module*>> named_modules();
   /// named_modules() of a const module.
   std::vector<std::pair<std::string, const Module*>> named_modules() const;
+  /// torch.nn.Module.apply: calls fn on every descendant (each once, children before their
+  /// parent) and then on this module, e.g. to initialise every Linear's weights. Returns *this.
+  Module& apply(const std::function<void(Module&)>& fn);
 
   // ---- modes and placement ----------------------------------------------------------------------
   /// Training mode (BatchNorm batch statistics, dropout on) for this module and its descendants.
@@ -334,5 +339,8 @@ class Module {
   // slots were re-pointed for that class's layout.
   const std::type_info* copied_from_ = nullptr;
 };
+
+/// Writes m.str(), the module tree as PyTorch prints it: `std::cout << model`.
+std::ostream& operator<<(std::ostream& os, const Module& m);
 
 }  // namespace precis::nn

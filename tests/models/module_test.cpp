@@ -1,4 +1,5 @@
 // nn::Module services: names, state_dict strictness, clone, to(dtype), train/eval, optimizers.
+#include <sstream>
 #include <catch2/catch.hpp>
 
 #include "autograd/grad_mode.h"
@@ -422,4 +423,24 @@ TEST_CASE("nn::MultiheadAttention: PyTorch names and masking", "[models]") {
   Tensor a = std::get<0>(mha.forward(x, x2, x2, {.key_padding_mask = pad}));
   Tensor b = std::get<0>(mha.forward(x, x, x, {.key_padding_mask = pad}));
   PRECIS_REQUIRE_CLOSE(a, b, DType::f32);
+}
+
+TEST_CASE("module: apply visits children before their parent, each once; operator<< prints str()", "[models]") {
+  auto shared = std::make_shared<nn::Linear>(4, 4);
+  nn::Sequential net{nn::Linear(3, 4), nn::ReLU()};
+  net.push_back(shared);
+  net.push_back(shared);  // one module in two places
+  std::vector<std::string> order;
+  net.apply([&](nn::Module& m) {
+    order.push_back(m.type_name());
+    if (auto* linear = dynamic_cast<nn::Linear*>(&m)) {
+      NoGradGuard no_grad;
+      linear->weight.fill_(0.5);  // the everyday use: initialise every layer of a kind
+    }
+  });
+  CHECK(order == std::vector<std::string>{"Linear", "ReLU", "Linear", "Sequential"});
+  CHECK(shared->weight.to_vector<float>() == std::vector<float>(16, 0.5f));
+  std::ostringstream printed;
+  printed << net;
+  CHECK(printed.str() == net.str());
 }
