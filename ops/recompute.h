@@ -138,6 +138,7 @@ bool keeps_for_recompute(OpId op);
 /// so that a policy's call indices do not depend on the device.
 class KeepCountsAs {
  public:
+  /// Renames calls of `part` to `whole` on this thread until the guard's scope ends.
   KeepCountsAs(OpId part, OpId whole);
   ~KeepCountsAs();
   KeepCountsAs(const KeepCountsAs&) = delete;
