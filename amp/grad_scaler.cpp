@@ -99,8 +99,11 @@ void check_options(const GradScalerOptions& o, const char* who) {
   PRECIS_CHECK(o.growth_factor > 1.0, who, ": growth_factor must be > 1, got ", o.growth_factor);
   PRECIS_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, who, ": backoff_factor must be in (0, 1), got ",
                o.backoff_factor);
-  PRECIS_CHECK(o.growth_interval >= 1, who, ": growth_interval must be >= 1, got ", o.growth_interval);
-  PRECIS_CHECK(o.hysteresis >= 1, who, ": hysteresis must be >= 1, got ", o.hysteresis);
+  // The trackers are f32 on the device: they count exactly up to 2^24.
+  PRECIS_CHECK(o.growth_interval >= 1 && o.growth_interval <= (int64_t{1} << 24), who,
+               ": growth_interval must be in [1, 2^24 = 16777216], got ", o.growth_interval);
+  PRECIS_CHECK(o.hysteresis >= 1 && o.hysteresis <= (int64_t{1} << 24), who,
+               ": hysteresis must be in [1, 2^24 = 16777216], got ", o.hysteresis);
   PRECIS_CHECK(o.min_scale > 0 && o.min_scale <= o.init_scale && o.init_scale <= o.max_scale &&
                    std::isfinite(o.max_scale) && o.max_scale <= 3.0e38,
                who, ": init_scale must lie within [min_scale, max_scale], with 0 < min_scale and max_scale <= 3e38; "
@@ -115,15 +118,25 @@ void check_options(const GradScalerOptions& o, const char* who) {
 GradScaler::GradScaler(GradScalerOptions options) : options_(options) { check_options(options_, "GradScaler"); }
 
 void GradScaler::ensure_state(const Tensor& like) {
+  const char* first_in_capture = "GradScaler: first used inside a CUDA graph capture: the state it makes there (the "
+                                 "scale, its trackers) would be made again by every replay, the scale reset to "
+                                 "init_scale each time; run one step eagerly before capturing (precis-train's "
+                                 "warm-up steps do)";
+  if (initialised_ && placement_pending_ && like.device() != device_) {
+    // A state loaded before the first scale() (PyTorch's resume order): it goes where the loss is.
+    PRECIS_CHECK_T(GraphCaptureError, !cuda::is_capturing(), first_in_capture);
+    for (Tensor* t : {&scale_, &growth_tracker_, &hysteresis_tracker_, &floor_skips_, &floor_run_, &loss_nonfinite_})
+      *t = t->to(like.device());
+    device_ = like.device();
+  }
+  placement_pending_ = false;
   if (initialised_) {
     PRECIS_CHECK_DEVICE(like.device() == device_, "GradScaler: ", like.describe(), " is on another device than the "
-                        "scaler's state (", device_.str(), "); one scaler serves one device");
+                        "scaler's state (", device_.str(), "); one scaler serves one device (give its device with "
+                        "GradScalerOptions::device)");
     return;
   }
-  PRECIS_CHECK_T(GraphCaptureError, !cuda::is_capturing(), "GradScaler: first used inside a CUDA graph capture: "
-                 "the state it makes there (the scale, its trackers) would be made again by every replay, the "
-                 "scale reset to init_scale each time; run one step eagerly before capturing (precis-train's "
-                 "warm-up steps do)");
+  PRECIS_CHECK_T(GraphCaptureError, !cuda::is_capturing(), first_in_capture);
   PRECIS_CHECK_DEVICE(!options_.device || like.device() == *options_.device, "GradScaler: ", like.describe(),
                       " is not on the scaler's device ", options_.device ? options_.device->str() : "");
   device_ = like.device();
@@ -303,11 +316,14 @@ void GradScaler::update() {
     Tensor clean = (1.0 - found) * (1.0 - loss_bad);
     Tensor hyst = hysteresis_tracker_ - overflow;
     Tensor backoff = overflow * le(hyst, 0.0).to(DType::f32);
-    Tensor scale = where(backoff.to(DType::boolean), maximum(scale_ * o.backoff_factor, o.min_scale), scale_);
+    // The products in f64, rounded once to the f32 scale, as PyTorch's update (float · double):
+    // a factor that is not a power of two would otherwise be rounded to f32 first (1 ulp a step).
+    const auto times = [](const Tensor& s, double factor) { return (s.to(DType::f64) * factor).to(DType::f32); };
+    Tensor scale = where(backoff.to(DType::boolean), maximum(times(scale_, o.backoff_factor), o.min_scale), scale_);
     hyst = where(backoff.to(DType::boolean), full({}, static_cast<double>(o.hysteresis), {.device = device_}), hyst);
     Tensor growth = (growth_tracker_ + 1.0) * clean + growth_tracker_ * loss_bad;  // overflow resets it to 0
     Tensor grow = clean * ge(growth, static_cast<double>(o.growth_interval)).to(DType::f32);
-    scale = where(grow.to(DType::boolean), minimum(scale * o.growth_factor, o.max_scale), scale);
+    scale = where(grow.to(DType::boolean), minimum(times(scale, o.growth_factor), o.max_scale), scale);
     growth = growth * (1.0 - grow);
     hyst = where(grow.to(DType::boolean), full({}, static_cast<double>(o.hysteresis), {.device = device_}), hyst);
     Tensor skipped = maximum(found, loss_bad);
@@ -544,6 +560,7 @@ void GradScaler::load_state_dict(const StateDict& d) {
                scale_value, "; a loss scale must be positive and finite (a corrupt checkpoint?)");
   options_ = loaded;
   const Device dev = initialised_ ? device_ : options_.device.value_or(Device::cpu());
+  if (!initialised_) placement_pending_ = !options_.device.has_value();
   auto load = [&](const char* key) {
     Tensor t = state_tensor(d, key, owner);
     PRECIS_CHECK_SHAPE(t.numel() == 1, owner, ": state entry '", key, "' should hold one value, got ", t.describe());

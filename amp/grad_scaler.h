@@ -28,6 +28,10 @@
 //  - hysteresis (GradScalerOptions::hysteresis has the exact rule), a floor and a cap, a bounded
 //    history, and an error with a diagnostic after K consecutive skips at the floor;
 //  - state_dict with every field, so a resumed run continues bit for bit.
+// Differences that follow from the above (docs/mixed-precision.md): step() without unscale_
+// leaves the gradients scaled (the optimizer divides by the scale inside its update, PyTorch's
+// step leaves them unscaled); a non-finite loss skips every optimizer stepped with this scaler in
+// that update, where PyTorch steps those whose gradients are finite.
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -44,7 +48,7 @@ namespace precis::amp {
 
 /// The constructor checks 0 < min_scale <= init_scale <= max_scale <= 3e38 (ValueError otherwise:
 /// init_scale must lie within [min_scale, max_scale]), growth_factor > 1, 0 < backoff_factor < 1,
-/// growth_interval >= 1, hysteresis >= 1.
+/// growth_interval and hysteresis in [1, 2^24] (the trackers are f32).
 /// init_scale, growth_factor, backoff_factor, growth_interval and enabled are torch.amp.GradScaler's
 /// arguments with its defaults; the others are additions (PyTorch has no hysteresis, floor, cap,
 /// skip limit or history).
@@ -68,8 +72,9 @@ struct GradScalerOptions {
   /// false: every call is a no-op and training is exactly as without a scaler.
   bool enabled = true;
   /// Where the state lives (PyTorch's GradScaler(device)). Unset: the device of the first loss
-  /// passed to scale(), and the CPU for a state loaded before any scale(). Set: a state dict loads
-  /// onto it, and a loss on another device is a DeviceError.
+  /// passed to scale() — a state loaded before any scale() waits on the CPU and moves there at
+  /// that first scale(), so PyTorch's resume (load, then train on the GPU) works as it is. Set: a
+  /// state dict loads onto it, and a loss on another device is a DeviceError.
   std::optional<Device> device;
 };
 
@@ -242,6 +247,9 @@ class GradScaler {
   GradScalerOptions options_;
   Device device_ = Device::cpu();
   bool initialised_ = false;
+  // A state loaded before any scale() without options_.device: on the CPU until the first
+  // scale(), which moves it to the loss's device.
+  bool placement_pending_ = false;
   // Device-resident state (0-d f32).
   Tensor scale_;
   Tensor growth_tracker_;

@@ -142,6 +142,23 @@ TEST_CASE("the scale grows after growth_interval clean steps, and an overflow re
   CHECK(scales == std::vector<double>{8, 8, 4, 4, 4, 8, 8});
 }
 
+TEST_CASE("growth and backoff by factors that are not powers of two round as PyTorch's", "[amp][scaler]") {
+  // torch._amp_update_scale_ (2.15) multiplies the f32 scale by the double factor and rounds once;
+  // the factor rounded to f32 first drifted by an ulp a step (0.734400094 for 0.734400034 here).
+  Rig rig({.init_scale = 16.0, .growth_factor = 1.7, .backoff_factor = 0.3, .growth_interval = 2,
+           .min_scale = 1e-3});
+  std::vector<float> scales;
+  for (double g : {kInf, kInf, 0.1, 0.1, kInf, kInf, 0.1, 0.1}) {
+    rig.run(1.0, g);
+    scales.push_back(static_cast<float>(rig.scaler.get_scale()));
+  }
+  CHECK(scales == std::vector<float>{4.800000190734863f, 1.440000057220459f, 1.440000057220459f, 2.448000192642212f,
+                                     0.7344000339508057f, 0.22032001614570618f, 0.22032001614570618f,
+                                     0.37454402446746826f});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(GradScaler({.growth_interval = (int64_t{1} << 24) + 1}), ValueError,
+                                 "growth_interval", "2^24");
+}
+
 TEST_CASE("hysteresis tolerates overflows before backing off", "[amp][scaler]") {
   Rig rig({.init_scale = 64.0, .growth_interval = 100, .hysteresis = 2});
   std::vector<double> scales;

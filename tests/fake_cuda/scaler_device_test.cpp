@@ -66,3 +66,38 @@ TEST_CASE("GradScaler: 70 updates fold the overflow backlog on the device and st
     CHECK(offenders[0].second == 4);
   }
 }
+
+TEST_CASE("GradScaler resumed as PyTorch resumes (load, then scale a GPU loss) moves its state there") {
+  require_fake_device();
+  const Device dev = Device::cuda(0);
+  amp::GradScaler trained({.init_scale = 1024.0, .growth_interval = 3});
+  const Tensor w = ones({4}).requires_grad_();
+  optim::SGD opt({w}, {.lr = 0.1});
+  for (int i = 0; i < 4; ++i) {  // on the CPU: the scale grows once
+    trained.scale(sum(mul(w, 2.0))).backward();
+    (void)trained.step(opt);
+    trained.update();
+    opt.zero_grad();
+  }
+  const StateDict saved = trained.state_dict();
+  // The resume: a fresh scaler, the checkpoint, then the model's loss on the GPU. It used to throw
+  // "on another device than the scaler's state (cpu)".
+  amp::GradScaler resumed;
+  resumed.load_state_dict(saved);
+  const Tensor wd = ones({4}, {.device = dev}).requires_grad_();
+  optim::SGD opt_d({wd}, {.lr = 0.1});
+  const Tensor scaled = resumed.scale(sum(mul(wd, 2.0)));
+  CHECK(scaled.device() == dev);
+  CHECK(resumed.scale_tensor().device() == dev);
+  CHECK(resumed.get_scale() == trained.get_scale());
+  scaled.backward();
+  (void)resumed.step(opt_d);
+  resumed.update();
+  // Once placed, the scaler serves that device only; the error says how to choose it.
+  try {
+    (void)resumed.scale(sum(w));
+    FAIL("a CPU loss was accepted by a scaler on cuda:0");
+  } catch (const DeviceError& e) {
+    CHECK(std::string(e.what()).find("GradScalerOptions::device") != std::string::npos);
+  }
+}
