@@ -425,7 +425,8 @@ TEST_CASE("nn::MultiheadAttention: PyTorch names and masking", "[models]") {
   PRECIS_REQUIRE_CLOSE(a, b, DType::f32);
 }
 
-TEST_CASE("module: apply visits children before their parent, each once; operator<< prints str()", "[models]") {
+TEST_CASE("module: apply visits children before their parent, each once, and operator<< prints str()",
+          "[models]") {
   auto shared = std::make_shared<nn::Linear>(4, 4);
   nn::Sequential net{nn::Linear(3, 4), nn::ReLU()};
   net.push_back(shared);
