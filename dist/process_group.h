@@ -37,6 +37,10 @@ const char* reduce_op_name(ReduceOp op);
 /// rethrows its error (DistributedError); done() polls without blocking (and makes progress).
 class Work {
  public:
+  /// A Work dropped before wait() still completes before anything reads its tensors, so that
+  /// `pg->all_reduce(t, op);` as a statement behaves as PyTorch's synchronous all_reduce(t): the
+  /// MPI backend waits in the destructor (while an exception unwinds it abandons the request and
+  /// keeps its buffers alive instead), NCCL orders the device's stream after the collective.
   virtual ~Work() = default;
   /// Blocks until complete; DistributedError on failure. Idempotent.
   virtual void wait() = 0;

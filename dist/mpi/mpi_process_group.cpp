@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <string>
 
@@ -53,6 +54,21 @@ MPI_Datatype mpi_type(DType d) {
 class MpiWork : public Work {
  public:
   MpiWork(std::string what, std::function<void()> finish) : what_(std::move(what)), finish_(std::move(finish)) {}
+  // A Work dropped before wait() (`pg->all_reduce(t, op);` as a statement, PyTorch's synchronous
+  // habit) finishes here: the tensor gets its result, and MPI never writes into a staging buffer
+  // freed with this object. While an exception unwinds, the other ranks may never join: the
+  // request and its buffers are left alive (leaked) instead of waited.
+  ~MpiWork() override {
+    if (completed_ || req_ == MPI_REQUEST_NULL) return;
+    if (std::uncaught_exceptions() > 0) {
+      (void)new std::function<void()>(std::move(finish_));  // keeps the buffers MPI may still write
+      return;
+    }
+    try {
+      wait();
+    } catch (...) {  // a destructor must not throw; the next collective reports the failure
+    }
+  }
   MPI_Request* request() { return &req_; }
   void wait() override {
     if (completed_) return;

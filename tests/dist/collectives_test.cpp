@@ -87,3 +87,19 @@ TEST_CASE("dist: bad collective arguments are typed errors raised before communi
   CHECK_THROWS_WITH(pg->all_reduce(zeros({3}, {.dtype = DType::i32}), dist::ReduceOp::avg),
                     Catch::Contains("not floating"));
 }
+
+TEST_CASE("dist: a collective whose Work is dropped unwaited completes, as PyTorch's synchronous call", "[dist]") {
+  // `pg->all_reduce(t, sum);` as a statement (PyTorch's habit): t used to keep the rank's own value,
+  // and for f16/bf16 MPI later wrote the sum into the freed f32 staging buffer.
+  auto pg = group();
+  const int n = pg->size(), r = pg->rank();
+  for (DType d : {DType::f32, DType::bf16, DType::i64}) {
+    INFO(dtype_name(d));
+    Tensor t = full({8}, r + 1, {.dtype = d});
+    pg->all_reduce(t, dist::ReduceOp::sum);
+    CHECK(t.to(DType::f64).to_vector<double>() == std::vector<double>(8, n * (n + 1) / 2.0));
+    Tensor b = full({3}, r == 0 ? 7 : 0, {.dtype = d});
+    pg->broadcast(b, 0);
+    CHECK(b.to(DType::f64).to_vector<double>() == std::vector<double>(3, 7.0));
+  }
+}
