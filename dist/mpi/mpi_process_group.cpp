@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
@@ -195,10 +196,23 @@ class MpiProcessGroup : public ProcessGroup {
   int rank_ = 0, size_ = 1, local_rank_ = 0;
 };
 
-void finalize_at_exit() {
+// At exit (glibc's on_exit, which sees the status): MPI_Finalize, or, for a rank leaving a job of
+// several with a failure status (an error caught in main and `return 1`, exit(1)), MPI_Abort: the
+// other ranks would otherwise wait in their next collective, or in MPI_Finalize, for ever.
+void finalize_on_exit(int status, void*) {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (status != 0 && size > 1) {
+    std::fprintf(stderr, "precis: rank %d of %d exits with status %d; ending the job (MPI_Abort) so that the other "
+                 "ranks do not wait for it\n", rank, size, status);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, status);
+  }
+  MPI_Finalize();
 }
 
 }  // namespace
@@ -221,7 +235,7 @@ std::shared_ptr<ProcessGroup> make_mpi_process_group() {
   if (!initialized) {
     int provided = 0;
     check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-    std::atexit(finalize_at_exit);
+    on_exit(finalize_on_exit, nullptr);
   }
   MPI_Comm comm;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");

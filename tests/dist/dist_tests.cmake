@@ -53,8 +53,14 @@ if(PRECIS_WITH_MPI)
                    ${_mpirun} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:precis_dist_abort_probe>)
   set_tests_properties("dist/an exception on one rank ends the job (np 2)" PROPERTIES LABELS dist TIMEOUT 120
                        PROCESSORS 2 ENVIRONMENT "${_dist_env};${_root_env}")
+  add_test(NAME "dist/a rank returning a failure status from main ends the job (np 2)"
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect_abort.sh 60
+                   ${_mpirun} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:precis_dist_abort_probe> return)
+  set_tests_properties("dist/a rank returning a failure status from main ends the job (np 2)" PROPERTIES LABELS dist
+                       TIMEOUT 120 PROCESSORS 2 ENVIRONMENT "${_dist_env};${_root_env}")
 else()
   foreach(_name "dist/mpirun -np 2" "dist/mpirun -np 3" "dist/an exception on one rank ends the job (np 2)"
+                "dist/a rank returning a failure status from main ends the job (np 2)"
                 "dist/precis-train np 2 equals --accum 2 bit for bit; resume too"
                 "dist/precis-train np 2 killed at random moments resumes bit for bit"
                 "dist/precis-train --zero equals plain DDP at np 2 and 3 bit for bit; resume and a killed rank too"
