@@ -332,7 +332,6 @@ Tensor cast_for(Category c, const Tensor& t, DType widest, DeviceType device) {
 
 namespace {
 
-// Casts an op's inputs as its category says, when autocast is on for their device. `widest` is the
 // Once per process: an op autocast would run in low precision ran on CUDA tensors while autocast
 // was enabled for the CPU only.
 void warn_autocast_on_cpu_only() {
@@ -343,6 +342,7 @@ void warn_autocast_on_cpu_only() {
        "amp::Autocast(DType::f16, DeviceType::cuda) (or DType::bf16)");
 }
 
+// Casts an op's inputs as its category says, when autocast is on for their device. `widest` is the
 // Promote dtype: ops' result_type for single ops, plain promotion over the floating inputs for list
 // ops (cat, stack), as before the hook existed. With keep_first_narrow (an op whose kernel widens
 // its first input itself, PrecisionPolicy::apply_widening_in_kernel), an f16/bf16 first input that

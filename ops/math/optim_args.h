@@ -30,8 +30,8 @@ void check_grad_list(const char* op, const std::vector<Tensor>& grads, Device de
 /// or with n < 0 a single value.
 void check_vector_arg(const char* op, const char* what, const Tensor& t, int64_t n, bool f64_only, Device device);
 
-/// Checks the total-norm output of clip_grad_norm: one f32 value on `device`.
-/// total_out of a norm kernel: one f32 value on `device` (or f64 where allow_f64).
+/// Checks the total-norm output of clip_grad_norm: one f32 value on `device` (or f64 where
+/// allow_f64: clip_grad_norm's total of f64 gradients).
 void check_total_out(const char* op, const Tensor& t, Device device, bool allow_f64 = false);
 
 }  // namespace precis::kernels

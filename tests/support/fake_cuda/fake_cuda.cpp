@@ -32,7 +32,7 @@
 // models/train) and how they fare here:
 //   - conv2d hands a channels-last weight (cuDNN's NHWC filter) to the kernel on CUDA and wants its
 //     gradient so: the CPU kernels read and write OIHW weights, so the fake passes them contiguous
-//     copies (conv_kernels below);
+//     copies (register_conv_kernels below);
 //   - the f32 precision setting (ops/float32_precision) answers "tf32" for CUDA: a query only,
 //     the CPU kernels compute in IEEE f32;
 //   - Tensor::to(Device::cpu(), true) into pinned memory, DataLoader pin_memory and
