@@ -150,6 +150,16 @@ void GradScaler::ensure_state(const Tensor& like) {
   initialised_ = true;
 }
 
+namespace {
+thread_local GradScaler* t_last_scaling = nullptr;
+}  // namespace
+
+GradScaler::~GradScaler() {
+  if (t_last_scaling == this) t_last_scaling = nullptr;
+}
+
+GradScaler* GradScaler::last_scaling() { return t_last_scaling; }
+
 Tensor GradScaler::scale(const Tensor& loss) {
   if (!options_.enabled) return loss;
   PRECIS_CHECK_DTYPE(loss.is_floating_point(), "GradScaler::scale: the loss must be floating, got ", loss.describe());
@@ -170,6 +180,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
       if (recent_loss_tensors_.size() > 16) recent_loss_tensors_.pop_front();
     }
   }
+  t_last_scaling = this;
   return mul(loss.to(DType::f32), scale_);
 }
 

@@ -136,6 +136,12 @@ class GradScaler {
   /// Checks the options (ValueError naming the one out of range, see GradScalerOptions). Makes no
   /// tensor yet: the state is created by the first scale(), unscale_() or step().
   explicit GradScaler(GradScalerOptions options = {});
+  /// Forgets being this thread's last_scaling() scaler.
+  ~GradScaler();
+  GradScaler(const GradScaler&) = default;
+  GradScaler& operator=(const GradScaler&) = default;
+  GradScaler(GradScaler&&) = default;
+  GradScaler& operator=(GradScaler&&) = default;
 
   /// loss · scale (fp32). Records whether the loss is finite; with gradient accumulation call it
   /// for each micro-batch (the flags accumulate until update()).
@@ -200,6 +206,10 @@ class GradScaler {
   /// sets the reduced one here, so that every rank skips and keeps its scale alike. StateError
   /// before the first scale(); ShapeError unless one element.
   void set_loss_nonfinite(const Tensor& flag);
+  /// The enabled scaler whose scale() this thread called last (null before any, and once it is
+  /// destroyed): data-parallel training reduces its non-finite-loss flag when no scaler was named
+  /// in DistributedDataParallelOptions, so forgetting to name it cannot desynchronise the ranks.
+  static GradScaler* last_scaling();
 
   /// Names for messages: (name, parameter) pairs, e.g. a module's named_parameters().
   void set_parameter_names(const std::vector<std::pair<std::string, Tensor>>& named);

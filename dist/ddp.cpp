@@ -229,7 +229,9 @@ void DistributedDataParallel::build_buckets(const DistributedDataParallelOptions
     bytes += pbytes;
     b.params.push_back(i);
   }
-  const bool tail = o.scaler != nullptr && o.scaler->is_enabled();
+  // The flag travels whether or not a scaler is named: one may scale the losses without being
+  // named (GradScaler::last_scaling), and the layout is fixed before the first backward.
+  const bool tail = !buckets_.empty() || (o.scaler != nullptr && o.scaler->is_enabled());
   if (tail && buckets_.empty() && !sharded_) {  // no trainable parameter: the flag still travels
     buckets_.emplace_back();
     sizes.push_back(0);
@@ -279,6 +281,7 @@ void DistributedDataParallel::reset_pass() {
 }
 
 void DistributedDataParallel::on_gradient(int64_t index) {
+  params_[static_cast<size_t>(index)].used = true;
   if (!sync_) return;
   if (!pass_active_) {
     reset_pass();
@@ -300,7 +303,7 @@ void DistributedDataParallel::launch_ready() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_];
     if (next_launch_ + 1 == buckets_.size() && tail_offset_ >= 0) {
-      Tensor flag = options_.scaler->loss_nonfinite();
+      Tensor flag = flag_to_send();
       // A copy on the device (on a GPU, the compute stream): reading the flag with item() would
       // stall backward until the GPU caught up, serialising the overlap the buckets exist for.
       Tensor slot = b.flat.narrow(0, tail_offset_, 1);
@@ -321,10 +324,29 @@ void DistributedDataParallel::launch_ready() {
 // Sharded, the flag cannot ride in a bucket (each rank would see its shard's slot only): one
 // one-element all_reduce, issued right after the last bucket on every rank.
 void DistributedDataParallel::launch_flag() {
-  Tensor flag = options_.scaler->loss_nonfinite();
+  Tensor flag = flag_to_send();
   if (flag.defined()) flag_.copy_(flag.reshape({1}));
   else flag_.zero_();
   flag_work_ = group_->all_reduce(flag_, ReduceOp::sum);
+}
+
+// The named scaler's flag, else that of the scaler that last scaled a loss on this thread (the
+// one whose backward this is); undefined when neither has one. Remembered for finalize().
+Tensor DistributedDataParallel::flag_to_send() {
+  flag_scaler_ = options_.scaler != nullptr ? options_.scaler : amp::GradScaler::last_scaling();
+  return flag_scaler_ != nullptr ? flag_scaler_->loss_nonfinite() : Tensor();
+}
+
+// find_unused_parameters: which parameters some rank used since the last synced pass. Issued after
+// every bucket (and the sharded flag) on every rank, so the collectives' order agrees.
+void DistributedDataParallel::reduce_usage() {
+  const int64_t n = static_cast<int64_t>(params_.size());
+  Tensor used = zeros({n}, {.dtype = DType::f32});
+  for (int64_t i = 0; i < n; ++i) used.data_ptr<float>()[i] = params_[static_cast<size_t>(i)].used ? 1.0f : 0.0f;
+  Tensor reduced = used.to(device_);
+  group_->all_reduce(reduced, ReduceOp::sum)->wait();
+  if (!reduced.device().is_cpu()) reduced = reduced.to(Device::cpu());
+  for (int64_t i = 0; i < n; ++i) params_[static_cast<size_t>(i)].reduced = reduced.data_ptr<float>()[i] > 0.0f;
 }
 
 void DistributedDataParallel::finalize() {
@@ -360,31 +382,36 @@ void DistributedDataParallel::finalize() {
     }
     PRECIS_INTERNAL_ASSERT(next_launch_ == buckets_.size(), "DistributedDataParallel: ", next_launch_, " of ",
                            buckets_.size(), " buckets launched at the end of backward");
+    if (options_.find_unused_parameters) reduce_usage();
     for (auto& b : buckets_) b.work->wait();
+    const bool set_flag = flag_scaler_ != nullptr && flag_scaler_->loss_nonfinite().defined();
     if (sharded_) {
       if (flag_work_) flag_work_->wait();
-      if (flag_.defined() && options_.scaler->loss_nonfinite().defined())
-        options_.scaler->set_loss_nonfinite(flag_.clone());
+      if (flag_.defined() && set_flag) flag_scaler_->set_loss_nonfinite(flag_.clone());
       if (after_reduce_) after_reduce_();
-      reset_pass();
+      end_synced_pass();
       return;
     }
     for (auto& p : params_) {
+      if (!p.reduced) continue;  // no rank used it: its .grad stays as it was (PyTorch's)
       const Bucket& b = buckets_[static_cast<size_t>(p.bucket)];
       Tensor mean = b.flat.narrow(0, p.offset, p.tensor.numel()).reshape(p.tensor.sizes());
       Tensor g = p.tensor.grad();
       if (!g.defined()) p.tensor.set_grad(mean.to(p.tensor.dtype()).clone());
       else g.copy_(mean);
     }
-    if (tail_offset_ >= 0 && options_.scaler->loss_nonfinite().defined()) {
-      const Bucket& b = buckets_.back();
-      Tensor reduced = b.flat.narrow(0, tail_offset_, 1).clone();
-      options_.scaler->set_loss_nonfinite(reduced);
-    }
+    if (tail_offset_ >= 0 && set_flag)
+      flag_scaler_->set_loss_nonfinite(buckets_.back().flat.narrow(0, tail_offset_, 1).clone());
   } catch (...) {
-    reset_pass();
+    end_synced_pass();
     throw;
   }
+  end_synced_pass();
+}
+
+void DistributedDataParallel::end_synced_pass() {
+  for (auto& p : params_) p.used = false;
+  flag_scaler_ = nullptr;
   reset_pass();
 }
 

@@ -19,8 +19,9 @@
 // in is all-reduced (sum) at once, buckets launching in index order only, so that every rank
 // issues the same collectives in the same order. A callback queued for the end of backward
 // launches what is left, waits for every bucket and writes the means back into .grad (in place).
-// With a scaler, the rank-local "non-finite loss" flag rides in one extra element at the tail of
-// the last bucket, so every rank skips (and keeps its scale) alike without another collective.
+// The loss scaler's rank-local "non-finite loss" flag (the options' scaler, else the one this
+// thread last scaled a loss with) rides in one extra element at the tail of the last bucket, so
+// every rank skips (and keeps its scale) alike without another collective.
 // With a ZeroOptimizer (dist/zero.h) the buckets are reduce-scattered instead: each rank keeps the
 // mean of its shard only, and the optimizer steps that shard.
 // Works on dist/ (not nn::Module) so that it sits below models: pass named_parameters().
@@ -50,10 +51,15 @@ struct DistributedDataParallelOptions {
   bool broadcast_buffers = true;
   /// false: a parameter whose gradient backward did not produce is an error naming it (it would
   /// leave its bucket unlaunched). true: it contributes the gradient it holds (accumulated under
-  /// no_sync), or zeros when it has none, and after the reduction it gets the sum of the ranks'
-  /// contributions over the world size, as PyTorch's (so zeros count in the mean).
+  /// no_sync), or zeros when it has none; after the reduction a parameter that some rank used
+  /// since the last synced pass gets the sum of the ranks' contributions over the world size (so
+  /// zeros count in the mean), and one that no rank used keeps its .grad untouched (none stays
+  /// none, so optimizers skip it: no weight decay, no momentum), as PyTorch's. Costs one more
+  /// all_reduce per synced pass (the ranks' used-map), read on the host at the end of backward.
   bool find_unused_parameters = false;
-  /// When set (and enabled), its non-finite-loss flag is reduced with the gradients and set back.
+  /// The loss scaler whose non-finite-loss flag is reduced with the gradients and set back. Null:
+  /// the enabled scaler whose scale() this thread called last (amp::GradScaler::last_scaling()),
+  /// if any, so that omitting it cannot let a rank-local non-finite loss desynchronise the scales.
   amp::GradScaler* scaler = nullptr;
 };
 
@@ -119,6 +125,8 @@ class DistributedDataParallel {
     int64_t offset = 0;  // elements into the bucket's flat buffer
     int hook = -1;
     bool ready = false;  // its gradient is in the bucket in the current backward pass
+    bool used = false;     // backward produced its gradient since the last synced pass
+    bool reduced = true;   // the last synced pass gave it the mean (false: no rank used it)
   };
   struct Bucket {
     Tensor flat;                   // f32 (f64 for f64 parameters); the last one may have a tail
@@ -133,7 +141,10 @@ class DistributedDataParallel {
   void on_gradient(int64_t index);
   void launch_ready();
   void launch_flag();
+  Tensor flag_to_send();
+  void reduce_usage();
   void finalize();
+  void end_synced_pass();
   void reset_pass();
   // ZeRO (dist/zero.h): rebuilds the buckets so that each is a whole number of world · align
   // elements, holds one parameter dtype, and no parameter crosses a multiple of `align` except at
@@ -152,6 +163,7 @@ class DistributedDataParallel {
   size_t next_launch_ = 0;
   Device device_ = Device::cpu();  // where every parameter, buffer and bucket lives
   int64_t tail_offset_ = -1;  // the scaler flag's slot in the last bucket, or -1
+  amp::GradScaler* flag_scaler_ = nullptr;  // whose flag went out in the current pass, if any's
   bool sharded_ = false;
   int64_t align_ = 1;
   Tensor flag_;                       // sharded: the scaler's flag, reduced by its own all_reduce

@@ -79,7 +79,8 @@ ZeroOptimizer::Layout ZeroOptimizer::plan(DistributedDataParallel& ddp, std::vec
   l.piece_groups.resize(groups.size());
   for (size_t i = 0; i < l.params.size(); ++i) {
     ModelParam& mp = l.params[i];
-    const auto& dp = ddp.params_[ddp_index.at(mp.tensor.impl())];
+    mp.ddp_param = ddp_index.at(mp.tensor.impl());
+    const auto& dp = ddp.params_[mp.ddp_param];
     mp.bucket = dp.bucket;
     mp.offset = dp.offset;
     mp.first_block = l.total_blocks;
@@ -149,15 +150,29 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, Layout layout, const 
   ddp_.after_reduce_ = [this, alive = std::weak_ptr<int>(alive_)] {
     if (!alive.expired()) attach_gradients();
   };
+  for (const Tensor& p : model_params_)
+    optim::mark_sharded_gradient(p, "clip through the ZeroOptimizer on every rank: opt.clip_grad_norm_(max_norm), "
+                                    "or scaler.clip_grad_norm_(opt, max_norm) with a loss scaler; "
+                                    "clip_grad_value_(opt.parameters(), v) clips its pieces");
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  for (const Tensor& p : model_params_) optim::unmark_sharded_gradient(p);
 }
 
 // After a synced backward: each piece's gradient is its slice of the reduced block (the bucket
-// holds f32; a piece of an f16/bf16 parameter gets it rounded, as DDP rounds into .grad).
+// holds f32; a piece of an f16/bf16 parameter gets it rounded, as DDP rounds into .grad). A piece
+// of a parameter no rank used (find_unused_parameters) gets none, so the optimizer skips it as
+// DDP's unsharded optimizer would.
 void ZeroOptimizer::attach_gradients() {
   NoGradGuard no_grad;
   for (const Piece& p : pieces_) {
     if (p.param < 0) {
       p.tensor.set_grad(zeros({0}, {.dtype = p.tensor.dtype(), .device = p.tensor.device()}));
+      continue;
+    }
+    if (!ddp_.params_[params_[static_cast<size_t>(p.param)].ddp_param].reduced) {
+      p.tensor.set_grad(Tensor());
       continue;
     }
     Tensor g = ddp_.buckets_[static_cast<size_t>(p.bucket)].shard.narrow(0, p.shard_offset, p.length);

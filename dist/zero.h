@@ -57,6 +57,10 @@ class ZeroOptimizer : public optim::Optimizer {
   /// One parameter group.
   ZeroOptimizer(DistributedDataParallel& ddp, std::vector<Tensor> params, const Factory& make)
       : ZeroOptimizer(ddp, std::vector<std::vector<Tensor>>{std::move(params)}, make) {}
+  /// While it lives, optim::clip_grad_norm_ / clip_grad_value_ / grad_norms refuse the model's
+  /// parameters (their .grad is the rank's unreduced gradient; optim::mark_sharded_gradient) and
+  /// say to clip through this optimizer; destroyed, it lifts that.
+  ~ZeroOptimizer() override;
 
   /// Copies the model's parameters into this rank's pieces (so that parameters loaded or set since
   /// the last step count), steps the pieces with the wrapped optimizer (options as optim::StepOptions: the
@@ -125,6 +129,7 @@ class ZeroOptimizer : public optim::Optimizer {
     size_t group = 0;
     int64_t bucket = 0, offset = 0;  // in ddp's buckets
     int64_t first_block = 0;         // global index of its first kShardAlign block
+    size_t ddp_param = 0;            // into ddp's parameters
   };
   struct Piece {
     int64_t param = -1;  // into params_, or -1 for an empty placeholder

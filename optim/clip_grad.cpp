@@ -1,8 +1,11 @@
 #include "optim/clip_grad.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "autograd/grad_mode.h"
 #include "ops/contracts/kernels_optim.h"
@@ -21,7 +24,26 @@ struct GradList {
   Device device = Device::cpu();  // the gradients' device (the CPU when there are none)
 };
 
+// mark_sharded_gradient's parameters (kept alive by the optimizer that marked them) and what to
+// call instead; the count spares unsharded training the lock.
+std::mutex g_sharded_mutex;
+std::unordered_map<const TensorImpl*, std::string> g_sharded;
+std::atomic<size_t> g_sharded_count{0};
+
+void refuse_sharded(const std::vector<Tensor>& params, const char* op) {
+  if (g_sharded_count.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard<std::mutex> lock(g_sharded_mutex);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined()) continue;
+    auto it = g_sharded.find(params[i].impl());
+    PRECIS_CHECK_T(StateError, it == g_sharded.end(), op, ": parameter ", i, " (", params[i].describe(),
+                   ") has its gradient sharded: its .grad is this rank's unreduced gradient, not the one its "
+                   "optimizer steps; ", it->second);
+  }
+}
+
 GradList collect(const std::vector<Tensor>& params, const char* op) {
+  refuse_sharded(params, op);
   GradList out;
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor g = params[i].grad();
@@ -182,6 +204,18 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   NoGradGuard no_grad;
   list_kernel<kernels::ClipGradValueKernel>(OpId::clip_grad_value, l.device)(l.grads, clip_value);
   finish_in_place(l);
+}
+
+void mark_sharded_gradient(const Tensor& param, std::string instead) {
+  std::lock_guard<std::mutex> lock(g_sharded_mutex);
+  g_sharded[param.impl()] = std::move(instead);
+  g_sharded_count.store(g_sharded.size(), std::memory_order_release);
+}
+
+void unmark_sharded_gradient(const Tensor& param) {
+  std::lock_guard<std::mutex> lock(g_sharded_mutex);
+  g_sharded.erase(param.impl());
+  g_sharded_count.store(g_sharded.size(), std::memory_order_release);
 }
 
 }  // namespace precis::optim

@@ -47,4 +47,12 @@ std::vector<double> grad_norms(const std::vector<Tensor>& params, double norm_ty
 /// clip_value >= 0.
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
+/// Marks `param`'s .grad as not the gradient its optimizer steps: a sharded optimizer
+/// (dist::ZeroOptimizer) steps the reduced gradient in pieces of its own, and `param.grad()` is the
+/// rank's local, unreduced one, so clipping or measuring it would silently do nothing useful. The
+/// functions above then refuse `param` with a StateError ending in `instead` (what to call).
+void mark_sharded_gradient(const Tensor& param, std::string instead);
+/// Undoes mark_sharded_gradient (the sharded optimizer's destructor calls it).
+void unmark_sharded_gradient(const Tensor& param);
+
 }  // namespace precis::optim

@@ -425,7 +425,12 @@ void Trainer::after_update(const amp::StepResult& r, const Tensor& grad_norm) {
   // --tensorboard reads the gradients before zero_grad: their norm (computed here when neither
   // clipping nor the scaler's unscale_ did) and, when due, their histograms.
   double tb_grad_norm = NAN;
-  if (tb_) {
+  if (!o_.tensorboard.empty() && o_.zero && !grad_norm.defined() && !r.grad_norm()) {
+    // --zero: a model parameter's .grad is the rank's unreduced gradient; the optimizer measures
+    // the reduced shards, a collective every rank takes part in (an infinite bound clips nothing).
+    const double n = opt_->clip_grad_norm_(INFINITY).item<double>();
+    if (tb_) tb_grad_norm = n;
+  } else if (tb_) {
     if (grad_norm.defined()) {
       tb_grad_norm = grad_norm.item<double>();
     } else if (std::optional<double> n = r.grad_norm()) {
@@ -435,8 +440,8 @@ void Trainer::after_update(const amp::StepResult& r, const Tensor& grad_norm) {
       for (double n : optim::grad_norms(model_->parameters())) sq += n * n;
       tb_grad_norm = std::sqrt(sq);
     }
-    if (tb_->histograms_due(global_step_ + 1)) tb_->histograms(*model_, global_step_ + 1);
   }
+  if (tb_ && tb_->histograms_due(global_step_ + 1)) tb_->histograms(*model_, global_step_ + 1);
   if (!graphed_) opt_->zero_grad();
   ++global_step_;
   ++epoch_step_;

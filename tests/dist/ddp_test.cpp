@@ -223,7 +223,8 @@ TEST_CASE("ddp: buckets follow reverse registration order, launch in order, and 
   CHECK(at_bn_bias >= 3);
   CHECK(at_bn_bias <= 4);
   CHECK(at_fc1_weight == 6);
-  CHECK(counting->reduce_numels == std::vector<int64_t>{3, 24, 8, 8, 8, 48});  // fc2.bias first ... fc1.weight last
+  // fc2.bias first ... fc1.weight last, and the loss scaler's flag at the tail of the last bucket.
+  CHECK(counting->reduce_numels == std::vector<int64_t>{3, 24, 8, 8, 8, 48 + 1});
   CHECK(same_bits(flat_grads(one), flat_grads(many)));
   // The default caps: the first (1 MiB) bucket takes all of this small model.
   DistributedDataParallel::NamedTensors big{{"a", zeros({300000}).requires_grad_(true)},
@@ -264,9 +265,47 @@ TEST_CASE("ddp: an unused parameter is an error naming it, unless find_unused_pa
   for (const Tensor& p : net.tensors()) p.set_grad(Tensor());
   DistributedDataParallel ddp(pg, params, {}, {.find_unused_parameters = true});
   net.loss(pg->rank() * kBatch, kBatch).backward();
-  REQUIRE(unused.grad().defined());
-  CHECK(unused.grad().to_vector<float>() == std::vector<float>(5, 0.0f));
+  CHECK_FALSE(unused.grad().defined());  // no rank used it: none, as PyTorch's
   CHECK(same_on_every_rank(*pg, flat_grads(net)));
+}
+
+TEST_CASE("ddp: find_unused_parameters leaves a parameter no rank used untouched and averages one some rank used",
+          "[dist][ddp]") {
+  // PyTorch all-reduces the ranks' used-maps: a parameter unused everywhere keeps its .grad (none
+  // stays none, so weight decay and momentum leave it alone); one used on some rank gets the mean
+  // with the others' zeros. Before, both got the mean of zeros and the optimizer decayed the first.
+  auto pg = dist::init_process_group();
+  Net net(1.0);
+  Tensor nowhere = full({4}, 2.0).requires_grad_(true);
+  Tensor on_rank0 = zeros({3}).requires_grad_(true);
+  Tensor stale = zeros({2}).requires_grad_(true);
+  stale.set_grad(full({2}, 7.0));  // a gradient from before, zero_grad(set_to_none = false) style
+  auto params = net.params();
+  params.emplace_back("head.nowhere", nowhere);
+  params.emplace_back("head.on_rank0", on_rank0);
+  params.emplace_back("head.stale", stale);
+  auto counting = std::make_shared<CountingGroup>(pg);
+  DistributedDataParallel ddp(counting, params, {}, {.find_unused_parameters = true});
+  std::vector<Tensor> all = net.tensors();
+  for (const Tensor& p : {nowhere, on_rank0, stale}) all.push_back(p);
+  optim::SGD opt(all, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.5});
+  counting->reduce_numels.clear();
+  Tensor loss = net.loss(pg->rank() * kBatch, kBatch);
+  if (pg->rank() == 0) loss = add(loss, sum(on_rank0 * 3.0));
+  loss.backward();
+  CHECK(counting->reduce_numels.size() == 2);  // the gradients' bucket, then the used-map
+  CHECK(counting->reduce_numels.back() == 9);  // one entry per parameter
+  CHECK_FALSE(nowhere.grad().defined());
+  CHECK(stale.grad().to_vector<float>() == std::vector<float>(2, 7.0f));
+  REQUIRE(on_rank0.grad().defined());
+  CHECK(on_rank0.grad().to_vector<float>() == std::vector<float>(3, 3.0f / static_cast<float>(pg->size())));
+  opt.step();
+  CHECK(nowhere.detach().to_vector<float>() == std::vector<float>(4, 2.0f));  // not decayed
+  CHECK(same_on_every_rank(*pg, flat_grads(net)));
+  // The next synced pass starts from a clean used-map: on_rank0 is unused everywhere now.
+  opt.zero_grad();
+  net.loss(pg->rank() * kBatch, kBatch).backward();
+  CHECK_FALSE(on_rank0.grad().defined());
 }
 
 TEST_CASE("ddp: find_unused_parameters reduces a gradient accumulated under no_sync that the synced pass skips",
@@ -289,7 +328,8 @@ TEST_CASE("ddp: find_unused_parameters reduces a gradient accumulated under no_s
   CHECK(same_on_every_rank(*pg, flat_grads(net)));
 }
 
-TEST_CASE("ddp: a NaN loss on one rank makes every rank skip and keep its scale, with no extra collective",
+TEST_CASE("ddp: a NaN loss on one rank makes every rank skip and keep its scale, the scaler named or not, "
+          "with no extra collective",
           "[dist][ddp][amp]") {
   auto pg = dist::init_process_group();
   const int bad = pg->size() - 1;
@@ -310,8 +350,9 @@ TEST_CASE("ddp: a NaN loss on one rank makes every rank skip and keep its scale,
       const auto before = flat_values(net);
       auto result = scaler.step(opt);
       scaler.update();
-      if (!with_scaler) continue;
-      // All ranks agree on everything the scaler decided.
+      // All ranks agree on everything the scaler decided; unnamed, DDP reduces the flag of the
+      // scaler that scaled this thread's loss (before, the NaN rank kept its scale and the others
+      // backed off).
       CHECK(same_on_every_rank(*pg, {static_cast<float>(scaler.get_scale()), result.applied() ? 1.0f : 0.0f}));
       if (inject) {
         CHECK_FALSE(result.applied());

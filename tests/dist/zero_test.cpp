@@ -212,6 +212,47 @@ TEST_CASE("zero: clip_grad_norm_ without a scaler (SGD, f32) equals plain DDP's 
   CHECK_THROWS_AS(opt.clip_grad_norm_(1.0, 1.0), NotImplementedError);
 }
 
+TEST_CASE("zero: with find_unused_parameters a parameter no rank used is not stepped, as with plain DDP",
+          "[dist][zero]") {
+  // Its shard pieces get no gradient, so weight decay and momentum leave it alone (before: a zero
+  // gradient, and SGD's weight decay moved it).
+  auto pg = dist::init_process_group();
+  auto make_sgd = [](std::vector<std::vector<Tensor>> shards) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::SGD>(shards[0], optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.5});
+  };
+  Mlp plain_net, net;
+  const Tensor plain_spare = wave({3000}, 7.0, 0.1).requires_grad_(true);
+  const Tensor spare = wave({3000}, 7.0, 0.1).requires_grad_(true);
+  const Tensor before = spare.detach().clone();
+  auto with_spare = [](DistributedDataParallel::NamedTensors named, const Tensor& s) {
+    named.emplace_back("spare", s);
+    return named;
+  };
+  dist::DistributedDataParallelOptions o = small_buckets(nullptr);
+  o.find_unused_parameters = true;
+  DistributedDataParallel plain_ddp(pg, with_spare(plain_net.named(), plain_spare), {}, o);
+  std::vector<Tensor> plain_params = plain_net.params(), params = net.params();
+  plain_params.push_back(plain_spare);
+  params.push_back(spare);
+  auto plain_opt = make_sgd({plain_params});
+  DistributedDataParallel ddp(pg, with_spare(net.named(), spare), {}, o);
+  ZeroOptimizer opt(ddp, params, make_sgd);
+  for (int s = 0; s < 3; ++s) {
+    plain_net.loss(pg->rank(), s, 0).backward();
+    plain_opt->step();
+    plain_opt->zero_grad();
+    net.loss(pg->rank(), s, 0).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+  CHECK(same_bits(spare, before));
+  CHECK(same_bits(plain_spare, before));
+  for (size_t i = 0; i < params.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(same_bits(params[i], plain_params[i]));
+  }
+}
+
 TEST_CASE("zero: each rank holds 1/N of the optimizer state, and the ranks together hold plain DDP's",
           "[dist][zero]") {
   auto pg = dist::init_process_group();
@@ -294,6 +335,26 @@ TEST_CASE("zero: misuse is a typed error naming the problem", "[dist][zero]") {
   CHECK_THROWS_AS(ZeroOptimizer(ddp2, other.params(), make_adam), StateError);
   StateDict wrong;
   CHECK_THROWS_AS(opt.load_state_dict(wrong), ValueError);
+}
+
+TEST_CASE("zero: clipping the model's parameters is refused while a ZeroOptimizer shards their gradients",
+          "[dist][zero]") {
+  // Their .grad is the rank's unreduced gradient; clipping it changed nothing the optimizer steps
+  // (before: no error, and no clipping).
+  auto pg = dist::init_process_group();
+  Mlp net;
+  DistributedDataParallel ddp(pg, net.named(), {}, small_buckets(nullptr));
+  {
+    ZeroOptimizer opt(ddp, net.params(), make_adam);
+    net.loss(pg->rank(), 0, 0).backward();
+    CHECK_THROWS_AS(optim::clip_grad_norm_(net.params(), 0.1), StateError);
+    CHECK_THROWS_WITH(optim::clip_grad_norm_(net.params(), 0.1), Catch::Contains("opt.clip_grad_norm_(max_norm)"));
+    CHECK_THROWS_AS(optim::clip_grad_value_({net.b0}, 0.1), StateError);
+    CHECK_THROWS_AS(optim::grad_norms(net.params()), StateError);
+    CHECK(opt.clip_grad_norm_(0.1).item<double>() > 0.0);  // the way that works
+    optim::clip_grad_value_(opt.parameters(), 0.1);
+  }
+  CHECK_NOTHROW(optim::clip_grad_norm_(net.params(), 0.1));  // lifted with the optimizer
 }
 
 // Resharding across world sizes, driven by tests/dist/zero_reshard.sh: PRECIS_ZERO_RESHARD=save
