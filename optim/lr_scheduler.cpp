@@ -249,4 +249,114 @@ std::optional<double> OneCycleLR::momentum_at(int64_t step) const {
   return values_at(step).second;
 }
 
+
+// ---- LinearLR, ConstantLR, ExponentialLR, PolynomialLR: PyTorch's closed forms ----------------------------
+
+LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options)
+    : LRScheduler(optimizer, "LinearLR"), options_(options) {
+  PRECIS_CHECK(options.start_factor > 0 && options.start_factor <= 1,
+               "LinearLR: start_factor must be in (0, 1], got ", options.start_factor);
+  PRECIS_CHECK(options.end_factor >= 0 && options.end_factor <= 1, "LinearLR: end_factor must be in [0, 1], got ",
+               options.end_factor);
+  PRECIS_CHECK(options.total_iters > 0, "LinearLR: total_iters must be > 0, got ", options.total_iters);
+  apply();
+}
+
+double LinearLR::lr_at(size_t group, int64_t step) const {
+  const auto& o = options_;
+  const double done = static_cast<double>(std::min(step, o.total_iters)) / static_cast<double>(o.total_iters);
+  return base_lrs_[group] * (o.start_factor + (o.end_factor - o.start_factor) * done);
+}
+
+ConstantLR::ConstantLR(Optimizer& optimizer, ConstantLROptions options)
+    : LRScheduler(optimizer, "ConstantLR"), options_(options) {
+  PRECIS_CHECK(options.factor >= 0 && options.factor <= 1, "ConstantLR: factor must be in [0, 1], got ",
+               options.factor);
+  PRECIS_CHECK(options.total_iters >= 0, "ConstantLR: total_iters must be >= 0, got ", options.total_iters);
+  apply();
+}
+
+double ConstantLR::lr_at(size_t group, int64_t step) const {
+  return base_lrs_[group] * (options_.factor + (step >= options_.total_iters ? 1.0 - options_.factor : 0.0));
+}
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, ExponentialLROptions options)
+    : LRScheduler(optimizer, "ExponentialLR"), options_(options) {
+  PRECIS_CHECK(options.gamma > 0, "ExponentialLR: gamma must be > 0 (it has no default), got ", options.gamma);
+  apply();
+}
+
+double ExponentialLR::lr_at(size_t group, int64_t step) const {
+  return base_lrs_[group] * std::pow(options_.gamma, static_cast<double>(step));
+}
+
+PolynomialLR::PolynomialLR(Optimizer& optimizer, PolynomialLROptions options)
+    : LRScheduler(optimizer, "PolynomialLR"), options_(options) {
+  PRECIS_CHECK(options.total_iters > 0, "PolynomialLR: total_iters must be > 0, got ", options.total_iters);
+  PRECIS_CHECK(options.power >= 0, "PolynomialLR: power must be >= 0, got ", options.power);
+  apply();
+}
+
+double PolynomialLR::lr_at(size_t group, int64_t step) const {
+  const auto& o = options_;
+  const double done = static_cast<double>(std::min(step, o.total_iters)) / static_cast<double>(o.total_iters);
+  return base_lrs_[group] * std::pow(1.0 - done, o.power);
+}
+
+// ---- LambdaLR ---------------------------------------------------------------------------------------------
+
+LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lr_lambda)
+    : LambdaLR(optimizer, std::vector<Lambda>(optimizer.num_param_groups(), lr_lambda)) {}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas)
+    : LRScheduler(optimizer, "LambdaLR"), lambdas_(std::move(lr_lambdas)) {
+  PRECIS_CHECK(lambdas_.size() == base_lrs_.size(), "LambdaLR: got ", lambdas_.size(), " functions for ",
+               base_lrs_.size(), " parameter groups; pass one function, or one per group");
+  for (size_t g = 0; g < lambdas_.size(); ++g)
+    PRECIS_CHECK(lambdas_[g] != nullptr, "LambdaLR: the function of group ", g, " is empty");
+  apply();
+}
+
+double LambdaLR::lr_at(size_t group, int64_t step) const { return base_lrs_[group] * lambdas_[group](step); }
+
+// ---- SequentialLR -----------------------------------------------------------------------------------------
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer, "SequentialLR"), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  PRECIS_CHECK(!schedulers_.empty(), "SequentialLR: no schedulers; pass at least one");
+  for (size_t k = 0; k < schedulers_.size(); ++k) {
+    PRECIS_CHECK(schedulers_[k] != nullptr, "SequentialLR: scheduler ", k, " is null");
+    PRECIS_CHECK(&schedulers_[k]->optimizer_ == &optimizer, "SequentialLR: scheduler ", k, " (",
+                 schedulers_[k]->name_, ") drives another optimizer; make every child on the SequentialLR's");
+  }
+  PRECIS_CHECK(milestones_.size() + 1 == schedulers_.size(), "SequentialLR: ", schedulers_.size(),
+               " schedulers need ", schedulers_.size() - 1, " milestones, got ", milestones_.size());
+  for (size_t k = 0; k < milestones_.size(); ++k)
+    PRECIS_CHECK(milestones_[k] >= 0 && (k == 0 || milestones_[k] >= milestones_[k - 1]), "SequentialLR: milestone ",
+                 k, " (", milestones_[k], ") must be >= 0 and not before the one preceding it");
+  // The lrs the first child was made with (before any child set its step-0 lr): PyTorch's initial_lr.
+  base_lrs_ = schedulers_[0]->base_lrs_;
+  apply();
+}
+
+std::pair<LRScheduler*, int64_t> SequentialLR::child_at(int64_t step) const {
+  const auto k =
+      static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), step) - milestones_.begin());
+  LRScheduler* child = schedulers_[k].get();
+  // This scheduler's base lrs (load_state_dict may have replaced them) are every child's.
+  child->base_lrs_ = base_lrs_;
+  return {child, k == 0 ? step : step - milestones_[k - 1]};
+}
+
+double SequentialLR::lr_at(size_t group, int64_t step) const {
+  const auto [child, local] = child_at(step);
+  return child->lr_at(group, local);
+}
+
+std::optional<double> SequentialLR::momentum_at(int64_t step) const {
+  const auto [child, local] = child_at(step);
+  return child->momentum_at(local);
+}
+
 }  // namespace precis::optim

@@ -20,6 +20,8 @@
 // step_on_device counts the step on the device unless it was skipped and copies the new count's
 // lr (and momentum) into the optimizer's device copy: the lrs equal step(r.applied())'s.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -79,6 +81,7 @@ class LRScheduler {
   void step_on_device(const Tensor& skip = Tensor());
 
  protected:
+  friend class SequentialLR;  // runs its children's lr_at with its own base lrs
   /// Takes each group's current lr as its base lr; sets no lr itself (derived constructors call
   /// apply()). `name` (a string literal) prefixes error messages.
   LRScheduler(Optimizer& optimizer, const char* name);
@@ -229,6 +232,130 @@ class OneCycleLR : public LRScheduler {
   std::pair<double, double> values_at(int64_t step) const;
   OneCycleLROptions options_;
   std::vector<Phase> phases_;
+};
+
+/// LinearLR's options, as torch.optim.lr_scheduler.LinearLR's arguments with its defaults.
+struct LinearLROptions {
+  double start_factor = 1.0 / 3.0;  ///< in (0, 1]: the factor at step 0
+  double end_factor = 1.0;          ///< in [0, 1]: the factor from total_iters on
+  int64_t total_iters = 5;          ///< > 0
+};
+/// lr = base · (start_factor + (end_factor − start_factor)·min(step, total_iters)/total_iters): a
+/// linear warmup (or decay) of the factor, the usual first scheduler of a SequentialLR.
+class LinearLR : public LRScheduler {
+ public:
+  /// Sets the step-0 lrs; ValueError for an option out of its range (PyTorch's ranges).
+  LinearLR(Optimizer& optimizer, LinearLROptions options = {});
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+
+ private:
+  LinearLROptions options_;
+};
+
+/// ConstantLR's options, as torch.optim.lr_scheduler.ConstantLR's arguments with its defaults.
+struct ConstantLROptions {
+  double factor = 1.0 / 3.0;  ///< in [0, 1]
+  int64_t total_iters = 5;    ///< >= 0
+};
+/// lr = base · factor before step total_iters, base from then on.
+class ConstantLR : public LRScheduler {
+ public:
+  /// Sets the step-0 lrs; ValueError for an option out of its range.
+  ConstantLR(Optimizer& optimizer, ConstantLROptions options = {});
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+
+ private:
+  ConstantLROptions options_;
+};
+
+/// ExponentialLR's options, as torch.optim.lr_scheduler.ExponentialLR's (gamma has no default).
+struct ExponentialLROptions {
+  double gamma = 0.0;  ///< > 0: the factor per step
+};
+/// lr = base · gamma^step.
+class ExponentialLR : public LRScheduler {
+ public:
+  /// Sets the step-0 lrs; ValueError unless gamma > 0.
+  ExponentialLR(Optimizer& optimizer, ExponentialLROptions options);
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+
+ private:
+  ExponentialLROptions options_;
+};
+
+/// PolynomialLR's options, as torch.optim.lr_scheduler.PolynomialLR's arguments with its defaults.
+struct PolynomialLROptions {
+  int64_t total_iters = 5;  ///< > 0: the step at which the lr reaches 0
+  double power = 1.0;       ///< >= 0
+};
+/// lr = base · (1 − min(step, total_iters)/total_iters)^power.
+class PolynomialLR : public LRScheduler {
+ public:
+  /// Sets the step-0 lrs; ValueError for an option out of its range.
+  PolynomialLR(Optimizer& optimizer, PolynomialLROptions options = {});
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+
+ private:
+  PolynomialLROptions options_;
+};
+
+/// lr = base · lr_lambda(step), torch.optim.lr_scheduler.LambdaLR: any schedule written as a
+/// factor of the step count (Hugging Face's warmup schedules are LambdaLRs). The functions run on
+/// the host at every step (and for every tabulated count in to_device()); they must be pure
+/// functions of the step for a resumed run to continue the same schedule.
+class LambdaLR : public LRScheduler {
+ public:
+  using Lambda = std::function<double(int64_t step)>;
+  /// One function for every group. Sets the step-0 lrs; ValueError when it is empty.
+  LambdaLR(Optimizer& optimizer, Lambda lr_lambda);
+  /// One function per group (as many as the optimizer has groups; ValueError otherwise, or when
+  /// one is empty).
+  LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas);
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+
+ private:
+  std::vector<Lambda> lambdas_;
+};
+
+/// Runs schedulers one after another, torch.optim.lr_scheduler.SequentialLR:
+///
+///   auto warmup = std::make_shared<optim::LinearLR>(opt, optim::LinearLROptions{.start_factor = 0.1});
+///   auto decay = std::make_shared<optim::CosineAnnealingLR>(opt, optim::CosineAnnealingLROptions{.T_max = 95});
+///   optim::SequentialLR sched(opt, {warmup, decay}, {5});   // step only sched
+///
+/// At count s, with k milestones <= s, scheduler k sets the lr at its own count s − milestones[k−1]
+/// (s before the first milestone). As in PyTorch, every child's schedule starts from the lrs the
+/// optimizer had when the first child was made (PyTorch's initial_lr; each child's constructor
+/// sets its step-0 lr, so a later child would otherwise start from an earlier one's): make the
+/// children on this optimizer, first child first, and step only the SequentialLR (the children's
+/// own counts stay at 0). Its state_dict() is its count and base lrs, as for any scheduler.
+class SequentialLR : public LRScheduler {
+ public:
+  /// Sets the step-0 lrs (the first child's). ValueError when `schedulers` is empty or holds a
+  /// null or a scheduler of another optimizer, when there is not one milestone fewer than
+  /// schedulers, or when the milestones are negative or not in order.
+  SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+               std::vector<int64_t> milestones);
+
+ protected:
+  double lr_at(size_t group, int64_t step) const override;
+  std::optional<double> momentum_at(int64_t step) const override;
+
+ private:
+  /// The child active at `step` and its own count there; its base lrs made this scheduler's.
+  std::pair<LRScheduler*, int64_t> child_at(int64_t step) const;
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+  std::vector<int64_t> milestones_;
 };
 
 }  // namespace precis::optim

@@ -120,6 +120,17 @@ def schedules():
         lambda o: S.OneCycleLR(o, max_lr=0.05, total_steps=100, pct_start=0.25, anneal_strategy="linear",
                                div_factor=10.0, final_div_factor=100.0),
         opt_cls=torch.optim.Adam, momentum_key="beta1")
+    run("linear_lr", lambda o: S.LinearLR(o, start_factor=0.25, end_factor=0.9, total_iters=30))
+    run("constant_lr", lambda o: S.ConstantLR(o, factor=0.5, total_iters=12))
+    run("exponential_lr", lambda o: S.ExponentialLR(o, gamma=0.97))
+    run("polynomial_lr", lambda o: S.PolynomialLR(o, total_iters=60, power=2.0))
+    run("lambda_lr", lambda o: S.LambdaLR(o, lambda s: 1.0 / (1.0 + 0.1 * s)))
+    run("sequential_warmup_cosine",
+        lambda o: S.SequentialLR(o, [S.LinearLR(o, start_factor=0.1, total_iters=5),
+                                     S.CosineAnnealingLR(o, T_max=95, eta_min=0.001)], milestones=[5]))
+    run("sequential_three",
+        lambda o: S.SequentialLR(o, [S.ConstantLR(o, factor=0.5, total_iters=10), S.ExponentialLR(o, gamma=0.95),
+                                     S.StepLR(o, step_size=10, gamma=0.5)], milestones=[10, 40]))
     save_file(out, os.path.join(OUT_DIR, "lr_schedules.safetensors"))
 
 

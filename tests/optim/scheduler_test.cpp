@@ -137,3 +137,84 @@ TEST_CASE("schedulers apply per-group base lrs, and bad options are rejected", "
                                  "warmup_steps", "total_steps");
   PRECIS_REQUIRE_THROWS_WITH_ALL(OneCycleLR(opt, {.max_lr = 0.1, .total_steps = 0}), ValueError, "total_steps");
 }
+
+TEST_CASE("LinearLR, ConstantLR, ExponentialLR, PolynomialLR and LambdaLR match PyTorch",
+          "[optim][scheduler][golden]") {
+  {
+    SGD opt({param()}, {.lr = 0.1});
+    LinearLR s(opt, {.start_factor = 0.25, .end_factor = 0.9, .total_iters = 30});
+    check_schedule("linear_lr", opt, s);
+  }
+  {
+    SGD opt({param()}, {.lr = 0.1});
+    ConstantLR s(opt, {.factor = 0.5, .total_iters = 12});
+    check_schedule("constant_lr", opt, s);
+  }
+  {
+    SGD opt({param()}, {.lr = 0.1});
+    ExponentialLR s(opt, {.gamma = 0.97});
+    check_schedule("exponential_lr", opt, s);
+  }
+  {
+    SGD opt({param()}, {.lr = 0.1});
+    PolynomialLR s(opt, {.total_iters = 60, .power = 2.0});
+    check_schedule("polynomial_lr", opt, s);
+  }
+  {
+    SGD opt({param()}, {.lr = 0.1});
+    LambdaLR s(opt, [](int64_t step) { return 1.0 / (1.0 + 0.1 * static_cast<double>(step)); });
+    check_schedule("lambda_lr", opt, s);
+  }
+}
+
+TEST_CASE("SequentialLR matches PyTorch: every child starts from the first child's base lrs",
+          "[optim][scheduler][golden]") {
+  {
+    // The cosine's constructor sees the lr LinearLR set (0.01); its schedule must start from 0.1.
+    SGD opt({param()}, {.lr = 0.1});
+    auto warmup = std::make_shared<LinearLR>(opt, LinearLROptions{.start_factor = 0.1, .total_iters = 5});
+    auto cosine = std::make_shared<CosineAnnealingLR>(opt, CosineAnnealingLROptions{.T_max = 95, .eta_min = 0.001});
+    SequentialLR s(opt, {warmup, cosine}, {5});
+    CHECK(s.base_lrs()[0] == 0.1);
+    check_schedule("sequential_warmup_cosine", opt, s);
+  }
+  {
+    SGD opt({param()}, {.lr = 0.1});
+    SequentialLR s(opt,
+                   {std::make_shared<ConstantLR>(opt, ConstantLROptions{.factor = 0.5, .total_iters = 10}),
+                    std::make_shared<ExponentialLR>(opt, ExponentialLROptions{.gamma = 0.95}),
+                    std::make_shared<StepLR>(opt, StepLROptions{.step_size = 10, .gamma = 0.5})},
+                   {10, 40});
+    check_schedule("sequential_three", opt, s);
+    // Resumed: a new job's SequentialLR given the state continues the same schedule.
+    SGD opt2({param()}, {.lr = 0.1});
+    SequentialLR s2(opt2,
+                    {std::make_shared<ConstantLR>(opt2, ConstantLROptions{.factor = 0.5, .total_iters = 10}),
+                     std::make_shared<ExponentialLR>(opt2, ExponentialLROptions{.gamma = 0.95}),
+                     std::make_shared<StepLR>(opt2, StepLROptions{.step_size = 10, .gamma = 0.5})},
+                    {10, 40});
+    s2.load_state_dict(s.state_dict());
+    CHECK(s2.get_last_lr()[0] == s.get_last_lr()[0]);
+  }
+}
+
+TEST_CASE("the factor schedulers and SequentialLR reject bad options", "[optim][scheduler]") {
+  SGD opt({param()}, {.lr = 0.1});
+  SGD other({param()}, {.lr = 0.1});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(LinearLR(opt, {.start_factor = 0.0}), ValueError, "LinearLR", "start_factor");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(LinearLR(opt, {.end_factor = 1.5}), ValueError, "end_factor");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(LinearLR(opt, {.total_iters = 0}), ValueError, "total_iters");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(ConstantLR(opt, {.factor = -0.5}), ValueError, "ConstantLR", "factor");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(ExponentialLR(opt, {}), ValueError, "ExponentialLR", "gamma");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(PolynomialLR(opt, {.power = -1.0}), ValueError, "PolynomialLR", "power");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(LambdaLR(opt, LambdaLR::Lambda()), ValueError, "LambdaLR", "empty");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(LambdaLR(opt, std::vector<LambdaLR::Lambda>{}), ValueError, "0 functions");
+  auto a = std::make_shared<LinearLR>(opt);
+  auto b = std::make_shared<ExponentialLR>(opt, ExponentialLROptions{.gamma = 0.9});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(SequentialLR(opt, {}, {}), ValueError, "SequentialLR", "no schedulers");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(SequentialLR(opt, {a, b}, {}), ValueError, "need 1 milestones");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(SequentialLR(opt, {a, b, a}, {5, 3}), ValueError, "milestone 1");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(SequentialLR(opt, {a, nullptr}, {5}), ValueError, "scheduler 1 is null");
+  auto foreign = std::make_shared<StepLR>(other, StepLROptions{});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(SequentialLR(opt, {a, foreign}, {5}), ValueError, "another optimizer");
+}
