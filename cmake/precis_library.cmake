@@ -78,9 +78,10 @@ function(precis_layer_settings target)
   endif()
 endfunction()
 
-# ops/cpu/optim.cpp: sqrt without errno (nothing reads it) is the bare instruction, so Adam's
-# element loop vectorises; the results are the same correctly rounded square roots.
-set_source_files_properties(${PROJECT_SOURCE_DIR}/ops/cpu/optim.cpp PROPERTIES COMPILE_OPTIONS -fno-math-errno)
+# ops/cpu/optim.cpp and unary.cpp: sqrt without errno (nothing reads it) is the bare instruction, so
+# Adam's element loop and sqrt/rsqrt vectorise; the results are the same correctly rounded roots.
+set_source_files_properties(${PROJECT_SOURCE_DIR}/ops/cpu/optim.cpp ${PROJECT_SOURCE_DIR}/ops/cpu/unary.cpp
+                            PROPERTIES COMPILE_OPTIONS -fno-math-errno)
 
 set(_precis_all_objects "")
 set(_precis_cuda_sources "")

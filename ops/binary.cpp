@@ -147,24 +147,38 @@ DType scalar_operand_dtype(DType t, Scalar s) {
   return rank(sd) > rank(t) ? sd : t;
 }
 
+// s rounded to a low-precision dtype dt, as a float (s itself for the other dtypes).
+float rounded_to(Scalar s, DType dt) {
+  const float f = static_cast<float>(s.to_double());
+  if (!is_low_precision(dt)) return f;
+  return dt == DType::f16 ? static_cast<float>(Half(f)) : static_cast<float>(BFloat16(f));
+}
+
 // True when s survives a round trip through a low-precision dtype (always for the others).
 bool exactly_representable(Scalar s, DType dt) {
   if (!is_low_precision(dt)) return true;
   const double v = s.to_double();
-  const float f = static_cast<float>(v);
-  if (static_cast<double>(f) != v) return false;
-  return dt == DType::f16 ? static_cast<float>(Half(f)) == f : static_cast<float>(BFloat16(f)) == f;
+  return static_cast<double>(static_cast<float>(v)) == v && rounded_to(s, dt) == static_cast<float>(v);
 }
 
-// Applies fn(tensor, scalar-as-0-d-tensor). A scalar that f16/bf16 cannot hold exactly (0.1, a
-// loss scale of 65536 > the f16 maximum) is applied in f32 and the result rounded once, as
-// PyTorch does by keeping scalars in the compute type; exact scalars take the direct path. Likewise
-// an integer scalar past i32's range next to an i32 tensor is applied in i64: comparisons are
-// exact, and arithmetic results wrap into i32 once, the value PyTorch's wraparound gives.
+// How an f16/bf16 tensor's op takes a floating scalar it cannot hold exactly (PyTorch 2.15 on the
+// CPU, checked op by op): mul and div keep it in the fp32 compute type; add, sub, the comparisons,
+// maximum and minimum round it to the tensor's dtype first (so `x_f16 == 0.1` is true where x
+// holds f16's 0.1).
+enum class ScalarAt { compute_type, operand_dtype };
+
+// Applies fn(tensor, scalar-as-0-d-tensor). A scalar that f16/bf16 cannot hold exactly is, for
+// ScalarAt::compute_type, applied in f32 and the result rounded once, as PyTorch keeps it in the
+// compute type; for ScalarAt::operand_dtype it is rounded to the tensor's dtype, unless that
+// overflows (a loss scale of 65536·2 next to f16: PyTorch refuses, here it is applied in f32).
+// Exact scalars take the direct path. Likewise an integer scalar past i32's range next to an i32
+// tensor is applied in i64: comparisons are exact, and arithmetic results wrap into i32 once, the
+// value PyTorch's wraparound gives.
 template <typename F>
-Tensor with_scalar(const char* op, const Tensor& a, Scalar s, F&& fn) {
+Tensor with_scalar(const char* op, const Tensor& a, Scalar s, ScalarAt at, F&& fn) {
   check_defined(op, a, "a");
-  if (!exactly_representable(s, a.dtype())) {
+  const bool round_to_operand = at == ScalarAt::operand_dtype && std::isfinite(rounded_to(s, a.dtype()));
+  if (!exactly_representable(s, a.dtype()) && !round_to_operand) {
     Tensor r = fn(a.to(DType::f32), scalar_tensor(s, {.dtype = DType::f32, .device = a.device()}));
     return r.dtype() == DType::f32 ? r.to(a.dtype()) : r;
   }
@@ -371,20 +385,20 @@ Tensor maximum(const Tensor& a, const Tensor& b) { return detail::call<MaxMin<Op
 Tensor minimum(const Tensor& a, const Tensor& b) { return detail::call<MaxMin<OpId::minimum>>({a, b}, Scalar(1.0), 0.0); }
 
 // The scalar-operand forms: the tensor form with the scalar as a 0-d tensor (with_scalar).
-#define PRECIS_DEFINE_SCALAR_FORM(name)                                                           \
-  Tensor name(const Tensor& a, Scalar b) {                                                        \
-    return with_scalar(#name, a, b, [](const Tensor& x, const Tensor& s) { return name(x, s); }); \
+#define PRECIS_DEFINE_SCALAR_FORM(name, at)                                                          \
+  Tensor name(const Tensor& a, Scalar b) {                                                            \
+    return with_scalar(#name, a, b, at, [](const Tensor& x, const Tensor& s) { return name(x, s); }); \
   }
-PRECIS_DEFINE_SCALAR_FORM(add)
-PRECIS_DEFINE_SCALAR_FORM(sub)
-PRECIS_DEFINE_SCALAR_FORM(mul)
-PRECIS_DEFINE_SCALAR_FORM(div)
-PRECIS_DEFINE_SCALAR_FORM(maximum)
-PRECIS_DEFINE_SCALAR_FORM(minimum)
+PRECIS_DEFINE_SCALAR_FORM(add, ScalarAt::operand_dtype)
+PRECIS_DEFINE_SCALAR_FORM(sub, ScalarAt::operand_dtype)
+PRECIS_DEFINE_SCALAR_FORM(mul, ScalarAt::compute_type)
+PRECIS_DEFINE_SCALAR_FORM(div, ScalarAt::compute_type)
+PRECIS_DEFINE_SCALAR_FORM(maximum, ScalarAt::operand_dtype)
+PRECIS_DEFINE_SCALAR_FORM(minimum, ScalarAt::operand_dtype)
 
 #define PRECIS_DEFINE_COMPARISON(name)                                                \
   Tensor name(const Tensor& a, const Tensor& b) { return detail::call<Compare<OpId::name>>({a, b}); } \
-  PRECIS_DEFINE_SCALAR_FORM(name)
+  PRECIS_DEFINE_SCALAR_FORM(name, ScalarAt::operand_dtype)
 PRECIS_DEFINE_COMPARISON(eq)
 PRECIS_DEFINE_COMPARISON(ne)
 PRECIS_DEFINE_COMPARISON(lt)

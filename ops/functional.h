@@ -38,7 +38,9 @@ Tensor div(const Tensor& a, const Tensor& b);                      ///< Promote.
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 // Scalar forms: the scalar takes the tensor's dtype (a floating scalar with an integer tensor
-// gives f32), as in PyTorch.
+// gives f32), as in PyTorch. Next to f16/bf16, a scalar the dtype cannot hold is rounded to it by
+// add, sub, maximum, minimum and the comparisons, and kept in fp32 by mul and div (PyTorch's CPU
+// choices: 0.1 · x_f16 is computed with 0.1, x_f16 == 0.1 compares with f16's 0.1).
 Tensor add(const Tensor& a, Scalar b);
 Tensor sub(const Tensor& a, Scalar b);
 Tensor mul(const Tensor& a, Scalar b);

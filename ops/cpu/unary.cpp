@@ -5,6 +5,8 @@
 // backward in the erf form compute in fp32 through ops/cpu/vec_gelu.h (Φ and φ from one
 // exponential, explicit SIMD), the tanh form and f64 as Eigen expressions (ops/cpu/gelu_math.h).
 #include <cmath>
+#include <limits>
+#include <type_traits>
 
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
@@ -42,14 +44,57 @@ struct NoParam {  // the base of the ops that take no parameter
     using NoParam::NoParam;                                                              \
     template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = expr; } \
   };
-PRECIS_EIGEN_UNARY(NegOp, true, -x)
 PRECIS_EIGEN_UNARY(AbsOp, true, x.abs())
-PRECIS_EIGEN_UNARY(LogOp, false, x.log())
-PRECIS_EIGEN_UNARY(SqrtOp, false, x.sqrt())
-PRECIS_EIGEN_UNARY(TanhOp, false, x.tanh())
 // Eigen's vectorised erf: a rational approximation for f32, about 1e-7 relative to |x|.
 PRECIS_EIGEN_UNARY(ErfOp, false, x.erf())
 #undef PRECIS_EIGEN_UNARY
+
+// Plain loops where Eigen's packet math is wrong at the edges; the compiler vectorises them (this
+// file is built with -fno-math-errno, so std::sqrt is the bare instruction).
+template <typename D, typename X, typename F> void each(D& dst, const X& x, F f) {
+  using C = typename D::Scalar;
+  C* o = dst.data();
+  const C* p = x.data();
+  for (Eigen::Index i = 0; i < dst.size(); ++i) o[i] = f(p[i]);
+}
+// Eigen's packet negation is 0 − x, which turns +0 into +0 instead of −0.
+struct NegOp : NoParam<true> {
+  using NoParam::NoParam;
+  template <typename D, typename X> void operator()(D& dst, const X& x) const {
+    each(dst, x, [](auto v) { return -v; });
+  }
+};
+// Exact square roots: under EIGEN_FAST_MATH (Eigen's default) its f32 packet sqrt is an
+// approximate reciprocal square root with one Newton step: 1-2 ulp off, sqrt(inf) = NaN and
+// subnormal inputs flushed to 0 — from the 8th element of a row on, the scalar tail being exact.
+template <typename D, typename X> void exact_sqrt(D& dst, const X& x) {
+  each(dst, x, [](auto v) { return std::sqrt(v); });
+}
+struct SqrtOp : NoParam<false> {
+  using NoParam::NoParam;
+  template <typename D, typename X> void operator()(D& dst, const X& x) const { exact_sqrt(dst, x); }
+};
+struct LogOp : NoParam<false> {
+  using NoParam::NoParam;
+  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.log(); }
+  // Eigen's vectorised log clamps its argument to the smallest normal number, so a subnormal x
+  // gave log(FLT_MIN) = -87.34 (f32) where log(1e-40) is -92.10: those take the scalar log.
+  template <typename C> static void fixup(C* out, const C* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      if (x[i] > C(0) && x[i] < std::numeric_limits<C>::min()) out[i] = std::log(x[i]);
+  }
+};
+struct TanhOp : NoParam<false> {
+  using NoParam::NoParam;
+  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.tanh(); }
+  // Eigen's f32 tanh clamps |x| to 7.9053 and returns ±1 beyond, where tanh(8.03) is 1 − 2.4e-7
+  // in f32 (PyTorch's value); those take the scalar tanh (f64 is scalar already).
+  template <typename C> static void fixup(C* out, const C* x, int64_t n) {
+    if constexpr (std::is_same_v<C, float>)
+      for (int64_t i = 0; i < n; ++i)
+        if (std::abs(x[i]) > 7.9f && std::abs(x[i]) < 9.1f) out[i] = std::tanh(x[i]);
+  }
+};
 
 struct ExpOp : NoParam<false> {
   using NoParam::NoParam;
@@ -65,9 +110,12 @@ struct ExpOp : NoParam<false> {
 };
 struct RsqrtOp : NoParam<false> {
   using NoParam::NoParam;
-  // Eigen's rsqrt uses a fast approximation with one Newton step under EIGEN_FAST_MATH; an exact
-  // square root and division keep f32 results within an ulp or two.
-  template <typename D, typename X> void operator()(D& dst, const X& x) const { dst = x.sqrt().inverse(); }
+  // 1 / sqrt(x) with the exact root (Eigen's rsqrt and sqrt are approximations, see exact_sqrt):
+  // PyTorch's formula, so rsqrt(inf) = 0 and rsqrt(0) = inf.
+  template <typename D, typename X> void operator()(D& dst, const X& x) const {
+    using C = typename D::Scalar;
+    each(dst, x, [](C v) { return C(1) / std::sqrt(v); });
+  }
 };
 struct SigmoidOp : NoParam<false> {
   using NoParam::NoParam;
@@ -118,9 +166,9 @@ struct PowOp {
     } else if (e == 3.0) {
       dst = x * x * x;
     } else if (e == 0.5) {
-      dst = x.sqrt();
+      exact_sqrt(dst, x);
     } else if (e == -0.5) {
-      dst = x.sqrt().inverse();
+      each(dst, x, [](C v) { return C(1) / std::sqrt(v); });
     } else if (e == -1.0) {
       dst = x.inverse();
     } else if (e == -2.0) {

@@ -565,3 +565,31 @@ TEST_CASE("clamp: PyTorch's values and gradient, one-sided bounds, min > max, Na
   }
   PRECIS_REQUIRE_THROWS_WITH_ALL(clamp(plain, std::nullopt, std::nullopt), ValueError, "clamp", "min, max");
 }
+
+TEST_CASE("next to f16/bf16, add, sub and the comparisons round an inexact scalar to the dtype, mul and div do not",
+          "[ops][binary]") {
+  // PyTorch 2.15 on the CPU, op by op: x_f16 == 0.1 is true where x holds f16's 0.1 (it was false:
+  // the comparison ran in f32 against the unrounded 0.1); x + 0.3 adds f16's 0.3; x * 0.1 and
+  // x / 0.1 keep 0.1 in fp32.
+  for (DType dt : {DType::f16, DType::bf16}) {
+    INFO(dtype_name(dt));
+    Tensor x = full({20}, 0.1, {.dtype = dt});
+    CHECK(eq(x, 0.1).to(DType::i64).sum().item<int64_t>() == 20);
+    CHECK(ne(x, 0.1).to(DType::i64).sum().item<int64_t>() == 0);
+    CHECK(le(x, 0.1).to(DType::i64).sum().item<int64_t>() == 20);
+    CHECK(ge(x, 0.1).to(DType::i64).sum().item<int64_t>() == 20);
+    CHECK(lt(x, 0.1).to(DType::i64).sum().item<int64_t>() == 0);
+    CHECK(gt(x, 0.1).to(DType::i64).sum().item<int64_t>() == 0);
+    const float x0 = x.to_vector<float>()[0];
+    const float s03 = full({1}, 0.3, {.dtype = dt}).item<float>();  // 0.3 rounded to dt
+    Tensor y = full({20}, -0.2998, {.dtype = dt});
+    const float y0 = y.to_vector<float>()[0];
+    auto round_dt = [&](float v) { return full({1}, static_cast<double>(v), {.dtype = dt}).item<float>(); };
+    CHECK(add(y, 0.3).to_vector<float>()[19] == round_dt(y0 + s03));
+    CHECK(sub(y, -0.3).to_vector<float>()[19] == round_dt(y0 + s03));
+    CHECK(mul(x, 0.1).to_vector<float>()[19] == round_dt(x0 * 0.1f));
+    CHECK(div(x, 0.1).to_vector<float>()[19] == round_dt(x0 / 0.1f));
+  }
+  // A scalar the dtype cannot hold at all is still applied in f32 (PyTorch raises an overflow).
+  CHECK(lt(full({3}, 60000.0, {.dtype = DType::f16}), 70000.0).to(DType::i64).sum().item<int64_t>() == 3);
+}

@@ -152,6 +152,43 @@ TEST_CASE("unary special values: NaN, infinities, zeros", "[ops][unary]") {
   }
 }
 
+TEST_CASE("sqrt, rsqrt, neg, log and tanh are right at the edges in every position of a row", "[ops][unary]") {
+  // Eigen's packet sqrt (EIGEN_FAST_MATH) gave NaN for inf, 0 for subnormals and 1-2 ulp errors
+  // from the 8th element of a row on; its packet negation +0 for -(+0); its log log(FLT_MIN) for
+  // subnormals; its f32 tanh exactly 1 from 7.9. The scalar C++ functions are the reference here
+  // (correctly rounded sqrt and division; PyTorch's values).
+  constexpr int64_t n = 40;
+  auto row = [](float v) { return full({n}, static_cast<double>(v)); };
+  auto all_are = [](const Tensor& t, auto pred) {
+    for (float e : t.to_vector<float>())
+      if (!pred(e)) return false;
+    return true;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(all_are(sqrt(row(inf)), [&](float e) { return e == inf; }));
+  CHECK(all_are(sqrt(row(1e-40f)), [](float e) { return e == std::sqrt(1e-40f) && e > 0; }));
+  CHECK(all_are(sqrt(row(-0.0f)), [](float e) { return e == 0 && std::signbit(e); }));
+  CHECK(all_are(rsqrt(row(inf)), [](float e) { return e == 0; }));
+  CHECK(all_are(rsqrt(row(0.0f)), [&](float e) { return e == inf; }));
+  CHECK(all_are(pow(row(inf), 0.5), [&](float e) { return e == inf; }));
+  CHECK(all_are(neg(row(0.0f)), [](float e) { return e == 0 && std::signbit(e); }));
+  CHECK(all_are(log(row(1e-40f)), [](float e) { return e == std::log(1e-40f); }));
+  CHECK(all_are(tanh(row(8.03f)), [](float e) { return e == std::tanh(8.03f) && e < 1; }));
+  CHECK(all_are(tanh(row(-8.5f)), [](float e) { return e == std::tanh(-8.5f) && e > -1; }));
+  CHECK(log(full({n}, 1e-310, {.dtype = DType::f64})).to_vector<double>()[n - 1] == std::log(1e-310));
+  CHECK(sqrt(full({n}, INFINITY, {.dtype = DType::f16})).to_vector<float>()[n - 1] == inf);
+  // Ordinary values: correctly rounded, the same bits as the scalar functions.
+  std::vector<float> v;
+  for (int i = 0; i < 4000; ++i) v.push_back(static_cast<float>(std::exp(0.01 * (i - 2000))) * (1.0f + 0.37f * (i % 7)));
+  Tensor x = from_vector<float>(v, {static_cast<int64_t>(v.size())});
+  const auto s = sqrt(x).to_vector<float>(), r = rsqrt(x).to_vector<float>();
+  const auto ph = pow(x, 0.5).to_vector<float>(), pmh = pow(x, -0.5).to_vector<float>();
+  size_t wrong = 0;
+  for (size_t i = 0; i < v.size(); ++i)
+    wrong += s[i] != std::sqrt(v[i]) || r[i] != 1.0f / std::sqrt(v[i]) || ph[i] != s[i] || pmh[i] != r[i];
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("relu and gelu backward kernels", "[ops][unary]") {
   Tensor g = from_vector<double>({1, 2, 3, 4}, {4});
   Tensor x = from_vector<double>({-1, 0, 0.5, 2}, {4});
