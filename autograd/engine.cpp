@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <queue>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -94,9 +95,46 @@ struct Capture {
   size_t slot;
 };
 
+// A leaf input's gradient is captured after the leaf's hooks, which its AccumulateGrad would run.
 void capture(const std::vector<Capture>& captures, const Node* node, const TensorList& grads, TensorList& captured) {
-  for (const Capture& c : captures)
-    if (c.node == node && c.output_nr < grads.size()) captured[c.slot] = accumulate(captured[c.slot], grads[c.output_nr]);
+  for (const Capture& c : captures) {
+    if (c.node != node || c.output_nr >= grads.size() || !grads[c.output_nr].defined()) continue;
+    const auto* acc = dynamic_cast<const AccumulateGrad*>(node);
+    const Tensor g = acc != nullptr ? acc->run_hooks(grads[c.output_nr]) : grads[c.output_nr];
+    captured[c.slot] = accumulate(captured[c.slot], g);
+  }
+}
+
+// autograd::grad's pruning (PyTorch's exec_info): of the graph below `roots`, the nodes with a
+// captured node at or below them (`needed`), and those with one strictly below (`run`: only
+// these are applied). Nothing else runs: no hooks, no retained gradients, no freed saved tensors.
+struct Pruning {
+  std::unordered_set<const Node*> needed, run;
+};
+
+Pruning prune(const std::vector<Edge>& roots, const std::vector<Capture>& captures) {
+  std::unordered_set<const Node*> captured;
+  for (const Capture& c : captures) captured.insert(c.node);
+  Pruning p;
+  std::unordered_set<const Node*> visited;
+  std::vector<std::pair<Node*, size_t>> stack;  // (node, next edge to visit): a post-order walk
+  for (const Edge& e : roots)
+    if (visited.insert(e.fn.get()).second) stack.push_back({e.fn.get(), 0});
+  while (!stack.empty()) {
+    Node* n = stack.back().first;
+    const auto& edges = n->next_edges();
+    const size_t k = stack.back().second++;
+    if (k < edges.size()) {
+      if (edges[k].valid() && visited.insert(edges[k].fn.get()).second) stack.push_back({edges[k].fn.get(), 0});
+      continue;
+    }
+    stack.pop_back();
+    bool below = false;
+    for (const Edge& e : edges) below = below || (e.valid() && p.needed.count(e.fn.get()) > 0);
+    if (below) p.run.insert(n);
+    if (below || captured.count(n) > 0) p.needed.insert(n);
+  }
+  return p;
 }
 
 // Runs the graph below `roots`. With `captures`, the buffers of the named (node, output) pairs are
@@ -112,19 +150,24 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
   if (stops == nullptr) callbacks.emplace();
   profiler::DirectionScope profile_as_backward(profiler::Direction::backward);  // kernels run by this pass
   auto is_stop = [stops](const Node* n) { return stops != nullptr && stops->count(n) > 0; };
+  // autograd::grad runs only what leads to its inputs (a nested pass's region keeps its own
+  // parameters' AccumulateGrad nodes, so it is not pruned).
+  std::optional<Pruning> pruning;
+  if (captures != nullptr && stops == nullptr) pruning = prune(roots, *captures);
+  auto skipped = [&](const Node* n) { return pruning && pruning->needed.count(n) == 0; };
 
   // 1. Dependency counts (iterative DFS).
   std::unordered_map<Node*, int> deps;
   std::unordered_set<Node*> seen;
   std::vector<Node*> stack;
   for (const Edge& e : roots)
-    if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    if (!skipped(e.fn.get()) && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     if (is_stop(n)) continue;
     for (const Edge& e : n->next_edges()) {
-      if (!e.valid()) continue;
+      if (!e.valid() || skipped(e.fn.get())) continue;
       ++deps[e.fn.get()];
       if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
     }
@@ -141,12 +184,14 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
     return b;
   };
   for (size_t i = 0; i < roots.size(); ++i) {
+    if (skipped(roots[i].fn.get())) continue;
     TensorList& b = buffer_of(roots[i]);
     b[roots[i].input_nr] = accumulate(b[roots[i].input_nr], root_grads[i]);
   }
 
   std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
   for (const Edge& e : roots) {
+    if (skipped(e.fn.get())) continue;
     int& d = deps[e.fn.get()];
     if (d == 0) {
       ready.push(e.fn.get());
@@ -178,8 +223,9 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
     if (any) {
       for (auto& hook : node->pre_hooks()) {
         if (hook.output_nr >= grads.size() || !grads[hook.output_nr].defined()) continue;
-        Tensor replaced = hook.fn(grads[hook.output_nr]);
-        if (replaced.defined()) grads[hook.output_nr] = replaced;
+        Tensor& g = grads[hook.output_nr];
+        g = checked_hook_result(g, hook.fn(g), "a hook on output " + std::to_string(hook.output_nr) + " of " +
+                                                   node->name());
       }
       for (auto& [output_nr, weak] : node->retained()) {
         auto impl = weak.lock();
@@ -188,7 +234,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
         meta.grad = meta.grad.defined() ? add(meta.grad, grads[output_nr]) : grads[output_nr].detach().clone();
       }
       if (captures != nullptr) capture(*captures, node, grads, *captured);
-      if (!(is_acc && captures != nullptr)) {
+      if (!(is_acc && captures != nullptr) && !(pruning && pruning->run.count(node) == 0)) {
         // The profiler's backward hook: a node's time (the kernels it runs included) goes to the
         // op that recorded it, or to its name when no op did, on the clock of the device its
         // incoming gradients are on (where its kernels run); a node that profiles its own ops
@@ -210,7 +256,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
     const auto& edges = node->next_edges();
     for (size_t i = 0; i < edges.size(); ++i) {
       const Edge& e = edges[i];
-      if (!e.valid()) continue;
+      if (!e.valid() || skipped(e.fn.get())) continue;
       if (i < input_grads.size()) {
         Tensor g = validate(*node, i, std::move(input_grads[i]));
         if (g.defined()) {
@@ -249,7 +295,9 @@ Tensor root_grad(const Tensor& root, const TensorList& grads, size_t i) {
                        root.describe(), " must be floating; convert it with .to(", dtype_name(root.dtype()), ")");
     PRECIS_CHECK_DEVICE(grads[i].device() == root.device(), "backward: gradient ", grads[i].describe(),
                         " is on another device than root ", i, " ", root.describe());
-    return grads[i];
+    // In the root's dtype, as every gradient the engine passes on (PyTorch casts it too): an f64
+    // gradient for an f32 root would otherwise reach the leaves' .grad as f64.
+    return grads[i].dtype() == root.dtype() || !root.is_floating_point() ? grads[i] : grads[i].to(root.dtype());
   }
   PRECIS_CHECK_T(StateError, root.numel() == 1, "backward: a gradient can be created implicitly only for a "
                  "one-element output, but root ", i, " is ", root.describe(), "; pass a gradient tensor");

@@ -80,14 +80,28 @@ void add_in_place(const Tensor& grad, const Tensor& g) {
 
 }  // namespace
 
+Tensor checked_hook_result(const Tensor& grad, const Tensor& replaced, const std::string& where) {
+  if (!replaced.defined()) return grad;
+  auto what = [&] { return " for a gradient " + grad.describe() + " (" + where + "); a hook may change the "
+                           "values only: return a tensor of the gradient's shape, dtype and device"; };
+  PRECIS_CHECK_SHAPE(replaced.sizes() == grad.sizes(), "gradient hook: returned ", replaced.describe(), what());
+  PRECIS_CHECK_DTYPE(replaced.dtype() == grad.dtype(), "gradient hook: returned ", replaced.describe(), what());
+  PRECIS_CHECK_DEVICE(replaced.device() == grad.device(), "gradient hook: returned ", replaced.describe(), what());
+  return replaced;
+}
+
+Tensor AccumulateGrad::run_hooks(Tensor g) const {
+  const AutogradMeta* meta = leaf_.impl()->autograd_meta();
+  if (meta == nullptr) return g;
+  for (const auto& [id, hook] : meta->leaf_hooks) g = checked_hook_result(g, hook(g), "a hook on leaf " + leaf_.describe());
+  return g;
+}
+
 TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
   Tensor g = std::move(grad_outputs.at(0));
   if (!g.defined()) return {};
+  g = run_hooks(std::move(g));
   AutogradMeta& meta = leaf_.impl()->ensure_autograd_meta();
-  for (auto& [id, hook] : meta.leaf_hooks) {
-    Tensor replaced = hook(g);
-    if (replaced.defined()) g = replaced;
-  }
   if (!meta.grad.defined()) {
     meta.grad = can_steal(g) ? g.detach() : g.detach().clone();
   } else if (can_accumulate_in_place(meta.grad, g)) {

@@ -122,11 +122,20 @@ class FunctionNode final : public Node {
 /// it or its memory; later ones are added into that same tensor in place (same dtype, device and
 /// shape, .grad contiguous and not requiring grad), so .grad keeps its identity across backwards
 /// (gradient buckets can hold it). Otherwise .grad is replaced by the out-of-place sum.
+/// What a gradient hook returned for `grad`: `replaced`, or `grad` when the hook returned none.
+/// A hook may change values only: a different shape, dtype or device is a ShapeError / DTypeError /
+/// DeviceError naming `where` (PyTorch: "hook ... has changed the size of value").
+Tensor checked_hook_result(const Tensor& grad, const Tensor& replaced, const std::string& where);
+
 class AccumulateGrad final : public Node {
  public:
   /// The sink of `leaf` (held strongly: the graph keeps the leaf alive).
   explicit AccumulateGrad(Tensor leaf);
+  /// Runs the leaf's hooks (register_hook) on g, then adds it into .grad and runs the
+  /// post-accumulate hooks.
   TensorList apply(TensorList&& grad_outputs) override;
+  /// g after the leaf's hooks (autograd::grad captures this for a leaf input, as PyTorch).
+  Tensor run_hooks(Tensor g) const;
   std::string name() const override { return "AccumulateGrad"; }  ///< "AccumulateGrad"
   /// The leaf whose .grad this node accumulates (PyTorch's AccumulateGrad.variable).
   const Tensor& variable() const { return leaf_; }

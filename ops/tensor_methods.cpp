@@ -134,10 +134,9 @@ struct Cast {
   };
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 1>& in, DType dtype) {
     const Tensor& x = in[0];
-    // ctx.grad: x requires grad under grad mode.
-    PRECIS_CHECK_DTYPE(!(ctx.grad && !is_floating(dtype)), "cast: a tensor ", x.describe(),
-                       " that requires grad cannot be cast to ", dtype_name(dtype),
-                       " (not differentiable); detach() it first");
+    // An integer or bool result is not differentiable: it simply does not require grad (PyTorch's
+    // x.long(), argmax-style bookkeeping on a tensor in the graph).
+    if (!is_floating(dtype)) ctx.grad = false;
     // The result keeps x's dense memory order (PyTorch's preserve_format): a channels-last
     // activation cast by autocast stays channels-last for the conv that reads it.
     Tensor out = empty_elementwise(x.sizes(), dtype, x.device(), {&x}, "cast");

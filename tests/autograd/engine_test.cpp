@@ -161,6 +161,83 @@ TEST_CASE("gradients reaching an f32 leaf through an f64 computation arrive as f
   CHECK(x.grad().to_vector<float>() == std::vector<float>{2.0f, 2.0f});
 }
 
+TEST_CASE("a root gradient of another dtype is cast to the root's, as every gradient the engine passes on",
+          "[autograd]") {
+  // PyTorch casts it; before, an f64 gradient for an f32 root left f64 in .grad (and an f32 one
+  // for an f16 root left unrounded f32 values there).
+  Tensor w = from_vector<float>({1.0f, 2.0f, 3.0f}).requires_grad_();
+  w.backward(from_vector<double>({0.1, 0.1, 0.1}));
+  CHECK(w.grad().dtype() == DType::f32);
+  CHECK(w.grad().to_vector<float>() == std::vector<float>(3, 0.1f));
+  Tensor h = from_vector<float>({1.0f, 2.0f}).to(DType::f16).requires_grad_();
+  h.backward(from_vector<float>({0.1f, 0.2f}));
+  CHECK(h.grad().dtype() == DType::f16);
+  CHECK(h.grad().to(DType::f32).to_vector<float>() ==
+        from_vector<float>({0.1f, 0.2f}).to(DType::f16).to(DType::f32).to_vector<float>());
+}
+
+TEST_CASE("a gradient hook that changes the shape, dtype or device is an error naming the hook", "[autograd]") {
+  // PyTorch: "hook ... has changed the size of value". Before, a leaf's .grad became whatever
+  // the hook returned (a 0-d sum, an f64 tensor) and the optimizer failed later, far from the cause.
+  Tensor x = vec({1.0, 2.0, 3.0});
+  const int h1 = x.register_hook([](const Tensor& g) { return sum(g); });
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sum(x * x).backward(), ShapeError, "gradient hook", "leaf");
+  x.remove_hook(h1);
+  x.register_hook([](const Tensor& g) { return g.to(DType::f32); });
+  CHECK_THROWS_AS(sum(x * x).backward(), DTypeError);
+  Tensor y = vec({1.0, 2.0});
+  Tensor mid = y * 2.0;
+  mid.register_hook([](const Tensor& g) { return sum(g); });
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sum(mid * mid).backward(), ShapeError, "gradient hook", "output 0 of");
+}
+
+TEST_CASE("autograd::grad applies a leaf input's hooks and runs only the graph that leads to its inputs",
+          "[autograd]") {
+  // PyTorch's exec_info: before, grad() ignored a leaf input's hooks (2x instead of 4x), ran every
+  // node below the outputs (hooks and retain_grad of unrelated tensors fired, their saved tensors
+  // were freed, and an unrelated in-place change was an error).
+  Tensor x = vec({1.0, 2.0, 3.0});
+  x.register_hook([](const Tensor& g) { return g * 2.0; });
+  CHECK(autograd::grad({sum(x * x)}, {x})[0].to_vector<double>() == std::vector<double>{4.0, 8.0, 12.0});
+
+  Tensor a = vec({1.0, 2.0, 3.0});
+  Tensor h1 = a * a;
+  h1.retain_grad();
+  int calls = 0;
+  h1.register_hook([&](const Tensor& g) {
+    ++calls;
+    return g;
+  });
+  Tensor h2 = h1 * 3.0;
+  CHECK(autograd::grad({sum(h2)}, {h2})[0].to_vector<double>() == std::vector<double>(3, 1.0));
+  CHECK(calls == 0);
+  CHECK_FALSE(h1.grad().defined());
+  sum(h1 * 1.0).backward();  // h1's graph was not run, so its saved tensors are still there
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{2.0, 4.0, 6.0});
+
+  Tensor b = vec({1.0, 2.0});
+  Tensor c = vec({3.0, 4.0});
+  Tensor saved = c * 1.0;
+  Tensor unrelated = saved * saved;  // saves `saved`
+  Tensor out = sum(b * 3.0) + sum(unrelated);
+  {
+    NoGradGuard no_grad;
+    saved += 1.0;  // only the branch to c would read it
+  }
+  CHECK(autograd::grad({out}, {b})[0].to_vector<double>() == std::vector<double>{3.0, 3.0});
+}
+
+TEST_CASE("casting a tensor that requires grad to an integer dtype gives one that does not", "[autograd]") {
+  // PyTorch's x.long(): bookkeeping beside the graph (it was a DTypeError asking for detach()).
+  Tensor x = vec({1.5, -2.5});
+  Tensor i = (x * 2.0).to(DType::i64);
+  CHECK(i.dtype() == DType::i64);
+  CHECK_FALSE(i.requires_grad());
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{3, -5});
+  sum(x * 3.0).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3.0, 3.0});
+}
+
 TEST_CASE("a very long chain runs backward and is destroyed without deep recursion", "[autograd]") {
   Tensor x = vec({1.0});
   Tensor y = x;
