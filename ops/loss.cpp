@@ -5,6 +5,7 @@
 // Class-index losses bring the input to (M, C) rows with the class dim last (a K-dim input
 // (N, C, d1, ...) is permuted, which copies) and the target to (M); the kernel writes per-row
 // losses and weights in the accumulation type, and the reduction is taken here on those M values.
+#include <algorithm>
 #include <string>
 
 #include "autograd/grad_mode.h"
@@ -305,26 +306,61 @@ struct MseLoss {
   }
 };
 
+// softplus(−x) = log(1 + e^(−|x|)) + max(−x, 0): no overflow for any x.
+Tensor softplus_neg(const Tensor& x) { return add(log(add(exp(neg(abs(x))), 1.0)), maximum(neg(x), 0.0)); }
+
 struct BinaryCrossEntropyWithLogits {
   static constexpr OpId id = OpId::binary_cross_entropy_with_logits;
   static constexpr Domain domain = Domain::any;
   static constexpr unsigned optional = 0b1100;  // weight, pos_weight
-  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 4>& in, Reduction reduction) {
+  struct Saved {
+    SavedTensor x, t;
+    Tensor w, pw;
+    Reduction reduction = Reduction::mean;
+    Shape shape, target_shape;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 4>& in, Reduction reduction) {
     const Tensor &input = in[0], &target = in[1], &weight = in[2], &pos_weight = in[3];
     const char* op = "binary_cross_entropy_with_logits";
     check_reduction(op, reduction);
     check_elementwise(op, input, target, {{"weight", &weight}, {"pos_weight", &pos_weight}});
-    // softplus(−x) = log(1 + e^(−|x|)) + max(−x, 0): no overflow for any x. maximum() splits the
-    // gradient at x = 0 evenly and abs() gives 0 there, so the gradient at 0 is σ(0) − t exactly.
-    const Tensor softplus_neg = add(log(add(exp(neg(abs(input))), 1.0)), maximum(neg(input), 0.0));
-    Tensor loss;
-    if (pos_weight.defined()) {
-      loss = add(mul((1.0 - target), input), mul(add(mul(sub(pos_weight, 1.0), target), 1.0), softplus_neg));
-    } else {
-      loss = add(sub(input, mul(input, target)), softplus_neg);
+    const Tensor x = input.detach(), t = target.detach();
+    const Tensor w = weight.defined() ? weight.detach() : Tensor();
+    const Tensor pw = pos_weight.defined() ? pos_weight.detach() : Tensor();
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      Tensor loss = pw.defined() ? add(mul((1.0 - t), x), mul(add(mul(sub(pw, 1.0), t), 1.0), softplus_neg(x)))
+                                 : add(sub(x, mul(x, t)), softplus_neg(x));
+      if (w.defined()) loss = mul(loss, w);
+      out = reduce_elements(loss, reduction);
     }
-    if (weight.defined()) loss = mul(loss, weight);
-    return reduce_elements(loss, reduction);
+    if (ctx.grad)
+      ctx.saved = {SavedTensor(input), SavedTensor(target), w, pw, reduction, input.sizes(), target.sizes()};
+    return out;
+  }
+  // d/dx = w·((1 + (pw − 1)·t)·σ(x) − pw·t) (σ(x) − t without pos_weight), formed in one piece in
+  // fp32 for f16/bf16: differentiating the forward's composite summed 1, −1 and σ(x)-sized terms in
+  // x's dtype, so for a confident, correct logit the gradient cancelled to 0 (bf16 below x ≈ −5.5,
+  // f32 below −17) where PyTorch's is σ(x). d/dt = w·((pw − 1)·softplus(−x) − x). weight and
+  // pos_weight get no gradient (PyTorch does not differentiate them either).
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    const char* op = "binary_cross_entropy_with_logits";
+    const Tensor xv = s.x.unpack(op), tv = s.t.unpack(op);
+    const DType wide = xv.dtype() == DType::f64 ? DType::f64 : DType::f32;
+    const Tensor x = xv.to(wide), t = tv.to(wide);
+    Tensor ge = g[0].to(wide);
+    if (s.w.defined()) ge = mul(ge, s.w.to(wide));
+    const Tensor pw = s.pw.defined() ? s.pw.to(wide) : Tensor();
+    const Tensor sig = sigmoid(x);
+    Tensor gx = mul(ge, pw.defined() ? sub(mul(add(mul(sub(pw, 1.0), t), 1.0), sig), mul(pw, t)) : sub(sig, t));
+    Tensor gt = mul(ge, pw.defined() ? sub(mul(sub(pw, 1.0), softplus_neg(x)), x) : neg(x));
+    if (s.reduction == Reduction::mean) {  // over the loss's elements: the operands' broadcast shape
+      const auto n = static_cast<double>(std::max<int64_t>(1, gx.numel()));
+      gx = div(gx, n);
+      gt = div(gt, n);
+    }
+    return {sum_to(gx, s.shape).to(xv.dtype()), sum_to(gt, s.target_shape).to(tv.dtype()), Tensor(), Tensor()};
   }
 };
 
@@ -348,6 +384,14 @@ struct BinaryCrossEntropy {
     const Tensor p = input.detach(), t = target.detach(), w = weight.defined() ? weight.detach() : Tensor();
     {
       NoGradGuard no_grad;
+      // PyTorch's CPU check (a NaN fails it too): a probability outside [0, 1] gave NaN losses
+      // silently. On a GPU it would cost a host wait per call; there the loss is NaN instead.
+      if (p.device().is_cpu()) {
+        const int64_t inside = sum(mul(ge(p, 0.0).to(DType::i64), le(p, 1.0).to(DType::i64))).item<int64_t>();
+        PRECIS_CHECK(inside == p.numel(), op, ": every element of the input ", input.describe(),
+                     " must be a probability in [0, 1] (", p.numel() - inside, " are not, or are NaN); for "
+                     "logits call binary_cross_entropy_with_logits, which also avoids log(0)");
+      }
       // Logs clamped at −100 as PyTorch, so p = 0 or 1 gives a finite loss.
       log_p = maximum(log(p), -100.0);
       log_1mp = maximum(log((1.0 - p)), -100.0);

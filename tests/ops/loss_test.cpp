@@ -265,6 +265,43 @@ TEST_CASE("binary cross-entropy stays finite at saturated inputs", "[ops][loss]"
   REQUIRE(gp[3] == 0.0);
 }
 
+TEST_CASE("binary_cross_entropy_with_logits keeps the gradient of confident logits in every dtype", "[ops][loss]") {
+  // The gradient was the forward composite's 1 − 1 + σ(x) summed in x's dtype: 0 in bf16 below
+  // x ≈ −5.5 and in f32 below −17. It is now σ(x) − t (with pos_weight (1 + (pw − 1)t)σ(x) − pw·t)
+  // formed in fp32 and rounded once, PyTorch's value.
+  const std::vector<double> xs = {-10.0, -17.0, -30.0, -6.0, 4.0, 0.5};
+  const std::vector<double> ts = {0.0, 0.0, 0.0, 0.0, 1.0, 0.25};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (bool with_pw : {false, true}) {
+      INFO(dtype_name(dt) << (with_pw ? " with pos_weight" : ""));
+      Tensor x = from_vector<double>(xs, {6}, {.dtype = dt}).requires_grad_();
+      const Tensor t = from_vector<double>(ts, {6}, {.dtype = dt});
+      const double pw = with_pw ? 2.5 : 1.0;
+      const Tensor pwt = with_pw ? full({6}, pw, {.dtype = dt}) : Tensor();
+      binary_cross_entropy_with_logits(x, t, Tensor(), pwt, Reduction::sum).backward();
+      const auto got = x.grad().to(DType::f64).to_vector<double>();
+      const auto xr = x.detach().to(DType::f64).to_vector<double>();
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const double sig = 1.0 / (1.0 + std::exp(-xr[i]));
+        const double want = (1.0 + (pw - 1.0) * ts[i]) * sig - pw * ts[i];
+        const double rounded = full({1}, want, {.dtype = dt}).to(DType::f64).item<double>();
+        INFO("x = " << xr[i] << ": got " << got[i] << ", want " << rounded);
+        // f32's σ(x) − t cancels near t = 1, so an absolute ulp(1) too (PyTorch forms it alike).
+        CHECK(std::abs(got[i] - rounded) <= 2e-7 * std::abs(rounded) + 1.2e-7);
+        if (rounded > 0.0) CHECK(got[i] > 0.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("binary_cross_entropy refuses an input outside [0, 1] on the CPU, as PyTorch", "[ops][loss]") {
+  const Tensor t = from_vector<float>({1.0f, 0.0f});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(binary_cross_entropy(from_vector<float>({1.5f, 0.5f}), t), ValueError,
+                                 "binary_cross_entropy", "[0, 1]", "binary_cross_entropy_with_logits");
+  CHECK_THROWS_AS(binary_cross_entropy(from_vector<float>({NAN, 0.5f}), t), ValueError);
+  CHECK(std::isfinite(binary_cross_entropy(from_vector<float>({1.0f, 0.0f}), t).item<float>()));
+}
+
 TEST_CASE("element-wise losses reject mismatched shapes and dtypes", "[ops][loss]") {
   const Tensor a = zeros({3, 4}), b = zeros({4}), i = zeros({3, 4}, {.dtype = DType::i64});
   PRECIS_REQUIRE_THROWS_WITH_ALL(mse_loss(a, b), ShapeError, "mse_loss", "input [3, 4] f32 cpu", "target [4] f32 cpu");
