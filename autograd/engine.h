@@ -8,14 +8,16 @@
 
 namespace precis::autograd {
 
-/// Runs backward from `roots` with `grad_roots` (one per root; undefined means ones for a
-/// one-element root, an error otherwise). Without retain_graph, saved tensors are freed and a
-/// second backward through the same nodes raises StateError.
+/// Runs backward from `roots` with `grad_roots` (one per root, cast to its root's dtype; undefined
+/// means ones for a one-element root, an error otherwise). Without retain_graph, saved tensors are
+/// freed and a second backward through the same nodes raises StateError. A gradient hook may change
+/// a gradient's values, not its shape, dtype or device (ShapeError / DTypeError / DeviceError).
 void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool retain_graph = false);
 
 /// Returns d(sum(outputs * grad_outputs))/d(inputs) without touching .grad (torch.autograd.grad).
 /// An input that the outputs do not depend on gets an undefined tensor when allow_unused, an
-/// error otherwise.
+/// error otherwise. As PyTorch's, only the nodes with an input below them run (no other hook
+/// fires, no other saved tensor is freed), and a leaf input's hooks apply to what is returned.
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 bool retain_graph = false, bool allow_unused = false);
 

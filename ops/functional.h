@@ -321,12 +321,14 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 /// Binary cross-entropy on logits, stable for any magnitude:
 ///   loss = (1 − t)·x + (1 + (pos_weight − 1)·t)·(log(1 + exp(−|x|)) + max(−x, 0)), times weight.
 /// target: input's shape, floating; weight: broadcastable to input; pos_weight: broadcastable to
-/// input along the last (class) dim. Both optional. FP32.
+/// input along the last (class) dim. Both optional; neither gets a gradient (as PyTorch). The input's
+/// gradient is w·((1 + (pos_weight − 1)·t)·σ(x) − pos_weight·t), formed in fp32. FP32.
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
                                         const Tensor& pos_weight = Tensor(), Reduction reduction = Reduction::mean);
 /// Binary cross-entropy on probabilities in [0, 1]: −weight·(t·log p + (1 − t)·log(1 − p)) with
 /// each log clamped at −100 (as PyTorch), so p = 0 or 1 gives a finite loss. target: input's shape;
-/// weight broadcastable to it. Banned under autocast: use binary_cross_entropy_with_logits.
+/// weight broadcastable to it. Banned under autocast: use binary_cross_entropy_with_logits. On the
+/// CPU an input outside [0, 1] (or NaN) is a ValueError, as PyTorch's.
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
                             Reduction reduction = Reduction::mean);
 
