@@ -176,7 +176,7 @@ void gelu_epilogue_backward_kernel(const Tensor& grad_pre, const Tensor& grad_bi
 
   // The sum kernel's column reduction of an (M, N) tensor over its rows: chunks of chunk_pos rows,
   // each one fp32 (f64) partial per column, summed row by row.
-  const int64_t chunk_pos = std::max<int64_t>(1, kReduceChunk / std::min(N, kReduceColumnBlock));
+  const int64_t chunk_pos = kReduceColumnChunkRows;
   const int64_t n_chunks = bias ? (M + chunk_pos - 1) / chunk_pos : 0;
   std::vector<C> partials(static_cast<size_t>(n_chunks * N));
   std::vector<uint8_t> complete(static_cast<size_t>(n_chunks), 0);

@@ -19,9 +19,12 @@ namespace precis::cpu {
 /// Reduced elements per partial. Large enough that the partials are cheap, small enough that a
 /// single big reduction (sum of everything) still spreads over the pool.
 inline constexpr int64_t kReduceChunk = 16384;
-/// Sets the chunk length of the outer (column) reduction: a chunk holds
-/// kReduceChunk / min(cols, kReduceColumnBlock) reduced positions, so that its partials stay cheap.
+/// Outputs per block in the outer (column) reduction's stack buffers and final merge.
 inline constexpr int64_t kReduceColumnBlock = 256;
+/// Reduced positions (rows of x) per chunk of the outer reduction: each column's fp32 sum over a
+/// chunk carries the error of a 64-term sum before the f64 merge. (It was kReduceChunk / cols for
+/// narrow outputs: 8192 rows summed in fp32, and the mean over 10^6 rows of 0.1 was 6.5e-5 off.)
+inline constexpr int64_t kReduceColumnChunkRows = 64;
 /// Widest tile of kept columns one work item of the outer (column) reduction accumulates: its
 /// fp32 chunk buffer (128 KB) and f64 totals (256 KB) stay in L2 while each reduced position's
 /// run of x streams past them. An item walks every chunk of its tile in order, so a wide output
@@ -171,7 +174,7 @@ void run_reduction(const ReducePlan& p, const T* x, const Op& op) {
   // changes it, so the tiling may depend on the thread count.
   const int64_t cols = p.kept_sizes.back();
   const int64_t outer = p.num_out / cols;
-  const int64_t chunk_pos = std::max<int64_t>(1, kReduceChunk / std::min(cols, kReduceColumnBlock));
+  const int64_t chunk_pos = kReduceColumnChunkRows;
   const int64_t n_chunks = (p.red_numel + chunk_pos - 1) / chunk_pos;
   const int64_t threads = get_num_threads();
   int64_t n_tiles = (cols + kReduceColumnTile - 1) / kReduceColumnTile;
