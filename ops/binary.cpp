@@ -426,10 +426,20 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   check_defined("clamp", x, "x");
   PRECIS_CHECK(min || max, "clamp: give min, max or both (x ", x.describe(), ")");
-  Tensor out = x;
+  // PyTorch's result type: a bound of a higher kind promotes (an i64 tensor clamped at 1.5 is f32,
+  // a bool one clamped at 0 is i64); it was x's dtype, which truncated the bound.
+  DType dt = x.dtype();
+  for (const auto& bound : {min, max})
+    if (bound) dt = scalar_operand_dtype(dt, *bound);
+  const Tensor xt = dt == x.dtype() ? x : x.to(dt);
+  // A NaN bound makes every element NaN with no gradient (PyTorch).
+  for (const auto& bound : {min, max})
+    if (bound && bound->is_floating() && std::isnan(bound->to_double()))
+      return masked_fill(xt, ones(xt.sizes(), {.dtype = DType::boolean, .device = xt.device()}), *bound);
+  Tensor out = xt;
   // le/ge: an element at a bound is refilled with its own value, so that (as PyTorch's clamp with
   // scalar bounds) no gradient passes there.
-  if (min) out = masked_fill(out, le(x, *min), *min);
+  if (min) out = masked_fill(out, le(xt, *min), *min);
   // After min, so that min > max leaves max everywhere (PyTorch's order).
   if (max) out = masked_fill(out, ge(out, *max), *max);
   return out;

@@ -70,10 +70,11 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
 /// The value is converted to x's dtype. Passthrough.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 /// torch.clamp: x with elements below min set to min and above max set to max (either bound
-/// optional, at least one given; min > max gives max everywhere, as PyTorch). NaN stays NaN. The
-/// gradient passes where min < x < max, strictly (PyTorch's with scalar bounds; for a NaN element
-/// it passes too, where PyTorch's is 0). Bounds are converted to x's dtype. Composed of le/ge and
-/// masked_fill.
+/// optional, at least one given; min > max gives max everywhere, as PyTorch). NaN stays NaN; a NaN
+/// bound makes every element NaN. The gradient passes where min < x < max, strictly (PyTorch's
+/// with scalar bounds; for a NaN element it passes too, where PyTorch's is 0). The result's dtype
+/// is PyTorch's: a bound of a higher kind promotes (an i64 tensor clamped at 1.5 gives f32), and
+/// the bounds are converted to it. Composed of le/ge and masked_fill.
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 
 // ---- reductions -----------------------------------------------------------------------------

@@ -566,6 +566,24 @@ TEST_CASE("clamp: PyTorch's values and gradient, one-sided bounds, min > max, Na
   PRECIS_REQUIRE_THROWS_WITH_ALL(clamp(plain, std::nullopt, std::nullopt), ValueError, "clamp", "min, max");
 }
 
+TEST_CASE("clamp: a bound of a higher kind promotes as PyTorch's, and a NaN bound gives NaN", "[ops][binary]") {
+  // PyTorch 2.15: clamp(i64 [1, 2, 3], 1.5) = f32 [1.5, 2, 3] (precis gave i64 [1, 2, 3], the
+  // bound truncated); clamp(bool, 0, 0) = i64; clamp(x, NaN) = NaN everywhere (x was unchanged).
+  const Tensor c = clamp(from_vector<int64_t>({1, 2, 3}), 1.5);
+  CHECK(c.dtype() == DType::f32);
+  CHECK(c.to_vector<float>() == std::vector<float>{1.5f, 2.0f, 3.0f});
+  const Tensor b = clamp(from_vector<int64_t>({1, 0}).to(DType::boolean), 0, 0);
+  CHECK(b.dtype() == DType::i64);
+  CHECK(b.to_vector<int64_t>() == std::vector<int64_t>{0, 0});
+  CHECK(clamp(from_vector<int64_t>({1, 2, 3}), 2).dtype() == DType::i64);
+  const Tensor x = from_vector<float>({1.0f, 2.0f}).requires_grad_();
+  for (const Tensor& y : {clamp(x, NAN), clamp(x, std::nullopt, NAN)}) {
+    for (float v : y.to_vector<float>()) CHECK(std::isnan(v));
+    sum(y).backward();
+    CHECK(x.grad().to_vector<float>() == std::vector<float>{0.0f, 0.0f});
+  }
+}
+
 TEST_CASE("next to f16/bf16, add, sub and the comparisons round an inexact scalar to the dtype, mul and div do not",
           "[ops][binary]") {
   // PyTorch 2.15 on the CPU, op by op: x_f16 == 0.1 is true where x holds f16's 0.1 (it was false:
