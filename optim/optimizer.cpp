@@ -300,6 +300,19 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     const DType dtype = key == "master" ? DType::f32 : state_dtype(p);
     new_state[index][key] = v.detach().to(dtype).to(p.device()).contiguous().clone();
   }
+  // Moments without their step count: the kernels would take the next step for the first one
+  // (SGD overwrote the loaded momentum buffer with the gradient, Adam restarted its bias
+  // correction), silently. SGD's buffer implies a step; the others need it.
+  for (size_t i = 0; i < new_state.size(); ++i) {
+    auto& s = new_state[i];
+    const bool moments =
+        std::any_of(s.begin(), s.end(), [](const auto& e) { return e.first != "step" && e.first != "master"; });
+    if (!moments || s.count("step") != 0) continue;
+    PRECIS_CHECK(step_implied_by_state(), owner, ": state entry 'state.", i, ".step' is missing, but parameter ", i,
+                 " has saved moments; ", name_, " needs the step count they were made with (bias correction). "
+                 "Add it (a 0-d tensor: the number of steps taken)");
+    s["step"] = ones({}, {.device = params[i].device()});
+  }
   // Options last, so that a failure above leaves the optimizer as it was.
   for (size_t g = 0; g < groups_.size(); ++g)
     load_group_options(g, state_subset(dict, "param_groups." + std::to_string(g) + "."));

@@ -117,13 +117,14 @@ class Optimizer {
 
   /// Hyperparameters of every group and all per-parameter state, as a StateDict:
   ///   "param_groups.<g>.params"  1-D i64, the indices of the group's parameters
-  ///   "param_groups.<g>.<option>" 0-d f64 (booleans as 0-d i64)
+  ///   "param_groups.<g>.<option>" 0-d f64 (booleans too, as 0 or 1)
   ///   "state.<i>.<key>"          the per-parameter state of parameter i (see parameters())
   /// The tensors are copies (later steps do not change a returned dict).
   virtual StateDict state_dict() const;
   /// Restores what state_dict() returned, into an optimizer over parameters of the same groups,
   /// counts and shapes (ValueError / ShapeError naming the mismatch otherwise). The group options
-  /// are replaced by the saved ones. A resumed run continues bit for bit. A state tensor that
+  /// are replaced by the saved ones. A parameter's moments without its "step" are refused, except
+  /// SGD's momentum buffer, which counts as in use (a PyTorch SGD state has no step). A resumed run continues bit for bit. A state tensor that
   /// exists with the loaded one's dtype, device and shape is written in place (and the device
   /// lrs of capturable mode always are), so a step captured in a CUDA graph keeps reading them.
   virtual void load_state_dict(const StateDict& dict);
@@ -160,6 +161,10 @@ class Optimizer {
   virtual void load_group_options(size_t group, const StateDict& entries) = 0;
   /// The state keys this optimizer may hold (load_state_dict rejects others).
   virtual std::vector<std::string> state_keys() const = 0;
+  /// Whether a loaded moment without a "step" entry counts as one already in use (step 1): SGD's
+  /// momentum buffer (PyTorch's SGD saves no step). Otherwise (Adam's bias correction needs the
+  /// count) load_state_dict refuses it, as PyTorch's does.
+  virtual bool step_implied_by_state() const { return false; }
   /// ValueError, named for `owner`, unless `dict` has exactly this optimizer's number of
   /// parameter groups (the first structural check of load_state_dict).
   void check_group_count(const StateDict& dict, const std::string& owner) const;

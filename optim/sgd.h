@@ -44,6 +44,7 @@ class SGD : public OptimizerWithOptions<SGDOptions> {
   const char* momentum_option_name() const override { return "momentum"; }
   void load_group_options(size_t group, const StateDict& entries) override;
   std::vector<std::string> state_keys() const override { return {"step", "master", "momentum_buffer"}; }
+  bool step_implied_by_state() const override { return true; }
   void check_options(const SGDOptions& o, size_t group) const override;
 };
 

@@ -1,7 +1,8 @@
 #pragma once
 // StateDict: the one format of saved state in precis. A module's parameters and buffers, an
 // optimizer's moments and hyperparameters, a scheduler's and a loss scaler's counters are all
-// named tensors; scalars are 0-d tensors (f64 for reals, i64 for counts and flags), so any
+// named tensors; scalars are 0-d tensors (f64 for reals and optimizer options, flags included;
+// i64 for counts and other flags), so any
 // combination of state dicts saves to one safetensors file (tensor/safetensors.h) and loads back
 // bit for bit.
 #include <cstdint>

@@ -187,6 +187,40 @@ TEST_CASE("state_dict holds options and copies, and mismatched loads are refused
   PRECIS_REQUIRE_THROWS_WITH_ALL(sgd.load_state_dict(sd), ValueError, "SGD.load_state_dict");
 }
 
+TEST_CASE("a loaded state without step: SGD's momentum buffer counts as in use, Adam's moments are refused",
+          "[optim][state_dict]") {
+  // A PyTorch SGD state has no step. Loaded without one, the buffer was overwritten by the next
+  // gradient as if it were the first step (0.3 off after two steps here); Adam restarted its bias
+  // correction. PyTorch keeps an SGD buffer and raises a KeyError for Adam.
+  auto run = [](Optimizer& opt, const Tensor& w, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      w.set_grad(full({3}, 0.5 + i));
+      opt.step();
+    }
+  };
+  Tensor w = ones({3}).requires_grad_(), w2 = ones({3}).requires_grad_();
+  SGD sgd({w}, {.lr = 0.1, .momentum = 0.9});
+  run(sgd, w, 2);
+  StateDict sd = sgd.state_dict();
+  sd.erase("state.0.step");
+  w2.detach().copy_(w.detach());
+  SGD resumed({w2}, {.lr = 0.1, .momentum = 0.9});
+  resumed.load_state_dict(sd);
+  w.set_grad(full({3}, 7.0));
+  w2.set_grad(full({3}, 7.0));
+  sgd.step();
+  resumed.step();
+  CHECK(w2.to_vector<float>() == w.to_vector<float>());
+
+  Tensor a = ones({3}).requires_grad_();
+  Adam adam({a}, {.lr = 0.1});
+  run(adam, a, 2);
+  StateDict ad = adam.state_dict();
+  ad.erase("state.0.step");
+  Adam fresh({ones({3}).requires_grad_()});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(fresh.load_state_dict(ad), ValueError, "state.0.step", "missing", "bias correction");
+}
+
 TEST_CASE("found_inf makes the step a no-op, and grad_scale divides the gradients", "[optim][scaler]") {
   const Regression problem(problem_file());
   for (DType dtype : {DType::f32, DType::f16}) {
