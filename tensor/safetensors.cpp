@@ -19,7 +19,8 @@ namespace {
 // The reference implementation refuses headers above 100 MB; so do we, before allocating.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
-constexpr const char* kSupported = "F64, F32, F16, BF16, I64, I32, BOOL, F8_E4M3, F8_E5M2";
+constexpr const char* kSupported = "F64, F32, F16, BF16, I64, I32, BOOL, F8_E4M3, F8_E5M2, and U8, I8, U16, I16, "
+                                   "U32 widened";
 
 struct DTypeName {
   DType dtype;
@@ -30,7 +31,32 @@ constexpr DTypeName kDTypeNames[] = {{DType::f64, "F64"},  {DType::f32, "F32"}, 
                                      {DType::boolean, "BOOL"}, {DType::f8_e4m3, "F8_E4M3"},
                                      {DType::f8_e5m2, "F8_E5M2"}};
 
+// Integer dtypes precis has no tensor type for, read widened to one that holds every value
+// (PyTorch checkpoints carry uint8 masks and buffers; the whole file was unloadable before).
+struct WidenedName {
+  const char* name;
+  int bytes;
+  bool is_signed;
+  DType to;
+};
+constexpr WidenedName kWidenedNames[] = {{"U8", 1, false, DType::i32},  {"I8", 1, true, DType::i32},
+                                         {"U16", 2, false, DType::i32}, {"I16", 2, true, DType::i32},
+                                         {"U32", 4, false, DType::i64}};
+
 // ---- byte order ---------------------------------------------------------------------------------
+// t (i32 or i64, contiguous) = the little-endian integers of w's width in raw.
+void widen_integers(const unsigned char* raw, const WidenedName& w, const Tensor& t) {
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t u = 0;
+    for (int b = 0; b < w.bytes; ++b) u |= static_cast<uint64_t>(raw[i * w.bytes + b]) << (8 * b);
+    int64_t v = static_cast<int64_t>(u);
+    if (w.is_signed && w.bytes < 8 && (u >> (8 * w.bytes - 1)) != 0) v -= int64_t{1} << (8 * w.bytes);
+    if (t.dtype() == DType::i32) t.data_ptr<int32_t>()[i] = static_cast<int32_t>(v);
+    else t.data_ptr<int64_t>()[i] = v;
+  }
+}
+
 void store_u64_le(uint64_t v, unsigned char* out) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
 }
@@ -195,6 +221,7 @@ struct Entry {
   Shape shape;
   uint64_t begin;
   uint64_t end;
+  const WidenedName* widened = nullptr;  // stored as this narrower integer, read as `dtype`
 };
 
 struct Header {
@@ -234,6 +261,13 @@ Entry parse_entry(const std::string& name, const json::Value& v, uint64_t buffer
       known = true;
     }
   }
+  for (const auto& w : kWidenedNames) {
+    if (dtype->string == w.name) {
+      e.dtype = w.to;
+      e.widened = &w;
+      known = true;
+    }
+  }
   if (!known) fail(what, "tensor '", name, "': unsupported dtype \"", dtype->string, "\" (precis reads ", kSupported, ")");
 
   const json::Value* shape = v.find("shape");
@@ -253,7 +287,8 @@ Entry parse_entry(const std::string& name, const json::Value& v, uint64_t buffer
   if (e.end > buffer_bytes)
     fail(what, "tensor '", name, "': data_offsets [", e.begin, ", ", e.end, "] reach past the end of the data (",
          buffer_bytes, " bytes); the file is truncated or corrupt");
-  const std::optional<uint64_t> nbytes = checked_nbytes(*numel, element_size(e.dtype));
+  const std::optional<uint64_t> nbytes =
+      checked_nbytes(*numel, e.widened != nullptr ? static_cast<size_t>(e.widened->bytes) : element_size(e.dtype));
   if (!nbytes || *nbytes != e.end - e.begin)
     fail(what, "tensor '", name, "': shape ", shape_str(e.shape), " of ", dtype->string, " needs ",
          nbytes ? std::to_string(*nbytes) : "more than " + std::to_string(kMaxAllocationBytes),
@@ -332,6 +367,13 @@ SafetensorsFile read_safetensors(uint64_t total, const ReadAt& read_at, const st
   for (Entry& e : h.entries) {
     Tensor t = detail::new_contiguous(e.shape, e.dtype, Device::cpu());
     const size_t nbytes = static_cast<size_t>(e.end - e.begin);
+    if (e.widened != nullptr) {
+      std::vector<unsigned char> raw(nbytes);
+      if (nbytes > 0) read_at(data_start + e.begin, raw.data(), nbytes);
+      widen_integers(raw.data(), *e.widened, t);
+      out.tensors.emplace_back(std::move(e.name), std::move(t));
+      continue;
+    }
     if (nbytes > 0) read_at(data_start + e.begin, t.data_ptr(), nbytes);
     if constexpr (std::endian::native != std::endian::little) swap_elements(t.data_ptr(), nbytes, t.element_size());
     if (e.dtype == DType::boolean) {

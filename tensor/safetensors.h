@@ -46,6 +46,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // save_safetensors(path, {{"w", w}}) ambiguous. Pass NamedTensors(map.begin(), map.end()).
 
 /// Reads a safetensors file. Throws IOError naming `path` when it cannot be read or is malformed.
+/// Integer dtypes precis has no tensor type for are widened, every value exact: U8, I8, U16 and
+/// I16 are read as i32, U32 as i64 (U64 is refused).
 SafetensorsFile load_safetensors(const std::string& path);
 
 /// In-memory variants: the exact bytes save_safetensors writes, and a reader over such bytes
@@ -54,7 +56,7 @@ std::string to_safetensors_bytes(const NamedTensors& tensors, const std::map<std
 SafetensorsFile from_safetensors_bytes(std::string_view bytes);
 
 /// The safetensors dtype string ("F32", "BF16", "BOOL", ...) of a dtype, and its inverse (throws
-/// ValueError for names precis does not support, e.g. "U8").
+/// ValueError for names precis has no dtype for, e.g. "U8", which load_safetensors widens).
 std::string_view safetensors_dtype_name(DType dtype);
 DType dtype_from_safetensors_name(std::string_view name);
 

@@ -309,8 +309,9 @@ TEST_CASE("safetensors rejects malformed files with a helpful IOError", "[tensor
                                    "nesting");
   }
   SECTION("unknown or missing dtype") {
-    PRECIS_REQUIRE_THROWS_WITH_ALL(load(make_file("{" + entry("w", "U8", "[2]", "[0,2]") + "}", "ab")), IOError,
-                                   "'w'", "unsupported dtype \"U8\"", "F32");
+    const std::string u64 = "{" + entry("w", "U64", "[2]", "[0,16]") + "}";
+    PRECIS_REQUIRE_THROWS_WITH_ALL(load(make_file(u64, std::string(16, 'a'))), IOError, "'w'",
+                                   "unsupported dtype \"U64\"", "F32");
     PRECIS_REQUIRE_THROWS_WITH_ALL(load(make_file("{\"w\":{\"shape\":[2],\"data_offsets\":[0,8]}}", f32x2)), IOError,
                                    "'w'", "dtype");
     PRECIS_REQUIRE_THROWS_WITH_ALL(load(make_file("{\"w\":[1]}", "")), IOError, "'w'", "expected an object");
@@ -395,6 +396,30 @@ TEST_CASE("safetensors accepts what the format allows", "[tensor][safetensors]")
   REQUIRE(f.names() == std::vector<std::string>{"caf\xC3\xA9 \xF0\x9F\x98\x80\n", "a"});
   REQUIRE(f.get("a").item<int64_t>() == 5);
   REQUIRE(f.tensors[0].second.to_vector<int32_t>() == std::vector<int32_t>{7});
+}
+
+TEST_CASE("safetensors reads U8, I8, U16, I16 as i32 and U32 as i64, every value exact", "[tensor][safetensors]") {
+  // PyTorch checkpoints carry uint8 masks and buffers; one made the whole file unloadable.
+  const std::string header =
+      "{\"u8\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+      "\"i8\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[2,4]},"
+      "\"u16\":{\"dtype\":\"U16\",\"shape\":[1],\"data_offsets\":[4,6]},"
+      "\"i16\":{\"dtype\":\"I16\",\"shape\":[1],\"data_offsets\":[6,8]},"
+      "\"u32\":{\"dtype\":\"U32\",\"shape\":[1],\"data_offsets\":[8,12]}}";
+  const std::string data = {'\xff', '\x07', '\x80', '\x7f', '\xfe', '\xff', '\x00', '\x80',
+                            '\xff', '\xff', '\xff', '\xff'};
+  const SafetensorsFile f = from_safetensors_bytes(make_file(header, data));
+  CHECK(f.get("u8").dtype() == DType::i32);
+  CHECK(f.get("u8").to_vector<int32_t>() == std::vector<int32_t>{255, 7});
+  CHECK(f.get("i8").to_vector<int32_t>() == std::vector<int32_t>{-128, 127});
+  CHECK(f.get("u16").to_vector<int32_t>() == std::vector<int32_t>{65534});
+  CHECK(f.get("i16").to_vector<int32_t>() == std::vector<int32_t>{-32768});
+  CHECK(f.get("u32").dtype() == DType::i64);
+  CHECK(f.get("u32").to_vector<int64_t>() == std::vector<int64_t>{4294967295});
+  // A size that does not match the stored width is still refused.
+  CHECK_THROWS_AS(from_safetensors_bytes(make_file("{\"w\":{\"dtype\":\"U16\",\"shape\":[2],\"data_offsets\":[0,2]}}",
+                                                   std::string(2, '\0'))),
+                  IOError);
 }
 
 TEST_CASE("safetensors rejects every truncation of a valid file", "[tensor][safetensors]") {
