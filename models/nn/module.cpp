@@ -398,6 +398,14 @@ StateDict Module::state_dict() const {
   return out;
 }
 
+namespace {
+// A one-element 1-D value for a 0-d tensor: PyTorch's load accepts it (0-d tensors were saved so
+// before PyTorch 0.4).
+bool one_element_for_0d(const Tensor& value, const Tensor& own) {
+  return own.dim() == 0 && value.dim() == 1 && value.numel() == 1;
+}
+}  // namespace
+
 LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
   const StateDict own = state_dict();
   // A tied tensor (one TensorImpl under several names) is loaded when any of its names is present:
@@ -418,15 +426,18 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
   std::vector<std::string> own_keys, dict_keys;
   for (const auto& [k, t] : own) own_keys.push_back(k);
   for (const auto& [k, t] : dict) dict_keys.push_back(k);
+  std::set<std::string> optional;
+  for (const auto& [prefix, m] : named_modules())
+    for (const auto& name : m->optional_state()) optional.insert(prefix.empty() ? name : prefix + "." + name);
   for (const auto& k : own_keys)
-    if (!present(k)) result.missing_keys.push_back(k);
+    if (!present(k) && !optional.count(k)) result.missing_keys.push_back(k);
   for (const auto& k : dict_keys)
     if (!own.count(k)) result.unexpected_keys.push_back(k);
   for (const auto& [k, t] : own) {
     auto it = dict.find(k);
     if (it == dict.end()) continue;
     PRECIS_CHECK(it->second.defined(), type_name(), ".load_state_dict: entry '", k, "' is an undefined tensor");
-    if (it->second.sizes() != t.sizes())
+    if (it->second.sizes() != t.sizes() && !one_element_for_0d(it->second, t))
       shape_errors.push_back(k + ": checkpoint " + shape_str(it->second.sizes()) + ", model " + shape_str(t.sizes()));
   }
   const bool fail = !shape_errors.empty() || (strict && !result.ok());
@@ -468,7 +479,7 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
     auto it = dict.find(k);
     if (it == dict.end()) continue;
     Tensor dst = t;
-    dst.copy_(it->second);
+    dst.copy_(one_element_for_0d(it->second, t) ? it->second.reshape({}) : it->second);
   }
   return result;
 }

@@ -235,8 +235,10 @@ class Module {
   /// Every problem is reported in one error: missing keys, unexpected keys (strict only) and shape
   /// mismatches (always), each with "did you mean" suggestions among near names, and a hint when
   /// the keys differ by a common prefix ("module."). A tied tensor counts as present when any of
-  /// its names is in `dict` (checkpoints that store tied weights once). Throws ValueError (ShapeError when shapes are
-  /// the only problem). Non-strict loads return what was missing or unexpected.
+  /// its names is in `dict` (checkpoints that store tied weights once), an optional_state() entry
+  /// may be absent, and a 0-d tensor takes a one-element 1-D value (PyTorch's compatibility rules).
+  /// Throws ValueError (ShapeError when shapes are the only problem). Non-strict loads return
+  /// what was missing or unexpected.
   LoadResult load_state_dict(const StateDict& dict, bool strict = true);
 
   /// A deep copy (new parameters, buffers and child modules; same names, values, requires_grad,
@@ -260,6 +262,10 @@ class Module {
   virtual std::string type_name() const;
   /// The arguments shown in str() ("3, 16, kernel_size=[3, 3], stride=[1, 1]").
   virtual std::string extra_repr() const { return ""; }
+  /// Names of this module's own state entries a checkpoint may lack: load_state_dict keeps their
+  /// values and does not count them missing, even strictly (BatchNorm's num_batches_tracked, which
+  /// PyTorch checkpoints before 0.4.1 lack and PyTorch loads alike).
+  virtual std::vector<std::string> optional_state() const { return {}; }
   /// A PyTorch-style printout of the module tree.
   std::string str() const;
   /// Number of parameter elements (each tied tensor once).

@@ -35,6 +35,7 @@ class BatchNorm2d : public Module {
   void reset_parameters();
   bool keep_fp32_params() const override { return true; }
   std::string type_name() const override { return "BatchNorm2d"; }
+  std::vector<std::string> optional_state() const override { return {"num_batches_tracked"}; }
   std::string extra_repr() const override;
 
   int64_t num_features() const { return num_features_; }  ///< C, as given at construction.

@@ -142,7 +142,7 @@ TEST_CASE("module: strict load_state_dict lists every problem in one message", "
     partial["nope"] = zeros({1});
     auto r = b.load_state_dict(partial, /*strict=*/false);
     CHECK(r.unexpected_keys == std::vector<std::string>{"nope"});
-    CHECK(r.missing_keys.size() == sd.size() - 1);
+    CHECK(r.missing_keys.size() == sd.size() - 1 - 2);  // nor the 2 BatchNorms' num_batches_tracked (optional)
     CHECK(b.fc_->bias.to_vector<float>() == std::vector<float>{7, 7, 7});
     partial["fc.bias"] = zeros({4});
     // Non-strict, the missing and unexpected keys do not count: shapes are the only problem, and the
@@ -157,6 +157,30 @@ TEST_CASE("module: strict load_state_dict lists every problem in one message", "
     for (auto& [k, t] : sd) wrapped["module." + k] = t;
     PRECIS_REQUIRE_THROWS_WITH_ALL(b.load_state_dict(wrapped), ValueError, "prefix 'module.'");
   }
+}
+
+TEST_CASE("module: PyTorch's old checkpoints load, without num_batches_tracked or with 0-d values saved 1-D",
+          "[models]") {
+  // PyTorch's BatchNorm loads a checkpoint without num_batches_tracked (before 0.4.1) strictly, and
+  // any load takes a one-element 1-D value for a 0-d tensor; precis refused both.
+  nn::BatchNorm2d bn(3);
+  bn.num_batches_tracked.fill_(5);
+  StateDict sd;
+  sd["weight"] = full({3}, 2.0);
+  sd["bias"] = zeros({3});
+  sd["running_mean"] = zeros({3});
+  sd["running_var"] = ones({3});
+  const nn::LoadResult r = bn.load_state_dict(sd);
+  CHECK(r.ok());
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 5);  // kept
+  CHECK(bn.weight.to_vector<float>() == std::vector<float>(3, 2.0f));
+  sd["num_batches_tracked"] = from_vector<int64_t>({9});
+  CHECK(bn.load_state_dict(sd).ok());
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 9);
+  sd["num_batches_tracked"] = from_vector<int64_t>({9, 9});
+  CHECK_THROWS_AS(bn.load_state_dict(sd), ShapeError);
+  sd.erase("running_var");
+  CHECK_THROWS_AS(bn.load_state_dict(sd), ValueError);  // other buffers are not optional
 }
 
 TEST_CASE("module: clone is deep and keeps names, values and modes", "[models]") {
