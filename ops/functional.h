@@ -170,7 +170,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 /// Rows of x along dim picked by index (1-D, i64 or i32). Passthrough.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
-/// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0, etc. index: i64, same ndim. Passthrough.
+/// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0, etc. index: i64 or i32, same ndim. Passthrough.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// x with src's slices added at rows index along dim (out-of-place). Passthrough.
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);

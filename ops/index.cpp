@@ -55,11 +55,12 @@ Tensor checked_index_1d(const char* op, const Tensor& x, const Tensor& index, in
   return idx;
 }
 
-// An i64 index with x's number of dims, checked element-wise against `size`.
+// An i64/i32 index with x's number of dims (PyTorch takes both, as for the 1-D ops), converted to
+// contiguous i64 and checked element-wise against `size`.
 Tensor checked_index_nd(const char* op, const Tensor& x, const Tensor& index, int64_t size, const Tensor* src = nullptr) {
-  PRECIS_CHECK_DTYPE(index.dtype() == DType::i64, op, ": index must be i64, got ", operands(x, index, src),
-                     "; convert it with index.to(DType::i64)");
-  Tensor idx = as_1d(index).contiguous();
+  PRECIS_CHECK_DTYPE(index.dtype() == DType::i64 || index.dtype() == DType::i32, op,
+                     ": index must be i64 or i32, got ", operands(x, index, src), "; convert it with index.to(DType::i64)");
+  Tensor idx = as_1d(index).to(DType::i64).contiguous();
   check_range(op, idx, size, operands(x, index, src));
   return idx;
 }
