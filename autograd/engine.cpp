@@ -95,11 +95,14 @@ struct Capture {
   size_t slot;
 };
 
-// A leaf input's gradient is captured after the leaf's hooks, which its AccumulateGrad would run.
-void capture(const std::vector<Capture>& captures, const Node* node, const TensorList& grads, TensorList& captured) {
+// autograd::grad captures a leaf input's gradient after the leaf's hooks, which its AccumulateGrad
+// would run (`leaf_hooks`); a nested pass's boundary (a checkpointed region's inputs) must not:
+// the enclosing pass runs the AccumulateGrad, hooks included, with what the region returns.
+void capture(const std::vector<Capture>& captures, const Node* node, const TensorList& grads, TensorList& captured,
+             bool leaf_hooks) {
   for (const Capture& c : captures) {
     if (c.node != node || c.output_nr >= grads.size() || !grads[c.output_nr].defined()) continue;
-    const auto* acc = dynamic_cast<const AccumulateGrad*>(node);
+    const auto* acc = leaf_hooks ? dynamic_cast<const AccumulateGrad*>(node) : nullptr;
     const Tensor g = acc != nullptr ? acc->run_hooks(grads[c.output_nr]) : grads[c.output_nr];
     captured[c.slot] = accumulate(captured[c.slot], g);
   }
@@ -214,7 +217,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
     bool any = false;
     for (const Tensor& g : grads) any = any || g.defined();
     if (is_stop(node)) {
-      capture(*captures, node, grads, *captured);
+      capture(*captures, node, grads, *captured, /*leaf_hooks=*/false);
       continue;
     }
 
@@ -233,7 +236,7 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
         AutogradMeta& meta = impl->ensure_autograd_meta();
         meta.grad = meta.grad.defined() ? add(meta.grad, grads[output_nr]) : grads[output_nr].detach().clone();
       }
-      if (captures != nullptr) capture(*captures, node, grads, *captured);
+      if (captures != nullptr) capture(*captures, node, grads, *captured, /*leaf_hooks=*/stops == nullptr);
       if (!(is_acc && captures != nullptr) && !(pruning && pruning->run.count(node) == 0)) {
         // The profiler's backward hook: a node's time (the kernels it runs included) goes to the
         // op that recorded it, or to its name when no op did, on the clock of the device its
