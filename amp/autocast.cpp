@@ -17,8 +17,9 @@
 // and the recomputed graph must join the outer graph where the forward's would have. An
 // AutocastRegion (the PrecisionRegion amp gives the checkpoint) does three things:
 //  - it captures the thread's settings (each device type's enabled flag, dtype and cache flag, the
-//    guard depth, the category overrides) when the region begins, and the recomputation runs
-//    under exactly those, with the backward's own settings set aside and restored after;
+//    guard depth, the category overrides, whether fp8 linear layers are on: Fp8Autocast) when the
+//    region begins, and the recomputation runs under exactly those, with the backward's own
+//    settings set aside and restored after;
 //  - an fp32 parameter cast in the region's forward is cast as outside it: under grad mode,
 //    through the thread's cache, so the copy is the one the ops before and after the region use
 //    (a shared weight's gradient is summed in the copy's dtype as without checkpointing), and the
@@ -37,6 +38,7 @@
 #include <unordered_map>
 
 #include "amp/audit.h"
+#include "amp/fp8_linear.h"
 #include "core/warning.h"
 #include "autograd/grad_mode.h"
 #include "ops/detail/broadcast.h"
@@ -208,7 +210,7 @@ Tensor cache_lookup(const Tensor& t, DType dtype) {
 // See Note [Autocast in checkpointed regions].
 class AutocastRegion final : public PrecisionRegion {
  public:
-  AutocastRegion() : devices_(), depth_(t_state.depth) {
+  AutocastRegion() : devices_(), depth_(t_state.depth), fp8_(is_fp8_autocast_enabled()) {
     std::copy(std::begin(t_state.devices), std::end(t_state.devices), devices_);
     for (int d = 0; d < kNumDeviceTypes; ++d)
       for (int op = 0; op < kNumOps; ++op)
@@ -239,6 +241,9 @@ class AutocastRegion final : public PrecisionRegion {
     t_state.depth = depth_;
     t_region = this;
     t_frozen_overrides = overrides_;
+    // The backward usually runs outside the forward's Fp8Autocast (docs/fp8.md's loop): without
+    // this the recomputation ran the plain GEMM where the forward ran fp8.
+    fp8_guard_.emplace(fp8_);
     mode_ = Mode::recompute;
     detail::refresh_precision_policy();
   }
@@ -249,6 +254,7 @@ class AutocastRegion final : public PrecisionRegion {
     t_region = saved_.region;
     t_frozen_overrides = saved_.overrides;
     detail::exchange_audit(saved_.audit);
+    fp8_guard_.reset();
     mode_ = Mode::idle;
     detail::refresh_precision_policy();
   }
@@ -291,6 +297,8 @@ class AutocastRegion final : public PrecisionRegion {
 
   DeviceState devices_[kNumDeviceTypes];
   int depth_;
+  bool fp8_;                                // Fp8Autocast's state when the region began
+  std::optional<Fp8Autocast> fp8_guard_;    // during a recomputation: that state
   std::atomic<int8_t> overrides_[kNumDeviceTypes * kNumOps];
   std::vector<Cast> casts_;
   Mode mode_ = Mode::idle;
