@@ -80,14 +80,29 @@ std::vector<Tensor> KeptOutputs::run(OpId op, const std::function<std::vector<Te
                    "same ops each time it is called (no branching on values that change between forward and "
                    "backward)");
     const Call& call = recorded_[next_++];
-    if (call.kept) return call.outputs;
-    return compute();
+    if (!call.kept) return compute();
+    // The function modified a kept output in place after the op made it: replaying the stored
+    // (modified) tensor would apply the modification twice, silently.
+    for (size_t i = 0; i < call.outputs.size(); ++i)
+      PRECIS_CHECK_T(CheckpointError, !call.outputs[i].defined() || call.outputs[i].version() == call.versions[i],
+                     "checkpoint (selective): the output of ", op_name(op), " (", call.outputs[i].describe(),
+                     "), which the region keeps instead of recomputing, was modified in place after ", op_name(op),
+                     " made it; the recomputation cannot start from it. Modify a copy (out-of-place ops), or keep "
+                     "nothing from this op (CheckpointOptions::kept_ops) or use full checkpointing");
+    // Fresh handles on the kept data: the recomputation records its graph on these, never on the
+    // stored tensors, which a later recomputation (retain_graph) replays again.
+    std::vector<Tensor> out;
+    for (const Tensor& t : call.outputs) out.push_back(t.defined() ? t.detach() : t);
+    return out;
   }
   const bool keep = mode_ == Mode::recording && keeps_next(op);
   std::vector<Tensor> out = parent_ != nullptr ? parent_->run(op, compute) : compute();
   if (mode_ == Mode::recording && policy_) {
     ++calls_per_op_[static_cast<size_t>(op)];
-    recorded_.push_back({op, keep, keep ? out : std::vector<Tensor>{}});
+    std::vector<uint32_t> versions;
+    if (keep)
+      for (const Tensor& t : out) versions.push_back(t.defined() ? t.version() : 0);
+    recorded_.push_back({op, keep, keep ? out : std::vector<Tensor>{}, std::move(versions)});
   }
   return out;
 }

@@ -110,6 +110,7 @@ class KeptOutputs {
     OpId op;
     bool kept;
     std::vector<Tensor> outputs;
+    std::vector<uint32_t> versions;  // of the kept outputs when the op made them
   };
   KeepPolicy policy_;
   std::array<int64_t, kNumOps> calls_per_op_{};  // candidate calls of each op in the forward so far

@@ -402,6 +402,41 @@ TEST_CASE("selective checkpointing keeps linear_gelu's pre-activation alone", "[
                plain);
 }
 
+TEST_CASE("selective checkpointing refuses a kept output the function modified in place", "[autograd][checkpoint]") {
+  // The stored output (already modified) was replayed and modified again: x's gradient was the
+  // plain one + 1, silently (a user study). The recomputation now checks the kept output's version.
+  Tensor x = randn_input({4, 4}, true, 1, DType::f32);
+  const Tensor c = randn_input({4, 4}, false, 2, DType::f32), d = randn_input({4, 4}, false, 3, DType::f32);
+  auto f = [&](const Tensor& in) {
+    Tensor m = matmul(c, d);
+    m += 1.0;
+    return in * m;
+  };
+  const CheckpointOptions o{.mode = CheckpointMode::selective, .kept_ops = {OpId::matmul}};
+  Tensor y = autograd::checkpoint(o, f, x);
+  PRECIS_REQUIRE_THROWS_WITH_ALL(sum(y).backward(), CheckpointError, "matmul", "modified in place");
+  // Not kept, it is recomputed (and modified) once per run: the plain gradient.
+  x.set_grad(Tensor());
+  sum(autograd::checkpoint(CheckpointOptions{.mode = CheckpointMode::selective, .kept_ops = {}}, f, x)).backward();
+  PRECIS_REQUIRE_SAME_BITS(x.grad(), add(matmul(c, d), 1.0));
+}
+
+TEST_CASE("nested selective regions recompute again under retain_graph", "[autograd][checkpoint]") {
+  // The first recomputation recorded its graph on the stored kept tensors themselves, and the
+  // second found a freed node there (CheckpointError "reaches linear_backward"); replays now get
+  // fresh handles on the kept data.
+  Mlp m;
+  Tensor x = randn_input({4, 8}, true, 5, DType::f32);
+  const CheckpointOptions sel{.mode = CheckpointMode::selective};
+  auto inner = [&m](const Tensor& i) { return tanh(linear(i, m.w1, m.b1)); };
+  auto outer = [&](const Tensor& in) { return autograd::checkpoint(sel, inner, in) * 2.0; };
+  const Tensor l = sum(autograd::checkpoint(sel, outer, x));
+  l.backward(Tensor(), /*retain_graph=*/true);
+  const Tensor once = x.grad().clone();
+  l.backward();
+  PRECIS_REQUIRE_SAME_BITS(x.grad(), once * 2.0);
+}
+
 TEST_CASE("selective checkpointing keeps attention dropout's packed mask alone", "[autograd][checkpoint]") {
   // scaled_dot_product_attention with dropout inside a region: besides the region's output it
   // holds the score pass's mask, one bit per score in 32-bit words per row, and not the weights;
