@@ -332,6 +332,11 @@ TensorList checkpoint_list(std::function<TensorList()> fn, const TensorList& inp
     PrecisionScope precision(state->precision.get(), /*recompute=*/false);
     KeptOutputs::Recording kept(*state->kept);
     out = fn();
+    // Under NoGradGuard an output can require grad only by being a tensor from outside returned
+    // as it is (an input passed through): no op read it, so it joins the boundary here, or the
+    // recomputed graph would reach its AccumulateGrad from outside the boundary.
+    for (const Tensor& t : out)
+      if (t.defined() && t.requires_grad()) boundary->on_use(t);
     state->draws = draws.finish();
   }
   std::vector<Edge> edges = std::move(boundary->edges);

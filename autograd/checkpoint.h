@@ -125,8 +125,11 @@ void collect_tensor(TensorList& out, const A& a) {
 
 /// Runs fn(args...) as a checkpointed region (see the file comment) and returns what it returns:
 /// a Tensor, a std::vector<Tensor>, or a std::tuple / std::pair of Tensors. Tensor arguments are
-/// the region's inputs (they need not require grad); other arguments are copied and passed again
-/// to the recomputation. `fn` is copied and kept until backward. Regions nest.
+/// the region's inputs (they need not require grad; one may be returned as it is); other arguments
+/// are copied and passed again to the recomputation, so tensors inside them (a
+/// std::vector<Tensor>) are handles to the same data, not checked for in-place changes between
+/// forward and backward as Tensor arguments are: pass tensors directly. `fn` is copied and kept
+/// until backward. Regions nest.
 template <typename F, typename... Args>
   requires std::invocable<F&, const Args&...>
 auto checkpoint(const CheckpointOptions& options, F fn, const Args&... args) {

@@ -402,6 +402,17 @@ TEST_CASE("selective checkpointing keeps linear_gelu's pre-activation alone", "[
                plain);
 }
 
+TEST_CASE("checkpoint: an input returned as it is gets its gradient, as PyTorch's", "[autograd][checkpoint]") {
+  // It was a CheckpointError ("reaches AccumulateGrad"): no op read the returned input, so it was
+  // not on the region's boundary. PyTorch 2.15 (use_reentrant=False) gives a.grad = 3, b.grad = 2.
+  Tensor a = randn_input({3}, true, 1, DType::f32), b = randn_input({3}, true, 2, DType::f32);
+  auto pass_first = [](const Tensor& x, const Tensor& y) { return std::make_tuple(x, y * 2.0); };
+  auto [p, q] = autograd::checkpoint(pass_first, a, b);
+  (sum(p * 3.0) + sum(q)).backward();
+  CHECK(a.grad().to_vector<float>() == std::vector<float>(3, 3.0f));
+  CHECK(b.grad().to_vector<float>() == std::vector<float>(3, 2.0f));
+}
+
 TEST_CASE("selective checkpointing refuses a kept output the function modified in place", "[autograd][checkpoint]") {
   // The stored output (already modified) was replayed and modified again: x's gradient was the
   // plain one + 1, silently (a user study). The recomputation now checks the kept output's version.
