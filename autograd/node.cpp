@@ -93,7 +93,8 @@ Tensor checked_hook_result(const Tensor& grad, const Tensor& replaced, const std
 Tensor AccumulateGrad::run_hooks(Tensor g) const {
   const AutogradMeta* meta = leaf_.impl()->autograd_meta();
   if (meta == nullptr) return g;
-  for (const auto& [id, hook] : meta->leaf_hooks) g = checked_hook_result(g, hook(g), "a hook on leaf " + leaf_.describe());
+  for (const auto& [id, hook] : meta->leaf_hooks)
+    g = checked_hook_result(g, hook(g), "a hook on leaf " + leaf_.describe());
   return g;
 }
 

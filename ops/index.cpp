@@ -59,7 +59,8 @@ Tensor checked_index_1d(const char* op, const Tensor& x, const Tensor& index, in
 // contiguous i64 and checked element-wise against `size`.
 Tensor checked_index_nd(const char* op, const Tensor& x, const Tensor& index, int64_t size, const Tensor* src = nullptr) {
   PRECIS_CHECK_DTYPE(index.dtype() == DType::i64 || index.dtype() == DType::i32, op,
-                     ": index must be i64 or i32, got ", operands(x, index, src), "; convert it with index.to(DType::i64)");
+                     ": index must be i64 or i32, got ", operands(x, index, src),
+                     "; convert it with index.to(DType::i64)");
   Tensor idx = as_1d(index).to(DType::i64).contiguous();
   check_range(op, idx, size, operands(x, index, src));
   return idx;

@@ -124,7 +124,8 @@ class Optimizer {
   /// Restores what state_dict() returned, into an optimizer over parameters of the same groups,
   /// counts and shapes (ValueError / ShapeError naming the mismatch otherwise). The group options
   /// are replaced by the saved ones. A parameter's moments without its "step" are refused, except
-  /// SGD's momentum buffer, which counts as in use (a PyTorch SGD state has no step). A resumed run continues bit for bit. A state tensor that
+  /// SGD's momentum buffer, which counts as in use (a PyTorch SGD state has no step). A resumed
+  /// run continues bit for bit. A state tensor that
   /// exists with the loaded one's dtype, device and shape is written in place (and the device
   /// lrs of capturable mode always are), so a step captured in a CUDA graph keeps reading them.
   virtual void load_state_dict(const StateDict& dict);

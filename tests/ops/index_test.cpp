@@ -272,7 +272,8 @@ TEST_CASE("indexing ops reject bad indices", "[ops][index]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(index_select(x, 2, from_vector<int64_t>({0})), IndexError, "index_select");
   PRECIS_REQUIRE_THROWS_WITH_ALL(gather(x, 1, full({3, 1}, 4.0, {.dtype = DType::i64})), IndexError, "gather", "index 4",
                                  "size 4");
-  PRECIS_REQUIRE_THROWS_WITH_ALL(gather(x, 1, zeros({3, 1}, {.dtype = DType::f32})), DTypeError, "gather", "[3, 1] f32 cpu");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(gather(x, 1, zeros({3, 1}, {.dtype = DType::f32})), DTypeError, "gather",
+                                 "[3, 1] f32 cpu");
   // An i32 index works as an i64 one (PyTorch 2.15 takes both; gather and scatter_add refused it).
   const Tensor i32 = from_vector<int64_t>({2, 0, 1}, {3, 1}).to(DType::i32);
   CHECK(gather(x, 1, i32).to_vector<double>() == gather(x, 1, i32.to(DType::i64)).to_vector<double>());

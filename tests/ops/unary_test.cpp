@@ -179,7 +179,8 @@ TEST_CASE("sqrt, rsqrt, neg, log and tanh are right at the edges in every positi
   CHECK(sqrt(full({n}, INFINITY, {.dtype = DType::f16})).to_vector<float>()[n - 1] == inf);
   // Ordinary values: correctly rounded, the same bits as the scalar functions.
   std::vector<float> v;
-  for (int i = 0; i < 4000; ++i) v.push_back(static_cast<float>(std::exp(0.01 * (i - 2000))) * (1.0f + 0.37f * (i % 7)));
+  for (int i = 0; i < 4000; ++i)
+    v.push_back(static_cast<float>(std::exp(0.01 * (i - 2000))) * (1.0f + 0.37f * static_cast<float>(i % 7)));
   Tensor x = from_vector<float>(v, {static_cast<int64_t>(v.size())});
   const auto s = sqrt(x).to_vector<float>(), r = rsqrt(x).to_vector<float>();
   const auto ph = pow(x, 0.5).to_vector<float>(), pmh = pow(x, -0.5).to_vector<float>();
