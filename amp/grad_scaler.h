@@ -138,9 +138,13 @@ class GradScaler {
   explicit GradScaler(GradScalerOptions options = {});
   /// Forgets being this thread's last_scaling() scaler.
   ~GradScaler();
+  /// Copies the state (the copy is not last_scaling() until it scales a loss).
   GradScaler(const GradScaler&) = default;
+  /// Copies the state.
   GradScaler& operator=(const GradScaler&) = default;
+  /// Moves the state (the new object is not last_scaling() until it scales a loss).
   GradScaler(GradScaler&&) = default;
+  /// Moves the state.
   GradScaler& operator=(GradScaler&&) = default;
 
   /// loss · scale (fp32). Records whether the loss is finite; with gradient accumulation call it

@@ -117,16 +117,16 @@ class FunctionNode final : public Node {
   std::string name_;
 };
 
-/// The sink of a leaf tensor: adds the incoming gradient into .grad, then runs the leaf's
-/// post-accumulate hooks. The first gradient becomes .grad without a copy when nothing else holds
-/// it or its memory; later ones are added into that same tensor in place (same dtype, device and
-/// shape, .grad contiguous and not requiring grad), so .grad keeps its identity across backwards
-/// (gradient buckets can hold it). Otherwise .grad is replaced by the out-of-place sum.
 /// What a gradient hook returned for `grad`: `replaced`, or `grad` when the hook returned none.
 /// A hook may change values only: a different shape, dtype or device is a ShapeError / DTypeError /
 /// DeviceError naming `where` (PyTorch: "hook ... has changed the size of value").
 Tensor checked_hook_result(const Tensor& grad, const Tensor& replaced, const std::string& where);
 
+/// The sink of a leaf tensor: adds the incoming gradient into .grad, then runs the leaf's
+/// post-accumulate hooks. The first gradient becomes .grad without a copy when nothing else holds
+/// it or its memory; later ones are added into that same tensor in place (same dtype, device and
+/// shape, .grad contiguous and not requiring grad), so .grad keeps its identity across backwards
+/// (gradient buckets can hold it). Otherwise .grad is replaced by the out-of-place sum.
 class AccumulateGrad final : public Node {
  public:
   /// The sink of `leaf` (held strongly: the graph keeps the leaf alive).

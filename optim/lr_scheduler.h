@@ -313,6 +313,7 @@ class PolynomialLR : public LRScheduler {
 /// functions of the step for a resumed run to continue the same schedule.
 class LambdaLR : public LRScheduler {
  public:
+  /// The factor of the base lr after `step` applied steps.
   using Lambda = std::function<double(int64_t step)>;
   /// One function for every group. Sets the step-0 lrs; ValueError when it is empty.
   LambdaLR(Optimizer& optimizer, Lambda lr_lambda);
