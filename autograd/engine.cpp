@@ -227,8 +227,9 @@ void run_engine(const std::vector<Edge>& roots, const TensorList& root_grads, bo
       for (auto& hook : node->pre_hooks()) {
         if (hook.output_nr >= grads.size() || !grads[hook.output_nr].defined()) continue;
         Tensor& g = grads[hook.output_nr];
-        g = checked_hook_result(g, hook.fn(g), "a hook on output " + std::to_string(hook.output_nr) + " of " +
-                                                   node->name());
+        g = checked_hook_result(g, hook.fn(g), [&] {
+          return "a hook on output " + std::to_string(hook.output_nr) + " of " + node->name();
+        });
       }
       for (auto& [output_nr, weak] : node->retained()) {
         auto impl = weak.lock();

@@ -80,9 +80,9 @@ void add_in_place(const Tensor& grad, const Tensor& g) {
 
 }  // namespace
 
-Tensor checked_hook_result(const Tensor& grad, const Tensor& replaced, const std::string& where) {
+Tensor checked_hook_result(const Tensor& grad, const Tensor& replaced, const std::function<std::string()>& where) {
   if (!replaced.defined()) return grad;
-  auto what = [&] { return " for a gradient " + grad.describe() + " (" + where + "); a hook may change the "
+  auto what = [&] { return " for a gradient " + grad.describe() + " (" + where() + "); a hook may change the "
                            "values only: return a tensor of the gradient's shape, dtype and device"; };
   PRECIS_CHECK_SHAPE(replaced.sizes() == grad.sizes(), "gradient hook: returned ", replaced.describe(), what());
   PRECIS_CHECK_DTYPE(replaced.dtype() == grad.dtype(), "gradient hook: returned ", replaced.describe(), what());
@@ -94,7 +94,7 @@ Tensor AccumulateGrad::run_hooks(Tensor g) const {
   const AutogradMeta* meta = leaf_.impl()->autograd_meta();
   if (meta == nullptr) return g;
   for (const auto& [id, hook] : meta->leaf_hooks)
-    g = checked_hook_result(g, hook(g), "a hook on leaf " + leaf_.describe());
+    g = checked_hook_result(g, hook(g), [this] { return "a hook on leaf " + leaf_.describe(); });
   return g;
 }
 

@@ -119,8 +119,9 @@ class FunctionNode final : public Node {
 
 /// What a gradient hook returned for `grad`: `replaced`, or `grad` when the hook returned none.
 /// A hook may change values only: a different shape, dtype or device is a ShapeError / DTypeError /
-/// DeviceError naming `where` (PyTorch: "hook ... has changed the size of value").
-Tensor checked_hook_result(const Tensor& grad, const Tensor& replaced, const std::string& where);
+/// DeviceError naming `where()` (PyTorch: "hook ... has changed the size of value"); `where` runs
+/// only then, so a hook call builds no message.
+Tensor checked_hook_result(const Tensor& grad, const Tensor& replaced, const std::function<std::string()>& where);
 
 /// The sink of a leaf tensor: adds the incoming gradient into .grad, then runs the leaf's
 /// post-accumulate hooks. The first gradient becomes .grad without a copy when nothing else holds

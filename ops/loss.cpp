@@ -318,6 +318,7 @@ struct BinaryCrossEntropyWithLogits {
     Tensor w, pw;
     Reduction reduction = Reduction::mean;
     Shape shape, target_shape;
+    bool target_grad = false;  // whether the target takes a gradient (rarely: skip its formula)
   };
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 4>& in, Reduction reduction) {
     const Tensor &input = in[0], &target = in[1], &weight = in[2], &pos_weight = in[3];
@@ -336,7 +337,8 @@ struct BinaryCrossEntropyWithLogits {
       out = reduce_elements(loss, reduction);
     }
     if (ctx.grad)
-      ctx.saved = {SavedTensor(input), SavedTensor(target), w, pw, reduction, input.sizes(), target.sizes()};
+      ctx.saved = {SavedTensor(input), SavedTensor(target), w, pw, reduction, input.sizes(), target.sizes(),
+                   target.requires_grad()};
     return out;
   }
   // d/dx = w·((1 + (pw − 1)·t)·σ(x) − pw·t) (σ(x) − t without pos_weight), formed in one piece in
@@ -354,13 +356,15 @@ struct BinaryCrossEntropyWithLogits {
     const Tensor pw = s.pw.defined() ? s.pw.to(wide) : Tensor();
     const Tensor sig = sigmoid(x);
     Tensor gx = mul(ge, pw.defined() ? sub(mul(add(mul(sub(pw, 1.0), t), 1.0), sig), mul(pw, t)) : sub(sig, t));
-    Tensor gt = mul(ge, pw.defined() ? sub(mul(sub(pw, 1.0), softplus_neg(x)), x) : neg(x));
+    Tensor gt;
+    if (s.target_grad) gt = mul(ge, pw.defined() ? sub(mul(sub(pw, 1.0), softplus_neg(x)), x) : neg(x));
     if (s.reduction == Reduction::mean) {  // over the loss's elements: the operands' broadcast shape
       const auto n = static_cast<double>(std::max<int64_t>(1, gx.numel()));
       gx = div(gx, n);
-      gt = div(gt, n);
+      if (gt.defined()) gt = div(gt, n);
     }
-    return {sum_to(gx, s.shape).to(xv.dtype()), sum_to(gt, s.target_shape).to(tv.dtype()), Tensor(), Tensor()};
+    return {sum_to(gx, s.shape).to(xv.dtype()),
+            gt.defined() ? sum_to(gt, s.target_shape).to(tv.dtype()) : Tensor(), Tensor(), Tensor()};
   }
 };
 

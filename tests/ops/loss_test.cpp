@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "amp/autocast.h"
+#include "autograd/gradcheck.h"
 #include "ops/functional.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/tensor_testing.h"
@@ -290,6 +291,23 @@ TEST_CASE("binary_cross_entropy_with_logits keeps the gradient of confident logi
         CHECK(std::abs(got[i] - rounded) <= 2e-7 * std::abs(rounded) + 1.2e-7);
         if (rounded > 0.0) CHECK(got[i] > 0.0);
       }
+    }
+  }
+}
+
+TEST_CASE("binary_cross_entropy_with_logits' own backward passes gradcheck for input and target", "[ops][loss]") {
+  const Tensor x = from_vector<double>({0.3, -1.2, 2.0, 0.0}).requires_grad_();
+  const Tensor t = from_vector<double>({0.2, 0.9, 0.5, 1.0}).requires_grad_();
+  const Tensor w = from_vector<double>({1.0, 0.5, 2.0, 1.5}), pw = from_vector<double>({1.5, 2.0, 0.7, 1.0});
+  for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    for (bool with_pw : {false, true}) {
+      const auto res = autograd::gradcheck(
+          [&](const autograd::TensorList& in) {
+            return autograd::TensorList{binary_cross_entropy_with_logits(in[0], in[1], w, with_pw ? pw : Tensor(), r)};
+          },
+          {x, t});
+      INFO(res.message);
+      CHECK(res.ok);
     }
   }
 }
