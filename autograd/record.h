@@ -48,6 +48,16 @@ std::shared_ptr<Node> record(OpId op, const TensorList& inputs, const TensorList
 /// Connects an existing node (e.g. a custom Function's) to its inputs and outputs as record() does.
 void attach(const std::shared_ptr<Node>& node, const TensorList& inputs, const TensorList& outputs);
 
+/// Gives `self`, whose data an in-place op (`op`, for messages) has just replaced with `value`'s
+/// (`value` broadcasts to self's shape; undefined for a constant such as fill_'s), the history of
+/// that value, as PyTorch's rebase_history: a gradient reaching self flows to `value` (summed to its
+/// shape, cast to its dtype). `overwrite`: the values self held before are gone (copy_, fill_), so
+/// when self required grad its old history gets a zero gradient (PyTorch's CopyBackwards); false
+/// when `value` was computed from self (x += y) and reaches that history itself. Views of self's
+/// storage made before become stale (TensorImpl::stale_view): needs_grad and gradient_edge refuse
+/// them with a StateError. Does nothing when neither self nor value requires grad.
+void rebase_history(const Tensor& self, const Tensor& value, bool overwrite, const char* op);
+
 /// The edge a gradient for `t` must flow along: its grad_fn, or its leaf's AccumulateGrad
 /// (created on first use), or an invalid edge when t does not require grad.
 Edge gradient_edge(const Tensor& t);

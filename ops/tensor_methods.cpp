@@ -24,14 +24,28 @@ using detail::OpContext;
 namespace {
 DeviceCopyFn* g_device_copy = nullptr;
 
-void check_inplace_allowed(const char* op, const Tensor& self, const Tensor* src = nullptr) {
+// Whether an in-place write of `src` (null: a constant, fill_'s) into self must give self a new
+// autograd history (autograd::rebase_history): under grad mode, when self or src requires grad.
+// Refused then: a leaf that requires grad (its .grad would no longer be the gradient of what it
+// holds; optimizers write under NoGradGuard) and a view of memory another tensor holds (that
+// tensor's history would have to change with it, PyTorch's CopySlices, which precis does not have).
+bool inplace_takes_history(const char* op, const Tensor& self, const Tensor* src = nullptr) {
   require_defined(op, self, "destination");
-  if (!is_grad_enabled()) return;
-  const bool bad = self.requires_grad() || (src != nullptr && src->requires_grad());
-  PRECIS_CHECK_T(StateError, !bad, op, ": in-place modification of ",
-                 self.requires_grad() ? "a tensor that requires grad " : "a tensor from one that requires grad ",
-                 "(", self.describe(), ") is not supported while grad mode is on; run it under NoGradGuard "
-                 "(as optimizers do) or use the out-of-place op");
+  if (!is_grad_enabled()) return false;
+  const bool self_grad = self.requires_grad(), src_grad = src != nullptr && src->requires_grad();
+  if (!self_grad && !src_grad) return false;
+  PRECIS_CHECK_T(StateError, !(self_grad && self.is_leaf()), op, ": in-place modification of a leaf that requires "
+                 "grad (", self.describe(), ") under grad mode; its .grad would no longer be the gradient of the "
+                 "values it holds. Run it under NoGradGuard (as optimizers do) or modify a clone()");
+  // A view that alone holds its memory (an op's result reshaped on its way out) is no view of
+  // anything a user can reach, so it takes a history like any tensor.
+  const bool shares_memory = self.impl()->is_view() && self.impl()->storage().use_count() > 1;
+  PRECIS_CHECK_T(StateError, !shares_memory, op, ": in-place modification of a view (", self.describe(), ") ",
+                 self_grad ? "that requires grad" : "with a value that requires grad",
+                 " is not supported under grad mode (the tensor it views would need a new history too); "
+                 "build the result out of place (cat, where, masked_fill), write into a clone(), "
+                 "or run it under NoGradGuard");
+  return true;
 }
 
 // dst (any strides) = src converted; same device; src broadcast to dst's shape.
@@ -49,10 +63,11 @@ DeviceCopyFn* device_copy() {
 }
 
 Tensor& Tensor::fill_(Scalar value) {
-  check_inplace_allowed("fill_", *this);
+  const bool history = inplace_takes_history("fill_", *this);
   check_scalar_fits("fill_", "fill value", value, dtype(), "the tensor " + describe());
   kernel<kernels::FillKernel>(OpId::fill, device().type, dtype())(*this, value);
   bump_version();
+  if (history) autograd::rebase_history(*this, Tensor(), /*overwrite=*/true, "fill_");
   return *this;
 }
 
@@ -73,7 +88,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   // An undefined source is a bad value, not a shape mismatch (PyTorch: "Expected a proper Tensor").
   PRECIS_CHECK(src.defined(), "copy_: the source tensor is undefined (a default-constructed Tensor holds no data), "
                "destination ", describe(), "; pass a tensor made by a factory or returned by an op");
-  check_inplace_allowed("copy_", *this, &src);
+  const bool history = inplace_takes_history("copy_", *this, &src);
   PRECIS_CHECK_SHAPE(broadcasts_to(src.sizes(), sizes()), "copy_: the source ", src.describe(),
                      " does not broadcast to the destination ", describe());
   // Several elements of an expanded destination share one memory location: which source value
@@ -116,6 +131,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
     }
   }
   bump_version();
+  if (history) autograd::rebase_history(*this, src, /*overwrite=*/true, "copy_");
   return *this;
 }
 
@@ -270,22 +286,45 @@ namespace {
 int kind_rank(DType t) { return t == DType::boolean ? 0 : is_integral(t) ? 1 : 2; }
 
 Tensor& assign_inplace(Tensor& self, const Tensor& result, const char* op) {
-  check_inplace_allowed(op, self, &result);  // named as the user wrote it, not as copy_
+  const bool history = inplace_takes_history(op, self, &result);  // named as the user wrote it, not as copy_
   PRECIS_CHECK_SHAPE(result.sizes() == self.sizes(), op, ": the result of shape ", shape_str(result.sizes()),
                      " does not fit in-place into a tensor ", self.describe());
   PRECIS_CHECK_DTYPE(kind_rank(result.dtype()) <= kind_rank(self.dtype()), op, ": the result is ",
                      dtype_name(result.dtype()), ", which cannot be stored in place into ", self.describe(),
                      " without truncation; convert first, e.g. x = x.to(DType::", dtype_name(result.dtype()),
                      "), or use the out-of-place operator");
-  self.copy_(result);
+  {
+    NoGradGuard no_grad;  // the data only: result's graph already reaches self's old history
+    self.copy_(result);
+  }
+  if (history) autograd::rebase_history(self, result, /*overwrite=*/false, op);
   return self;
+}
+
+// The operand x *= o and x /= o compute with in place of self: mul and div keep self for o's
+// gradient (and o itself, for self's), and the write would change what they kept. Under grad
+// mode, when o takes a gradient or shares self's memory, they read a copy of self instead (PyTorch
+// saves self's original value the same way).
+Tensor kept_operand(const Tensor& self, const Tensor& o, bool* replaces_o) {
+  const bool shares = o.defined() && self.defined() && o.impl()->storage() == self.impl()->storage();
+  *replaces_o = false;
+  if (!is_grad_enabled() || !(o.requires_grad() || (shares && self.requires_grad()))) return self;
+  *replaces_o = shares;
+  return self.clone();
+}
+
+Tensor mul_into_self(const Tensor& self, const Tensor& o, bool divide) {
+  bool replaces_o = false;
+  const Tensor a = kept_operand(self, o, &replaces_o);
+  const Tensor& b = replaces_o ? a : o;
+  return divide ? div(a, b) : mul(a, b);
 }
 }  // namespace
 
 Tensor& Tensor::operator+=(const Tensor& o) { return assign_inplace(*this, add(*this, o), "operator+="); }
 Tensor& Tensor::operator-=(const Tensor& o) { return assign_inplace(*this, sub(*this, o), "operator-="); }
-Tensor& Tensor::operator*=(const Tensor& o) { return assign_inplace(*this, mul(*this, o), "operator*="); }
-Tensor& Tensor::operator/=(const Tensor& o) { return assign_inplace(*this, div(*this, o), "operator/="); }
+Tensor& Tensor::operator*=(const Tensor& o) { return assign_inplace(*this, mul_into_self(*this, o, false), "operator*="); }
+Tensor& Tensor::operator/=(const Tensor& o) { return assign_inplace(*this, mul_into_self(*this, o, true), "operator/="); }
 Tensor& Tensor::operator+=(Scalar o) { return assign_inplace(*this, add(*this, o), "operator+="); }
 Tensor& Tensor::operator-=(Scalar o) { return assign_inplace(*this, sub(*this, o), "operator-="); }
 Tensor& Tensor::operator*=(Scalar o) { return assign_inplace(*this, mul(*this, o), "operator*="); }

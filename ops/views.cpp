@@ -78,6 +78,9 @@ std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, cons
 }
 
 Tensor record_view(const Tensor& x, Tensor out, OpId op, autograd::FunctionNode::Backward backward) {
+  // Marked with or without grad: an in-place write into x under grad mode later makes this view
+  // stale whether or not x required grad when it was taken (autograd::rebase_history).
+  out.impl()->mark_view();
   if (autograd::needs_grad({&x})) autograd::record(op, {x}, {out}, std::move(backward));
   return out;
 }

@@ -30,6 +30,9 @@ struct AutogradMetaInterface {
 /// version of each tensor it saves and refuses to use one that changed since.
 struct VersionCounter {
   std::atomic<uint32_t> value{0};  ///< bumped by each in-place write (relaxed atomic)
+  /// Bumped when an in-place write under grad mode gives a tensor of this storage a new autograd
+  /// history (autograd::rebase_history): the views made before it still point at the old one.
+  std::atomic<uint32_t> history{0};
 };
 
 /// Shared by every Tensor handle to it (a Tensor holds a shared_ptr<TensorImpl>). Layout fields
@@ -66,6 +69,19 @@ class TensorImpl {
   /// The in-place modification counter, shared with every view of this data.
   const std::shared_ptr<VersionCounter>& version_counter() const { return version_; }
 
+  /// Marks this tensor as a differentiable view (made by a view op: view, permute, slice, expand)
+  /// and notes its storage's history count, which stale_view() compares with.
+  void mark_view() {
+    view_ = true;
+    view_history_ = version_->history.load(std::memory_order_relaxed);
+  }
+  /// Whether a view op made this tensor (mark_view).
+  bool is_view() const { return view_; }
+  /// Whether this is a view whose storage was given a new autograd history (an in-place write
+  /// under grad mode into the tensor it views) after the view was made: its own grad_fn points at
+  /// the history that write replaced.
+  bool stale_view() const { return view_ && version_->history.load(std::memory_order_relaxed) != view_history_; }
+
   /// Makes this tensor hold `src`'s data (storage, sizes, strides, offset, dtype, hence device)
   /// while staying the same object: every handle to it, its autograd metadata (requires_grad,
   /// .grad, hooks) and its version counter are kept, and the version is bumped, so a graph or an
@@ -89,6 +105,8 @@ class TensorImpl {
   int64_t numel_;
   DType dtype_;
   bool contiguous_;
+  bool view_ = false;
+  uint32_t view_history_ = 0;
   std::shared_ptr<VersionCounter> version_;
   std::unique_ptr<AutogradMetaInterface> autograd_;
 };
