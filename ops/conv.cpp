@@ -1,5 +1,7 @@
 // conv2d: operand checks, output geometry, unbatched input, and the backward (input, weight and
-// bias gradients from the one backward kernel). Kernels: ops/cpu/conv*.cpp.
+// bias gradients from the one backward kernel); conv_transpose2d, its adjoint, on the same
+// kernels. Kernels: ops/cpu/conv*.cpp.
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -186,11 +188,186 @@ struct Conv2d {
   }
 };
 
+// ---- conv_transpose2d ----------------------------------------------------------------------------
+// The adjoint of conv2d: out = conv2d's input gradient for grad_out = input. conv2d's three
+// kernels run with the roles exchanged, so it has conv2d's devices, dtypes and layouts.
+
+struct TransposeGeometry {
+  Conv2dParams p;  // the conv2d whose input gradient the forward is
+  int64_t out_channels = 0, out_h = 0, out_w = 0;
+};
+
+TransposeGeometry check_conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b,
+                                         const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                         const std::vector<int64_t>& output_padding, int64_t groups,
+                                         const std::vector<int64_t>& dilation) {
+  const char* op = "conv_transpose2d";
+  const bool floating = x.is_floating_point() && w.is_floating_point() && (!b.defined() || b.is_floating_point());
+  PRECIS_CHECK_DTYPE(floating, op, ": expects floating operands, ", operands(x, w, b), "; convert with .to(DType::f32)");
+  const bool same_dtype = w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype());
+  PRECIS_CHECK_DTYPE(same_dtype, op, ": operands have different dtypes: ", operands(x, w, b),
+                     "; convert them with .to(DType::", dtype_name(w.dtype()), ") (or run under autocast)");
+  PRECIS_CHECK_SHAPE(x.dim() == 3 || x.dim() == 4, op, ": input must be 4-D (N, C, H, W) or 3-D (C, H, W), ",
+                     operands(x, w, b));
+  PRECIS_CHECK_SHAPE(w.dim() == 4, op, ": weight must be 4-D (in_channels, out_channels / groups, kH, kW), ",
+                     operands(x, w, b));
+  TransposeGeometry t;
+  int64_t extra[2];
+  detail::pair_arg(op, "stride", stride, t.p.stride, 1);
+  detail::pair_arg(op, "padding", padding, t.p.padding, 0);
+  detail::pair_arg(op, "output_padding", output_padding, extra, 0);
+  detail::pair_arg(op, "dilation", dilation, t.p.dilation, 1);
+  PRECIS_CHECK(groups >= 1, op, ": groups must be >= 1, got ", groups);
+  t.p.groups = groups;
+  const int64_t c = x.size(-3);
+  PRECIS_CHECK_SHAPE(c == w.size(0), op, ": input has ", c, " channels but weight.size(0) is ", w.size(0), ": ",
+                     operands(x, w, b), "; weight is (in_channels, out_channels / groups, kH, kW)");
+  PRECIS_CHECK_SHAPE(c % groups == 0, op, ": in_channels (", c, ") must be divisible by groups = ", groups, ": ",
+                     operands(x, w, b));
+  const std::optional<int64_t> o = checked_mul(w.size(1), groups);
+  PRECIS_CHECK_SHAPE(o.has_value(), op, ": out_channels (weight.size(1) · groups) overflows int64: ",
+                     operands(x, w, b));
+  t.out_channels = *o;
+  PRECIS_CHECK_SHAPE(!b.defined() || (b.dim() == 1 && b.size(0) == t.out_channels), op, ": bias must be (",
+                     t.out_channels, "), ", operands(x, w, b));
+  int64_t* out_size[2] = {&t.out_h, &t.out_w};
+  for (int d = 0; d < 2; ++d) {
+    PRECIS_CHECK(extra[d] < t.p.stride[d], op, ": output_padding (", extra[0], ", ", extra[1],
+                 ") must be smaller than stride (", t.p.stride[0], ", ", t.p.stride[1], ")");
+    // (in − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1, from the caller's values.
+    const int64_t in = x.size(-2 + d), k = w.size(2 + d);
+    const std::optional<int64_t> grown = checked_mul(std::max<int64_t>(in - 1, 0), t.p.stride[d]);
+    const std::optional<int64_t> span = checked_mul(t.p.dilation[d], k - 1);
+    const std::optional<int64_t> twice_pad = checked_mul(t.p.padding[d], 2);
+    const std::optional<int64_t> sum = grown && span ? checked_add(*grown, *span) : std::nullopt;
+    PRECIS_CHECK(sum && twice_pad && *sum < std::numeric_limits<int64_t>::max() - extra[d], op,
+                 ": stride, padding or dilation too large: the output size overflows int64: ", operands(x, w, b));
+    const int64_t size = *sum - *twice_pad + extra[d] + 1;
+    PRECIS_CHECK_SHAPE(size >= 1 || in == 0, op, ": the output ", d == 0 ? "height" : "width", " would be ", size,
+                       " = (", in, " − 1)·", t.p.stride[d], " − 2·", t.p.padding[d], " + ", t.p.dilation[d], "·(", k,
+                       " − 1) + ", extra[d], " + 1); lower the padding: ", operands(x, w, b));
+    *out_size[d] = in == 0 ? 0 : size;
+  }
+  return t;
+}
+
+struct ConvTranspose2d {
+  static constexpr OpId id = OpId::conv_transpose2d;
+  static constexpr Domain domain = Domain::any;  // check_conv_transpose2d checks, naming every operand
+  static constexpr const char* names[] = {"input", "weight", "bias"};
+  static constexpr unsigned optional = 0b100;
+  struct Saved {
+    SavedTensor x, w;  // x when the weight needs a gradient, w when the input does
+    Shape x_sizes, w_sizes;
+    bool need_x = false, need_w = false, need_b = false;
+    Conv2dParams p;
+    DeviceType dev = DeviceType::cpu;
+    DType dtype = DType::f32;
+    bool nhwc = false, weight_nhwc = false;
+  };
+  static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, const std::vector<int64_t>& stride,
+                        const std::vector<int64_t>& padding, const std::vector<int64_t>& output_padding,
+                        int64_t groups, const std::vector<int64_t>& dilation) {
+    const Tensor &input = in[0], &weight = in[1], &bias = in[2];
+    const TransposeGeometry t =
+        check_conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation);
+    const DeviceType dev = input.device().type;
+    const DType dtype = input.dtype();
+    const bool nhwc = keeps_channels_last(input);
+    const bool weight_nhwc = nhwc && dev == DeviceType::cuda;
+    // f16/bf16 with a bias on the CPU: the kernel's fp32 sums and the bias are added in fp32 and
+    // rounded once, as PyTorch's oneDNN deconvolution does; the low-precision kernel rounds its
+    // output, and a bias added after that would round twice (1.2× the bf16 tolerance where the
+    // bias cancels the sum). On CUDA the bias is added to the rounded output, as PyTorch's cuDNN
+    // path does: cuDNN's input-gradient pass takes no bias, and its f16 Tensor Cores are the point.
+    const bool widen = bias.defined() && is_low_precision(dtype) && dev == DeviceType::cpu;
+    const DType kernel_dtype = widen ? DType::f32 : dtype;
+    Tensor out;
+    {
+      NoGradGuard no_grad;  // the views, copies and the bias add below are internal
+      const Tensor x = (nhwc ? input : as_4d(input).contiguous()).to(kernel_dtype);
+      const TensorOptions options{.dtype = kernel_dtype, .device = input.device()};
+      const Shape out_shape{x.size(0), t.out_channels, t.out_h, t.out_w};
+      Tensor out4 = nhwc ? empty_channels_last(out_shape, options) : empty(out_shape, options);
+      if (profiler::counting_flops()) profiler::add_flops(OpId::conv_transpose2d, conv_flops(x, weight));
+      if (out4.numel() > 0) {
+        if (x.numel() == 0) {
+          out4.zero_();  // no input channels: the bias alone
+        } else {
+          const Tensor w = weight.to(kernel_dtype);
+          kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, dev, kernel_dtype)(
+              out4, Tensor(), Tensor(), x, Tensor(), weight_nhwc ? to_channels_last(w) : w.contiguous(), t.p);
+        }
+        if (bias.defined()) out4 = add(out4, bias.to(kernel_dtype).view({1, t.out_channels, 1, 1}));
+        if (widen) out4 = out4.to(dtype);
+      }
+      out = input.dim() == 4 ? out4 : out4.squeeze(0);
+    }
+    if (ctx.grad) {
+      const bool need_x = input.requires_grad(), need_w = weight.requires_grad();
+      const bool need_b = bias.defined() && bias.requires_grad();
+      ctx.saved = {need_w ? SavedTensor(input) : SavedTensor(), need_x ? SavedTensor(weight) : SavedTensor(),
+                   input.sizes(), weight.sizes(), need_x, need_w, need_b, t.p, dev, dtype, nhwc, weight_nhwc};
+    }
+    return out;
+  }
+  static TensorList backward(const Saved& s, const TensorList& g) {
+    auto layout = [&](const Tensor& t) { return s.nhwc ? to_channels_last(t) : as_4d(t).contiguous(); };
+    const Tensor go = layout(g[0]);  // (N, O, Ho, Wo)
+    const TensorOptions options{.dtype = s.dtype, .device = go.device()};
+    auto alloc = [&](const Shape& sizes) { return s.nhwc ? empty_channels_last(sizes, options) : empty(sizes, options); };
+    Shape x_sizes4 = s.x_sizes;
+    if (x_sizes4.size() == 3) x_sizes4.insert(x_sizes4.begin(), 1);
+    const bool empty_sum = go.numel() == 0;  // no output elements: the gradients are empty sums
+    if (profiler::counting_flops())  // each gradient is a convolution of the forward's size
+      profiler::add_flops(OpId::conv_transpose2d, 2.0 * static_cast<double>(shape_numel(x_sizes4)) *
+                                                      static_cast<double>(s.w_sizes[1] * s.w_sizes[2] * s.w_sizes[3]) *
+                                                      ((s.need_x ? 1 : 0) + (s.need_w ? 1 : 0)));
+    Tensor gx;
+    if (s.need_x) {
+      // The input's gradient is conv2d of the output's gradient.
+      Tensor gx4 = alloc(x_sizes4);
+      if (gx4.numel() > 0) {
+        if (empty_sum) {
+          gx4.zero_();
+        } else {
+          const Tensor w = s.w.unpack("conv_transpose2d");
+          kernel<kernels::Conv2dKernel>(OpId::conv2d, s.dev, s.dtype)(
+              gx4, go, s.weight_nhwc ? to_channels_last(w) : w.contiguous(), Tensor(), s.p);
+        }
+      }
+      gx = s.nhwc ? gx4 : gx4.view(s.x_sizes);
+    }
+    Tensor gw;
+    if (s.need_w) {
+      // conv2d's weight gradient with the roles exchanged: the output's gradient is its input, the
+      // input its output gradient.
+      gw = s.weight_nhwc ? alloc(s.w_sizes) : empty(s.w_sizes, options);
+      const Tensor x = layout(s.x.unpack("conv_transpose2d"));
+      if (empty_sum || x.numel() == 0) {
+        gw.zero_();
+      } else {
+        kernel<kernels::Conv2dBackwardKernel>(OpId::conv2d_backward, s.dev, s.dtype)(Tensor(), gw, Tensor(), x, go,
+                                                                                       Tensor(), s.p);
+      }
+      if (s.weight_nhwc) gw = gw.contiguous();
+    }
+    const Tensor gb = s.need_b ? sum(go, {0, 2, 3}) : Tensor();
+    return {gx, gw, gb};
+  }
+};
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const std::vector<int64_t>& stride,
               const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
   return detail::call<Conv2d>({input, weight, bias}, stride, padding, dilation, groups);
+}
+
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const std::vector<int64_t>& stride,
+                        const std::vector<int64_t>& padding, const std::vector<int64_t>& output_padding,
+                        int64_t groups, const std::vector<int64_t>& dilation) {
+  return detail::call<ConvTranspose2d>({input, weight, bias}, stride, padding, output_padding, groups, dilation);
 }
 
 }  // namespace precis

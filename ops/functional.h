@@ -23,6 +23,10 @@ Tensor tanh(const Tensor& x);                        ///< Passthrough.
 Tensor sigmoid(const Tensor& x);                     ///< Passthrough.
 Tensor silu(const Tensor& x);                        ///< x·σ(x) (SiLU, swish). Passthrough.
 Tensor relu(const Tensor& x);                        ///< max(x, 0). Passthrough; grad at 0 is 0.
+/// x where x > 0, negative_slope·x elsewhere (torch.nn.functional.leaky_relu; the gradient at 0
+/// is negative_slope, as PyTorch's). Floating x; a comparison and where, so every device has it.
+/// Passthrough.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 /// GELU; approximate = "none" (x·Φ(x), erf form) or "tanh". Passthrough.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 Tensor pow(const Tensor& x, Scalar exponent);        ///< x^exponent. FP32.
@@ -193,6 +197,20 @@ Tensor cast(const Tensor& x, DType dtype);
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
               const std::vector<int64_t>& stride = {1, 1}, const std::vector<int64_t>& padding = {0, 0},
               const std::vector<int64_t>& dilation = {1, 1}, int64_t groups = 1);
+/// 2-D transposed convolution (torch.nn.functional.conv_transpose2d; the gradient of conv2d with
+/// respect to its input, so `conv_transpose2d(conv2d(x, w, {}, s, p), w, {}, s, p)` has x's shape
+/// for a suitable output_padding). input: (N, C, H, W) or unbatched (C, H, W); weight:
+/// (C, O/groups, kH, kW) — conv2d's layout read the other way round; bias: (O) or undefined;
+/// out: (N, O, Ho, Wo) with Ho = (H − 1)·stride − 2·padding + dilation·(kH − 1) + output_padding + 1.
+/// output_padding (one value or two) must be below stride (PyTorch also allows it below dilation).
+/// Note PyTorch's argument order: output_padding and groups come before dilation. Runs conv2d's
+/// kernels (its input-gradient pass forward, its forward and weight-gradient passes backward), so
+/// it has every device and layout conv2d has; a channels-last input gives a channels-last output.
+/// Accumulates in fp32 (f64 for f64). Lower.
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const std::vector<int64_t>& stride = {1}, const std::vector<int64_t>& padding = {0},
+                        const std::vector<int64_t>& output_padding = {0}, int64_t groups = 1,
+                        const std::vector<int64_t>& dilation = {1});
 
 /// Max pooling: the maximum of each kernel_size window (dilated, over the input padded with -inf);
 /// stride defaults ({}) to kernel_size; padding at most half the kernel; ceil_mode rounds the
@@ -319,6 +337,16 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight 
                 Reduction reduction = Reduction::mean);
 /// (input − target)² reduced; both floating with the same shape (no silent broadcasting). FP32.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+/// |input − target| reduced; operands as mse_loss. The gradient at input = target is 0. FP32.
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+/// With d = |input − target|: 0.5·d²/beta where d < beta, d − 0.5·beta elsewhere (beta = 0 is
+/// l1_loss); beta >= 0 (ValueError otherwise). Operands as mse_loss. FP32.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean,
+                      double beta = 1.0);
+/// With d = |input − target|: 0.5·d² where d < delta, delta·(d − 0.5·delta) elsewhere (smooth_l1_loss
+/// times beta = delta); delta > 0 (ValueError otherwise). Operands as mse_loss. FP32.
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean,
+                  double delta = 1.0);
 /// Binary cross-entropy on logits, stable for any magnitude:
 ///   loss = (1 − t)·x + (1 + (pos_weight − 1)·t)·(log(1 + exp(−|x|)) + max(−x, 0)), times weight.
 /// target: input's shape, floating; weight: broadcastable to input; pos_weight: broadcastable to

@@ -6,6 +6,7 @@
 // (N, C, d1, ...) is permuted, which copies) and the target to (M); the kernel writes per-row
 // losses and weights in the accumulation type, and the reduction is taken here on those M values.
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "autograd/grad_mode.h"
@@ -306,6 +307,44 @@ struct MseLoss {
   }
 };
 
+struct L1Loss {
+  static constexpr OpId id = OpId::l1_loss;
+  static constexpr Domain domain = Domain::any;
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 2>& in, Reduction reduction) {
+    check_reduction("l1_loss", reduction);
+    check_elementwise("l1_loss", in[0], in[1], {});
+    return reduce_elements(abs(sub(in[0], in[1])), reduction);
+  }
+};
+
+// PyTorch's formulas, in its order of operations: 0.5·d·d/beta below beta, d − 0.5·beta above.
+struct SmoothL1Loss {
+  static constexpr OpId id = OpId::smooth_l1_loss;
+  static constexpr Domain domain = Domain::any;
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 2>& in, Reduction reduction,
+                        double beta) {
+    check_reduction("smooth_l1_loss", reduction);
+    PRECIS_CHECK(beta >= 0.0 && std::isfinite(beta), "smooth_l1_loss: beta must be >= 0 and finite, got ", beta);
+    check_elementwise("smooth_l1_loss", in[0], in[1], {});
+    const Tensor d = sub(in[0], in[1]), ad = abs(d);
+    if (beta == 0.0) return reduce_elements(ad, reduction);  // PyTorch: l1_loss
+    return reduce_elements(where(lt(ad, beta), div(mul(mul(d, 0.5), d), beta), sub(ad, 0.5 * beta)), reduction);
+  }
+};
+
+struct HuberLoss {
+  static constexpr OpId id = OpId::huber_loss;
+  static constexpr Domain domain = Domain::any;
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 2>& in, Reduction reduction,
+                        double delta) {
+    check_reduction("huber_loss", reduction);
+    PRECIS_CHECK(delta > 0.0 && std::isfinite(delta), "huber_loss: delta must be > 0 and finite, got ", delta);
+    check_elementwise("huber_loss", in[0], in[1], {});
+    const Tensor d = sub(in[0], in[1]), ad = abs(d);
+    return reduce_elements(where(lt(ad, delta), mul(mul(d, 0.5), d), mul(sub(ad, 0.5 * delta), delta)), reduction);
+  }
+};
+
 // softplus(−x) = log(1 + e^(−|x|)) + max(−x, 0): no overflow for any x.
 Tensor softplus_neg(const Tensor& x) { return add(log(add(exp(neg(abs(x))), 1.0)), maximum(neg(x), 0.0)); }
 
@@ -433,6 +472,18 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   return detail::call<MseLoss>({input, target}, reduction);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return detail::call<L1Loss>({input, target}, reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  return detail::call<SmoothL1Loss>({input, target}, reduction, beta);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  return detail::call<HuberLoss>({input, target}, reduction, delta);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,

@@ -1,6 +1,7 @@
 // Unary element-wise ops: one declaration template (Unary) for all of them, run by the op
 // front-end (ops/frontend.h); the simple ones take their derivative from the table
 // ops/unary_ops.def. Kernels: ops/cpu/unary.cpp.
+#include <cmath>
 #include <concepts>
 #include <string>
 
@@ -123,7 +124,20 @@ template <Keep K, typename Derivative>
 struct Pow : Unary<OpId::pow_scalar, Domain::floating, K, Derivative> {
   static constexpr const char* name = "pow";
 };
+// x > 0 ? x : negative_slope·x, of public ops (which record their own nodes): NaN takes the
+// slope branch and stays NaN; the gradient at 0 is the slope, as PyTorch's.
+struct LeakyRelu {
+  static constexpr OpId id = OpId::leaky_relu;
+  static constexpr Domain domain = Domain::floating;
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 1>& in, double negative_slope) {
+    PRECIS_CHECK(std::isfinite(negative_slope), "leaky_relu: negative_slope must be finite, got ", negative_slope);
+    const Tensor& x = in[0];
+    return where(gt(x, 0.0), x, mul(x, negative_slope));
+  }
+};
 }  // namespace
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) { return detail::call<LeakyRelu>({x}, negative_slope); }
 
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   return detail::call<Unary<OpId::gelu, Domain::floating, Keep::self, GeluDerivative>>(

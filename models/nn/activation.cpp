@@ -1,5 +1,6 @@
 #include "models/nn/activation.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "ops/functional.h"
@@ -7,6 +8,16 @@
 namespace precis::nn {
 
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+
+LeakyReLU::LeakyReLU(double negative_slope) : negative_slope_(negative_slope) {
+  PRECIS_CHECK(std::isfinite(negative_slope), "nn::LeakyReLU: negative_slope must be finite, got ", negative_slope);
+}
+Tensor LeakyReLU::forward(const Tensor& x) { return leaky_relu(x, negative_slope_); }
+std::string LeakyReLU::extra_repr() const {
+  std::ostringstream s;
+  s << "negative_slope=" << negative_slope_;
+  return s.str();
+}
 
 GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
   PRECIS_CHECK(approximate_ == "none" || approximate_ == "tanh", "nn::GELU: approximate must be 'none' or 'tanh', got '",

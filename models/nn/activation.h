@@ -1,5 +1,6 @@
 #pragma once
-// Parameter-free layers: ReLU, GELU, SiLU, Sigmoid, Tanh, Dropout, Identity, Flatten (torch.nn names).
+// Layers without parameters: ReLU, LeakyReLU, GELU, SiLU, Sigmoid, Tanh, Dropout, Identity, Flatten
+// (torch.nn names).
 #include <string>
 
 #include "core/rng.h"
@@ -12,6 +13,20 @@ class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) override;  ///< Passthrough.
   std::string type_name() const override { return "ReLU"; }
+};
+
+/// torch.nn.LeakyReLU: x where x > 0, negative_slope·x elsewhere (precis::leaky_relu).
+class LeakyReLU : public Module {
+ public:
+  /// PyTorch's default slope; any finite value (ValueError otherwise).
+  explicit LeakyReLU(double negative_slope = 0.01);
+  Tensor forward(const Tensor& x) override;  ///< Passthrough.
+  std::string type_name() const override { return "LeakyReLU"; }
+  std::string extra_repr() const override;
+  double negative_slope() const { return negative_slope_; }  ///< The slope given.
+
+ private:
+  double negative_slope_;
 };
 
 /// torch.nn.GELU: x·Φ(x) elementwise, exact or with the tanh approximation.

@@ -50,6 +50,52 @@ std::string Conv2d::extra_repr() const {
   return s;
 }
 
+ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Options options)
+    : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size), options_(options) {
+  PRECIS_CHECK(in_channels > 0 && out_channels > 0 && kernel_size.h > 0 && kernel_size.w > 0 && options.groups > 0,
+               "nn::ConvTranspose2d: channels, kernel size and groups must be positive, got in ", in_channels,
+               ", out ", out_channels, ", kernel ", kernel_size.str(), ", groups ", options.groups);
+  PRECIS_CHECK(in_channels % options.groups == 0 && out_channels % options.groups == 0, "nn::ConvTranspose2d: groups (",
+               options.groups, ") must divide in_channels (", in_channels, ") and out_channels (", out_channels, ")");
+  PRECIS_CHECK(options.output_padding.h < options.stride.h && options.output_padding.w < options.stride.w,
+               "nn::ConvTranspose2d: output_padding ", options.output_padding.str(), " must be smaller than stride ",
+               options.stride.str());
+  weight = empty({in_channels, out_channels / options.groups, kernel_size.h, kernel_size.w});
+  if (options.bias) bias = empty({out_channels});
+  reset_parameters(options.generator);
+  options_.generator = nullptr;  // used once; a copy must not keep a pointer to it
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+void ConvTranspose2d::reset_parameters(Generator* gen) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0), init::FanMode::fan_in, "leaky_relu", gen);
+  if (bias.defined()) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(init::calculate_fans(weight).fan_in));
+    init::uniform_(bias, -bound, bound, gen);
+  }
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x) {
+  PRECIS_CHECK_SHAPE((x.dim() == 4 || x.dim() == 3) && x.size(-3) == in_channels_, "nn::ConvTranspose2d(",
+                     in_channels_, ", ", out_channels_, "): input ", x.describe(), " must be (N, ", in_channels_,
+                     ", H, W)");
+  return conv_transpose2d(x, weight, bias, options_.stride.vec(), options_.padding.vec(),
+                          options_.output_padding.vec(), options_.groups, options_.dilation.vec());
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  std::string s = std::to_string(in_channels_) + ", " + std::to_string(out_channels_) +
+                  ", kernel_size=" + kernel_size_.str() + ", stride=" + options_.stride.str();
+  if (options_.padding.h || options_.padding.w) s += ", padding=" + options_.padding.str();
+  if (options_.output_padding.h || options_.output_padding.w)
+    s += ", output_padding=" + options_.output_padding.str();
+  if (options_.dilation.h != 1 || options_.dilation.w != 1) s += ", dilation=" + options_.dilation.str();
+  if (options_.groups != 1) s += ", groups=" + std::to_string(options_.groups);
+  if (!bias.defined()) s += ", bias=false";
+  return s;
+}
+
 MaxPool2d::MaxPool2d(Size2 kernel_size, Options options) : kernel_size_(kernel_size), options_(options) {
   PRECIS_CHECK(kernel_size.h > 0 && kernel_size.w > 0, "nn::MaxPool2d: kernel size must be positive, got ",
                kernel_size.str());

@@ -1,5 +1,6 @@
 #pragma once
-// nn::Conv2d and the pooling layers (torch.nn.Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d).
+// nn::Conv2d, nn::ConvTranspose2d and the pooling layers (torch.nn.Conv2d, ConvTranspose2d,
+// MaxPool2d, AvgPool2d, AdaptiveAvgPool2d).
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,54 @@ class Conv2d : public Module {
   /// PyTorch's default: kaiming_uniform_(weight, a = √5), bias U(±1/√fan_in).
   void reset_parameters(Generator* gen = nullptr);
   std::string type_name() const override { return "Conv2d"; }
+  std::string extra_repr() const override;
+
+  int64_t in_channels() const { return in_channels_; }    ///< C of the input.
+  int64_t out_channels() const { return out_channels_; }  ///< Channels of the output.
+  /// The options given at construction (generator reset to null); a reference into this layer.
+  const Options& options() const { return options_; }
+
+  Tensor weight;  ///< "weight"
+  Tensor bias;    ///< "bias"; undefined with bias = false
+
+ private:
+  int64_t in_channels_;
+  int64_t out_channels_;
+  Size2 kernel_size_;
+  Options options_;
+};
+
+/// Options of nn::ConvTranspose2d, with torch.nn.ConvTranspose2d's defaults and argument order.
+struct ConvTranspose2dOptions {
+  Size2 stride = 1;          ///< Like torch.nn.ConvTranspose2d's `stride`.
+  Size2 padding = 0;         ///< Removed from each side of the output (dilation·(k − 1) − padding is added).
+  /// Added to one side of the output, below stride: picks among the output sizes that a stride-s
+  /// conv2d maps to one input size (U-Net's k3 s2 p1 needs 1 to double an even size).
+  Size2 output_padding = 0;
+  int64_t groups = 1;        ///< Channel groups; must divide in_channels and out_channels.
+  bool bias = true;          ///< Whether the layer has a learnable bias.
+  Size2 dilation = 1;        ///< Spacing of the kernel taps.
+  /// The random source of the initial weights (the default generator when null). Used only by the
+  /// constructor; options() reports it as null afterwards.
+  Generator* generator = nullptr;
+};
+
+/// torch.nn.ConvTranspose2d: the transposed convolution (precis::conv_transpose2d), the usual
+/// learned upsampling of decoders and generators: `ConvTranspose2d(c, c / 2, 2, {.stride = 2})`
+/// doubles H and W. Parameters are f32 on the CPU (use to()).
+class ConvTranspose2d : public Module {
+ public:
+  using Options = ConvTranspose2dOptions;  ///< The options struct.
+  /// weight: (in_channels, out_channels / groups, kH, kW) (PyTorch's layout), bias: (out_channels).
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Options options = {});
+
+  /// x: (N, in_channels, H, W) or unbatched (in_channels, H, W) → (N, out_channels, Ho, Wo), with
+  /// Ho = (H − 1)·stride − 2·padding + dilation·(kH − 1) + output_padding + 1. Lower under autocast.
+  Tensor forward(const Tensor& x) override;
+  /// PyTorch's default: kaiming_uniform_(weight, a = √5), bias U(±1/√fan_in), fan_in from the
+  /// weight's second dim (out_channels / groups · kH · kW), as PyTorch computes it.
+  void reset_parameters(Generator* gen = nullptr);
+  std::string type_name() const override { return "ConvTranspose2d"; }
   std::string extra_repr() const override;
 
   int64_t in_channels() const { return in_channels_; }    ///< C of the input.

@@ -67,6 +67,7 @@ const std::vector<Entry>& entries() {
     unary(OpId::sigmoid, &sigmoid);
     unary(OpId::silu, &silu);
     unary(OpId::relu, &relu);
+    e.push_back({OpId::leaky_relu, [](D a, D) { return leaky_relu(in({3, 4}, a), 0.2); }});
     e.push_back({OpId::gelu, [](D a, D) { return gelu(in({3, 4}, a), "tanh"); }});
     e.push_back({OpId::pow_scalar, [](D a, D) { return pow(positive({3, 4}, a), 1.5); }});
     // ---- binary
@@ -114,6 +115,9 @@ const std::vector<Entry>& entries() {
     e.push_back({OpId::conv2d, [](D a, D b) {
                    return conv2d(in({1, 2, 5, 5}, a, 1), in({3, 2, 3, 3}, b, 2), in({3}, b, 3), {1, 1}, {1, 1});
                  }});
+    e.push_back({OpId::conv_transpose2d, [](D a, D b) {
+                   return conv_transpose2d(in({1, 2, 3, 3}, a, 1), in({2, 3, 3, 3}, b, 2), in({3}, b, 3), {2}, {1});
+                 }});
     e.push_back({OpId::max_pool2d, [](D a, D) { return max_pool2d(in({1, 2, 4, 4}, a), {2, 2}); }});
     e.push_back({OpId::avg_pool2d, [](D a, D) { return avg_pool2d(in({1, 2, 4, 4}, a), {2, 2}); }});
     e.push_back({OpId::adaptive_avg_pool2d, [](D a, D) { return adaptive_avg_pool2d(in({1, 2, 5, 5}, a), {2, 2}); }});
@@ -135,6 +139,10 @@ const std::vector<Entry>& entries() {
     // mse_loss and the logits loss are composites ending in an FP32 mean: a Lower override of
     // the op itself is undone by its inner ops, so only the Banned override shows their hook.
     e.push_back({OpId::mse_loss, [](D a, D b) { return mse_loss(in({3, 4}, a, 1), in({3, 4}, b, 2)); }, false});
+    e.push_back({OpId::l1_loss, [](D a, D b) { return l1_loss(in({3, 4}, a, 1), in({3, 4}, b, 2)); }, false});
+    e.push_back({OpId::smooth_l1_loss, [](D a, D b) { return smooth_l1_loss(in({3, 4}, a, 1), in({3, 4}, b, 2)); },
+                 false});
+    e.push_back({OpId::huber_loss, [](D a, D b) { return huber_loss(in({3, 4}, a, 1), in({3, 4}, b, 2)); }, false});
     e.push_back({OpId::binary_cross_entropy_with_logits,
                  [](D a, D b) {
                    return binary_cross_entropy_with_logits(in({3, 4}, a, 1), testing::uniform_input({3, 4}, 0, 1, false, 2, DType::f32).to(b));

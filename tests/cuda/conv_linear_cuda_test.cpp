@@ -1,5 +1,5 @@
-// conv2d (cuDNN, ops/cuda/conv_cudnn.cpp) and linear (cuBLASLt, ops/cuda/linear_cublaslt.cpp) on
-// cuda:0 against the CPU ops: forward and every gradient, f32/f16/bf16/f64, NCHW and
+// conv2d (cuDNN, ops/cuda/conv_cudnn.cpp), conv_transpose2d (on conv2d's kernels) and linear
+// (cuBLASLt, ops/cuda/linear_cublaslt.cpp) on cuda:0 against the CPU ops: forward and every gradient, f32/f16/bf16/f64, NCHW and
 // channels-last, groups, stride, padding, dilation, bias; results bit-identical from run to run;
 // bad inputs. Tests tagged [cuda] return early (with a warning) without a GPU; the [cuda_api]
 // test checks the registrations on any CUDA build. The host-side planning these kernels use is
@@ -149,6 +149,43 @@ TEST_CASE("cuDNN conv2d forward and gradients match the CPU op, NCHW and channel
         require_within_scale(gpu.gw, ref.gw, scale.gw, dt, "grad weight");
         if (c.bias) require_within_scale(gpu.gb, ref.gb, scale.gb, dt, "grad bias");
       }
+    }
+  }
+}
+
+// conv_transpose2d with leaves on `device` (the input channels-last when asked): out and the
+// gradients from `g0`, on the CPU in f64 for comparison.
+std::vector<Tensor> run_transpose(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g0, Device device,
+                                  bool channels_last) {
+  Tensor leaf = new_leaf(channels_last ? x0.permute({0, 2, 3, 1}).contiguous() : x0, device);
+  const Tensor x = channels_last ? leaf.permute({0, 3, 1, 2}) : leaf;
+  Tensor w = new_leaf(w0, device), b = new_leaf(b0, device);
+  const Tensor out = conv_transpose2d(x, w, b, {2}, {1}, {1});
+  out.backward(g0.to(device));
+  const Tensor gx = channels_last ? leaf.grad().permute({0, 3, 1, 2}) : leaf.grad();
+  std::vector<Tensor> r;
+  for (const Tensor& t : {out, gx, w.grad(), b.grad()}) r.push_back(t.to(Device::cpu()).to(DType::f64).contiguous());
+  return r;
+}
+
+TEST_CASE("conv_transpose2d on CUDA (conv2d's cuDNN passes) matches the CPU op, NCHW and channels-last", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  const Float32PrecisionGuard ieee(Float32Precision::ieee);
+  uint64_t seed = 300;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+    for (bool channels_last : {false, true}) {
+      INFO(dtype_name(dt) << (channels_last ? " NHWC" : " NCHW"));
+      const Tensor x0 = randn_input({2, 8, 5, 6}, false, ++seed, DType::f32).to(dt);
+      const Tensor w0 = randn_input({8, 4, 3, 3}, false, ++seed, DType::f32).to(dt);
+      const Tensor b0 = randn_input({4}, false, ++seed, DType::f32).to(dt);
+      const Tensor g0 = randn_input({2, 4, 10, 12}, false, ++seed, DType::f32).to(dt);
+      const std::vector<Tensor> gpu = run_transpose(x0, w0, b0, g0, kGpu, channels_last);
+      const std::vector<Tensor> ref = run_transpose(x0.to(DType::f64), w0.to(DType::f64), b0.to(DType::f64),
+                                                    g0.to(DType::f64), Device::cpu(), false);
+      const std::vector<Tensor> scale =
+          run_transpose(abs64(x0), abs64(w0), abs64(b0), abs64(g0), Device::cpu(), false);
+      const char* names[] = {"out", "grad input", "grad weight", "grad bias"};
+      for (size_t k = 0; k < gpu.size(); ++k) require_within_scale(gpu[k], ref[k], scale[k], dt, names[k]);
     }
   }
 }

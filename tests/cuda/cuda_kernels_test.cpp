@@ -1,5 +1,5 @@
 // The CUDA kernels of the loss-scaler path (unary, where/masked_fill, reductions, unscale_grads)
-// checked against the CPU kernels on the same inputs, and a GradScaler training run on cuda:0
+// checked against the CPU kernels on the same inputs (and the composites made of them), and a GradScaler training run on cuda:0
 // checked against the same run on the CPU. Tests tagged [cuda] return early (with a warning)
 // without a GPU; the [cuda_api] test checks the registrations on any machine.
 #include <algorithm>
@@ -204,6 +204,35 @@ TEST_CASE("CUDA relu and gelu backward kernels match the CPU kernels", "[cuda]")
       PRECIS_REQUIRE_CLOSE(run(g.to(kGpu), x.to(kGpu)), run(g, x), dt);
       // A transposed gradient: the strided path.
       PRECIS_REQUIRE_CLOSE(run(g.to(kGpu).transpose(0, 2).contiguous().transpose(0, 2), x.to(kGpu)), run(g, x), dt);
+    }
+  }
+}
+
+// leaky_relu and the regression losses are composites of the kernels above: on the GPU they must
+// give the CPU's values and gradients.
+TEST_CASE("CUDA leaky_relu, l1_loss, smooth_l1_loss and huber_loss match the CPU, values and gradients", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  for (DType dt : kFloating) {
+    INFO(dtype_name(dt));
+    const Tensor a0 = input(dt, -3, 3, 21), b0 = input(dt, -3, 3, 22);
+    const auto run = [&](Device device, int which) {
+      Tensor a = a0.to(device).detach().requires_grad_(), b = b0.to(device).detach().requires_grad_();
+      Tensor y;
+      switch (which) {
+        case 0: y = sum(leaky_relu(a, 0.2)); break;
+        case 1: y = l1_loss(a, b); break;
+        case 2: y = smooth_l1_loss(a, b, Reduction::sum, 0.5); break;
+        default: y = huber_loss(a, b, Reduction::mean, 0.7); break;
+      }
+      y.backward();
+      std::vector<Tensor> r{y.to(Device::cpu()), a.grad().to(Device::cpu())};
+      if (which > 0) r.push_back(b.grad().to(Device::cpu()));
+      return r;
+    };
+    for (int which = 0; which < 4; ++which) {
+      INFO("op " << which << " (leaky_relu, l1, smooth_l1, huber)");
+      const std::vector<Tensor> gpu = run(kGpu, which), cpu = run(Device::cpu(), which);
+      for (size_t k = 0; k < gpu.size(); ++k) PRECIS_REQUIRE_CLOSE(gpu[k], cpu[k], dt);
     }
   }
 }

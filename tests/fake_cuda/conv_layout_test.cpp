@@ -35,3 +35,28 @@ TEST_CASE("conv2d with channels-last activations on the fake device computes the
     }
   }
 }
+
+TEST_CASE("conv_transpose2d on the fake device computes the CPU's values, NCHW and channels-last") {
+  require_fake_device();
+  for (bool channels_last : {false, true}) {
+    for (DType dt : {DType::f64, DType::f32}) {
+      INFO((channels_last ? "channels-last " : "NCHW ") << dtype_name(dt));
+      const Tensor x0 = randn({2, 4, 5, 6}).to(dt), w0 = randn({4, 3, 3, 3}).to(dt), b0 = randn({6}).to(dt);
+      const auto run = [&](Device device) {
+        Tensor x = x0.to(device);
+        if (channels_last) x = contiguous(x, MemoryFormat::ChannelsLast);
+        x = x.detach().requires_grad_();
+        const Tensor w = w0.to(device).detach().requires_grad_(), b = b0.to(device).detach().requires_grad_();
+        const Tensor y = conv_transpose2d(x, w, b, {2}, {1}, {1}, 2);
+        sum(mul(y, y)).backward();
+        return std::vector<Tensor>{y.to(Device::cpu()).contiguous(), x.grad().to(Device::cpu()).contiguous(),
+                                   w.grad().to(Device::cpu()), b.grad().to(Device::cpu())};
+      };
+      const std::vector<Tensor> cpu = run(Device::cpu()), dev = run(Device::cuda(0));
+      for (size_t k = 0; k < cpu.size(); ++k) {
+        INFO("output " << k << " (y, dx, dw, db)");
+        PRECIS_REQUIRE_CLOSE(dev[k], cpu[k], dt);
+      }
+    }
+  }
+}

@@ -153,6 +153,31 @@ def gen_conv2d():
     return fx
 
 
+def gen_conv_transpose2d():
+    fx = OpFile("conv_transpose2d")
+    configs = [
+        # name, N, Cin, H, W, Cout, kernel, stride, padding, output_padding, groups, dilation, bias
+        ("basic", 2, 3, 5, 5, 4, (3, 3), 1, 0, 0, 1, 1, True),
+        ("upsample2", 2, 4, 4, 4, 3, (4, 4), 2, 1, 0, 1, 1, False),      # DCGAN's k4 s2 p1
+        ("stride2_outpad1", 1, 4, 4, 5, 2, (3, 3), 2, 1, 1, 1, 1, True),  # U-Net's k3 s2 p1 op1
+        ("groups2_dilation2", 2, 4, 4, 4, 6, (3, 3), 1, 1, 0, 2, 2, True),
+        ("rect_asym", 1, 2, 3, 4, 3, (2, 3), (2, 1), (1, 0), (1, 0), 1, (1, 2), True),
+    ]
+    for name, n, cin, h, w, cout, k, stride, padding, output_padding, groups, dilation, bias in configs:
+        g = generator(f"conv_transpose2d/{name}")
+        inputs = {"input": randn(g, n, cin, h, w), "weight": randn(g, cin, cout // groups, *k, scale=0.5)}
+        if bias:
+            inputs["bias"] = randn(g, cout)
+        args = {"stride": pair(stride), "padding": pair(padding), "output_padding": pair(output_padding),
+                "groups": groups, "dilation": pair(dilation), "bias": bias}
+
+        def fn(input, weight, bias=None, a=args):
+            return {"out": F.conv_transpose2d(input, weight, bias, a["stride"], a["padding"], a["output_padding"],
+                                              a["groups"], a["dilation"])}
+        fx.case(name, fn, inputs, grads=list(inputs), args=args)
+    return fx
+
+
 def gen_max_pool2d():
     fx = OpFile("max_pool2d")
     configs = [  # name, shape, kernel, stride, padding, dilation, ceil_mode
@@ -367,6 +392,40 @@ def gen_mse_loss():
     return fx
 
 
+def gen_regression_losses():
+    """l1_loss, smooth_l1_loss and huber_loss, each with its beta / delta below and above the
+    differences drawn (so both branches are taken)."""
+    files = []
+    for op, param, values in [("l1_loss", None, [None]), ("smooth_l1_loss", "beta", [1.0, 0.3, 0.0]),
+                              ("huber_loss", "delta", [1.0, 0.4])]:
+        fx = OpFile(op)
+        for red in ["mean", "sum", "none"]:
+            for v in values:
+                name = red if v is None else f"{red}_{param}{v}"
+                g = generator(f"{op}/{name}")
+                args = {"reduction": red}
+                if param is not None:
+                    args[param] = v
+
+                def fn(input, target, a=args, op=op, param=param):
+                    kw = {} if param is None else {param: a[param]}
+                    return {"out": getattr(F, op)(input, target, reduction=a["reduction"], **kw)}
+                fx.case(name, fn, {"input": randn(g, 4, 5), "target": randn(g, 4, 5)}, grads=["input", "target"],
+                        args=args)
+        files.append(fx)
+    return files
+
+
+def gen_leaky_relu():
+    fx = OpFile("leaky_relu")
+    for name, slope in [("default", 0.01), ("slope0.2", 0.2), ("slope1.5", 1.5)]:
+        g = generator(f"leaky_relu/{name}")
+        args = {"negative_slope": slope}
+        fx.case(name, lambda input, a=args: {"out": F.leaky_relu(input, a["negative_slope"])},
+                {"input": randn(g, 3, 7)}, grads=["input"], args=args)
+    return fx
+
+
 def gen_bce_with_logits():
     fx = OpFile("binary_cross_entropy_with_logits")
     for name, shape, red, pos_weight in [("mean", (4, 5), "mean", False), ("sum", (6,), "sum", False),
@@ -522,9 +581,9 @@ def gen_blocks():
 
 
 def main():
-    files = [gen_conv2d(), gen_max_pool2d(), gen_avg_pool2d(), gen_adaptive_avg_pool2d(), gen_batch_norm(),
+    files = [gen_conv2d(), gen_conv_transpose2d(), gen_max_pool2d(), gen_avg_pool2d(), gen_adaptive_avg_pool2d(), gen_batch_norm(),
              gen_layer_norm(), gen_group_norm(), *gen_softmaxes(), gen_cross_entropy(), gen_nll_loss(),
-             gen_mse_loss(), gen_bce_with_logits(), gen_embedding(), gen_sdpa(), gen_erf(), gen_pad()]
+             gen_mse_loss(), *gen_regression_losses(), gen_leaky_relu(), gen_bce_with_logits(), gen_embedding(), gen_sdpa(), gen_erf(), gen_pad()]
     total = 0
     for fx in files:
         total += fx.write()

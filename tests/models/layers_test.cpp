@@ -1,7 +1,9 @@
-// The torch.nn layers added for users coming from PyTorch: GroupNorm, SiLU, Sigmoid, AvgPool2d,
+// The torch.nn layers added for users coming from PyTorch: GroupNorm, SiLU, Sigmoid, LeakyReLU, AvgPool2d,
 // TransformerEncoderLayer / TransformerEncoder, MultiheadAttention's (output, weights) pair, and
 // ModuleList::at. Numerics against PyTorch are in golden_layers_test.cpp; here: names, defaults,
 // shapes, masks, modes, copies and bad inputs.
+#include <limits>
+
 #include <catch2/catch.hpp>
 
 #include "autograd/grad_mode.h"
@@ -51,6 +53,23 @@ TEST_CASE("nn::SiLU and nn::Sigmoid: PyTorch's names, the functional ops, in a S
   CHECK(y.sizes() == Shape{3, 1});
   CHECK(-max(neg(y)).item<float>() > 0.0f);
   CHECK(max(y).item<float>() < 1.0f);
+}
+
+TEST_CASE("nn::LeakyReLU: PyTorch's default slope and repr, the functional op, a DCGAN discriminator block",
+          "[models][layers]") {
+  const Tensor x = randn({2, 3, 8, 8});
+  nn::LeakyReLU fixed;
+  nn::LeakyReLU lrelu(0.2);
+  PRECIS_REQUIRE_SAME_BITS(fixed(x), leaky_relu(x, 0.01));
+  PRECIS_REQUIRE_SAME_BITS(lrelu(x), leaky_relu(x, 0.2));
+  CHECK(fixed.str() == "LeakyReLU(negative_slope=0.01)");
+  CHECK(lrelu.str() == "LeakyReLU(negative_slope=0.2)");
+  nn::Sequential block{nn::Conv2d(3, 8, 4, {.stride = 2, .padding = 1, .bias = false}), nn::BatchNorm2d(8),
+                       nn::LeakyReLU(0.2)};
+  const Tensor y = block(x);
+  CHECK(y.sizes() == Shape{2, 8, 4, 4});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(nn::LeakyReLU(std::numeric_limits<double>::infinity()), ValueError,
+                                 "nn::LeakyReLU", "finite");
 }
 
 TEST_CASE("nn::AvgPool2d: options as torch.nn.AvgPool2d", "[models][layers]") {

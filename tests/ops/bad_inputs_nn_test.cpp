@@ -47,6 +47,7 @@ void backward_with_integer_gradient(const Fn& fn) {
 }
 
 Tensor conv(const Tensor& x) { return conv2d(x, randn_input({3, 4, 3, 3}, true, 4, DType::f32)); }
+Tensor conv_t(const Tensor& x) { return conv_transpose2d(x, randn_input({4, 3, 3, 3}, true, 5, DType::f32)); }
 Tensor maxpool(const Tensor& x) { return max_pool2d(x, {2}); }
 Tensor avgpool(const Tensor& x) { return avg_pool2d(x, {2}); }
 Tensor adaptive(const Tensor& x) { return adaptive_avg_pool2d(x, {2, 3}); }
@@ -71,6 +72,21 @@ const bool kConvPool = register_error_cases({
                      conv2d(f32({1, 2, 3, 3}), f32({0, 2, 1, 1}), Tensor(), {1}, {0}, {1},
                             std::numeric_limits<int64_t>::max()),
                      "conv2d", "more than int64 holds"),
+    PRECIS_BAD_INPUT(conv_transpose2d, ShapeError, "channels that do not match the weight's first dim",
+                     conv_transpose2d(f32({1, 3, 5, 5}), f32({4, 2, 3, 3})), "conv_transpose2d", "3 channels",
+                     "weight.size(0) is 4"),
+    PRECIS_BAD_INPUT(conv_transpose2d, ValueError, "output_padding not below stride",
+                     conv_transpose2d(f32({1, 1, 3, 3}), f32({1, 1, 3, 3}), Tensor(), {1}, {0}, {1}),
+                     "conv_transpose2d", "output_padding", "smaller than stride"),
+    PRECIS_BAD_INPUT(conv_transpose2d, ValueError, "a stride whose product with the input overflows int64",
+                     conv_transpose2d(f32({1, 1, 3, 3}), f32({1, 1, 1, 1}), Tensor(), {int64_t{1} << 62}),
+                     "conv_transpose2d", "overflows int64"),
+    PRECIS_BAD_INPUT(conv_transpose2d, ShapeError, "groups that do not divide the input channels",
+                     conv_transpose2d(f32({1, 2, 3, 3}), f32({2, 1, 1, 1}), Tensor(), {1}, {0}, {0},
+                                      std::numeric_limits<int64_t>::max()),
+                     "conv_transpose2d", "divisible by groups"),
+    PRECIS_BAD_INPUT(conv_transpose2d, StateError, "the saved input modified in place",
+                     backward_after_inplace(conv_t), "modified by an in-place operation"),
     PRECIS_BAD_INPUT(conv2d_backward, StateError, "backward a second time", backward_twice(conv), "conv2d_backward",
                      "second time"),
     PRECIS_BAD_INPUT(conv2d_backward, StateError, "the saved input modified in place", backward_after_inplace(conv),
@@ -159,6 +175,15 @@ const bool kLosses = register_error_cases({
                      nll_loss(f32({2, 3}), i64({2}), f32({4})), "nll_loss", "[4]"),
     PRECIS_BAD_INPUT(mse_loss, ShapeError, "shapes that differ", mse_loss(f32({2, 3}), f32({3})), "mse_loss", "[3]"),
     PRECIS_BAD_INPUT(mse_loss, DTypeError, "an integer target", mse_loss(f32({2}), i64({2})), "mse_loss", "i64"),
+    PRECIS_BAD_INPUT(l1_loss, ShapeError, "shapes that differ", l1_loss(f32({2, 3}), f32({3})), "l1_loss", "[3]"),
+    PRECIS_BAD_INPUT(l1_loss, DTypeError, "an integer target", l1_loss(f32({2}), i64({2})), "l1_loss", "i64"),
+    PRECIS_BAD_INPUT(smooth_l1_loss, ValueError, "a negative beta",
+                     smooth_l1_loss(f32({2}), f32({2}), Reduction::mean, -1.0), "smooth_l1_loss", "beta", ">= 0"),
+    PRECIS_BAD_INPUT(smooth_l1_loss, ShapeError, "shapes that differ", smooth_l1_loss(f32({2, 3}), f32({2})),
+                     "smooth_l1_loss", "[2]"),
+    PRECIS_BAD_INPUT(huber_loss, ValueError, "a zero delta", huber_loss(f32({2}), f32({2}), Reduction::mean, 0.0),
+                     "huber_loss", "delta", "> 0"),
+    PRECIS_BAD_INPUT(huber_loss, DTypeError, "an integer input", huber_loss(i64({2}), f32({2})), "huber_loss", "i64"),
     PRECIS_BAD_INPUT(binary_cross_entropy_with_logits, ShapeError, "a target of another shape",
                      binary_cross_entropy_with_logits(f32({2, 3}), f32({3, 2})), "binary_cross_entropy_with_logits"),
     PRECIS_BAD_INPUT(binary_cross_entropy_with_logits, ShapeError, "a pos_weight that does not broadcast",

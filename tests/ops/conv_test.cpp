@@ -362,7 +362,183 @@ TEST_CASE("conv2d: bad input names the operands", "[ops][conv]") {
   }
 }
 
+// ---- conv_transpose2d: the adjoint of conv2d, checked through reference_conv -------------------
+
+struct TransposeGeometry {
+  int64_t n, c, h, w, o, kh, kw;  // input (n, c, h, w), weight (c, o / groups, kh, kw)
+  std::vector<int64_t> stride{1, 1}, padding{0, 0}, output_padding{0, 0};
+  int64_t groups = 1;
+  std::vector<int64_t> dilation{1, 1};
+  bool bias = true;
+
+  int64_t out_size(int d) const {
+    const int64_t in = d == 0 ? h : w, k = d == 0 ? kh : kw;
+    return (in - 1) * pair(stride, d) - 2 * pair(padding, d) + pair(dilation, d) * (k - 1) + pair(output_padding, d) +
+           1;
+  }
+  // The conv2d whose input gradient this is: input (n, o, Ho, Wo), weight (c, o / groups, kh, kw).
+  Geometry adjoint() const { return {n, o, out_size(0), out_size(1), c, kh, kw, stride, padding, dilation, groups}; }
+};
+
+// out, gx, gw, gb of conv_transpose2d for the upstream gradient go, from the conv2d reference.
+Reference reference_transpose(const TransposeGeometry& t, const std::vector<double>& x, const std::vector<double>& w,
+                              const std::vector<double>& b, const std::vector<double>& go) {
+  const Geometry a = t.adjoint();
+  const std::vector<double> zeros_in(static_cast<size_t>(a.n * a.c * a.h * a.w), 0.0);
+  Reference r;
+  r.out_shape = {t.n, t.o, a.h, a.w};
+  r.out = reference_conv(a, zeros_in, w, {}, x).gx;  // conv2d's input gradient for grad_out = x
+  const int64_t plane = a.h * a.w;
+  for (size_t i = 0; i < r.out.size(); ++i)
+    if (!b.empty()) r.out[i] += b[(static_cast<int64_t>(i) / plane) % t.o];
+  if (!go.empty()) {
+    const Reference through = reference_conv(a, go, w, {}, x);  // input go, output gradient x
+    r.gx = through.out;
+    r.gw = through.gw;
+    r.gb.assign(static_cast<size_t>(t.o), 0.0);
+    for (size_t i = 0; i < go.size(); ++i) r.gb[(static_cast<int64_t>(i) / plane) % t.o] += go[i];
+  }
+  return r;
+}
+
+void check_transpose_against_reference(const TransposeGeometry& t, DType dtype, InputLayout layout) {
+  INFO("conv_transpose2d " << describe(t.adjoint()) << " output_padding " << shape_str(t.output_padding) << " "
+                           << dtype_name(dtype) << (layout == InputLayout::channels_last ? " channels-last" : ""));
+  const Tensor x64 = randn_input({t.n, t.c, t.h, t.w}, false, 21).to(dtype).to(DType::f64);
+  const Tensor w64 = randn_input({t.c, t.o / t.groups, t.kh, t.kw}, false, 22).to(dtype).to(DType::f64);
+  const Tensor b64 = t.bias ? randn_input({t.o}, false, 23).to(dtype).to(DType::f64) : Tensor();
+  const Tensor go64 = randn_input({t.n, t.o, t.out_size(0), t.out_size(1)}, false, 24).to(dtype).to(DType::f64);
+  const std::vector<double> xv = x64.to_vector<double>(), wv = w64.to_vector<double>(),
+                            bv = t.bias ? b64.to_vector<double>() : std::vector<double>(), gov = go64.to_vector<double>();
+  const Reference ref = reference_transpose(t, xv, wv, bv, gov);
+  const Reference scale = reference_transpose(t, abs_of(xv), abs_of(wv), abs_of(bv), abs_of(gov));
+
+  Tensor x = x64.to(dtype);
+  if (layout == InputLayout::non_contiguous) x = testing::non_contiguous(x);
+  if (layout == InputLayout::channels_last) x = to_channels_last(x);
+  x.requires_grad_(true);
+  Tensor w = w64.to(dtype).requires_grad_(true);
+  Tensor b = t.bias ? b64.to(dtype).requires_grad_(true) : Tensor();
+  const Tensor out = conv_transpose2d(x, w, b, t.stride, t.padding, t.output_padding, t.groups, t.dilation);
+  REQUIRE(out.sizes() == ref.out_shape);
+  REQUIRE(out.dtype() == dtype);
+  if (layout == InputLayout::channels_last) CHECK(is_channels_last(out));
+  require_close_scaled(out, ref.out, scale.out, dtype, "output");
+  out.backward(go64.to(dtype));
+  require_close_scaled(x.grad(), ref.gx, scale.gx, dtype, "input gradient");
+  require_close_scaled(w.grad(), ref.gw, scale.gw, dtype, "weight gradient");
+  if (t.bias) require_close_scaled(b.grad(), ref.gb, scale.gb, dtype, "bias gradient");
+}
+
+const std::vector<TransposeGeometry>& transpose_geometries() {
+  static const std::vector<TransposeGeometry> all = {
+      {2, 3, 5, 4, 4, 3, 3},
+      {2, 4, 4, 4, 3, 4, 4, {2, 2}, {1, 1}, {0, 0}, 1, {1, 1}, false},  // DCGAN's k4 s2 p1: doubles H and W
+      {1, 4, 4, 5, 2, 3, 3, {2, 2}, {1, 1}, {1, 1}},                    // U-Net's k3 s2 p1 output_padding 1
+      {2, 4, 3, 3, 6, 3, 3, {1, 1}, {1, 1}, {0, 0}, 2, {2, 2}},         // groups and dilation
+      {1, 2, 3, 4, 3, 2, 3, {2, 1}, {1, 0}, {1, 0}, 1, {1, 2}},         // asymmetric everything
+      {2, 6, 4, 4, 6, 3, 3, {2, 2}, {0, 0}, {1, 1}, 6, {1, 1}, false},  // depthwise
+      {3, 8, 5, 5, 16, 1, 1, {1, 1}, {0, 0}, {0, 0}, 1, {1, 1}},        // 1×1
+      {2, 32, 6, 6, 16, 2, 2, {2, 2}},                                  // blocked-layout sizes, k2 s2
+  };
+  return all;
+}
+
+TEST_CASE("conv_transpose2d: forward and gradients match conv2d's adjoint", "[ops][conv]") {
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const TransposeGeometry& t : transpose_geometries()) {
+      check_transpose_against_reference(t, dtype, InputLayout::contiguous);
+      check_transpose_against_reference(t, dtype, InputLayout::non_contiguous);
+      check_transpose_against_reference(t, dtype, InputLayout::channels_last);
+    }
+}
+
+TEST_CASE("conv_transpose2d: inverts conv2d's geometry, unbatched input, empty batch", "[ops][conv]") {
+  // A stride-2 conv2d and the transposed conv2d with output_padding 1 restore an even size.
+  const Tensor x = randn_input({1, 3, 8, 8}, false, 31).to(DType::f32);
+  const Tensor w = randn_input({4, 3, 3, 3}, false, 32).to(DType::f32);
+  const Tensor down = conv2d(x, w, Tensor(), {2}, {1});
+  REQUIRE(down.sizes() == Shape{1, 4, 4, 4});
+  CHECK(conv_transpose2d(down, w, Tensor(), {2}, {1}, {1}).sizes() == x.sizes());
+  // Unbatched (C, H, W): the batched result without its batch dim.
+  const Tensor u = randn_input({3, 4, 5}, false, 33).to(DType::f32);
+  const Tensor wt = randn_input({3, 2, 3, 3}, false, 34).to(DType::f32);
+  const Tensor bt = randn_input({2}, false, 35).to(DType::f32);
+  const Tensor unbatched = conv_transpose2d(u, wt, bt, {2}, {1}, {1});
+  REQUIRE(unbatched.sizes() == Shape{2, 8, 10});
+  CHECK(unbatched.to_vector<float>() == conv_transpose2d(u.unsqueeze(0), wt, bt, {2}, {1}, {1}).to_vector<float>());
+  // An empty batch: an empty output, and zero gradients for the weight and the bias.
+  Tensor e = zeros({0, 3, 4, 5}).requires_grad_();
+  Tensor we = wt.detach().requires_grad_(), be = bt.detach().requires_grad_();
+  const Tensor eo = conv_transpose2d(e, we, be);
+  REQUIRE(eo.sizes() == Shape{0, 2, 6, 7});
+  sum(eo).backward();
+  CHECK(we.grad().to_vector<float>() == std::vector<float>(static_cast<size_t>(we.numel()), 0.0f));
+  CHECK(be.grad().to_vector<float>() == std::vector<float>{0.0f, 0.0f});
+}
+
+TEST_CASE("conv_transpose2d: runs in bf16 under autocast, fp32 parameters get fp32 gradients", "[ops][conv]") {
+  Tensor x = randn_input({2, 4, 5, 5}, false, 41).to(DType::f32).requires_grad_();
+  Tensor w = randn_input({4, 3, 4, 4}, false, 42).to(DType::f32).requires_grad_();
+  Tensor b = randn_input({3}, false, 43).to(DType::f32).requires_grad_();
+  Tensor out;
+  {
+    amp::Autocast autocast(DType::bf16);
+    out = conv_transpose2d(x, w, b, {2}, {1});
+  }
+  REQUIRE(out.dtype() == DType::bf16);
+  REQUIRE(out.sizes() == Shape{2, 3, 10, 10});
+  sum(out.to(DType::f32)).backward();
+  CHECK(x.grad().dtype() == DType::f32);
+  CHECK(w.grad().dtype() == DType::f32);
+  CHECK(b.grad().dtype() == DType::f32);
+  CHECK(b.grad().to_vector<float>() == std::vector<float>{200.0f, 200.0f, 200.0f});  // 2·10·10 ones each
+}
+
+TEST_CASE("conv_transpose2d: bad input names the operands", "[ops][conv]") {
+  const Tensor x = zeros({2, 4, 5, 5}), w = zeros({4, 3, 3, 3});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, zeros({3, 3, 3, 3})), ShapeError, "conv_transpose2d",
+                                 "4 channels", "weight.size(0) is 3", "(in_channels, out_channels / groups, kH, kW)");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, w, zeros({4})), ShapeError, "bias must be (3)");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, zeros({4, 3, 3, 3}), Tensor(), {1}, {0}, {0}, 3), ShapeError,
+                                 "divisible by groups = 3");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, w, Tensor(), {2}, {1}, {2}), ValueError, "output_padding",
+                                 "smaller than stride");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(zeros({1, 4, 1, 1}), w, Tensor(), {1}, {2}), ShapeError,
+                                 "output height would be -1", "padding");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, w.to(DType::f64)), DTypeError, "different dtypes", "f64");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(zeros({4, 5}), w), ShapeError, "4-D (N, C, H, W)");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, w, Tensor(), {0}), ValueError, "stride", ">= 1");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, w, Tensor(), {int64_t{1} << 62}), ValueError, "overflows int64");
+}
+
 Tensor grad_input(const Shape& s, uint64_t seed) { return randn_input(s, true, seed); }
+
+testing::GradCase transpose_case(const std::string& label, const TransposeGeometry& t) {
+  return {OpId::conv_transpose2d, label,
+          [t] {
+            TensorList in{grad_input({t.n, t.c, t.h, t.w}, 51), grad_input({t.c, t.o / t.groups, t.kh, t.kw}, 52)};
+            if (t.bias) in.push_back(grad_input({t.o}, 53));
+            return in;
+          },
+          [t](const TensorList& x) {
+            return TensorList{conv_transpose2d(x[0], x[1], t.bias ? x[2] : Tensor(), t.stride, t.padding,
+                                               t.output_padding, t.groups, t.dilation)};
+          }};
+}
+
+const bool kTransposeCases = testing::register_grad_cases({
+    transpose_case("3x3 with bias", {2, 2, 3, 4, 3, 3, 3}),
+    transpose_case("k4 stride 2 padding 1 no bias", {1, 3, 3, 3, 2, 4, 4, {2, 2}, {1, 1}, {0, 0}, 1, {1, 1}, false}),
+    transpose_case("stride 2 output_padding 1", {1, 2, 3, 2, 2, 3, 3, {2, 2}, {1, 1}, {1, 1}}),
+    transpose_case("groups 2 dilation 2", {1, 4, 3, 3, 4, 3, 3, {1, 1}, {1, 1}, {0, 0}, 2, {2, 2}}),
+    {OpId::conv_transpose2d, "channels-last input, stride 2",
+     [] { return TensorList{grad_input({2, 3, 3, 3}, 54), grad_input({3, 2, 3, 3}, 55), grad_input({2}, 56)}; },
+     [](const TensorList& x) { return TensorList{conv_transpose2d(to_channels_last(x[0]), x[1], x[2], {2}, {1}, {1})}; }},
+    {OpId::conv_transpose2d, "unbatched non-contiguous input",
+     [] { return TensorList{testing::non_contiguous(grad_input({2, 3, 4}, 57)), grad_input({2, 3, 2, 2}, 58)}; },
+     [](const TensorList& x) { return TensorList{conv_transpose2d(x[0], x[1], Tensor(), {2})}; }},
+});
 
 testing::GradCase conv_case(const std::string& label, const Geometry& g) {
   return {OpId::conv2d, label,

@@ -26,6 +26,16 @@ TEST_CASE("golden conv2d", "[golden]") {
   }, kConvWiden);
 }
 
+TEST_CASE("golden conv_transpose2d", "[golden]") {
+  check_golden_file(fixture("conv_transpose2d"),
+                    [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
+                      const Tensor bias = in.count("bias") ? in["bias"] : Tensor();
+                      return {{"out", conv_transpose2d(in["input"], in["weight"], bias, c.args.ints("stride"),
+                                                       c.args.ints("padding"), c.args.ints("output_padding"),
+                                                       c.args.integer("groups"), c.args.ints("dilation"))}};
+                    }, kConvWiden);
+}
+
 TEST_CASE("golden max_pool2d", "[golden]") {
   check_golden_file(fixture("max_pool2d"), [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
     auto [out, indices] = max_pool2d_with_indices(in["input"], c.args.ints("kernel_size"), c.args.ints("stride"),

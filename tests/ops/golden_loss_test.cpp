@@ -45,6 +45,25 @@ TEST_CASE("golden mse_loss", "[golden]") {
   });
 }
 
+TEST_CASE("golden l1_loss, smooth_l1_loss and huber_loss", "[golden]") {
+  check_golden_file(fixture("l1_loss"), [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
+    return {{"out", l1_loss(in["input"], in["target"], reduction(c))}};
+  });
+  check_golden_file(fixture("smooth_l1_loss"),
+                    [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
+                      return {{"out", smooth_l1_loss(in["input"], in["target"], reduction(c), c.args.number("beta"))}};
+                    });
+  check_golden_file(fixture("huber_loss"), [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
+    return {{"out", huber_loss(in["input"], in["target"], reduction(c), c.args.number("delta"))}};
+  });
+}
+
+TEST_CASE("golden leaky_relu", "[golden]") {
+  check_golden_file(fixture("leaky_relu"), [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
+    return {{"out", leaky_relu(in["input"], c.args.number("negative_slope"))}};
+  });
+}
+
 TEST_CASE("golden binary_cross_entropy_with_logits", "[golden]") {
   check_golden_file(fixture("binary_cross_entropy_with_logits"),
                     [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {

@@ -208,7 +208,8 @@ TEST_CASE("cross_entropy and nll_loss reject bad targets, weights and options", 
   PRECIS_REQUIRE_THROWS_WITH_ALL(nll_loss(x, from_vector<double>({0, 1, 2})), DTypeError, "nll_loss", "i64, got f64");
 }
 
-TEST_CASE("mse_loss, binary_cross_entropy and its logits form match references", "[ops][loss]") {
+TEST_CASE("mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy and its logits form match references",
+          "[ops][loss]") {
   const Tensor a = randn_input({3, 4}, false, 18), b = randn_input({3, 4}, false, 19);
   const Tensor p = uniform_input({3, 4}, 0.01, 0.99, false, 20), t = uniform_input({3, 4}, 0, 1, false, 21);
   const Tensor w = uniform_input({4}, 0.5, 2, false, 22), pw = uniform_input({4}, 0.5, 3, false, 23);
@@ -229,6 +230,21 @@ TEST_CASE("mse_loss, binary_cross_entropy and its logits form match references",
     REQUIRE(mean_.item<double>() == Approx(s / 12).epsilon(1e-12));
   };
   check(mse_loss(a, b, Reduction::none), mse_loss(a, b), mse_loss(a, b, Reduction::sum), mse);
+  // l1, smooth L1 (beta 0.5; beta 0 is l1) and Huber (delta 0.7) from their definitions.
+  std::vector<double> l1(12), smooth(12), huber(12);
+  for (int i = 0; i < 12; ++i) {
+    const double d = std::abs(av[i] - bv[i]);
+    l1[i] = d;
+    smooth[i] = d < 0.5 ? 0.5 * d * d / 0.5 : d - 0.25;
+    huber[i] = d < 0.7 ? 0.5 * d * d : 0.7 * (d - 0.35);
+  }
+  check(l1_loss(a, b, Reduction::none), l1_loss(a, b), l1_loss(a, b, Reduction::sum), l1);
+  check(smooth_l1_loss(a, b, Reduction::none, 0.5), smooth_l1_loss(a, b, Reduction::mean, 0.5),
+        smooth_l1_loss(a, b, Reduction::sum, 0.5), smooth);
+  check(smooth_l1_loss(a, b, Reduction::none, 0.0), smooth_l1_loss(a, b, Reduction::mean, 0.0),
+        smooth_l1_loss(a, b, Reduction::sum, 0.0), l1);
+  check(huber_loss(a, b, Reduction::none, 0.7), huber_loss(a, b, Reduction::mean, 0.7),
+        huber_loss(a, b, Reduction::sum, 0.7), huber);
   check(binary_cross_entropy(p, t, w, Reduction::none), binary_cross_entropy(p, t, w),
         binary_cross_entropy(p, t, w, Reduction::sum), bce);
   check(binary_cross_entropy_with_logits(a, t, w, pw, Reduction::none), binary_cross_entropy_with_logits(a, t, w, pw),
@@ -384,6 +400,23 @@ const bool kLossCases = register_grad_cases({
     {OpId::mse_loss, "none non-contiguous",
      [] { return TensorList{non_contiguous(randn_input({3, 4}, true, 44)), randn_input({3, 4}, false, 45)}; },
      [](const TensorList& x) { return TensorList{mse_loss(x[0], x[1], Reduction::none)}; }},
+    {OpId::l1_loss, "mean, both inputs", [] { return TensorList{randn_input({3, 4}, true, 60), randn_input({3, 4}, true, 61)}; },
+     [](const TensorList& x) { return TensorList{l1_loss(x[0], x[1])}; }},
+    {OpId::l1_loss, "none non-contiguous",
+     [] { return TensorList{non_contiguous(randn_input({3, 4}, true, 62)), randn_input({3, 4}, false, 63)}; },
+     [](const TensorList& x) { return TensorList{l1_loss(x[0], x[1], Reduction::none)}; }},
+    {OpId::smooth_l1_loss, "mean beta 0.5, both inputs",
+     [] { return TensorList{randn_input({3, 4}, true, 64), randn_input({3, 4}, true, 65)}; },
+     [](const TensorList& x) { return TensorList{smooth_l1_loss(x[0], x[1], Reduction::mean, 0.5)}; }},
+    {OpId::smooth_l1_loss, "sum non-contiguous",
+     [] { return TensorList{non_contiguous(randn_input({3, 4}, true, 66)), randn_input({3, 4}, false, 67)}; },
+     [](const TensorList& x) { return TensorList{smooth_l1_loss(x[0], x[1], Reduction::sum)}; }},
+    {OpId::huber_loss, "mean delta 0.7, both inputs",
+     [] { return TensorList{randn_input({3, 4}, true, 68), randn_input({3, 4}, true, 69)}; },
+     [](const TensorList& x) { return TensorList{huber_loss(x[0], x[1], Reduction::mean, 0.7)}; }},
+    {OpId::huber_loss, "none non-contiguous",
+     [] { return TensorList{non_contiguous(randn_input({3, 4}, true, 70)), randn_input({3, 4}, false, 71)}; },
+     [](const TensorList& x) { return TensorList{huber_loss(x[0], x[1], Reduction::none)}; }},
     {OpId::binary_cross_entropy_with_logits, "weight pos_weight, input and target",
      [] {
        return TensorList{randn_input({3, 4}, true, 46), uniform_input({3, 4}, 0, 1, true, 47),

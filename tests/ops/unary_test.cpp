@@ -300,6 +300,33 @@ GradCase scalar_case(OpId op, Fn fn, double lo, double hi) {
   return {op, "0-d", [lo, hi] { return TensorList{uniform_input({}, lo, hi, true, 3)}; }, fn};
 }
 
+TEST_CASE("leaky_relu: PyTorch's values and gradient, 0 and NaN included, every floating dtype", "[ops][unary]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> xs = {-3.0, -0.5, -0.0, 0.0, 0.25, 2.0, -inf, inf, nan};
+  for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    for (double slope : {0.01, 0.2, -0.5, 1.5}) {
+      INFO(dtype_name(dt) << " slope " << slope);
+      Tensor x = from_vector<double>(xs).to(dt).requires_grad_();
+      const Tensor y = leaky_relu(x, slope);
+      REQUIRE(y.dtype() == dt);
+      sum(y).backward();
+      const std::vector<double> got = y.to(DType::f64).to_vector<double>(), g = x.grad().to(DType::f64).to_vector<double>();
+      for (size_t i = 0; i < xs.size(); ++i) {
+        INFO("x = " << xs[i]);
+        // The product slope·x is formed in fp32 (f64 for f64) and rounded once to the dtype.
+        const double want = xs[i] > 0 ? xs[i] : Tensor(from_vector<double>({xs[i] * slope})).to(dt).item<double>();
+        if (std::isnan(want)) {
+          CHECK(std::isnan(got[i]));
+        } else {
+          CHECK(got[i] == want);
+        }
+        const double want_grad = xs[i] > 0 ? 1.0 : Tensor(from_vector<double>({slope})).to(dt).item<double>();
+        CHECK(g[i] == want_grad);  // the slope at 0 and for NaN, as PyTorch
+      }
+    }
+  }
+}
+
 std::vector<GradCase> unary_grad_cases() {
   std::vector<GradCase> cases;
   struct Row {
@@ -334,6 +361,11 @@ std::vector<GradCase> unary_grad_cases() {
   }
   cases.push_back({OpId::pow_scalar, "integer exponent, negative base", [] { return TensorList{away_from_zero({3, 4}, 6)}; },
                    [](const TensorList& x) { return TensorList{pow(x[0], 3)}; }});
+  const Fn leaky = [](const TensorList& x) { return TensorList{leaky_relu(x[0], 0.2)}; };
+  cases.push_back({OpId::leaky_relu, "mixed signs", [] { return TensorList{away_from_zero({3, 4}, 7)}; }, leaky});
+  cases.push_back({OpId::leaky_relu, "non-contiguous, slope above 1",
+                   [] { return TensorList{non_contiguous(away_from_zero({4, 5}, 8))}; },
+                   [](const TensorList& x) { return TensorList{leaky_relu(x[0], 1.5)}; }});
   for (OpId op : {OpId::abs, OpId::relu}) {
     Fn fn = unary_fn(op == OpId::abs ? static_cast<Tensor (*)(const Tensor&)>(abs) : relu);
     cases.push_back({op, "mixed signs", [] { return TensorList{away_from_zero({3, 4}, 1)}; }, fn});
