@@ -13,6 +13,9 @@
 namespace precis {
 
 // ---- unary element-wise: same shape and dtype out (floating inputs) --------------------------
+// exp, log, sqrt, rsqrt, tanh, sigmoid and erf also take integer and bool tensors, converted to f32
+// first (PyTorch's rule: torch.sqrt(torch.tensor([4])) is f32); silu and gelu refuse them, as
+// PyTorch's; neg, abs and relu keep integer dtypes.
 Tensor neg(const Tensor& x);                         ///< -x. Passthrough.
 Tensor abs(const Tensor& x);                         ///< |x|. Passthrough; grad at 0 is 0.
 Tensor exp(const Tensor& x);                         ///< FP32.
@@ -29,7 +32,9 @@ Tensor relu(const Tensor& x);                        ///< max(x, 0). Passthrough
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 /// GELU; approximate = "none" (x·Φ(x), erf form) or "tanh". Passthrough.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
-Tensor pow(const Tensor& x, Scalar exponent);        ///< x^exponent. FP32.
+/// x^exponent. FP32. An integer x to a fractional power is f32 (as PyTorch); to an integral power
+/// it is a DTypeError (PyTorch computes that in the integer type): convert with .to(DType::f32).
+Tensor pow(const Tensor& x, Scalar exponent);
 
 // ---- binary element-wise: operands broadcast; result dtype as PyTorch's result_type: the ----------
 // promotion (promote_types) of the dimensioned operands; a zero-dim tensor operand only counts

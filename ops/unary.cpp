@@ -88,6 +88,18 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& app
   return run_backward(OpId::gelu_backward, grad, x, gelu_flag("gelu_backward", approximate));
 }
 
+// The table's domain column: `promoting` ops have floating kernels and take an integer or bool
+// tensor converted to f32 (an integer tensor never requires grad, so nothing is lost). fp8 is
+// storage, not promoted: the front-end refuses it.
+namespace {
+enum class RowDomain { floating, numeric, promoting };
+constexpr Domain kernel_domain(RowDomain d) { return d == RowDomain::numeric ? Domain::numeric : Domain::floating; }
+bool integer_or_bool(const Tensor& x) { return x.defined() && (is_integral(x.dtype()) || x.dtype() == DType::boolean); }
+Tensor promoted_input(RowDomain d, const Tensor& x) {
+  return d == RowDomain::promoting && integer_or_bool(x) ? x.to(DType::f32) : x;
+}
+}  // namespace
+
 // One declaration and one public function per row of the table. The row's `saved` column names
 // the derivative's second parameter (self or result), so the formula reads it by that name.
 #define PRECIS_UNARY(op, domain, saved, derivative)                                                           \
@@ -97,7 +109,8 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& app
   };                                                                                                          \
   }                                                                                                           \
   Tensor op(const Tensor& x) {                                                                                \
-    return detail::call<Unary<OpId::op, Domain::domain, Keep::saved, op##_derivative>>({x}, #op, 0.0);        \
+    return detail::call<Unary<OpId::op, kernel_domain(RowDomain::domain), Keep::saved, op##_derivative>>(      \
+        {promoted_input(RowDomain::domain, x)}, #op, 0.0);                                                    \
   }
 #include "ops/unary_ops.def"
 #undef PRECIS_UNARY
@@ -146,6 +159,9 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
 
 Tensor pow(const Tensor& x, Scalar exponent) {
   const double e = exponent.to_double();
+  // An integer tensor to a fractional power is f32, as PyTorch's; to an integral power PyTorch
+  // computes in the integer type, which precis has no kernel for (the front-end's DTypeError).
+  if (integer_or_bool(x) && e != std::trunc(e)) return pow(x.to(DType::f32), exponent);
   // e = 0 gives a zero gradient (not 0·x^-1, which is NaN at x = 0) and needs no saved input.
   if (e == 0.0) return detail::call<Pow<Keep::nothing, ZeroDerivative>>({x}, "pow", e);
   return detail::call<Pow<Keep::self, PowDerivative>>({x}, "pow", e);

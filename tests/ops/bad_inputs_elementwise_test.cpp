@@ -13,6 +13,7 @@ namespace {
 Tensor f32(const Shape& s) { return ones(s); }
 Tensor i64(const Shape& s) { return zeros(s, {.dtype = DType::i64}); }
 Tensor b8(const Shape& s) { return zeros(s, {.dtype = DType::boolean}); }
+Tensor f8(const Shape& s) { return zeros(s).to(DType::f8_e4m3); }
 
 // Backward through fn's node a second time, after the first freed its saved tensors.
 void backward_twice(Tensor (*fn)(const Tensor&)) {
@@ -56,17 +57,17 @@ const bool kUnary = register_error_cases({
     PRECIS_BAD_INPUT(neg, ValueError, "an undefined tensor", neg(Tensor()), "neg", "undefined"),
     PRECIS_BAD_INPUT(abs, DTypeError, "a bool tensor", abs(b8({2})), "abs", "bool"),
     PRECIS_BAD_INPUT(abs, ValueError, "an undefined tensor", abs(Tensor()), "abs", "undefined"),
-    PRECIS_BAD_INPUT(exp, DTypeError, "an integer tensor", exp(i64({2})), "exp", "i64"),
+    PRECIS_BAD_INPUT(exp, DTypeError, "an fp8 tensor (storage only)", exp(f8({2})), "exp", "f8_e4m3"),
     PRECIS_BAD_INPUT(exp, ValueError, "an undefined tensor", exp(Tensor()), "exp", "undefined"),
-    PRECIS_BAD_INPUT(log, DTypeError, "an integer tensor", log(i64({2})), "log", "i64"),
+    PRECIS_BAD_INPUT(log, DTypeError, "an fp8 tensor (storage only)", log(f8({2})), "log", "f8_e4m3"),
     PRECIS_BAD_INPUT(log, ValueError, "an undefined tensor", log(Tensor()), "log", "undefined"),
-    PRECIS_BAD_INPUT(sqrt, DTypeError, "a bool tensor", sqrt(b8({2})), "sqrt", "bool"),
+    PRECIS_BAD_INPUT(sqrt, DTypeError, "an fp8 tensor (storage only)", sqrt(f8({2})), "sqrt", "f8_e4m3"),
     PRECIS_BAD_INPUT(sqrt, ValueError, "an undefined tensor", sqrt(Tensor()), "sqrt", "undefined"),
-    PRECIS_BAD_INPUT(rsqrt, DTypeError, "an integer tensor", rsqrt(i64({2})), "rsqrt", "i64"),
+    PRECIS_BAD_INPUT(rsqrt, DTypeError, "an fp8 tensor (storage only)", rsqrt(f8({2})), "rsqrt", "f8_e4m3"),
     PRECIS_BAD_INPUT(rsqrt, ValueError, "an undefined tensor", rsqrt(Tensor()), "rsqrt", "undefined"),
-    PRECIS_BAD_INPUT(tanh, DTypeError, "an integer tensor", tanh(i64({2})), "tanh", "i64"),
+    PRECIS_BAD_INPUT(tanh, DTypeError, "an fp8 tensor (storage only)", tanh(f8({2})), "tanh", "f8_e4m3"),
     PRECIS_BAD_INPUT(tanh, ValueError, "an undefined tensor", tanh(Tensor()), "tanh", "undefined"),
-    PRECIS_BAD_INPUT(sigmoid, DTypeError, "an integer tensor", sigmoid(i64({2})), "sigmoid", "i64"),
+    PRECIS_BAD_INPUT(sigmoid, DTypeError, "an fp8 tensor (storage only)", sigmoid(f8({2})), "sigmoid", "f8_e4m3"),
     PRECIS_BAD_INPUT(sigmoid, ValueError, "an undefined tensor", sigmoid(Tensor()), "sigmoid", "undefined"),
     PRECIS_BAD_INPUT(silu, DTypeError, "an integer tensor", silu(i64({2})), "silu", "i64", "floating"),
     PRECIS_BAD_INPUT(silu, ValueError, "an undefined tensor", silu(Tensor()), "silu", "undefined"),
@@ -80,7 +81,7 @@ const bool kUnary = register_error_cases({
     PRECIS_BAD_INPUT(gelu, DTypeError, "an integer tensor", gelu(i64({2})), "gelu", "i64"),
     PRECIS_BAD_INPUT(pow_scalar, DTypeError, "a bool tensor", pow(b8({2}), 2.0), "pow", "bool"),
     PRECIS_BAD_INPUT(pow_scalar, ValueError, "an undefined tensor", pow(Tensor(), 2.0), "pow", "undefined"),
-    PRECIS_BAD_INPUT(erf, DTypeError, "an integer tensor", erf(i64({2})), "erf", "i64"),
+    PRECIS_BAD_INPUT(erf, DTypeError, "an fp8 tensor (storage only)", erf(f8({2})), "erf", "f8_e4m3"),
     PRECIS_BAD_INPUT(erf, ValueError, "an undefined tensor", erf(Tensor()), "erf", "undefined"),
 });
 
