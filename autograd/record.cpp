@@ -111,9 +111,11 @@ void rebase_history(const Tensor& self, const Tensor& value, bool overwrite, con
   if (!take_value && !zero_old) return;
   AutogradMeta& meta = self.impl()->ensure_autograd_meta();
   const std::shared_ptr<Node> old_fn = meta.grad_fn;
-  if (!zero_old && value.grad_fn() != nullptr && value.dtype() == self.dtype() && value.device() == self.device() &&
+  if (!overwrite && value.grad_fn() != nullptr && value.dtype() == self.dtype() && value.device() == self.device() &&
       value.sizes() == self.sizes()) {
-    // x += y: the value's node already reaches the old history (it read x); no node of its own.
+    // x += y: the value is a temporary whose node already reaches the old history (it read x), so
+    // self takes that node. Never for copy_: its source lives on as a tensor of its own, and two
+    // tensors on one graph output would share hooks, retain_grad and gradients.
     meta.grad_fn = value.grad_fn();
     meta.output_nr = value.impl()->autograd_meta()->output_nr;
   } else {

@@ -24,6 +24,10 @@ using detail::OpContext;
 namespace {
 DeviceCopyFn* g_device_copy = nullptr;
 
+bool shares_memory(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.impl()->storage() == b.impl()->storage();
+}
+
 // Whether an in-place write of `src` (null: a constant, fill_'s) into self must give self a new
 // autograd history (autograd::rebase_history): under grad mode, when self or src requires grad.
 // Refused then: a leaf that requires grad (its .grad would no longer be the gradient of what it
@@ -39,13 +43,22 @@ bool inplace_takes_history(const char* op, const Tensor& self, const Tensor* src
                  "values it holds. Run it under NoGradGuard (as optimizers do) or modify a clone()");
   // A view that alone holds its memory (an op's result reshaped on its way out) is no view of
   // anything a user can reach, so it takes a history like any tensor.
-  const bool shares_memory = self.impl()->is_view() && self.impl()->storage().use_count() > 1;
-  PRECIS_CHECK_T(StateError, !shares_memory, op, ": in-place modification of a view (", self.describe(), ") ",
+  const bool view_of_shared = self.impl()->is_view() && self.impl()->storage().use_count() > 1;
+  PRECIS_CHECK_T(StateError, !view_of_shared, op, ": in-place modification of a view (", self.describe(), ") ",
                  self_grad ? "that requires grad" : "with a value that requires grad",
                  " is not supported under grad mode (the tensor it views would need a new history too); "
                  "build the result out of place (cat, where, masked_fill), write into a clone(), "
                  "or run it under NoGradGuard");
   return true;
+}
+
+// Several elements of an expanded destination share one memory location: which value lands there
+// would depend on the order of the (parallel) writes. PyTorch refuses this too.
+void check_not_expanded(const char* op, const Tensor& dst) {
+  for (int64_t d = 0; d < dst.dim(); ++d)
+    PRECIS_CHECK(!(dst.strides()[d] == 0 && dst.sizes()[d] > 1), op, ": the destination ", dst.describe(),
+                 " is expanded (stride 0 in dim ", d, "), so several of its elements share memory; write into a "
+                 "clone() or contiguous() of it instead");
 }
 
 // dst (any strides) = src converted; same device; src broadcast to dst's shape.
@@ -91,16 +104,15 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   const bool history = inplace_takes_history("copy_", *this, &src);
   PRECIS_CHECK_SHAPE(broadcasts_to(src.sizes(), sizes()), "copy_: the source ", src.describe(),
                      " does not broadcast to the destination ", describe());
-  // Several elements of an expanded destination share one memory location: which source value
-  // lands there would depend on the order of the (parallel) writes. PyTorch refuses this too.
-  for (int64_t d = 0; d < dim(); ++d)
-    PRECIS_CHECK(!(strides()[d] == 0 && sizes()[d] > 1), "copy_: the destination ", describe(),
-                 " is expanded (stride 0 in dim ", d, "), so several of its elements share memory; copy into a "
-                 "clone() or contiguous() of it instead");
+  check_not_expanded("copy_", *this);
   {
     NoGradGuard no_grad;  // the broadcast and conversions below are internal
     if (src.device() == device()) {
-      copy_same_device(*this, src);
+      // A source sharing the destination's memory in another layout (a.copy_(a.t())) would be
+      // read after parts of it were written: copy it out first. PyTorch refuses such a copy.
+      const bool same_window = shares_memory(*this, src) && src.storage_offset() == storage_offset() &&
+                               src.strides() == strides() && src.sizes() == sizes();
+      copy_same_device(*this, shares_memory(*this, src) && !same_window ? src.clone() : src);
     } else {
       // Cross-device: convert and broadcast on the source device, move contiguous bytes, then
       // scatter into this tensor's strides on its own device if needed.
@@ -287,6 +299,7 @@ int kind_rank(DType t) { return t == DType::boolean ? 0 : is_integral(t) ? 1 : 2
 
 Tensor& assign_inplace(Tensor& self, const Tensor& result, const char* op) {
   const bool history = inplace_takes_history(op, self, &result);  // named as the user wrote it, not as copy_
+  check_not_expanded(op, self);
   PRECIS_CHECK_SHAPE(result.sizes() == self.sizes(), op, ": the result of shape ", shape_str(result.sizes()),
                      " does not fit in-place into a tensor ", self.describe());
   PRECIS_CHECK_DTYPE(kind_rank(result.dtype()) <= kind_rank(self.dtype()), op, ": the result is ",
@@ -301,22 +314,15 @@ Tensor& assign_inplace(Tensor& self, const Tensor& result, const char* op) {
   return self;
 }
 
-// The operand x *= o and x /= o compute with in place of self: mul and div keep self for o's
-// gradient (and o itself, for self's), and the write would change what they kept. Under grad
-// mode, when o takes a gradient or shares self's memory, they read a copy of self instead (PyTorch
-// saves self's original value the same way).
-Tensor kept_operand(const Tensor& self, const Tensor& o, bool* replaces_o) {
-  const bool shares = o.defined() && self.defined() && o.impl()->storage() == self.impl()->storage();
-  *replaces_o = false;
-  if (!is_grad_enabled() || !(o.requires_grad() || (shares && self.requires_grad()))) return self;
-  *replaces_o = shares;
-  return self.clone();
-}
-
+// x *= o and x /= o: mul and div keep self for o's gradient and o for self's, and the write into
+// self's memory would change what they kept. So under grad mode they keep a copy of self when o
+// takes a gradient (PyTorch saves self's original value the same way), and a copy of o when o is
+// self or a view of its memory (x *= x, x *= x.t()) and self takes a gradient. The copies keep
+// their originals' values, layout and graph (a detached o stays detached).
 Tensor mul_into_self(const Tensor& self, const Tensor& o, bool divide) {
-  bool replaces_o = false;
-  const Tensor a = kept_operand(self, o, &replaces_o);
-  const Tensor& b = replaces_o ? a : o;
+  const bool grad = is_grad_enabled();
+  const Tensor a = grad && o.requires_grad() ? self.clone() : self;
+  const Tensor b = grad && self.requires_grad() && shares_memory(self, o) ? o.clone() : o;
   return divide ? div(a, b) : mul(a, b);
 }
 }  // namespace

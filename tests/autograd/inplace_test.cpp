@@ -78,6 +78,53 @@ TEST_CASE("x *= x and x /= x read a copy of x (PyTorch refuses the first at back
   CHECK(values(x.grad()) == Values{0.0, 0.0, 0.0});
 }
 
+TEST_CASE("x *= o where o is a view of x's memory or a detached alias: o's own values and graph",
+          "[autograd][inplace]") {
+  // A user study: o was replaced by a copy of x, so x *= x.t() squared x and x *= x.detach()
+  // differentiated through the detached operand. PyTorch refuses both; precis computes them.
+  Tensor x = from_vector<double>({1, 2, 3, 4}, {2, 2}).requires_grad_();
+  Tensor y = x * 1.0;
+  y *= y.t();  // x ⊙ xᵀ: d/dx sum = 2·xᵀ
+  CHECK(values(y) == Values{1, 6, 6, 16});
+  sum(y).backward();
+  CHECK(values(x.grad()) == Values{2, 6, 4, 8});
+  Tensor v = vec({2.0, 3.0, 4.0});
+  Tensor a = v * 1.0;
+  a *= a.narrow(0, 0, 1);
+  CHECK(values(a) == Values{4, 6, 8});
+  Tensor p = v * 1.0;
+  p *= p.detach();  // p·c with c constant: the gradient is c
+  sum(p).backward();
+  CHECK(values(v.grad()) == Values{2, 3, 4});
+  v.set_grad(Tensor());
+  Tensor q = v * 1.0;
+  q /= q.detach();
+  sum(q).backward();
+  CHECK(values(v.grad()) == Values{0.5, 1.0 / 3.0, 0.25});
+}
+
+TEST_CASE("copy_ from a tensor in the graph: the destination gets a node of its own", "[autograd][inplace]") {
+  // It shared the source's node (a user study): a gradient reaching one reached the other too.
+  Tensor x = vec({1.0, 2.0, 3.0});
+  Tensor y = x * 2.0;
+  Tensor buf = zeros({3}, {.dtype = DType::f64});
+  buf.copy_(y);
+  CHECK(buf.grad_fn()->name() == "copy_backward");
+  const Tensor loss = sum(buf * 2.0) + sum(y * 3.0);
+  const autograd::TensorList g = autograd::grad({loss}, {buf, y});
+  CHECK(values(g[0]) == Values{2, 2, 2});
+  CHECK(values(g[1]) == Values{5, 5, 5});
+}
+
+TEST_CASE("copy_ from a source overlapping the destination reads the source first", "[autograd][inplace]") {
+  Tensor a = from_vector<double>({1, 2, 3, 4}, {2, 2});
+  a.copy_(a.t());
+  CHECK(values(a) == Values{1, 3, 2, 4});
+  Tensor b = from_vector<double>({1, 2, 3, 4});
+  b.narrow(0, 1, 3).copy_(b.narrow(0, 0, 3));
+  CHECK(values(b) == Values{1, 1, 2, 3});
+}
+
 TEST_CASE("copy_ into a tensor: the source gets the gradient, summed over broadcast dims and cast back",
           "[autograd][inplace]") {
   Tensor b = from_vector<float>({1.0f, 2.0f, 3.0f}).requires_grad_();
@@ -135,6 +182,11 @@ TEST_CASE("in-place writes that stay refused under grad mode", "[autograd][inpla
   Tensor plain = zeros({4}, {.dtype = DType::f64});
   PRECIS_REQUIRE_THROWS_WITH_ALL(plain.narrow(0, 1, 3).copy_(x), StateError, "copy_", "view",
                                  "a value that requires grad");
+  // An expanded tensor: several elements share memory (PyTorch refuses it too); the message names
+  // the operator written, not the copy inside it.
+  Tensor expanded = zeros({1, 3}, {.dtype = DType::f64}).expand({4, 3});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(expanded += ones({4, 3}, {.dtype = DType::f64}), ValueError, "operator+=",
+                                 "expanded", "clone()");
   // Nothing was written by the refused calls.
   CHECK(values(y) == Values{2.0, -4.0, 6.0});
   CHECK(values(plain) == Values{0.0, 0.0, 0.0, 0.0});
