@@ -16,7 +16,9 @@
 // each leaf's gradient is accumulated once per backward (data-parallel hooks fire once).
 //
 // Contract: the function must be deterministic in what it computes from its arguments and the
-// tensors it captures, must not modify them in place (CheckpointError), and must not change
+// tensors it captures, must not modify them in place (CheckpointError for its arguments and the
+// tensors requiring grad it reads; a captured buffer that requires no grad is not checked, and
+// the recomputation would modify it a second time, as in PyTorch), and must not change
 // them between forward and backward (CheckpointError at backward: pass tensors that change, such
 // as a reused input buffer, as arguments so their versions are checked). Tensors it captures that
 // do not require grad are read again at backward as they are then. `fn` itself is kept and called

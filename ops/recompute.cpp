@@ -81,14 +81,12 @@ std::vector<Tensor> KeptOutputs::run(OpId op, const std::function<std::vector<Te
                    "backward)");
     const Call& call = recorded_[next_++];
     if (!call.kept) return compute();
-    // The function modified a kept output in place after the op made it: replaying the stored
-    // (modified) tensor would apply the modification twice, silently.
+    // A kept output modified in place since the op made it (by the function itself, or by the
+    // caller after the region returned it: `out += x`) no longer holds what the op made, and
+    // replaying it would apply the modification twice. The op's inputs are the forward's, so
+    // computing it again gives what it made: the kept copy was only a saving.
     for (size_t i = 0; i < call.outputs.size(); ++i)
-      PRECIS_CHECK_T(CheckpointError, !call.outputs[i].defined() || call.outputs[i].version() == call.versions[i],
-                     "checkpoint (selective): the output of ", op_name(op), " (", call.outputs[i].describe(),
-                     "), which the region keeps instead of recomputing, was modified in place after ", op_name(op),
-                     " made it; the recomputation cannot start from it. Modify a copy (out-of-place ops), or keep "
-                     "nothing from this op (CheckpointOptions::kept_ops) or use full checkpointing");
+      if (call.outputs[i].defined() && call.outputs[i].version() != call.versions[i]) return compute();
     // Fresh handles on the kept data: the recomputation records its graph on these, never on the
     // stored tensors, which a later recomputation (retain_graph) replays again.
     std::vector<Tensor> out;
