@@ -39,35 +39,37 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_
   return span < 0 ? 0 : span / stride + 1;
 }
 
+// `op` names the op the user called: conv1d checks its (N, C, 1, L) view here too.
 Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& stride,
-                          const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
+                          const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups,
+                          const char* op = "conv2d") {
   // (Defined operands on one device: the front-end's checks.)
   const bool floating = x.is_floating_point() && w.is_floating_point() && (!b.defined() || b.is_floating_point());
-  PRECIS_CHECK_DTYPE(floating, "conv2d: expects floating operands, ", operands(x, w, b),
+  PRECIS_CHECK_DTYPE(floating, op, ": expects floating operands, ", operands(x, w, b),
                      "; convert with .to(DType::f32)");
   const bool same_dtype = w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype());
-  PRECIS_CHECK_DTYPE(same_dtype, "conv2d: operands have different dtypes: ", operands(x, w, b),
+  PRECIS_CHECK_DTYPE(same_dtype, op, ": operands have different dtypes: ", operands(x, w, b),
                      "; convert them with .to(DType::", dtype_name(w.dtype()), ") (or run under autocast)");
-  PRECIS_CHECK_SHAPE(x.dim() == 3 || x.dim() == 4, "conv2d: input must be 4-D (N, C, H, W) or 3-D (C, H, W), ",
+  PRECIS_CHECK_SHAPE(x.dim() == 3 || x.dim() == 4, op, ": input must be 4-D (N, C, H, W) or 3-D (C, H, W), ",
                      operands(x, w, b));
-  PRECIS_CHECK_SHAPE(w.dim() == 4, "conv2d: weight must be 4-D (out_channels, in_channels / groups, kH, kW), ",
+  PRECIS_CHECK_SHAPE(w.dim() == 4, op, ": weight must be 4-D (out_channels, in_channels / groups, kH, kW), ",
                      operands(x, w, b));
   Conv2dParams p;
-  detail::pair_arg("conv2d", "stride", stride, p.stride, 1);
-  detail::pair_arg("conv2d", "padding", padding, p.padding, 0);
-  detail::pair_arg("conv2d", "dilation", dilation, p.dilation, 1);
-  PRECIS_CHECK(groups >= 1, "conv2d: groups must be >= 1, got ", groups);
+  detail::pair_arg(op, "stride", stride, p.stride, 1);
+  detail::pair_arg(op, "padding", padding, p.padding, 0);
+  detail::pair_arg(op, "dilation", dilation, p.dilation, 1);
+  PRECIS_CHECK(groups >= 1, op, ": groups must be >= 1, got ", groups);
   p.groups = groups;
   const int64_t c = x.size(-3), o = w.size(0);
-  PRECIS_CHECK_SHAPE(o % groups == 0, "conv2d: out_channels (weight.size(0) = ", o,
+  PRECIS_CHECK_SHAPE(o % groups == 0, op, ": out_channels (weight.size(0) = ", o,
                      ") must be divisible by groups = ", groups, ": ", operands(x, w, b));
   // groups is the caller's (with out_channels 0 any value divides it): the product may overflow.
   const std::optional<int64_t> expected_c = checked_mul(w.size(1), groups);
-  PRECIS_CHECK_SHAPE(expected_c && c == *expected_c, "conv2d: input has ", c, " channels but weight expects ",
+  PRECIS_CHECK_SHAPE(expected_c && c == *expected_c, op, ": input has ", c, " channels but weight expects ",
                      w.size(1), " · groups (", groups, ") = ",
                      expected_c ? std::to_string(*expected_c) : std::string("more than int64 holds"), ": ",
                      operands(x, w, b), groups > 1 ? "" : "; weight is (out_channels, in_channels / groups, kH, kW)");
-  PRECIS_CHECK_SHAPE(!b.defined() || (b.dim() == 1 && b.size(0) == o), "conv2d: bias must be (", o, "), ",
+  PRECIS_CHECK_SHAPE(!b.defined() || (b.dim() == 1 && b.size(0) == o), op, ": bias must be (", o, "), ",
                      operands(x, w, b));
   for (int d = 0; d < 2; ++d) {
     const int64_t in = x.size(-2 + d), k = w.size(2 + d);
@@ -76,11 +78,11 @@ Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, con
     const std::optional<int64_t> dilated = checked_mul(p.dilation[d], k - 1);
     const std::optional<int64_t> twice_pad = checked_mul(p.padding[d], 2);
     const std::optional<int64_t> padded = twice_pad ? checked_add(in, *twice_pad) : std::nullopt;
-    PRECIS_CHECK(dilated && padded && *dilated < std::numeric_limits<int64_t>::max(), "conv2d: padding (",
+    PRECIS_CHECK(dilated && padded && *dilated < std::numeric_limits<int64_t>::max(), op, ": padding (",
                  p.padding[d], ") or dilation (", p.dilation[d], ") too large: the padded input or the dilated kernel ",
                  "overflows int64: ", operands(x, w, b));
     const int64_t span = *dilated + 1;
-    PRECIS_CHECK_SHAPE(span <= *padded, "conv2d: the kernel (", k, " with dilation ", p.dilation[d],
+    PRECIS_CHECK_SHAPE(span <= *padded, op, ": the kernel (", k, " with dilation ", p.dilation[d],
                        " spans ", span, ") is larger than the padded input ", d == 0 ? "height" : "width", " (",
                        in, " + 2·", p.padding[d], "): ", operands(x, w, b));
   }
@@ -233,7 +235,10 @@ TransposeGeometry check_conv_transpose2d(const Tensor& x, const Tensor& w, const
   int64_t* out_size[2] = {&t.out_h, &t.out_w};
   for (int d = 0; d < 2; ++d) {
     PRECIS_CHECK(extra[d] < t.p.stride[d], op, ": output_padding (", extra[0], ", ", extra[1],
-                 ") must be smaller than stride (", t.p.stride[0], ", ", t.p.stride[1], ")");
+                 ") must be smaller than stride (", t.p.stride[0], ", ", t.p.stride[1], ")",
+                 t.p.dilation[d] > t.p.stride[d] ? " (PyTorch also takes it below dilation; precis does not: pad() the "
+                                                   "output by the difference instead)"
+                                                 : "");
     // (in − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1, from the caller's values.
     const int64_t in = x.size(-2 + d), k = w.size(2 + d);
     const std::optional<int64_t> grown = checked_mul(std::max<int64_t>(in - 1, 0), t.p.stride[d]);
@@ -245,7 +250,7 @@ TransposeGeometry check_conv_transpose2d(const Tensor& x, const Tensor& w, const
     const int64_t size = *sum - *twice_pad + extra[d] + 1;
     PRECIS_CHECK_SHAPE(size >= 1 || in == 0, op, ": the output ", d == 0 ? "height" : "width", " would be ", size,
                        " = (", in, " − 1)·", t.p.stride[d], " − 2·", t.p.padding[d], " + ", t.p.dilation[d], "·(", k,
-                       " − 1) + ", extra[d], " + 1); lower the padding: ", operands(x, w, b));
+                       " − 1) + ", extra[d], " + 1; lower the padding: ", operands(x, w, b));
     *out_size[d] = in == 0 ? 0 : size;
   }
   return t;
@@ -299,8 +304,8 @@ struct ConvTranspose2d {
               out4, Tensor(), Tensor(), x, Tensor(), weight_nhwc ? to_channels_last(w) : w.contiguous(), t.p);
         }
         if (bias.defined()) out4 = add(out4, bias.to(kernel_dtype).view({1, t.out_channels, 1, 1}));
-        if (widen) out4 = out4.to(dtype);
       }
+      if (widen) out4 = out4.to(dtype);
       out = input.dim() == 4 ? out4 : out4.squeeze(0);
     }
     if (ctx.grad) {
@@ -357,7 +362,31 @@ struct ConvTranspose2d {
   }
 };
 
+// conv1d: conv2d over a height of 1. Its own checks name conv1d and the 3-D shapes the user gave.
+struct Conv1d {
+  static constexpr OpId id = OpId::conv1d;
+  static constexpr Domain domain = Domain::any;  // conv2d checks the dtypes, naming every operand
+  static constexpr const char* names[] = {"input", "weight", "bias"};
+  static constexpr unsigned optional = 0b100;
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 3>& in, int64_t stride, int64_t padding,
+                        int64_t dilation, int64_t groups) {
+    const Tensor &input = in[0], &weight = in[1], &bias = in[2];
+    PRECIS_CHECK_SHAPE(input.dim() == 2 || input.dim() == 3, "conv1d: input must be 3-D (N, C, L) or 2-D (C, L), ",
+                       operands(input, weight, bias));
+    PRECIS_CHECK_SHAPE(weight.dim() == 3, "conv1d: weight must be 3-D (out_channels, in_channels / groups, K), ",
+                       operands(input, weight, bias));
+    const Tensor x = input.unsqueeze(-2), w = weight.unsqueeze(-2);
+    check_conv2d(x, w, bias, {1, stride}, {0, padding}, {1, dilation}, groups, "conv1d");
+    return conv2d(x, w, bias, {1, stride}, {0, padding}, {1, dilation}, groups).squeeze(-2);
+  }
+};
+
 }  // namespace
+
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups) {
+  return detail::call<Conv1d>({input, weight, bias}, stride, padding, dilation, groups);
+}
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const std::vector<int64_t>& stride,
               const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {

@@ -202,6 +202,12 @@ Tensor cast(const Tensor& x, DType dtype);
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
               const std::vector<int64_t>& stride = {1, 1}, const std::vector<int64_t>& padding = {0, 0},
               const std::vector<int64_t>& dilation = {1, 1}, int64_t groups = 1);
+/// 1-D convolution (torch.nn.functional.conv1d). input: (N, C, L) or unbatched (C, L); weight:
+/// (O, C/groups, K); bias: (O) or undefined; out: (N, O, Lo) with Lo as conv2d's Ho. One value
+/// each for stride, padding and dilation. conv2d on the input seen as (N, C, 1, L) — views, no
+/// copy of a contiguous input — so it has conv2d's devices, dtypes and accumulation. Lower.
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 /// 2-D transposed convolution (torch.nn.functional.conv_transpose2d; the gradient of conv2d with
 /// respect to its input, so `conv_transpose2d(conv2d(x, w, {}, s, p), w, {}, s, p)` has x's shape
 /// for a suitable output_padding). input: (N, C, H, W) or unbatched (C, H, W); weight:
@@ -345,11 +351,12 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 /// |input − target| reduced; operands as mse_loss. The gradient at input = target is 0. FP32.
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 /// With d = |input − target|: 0.5·d²/beta where d < beta, d − 0.5·beta elsewhere (beta = 0 is
-/// l1_loss); beta >= 0 (ValueError otherwise). Operands as mse_loss. FP32.
+/// l1_loss; inf gives 0); beta >= 0 (ValueError otherwise). The gradient is finite wherever
+/// PyTorch's is (an infinite d gets ±1). Operands as mse_loss. FP32.
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean,
                       double beta = 1.0);
 /// With d = |input − target|: 0.5·d² where d < delta, delta·(d − 0.5·delta) elsewhere (smooth_l1_loss
-/// times beta = delta); delta > 0 (ValueError otherwise). Operands as mse_loss. FP32.
+/// times beta = delta); delta > 0, inf allowed (ValueError otherwise). Operands as mse_loss. FP32.
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean,
                   double delta = 1.0);
 /// Binary cross-entropy on logits, stable for any magnitude:

@@ -7,6 +7,7 @@
 // losses and weights in the accumulation type, and the reduction is taken here on those M values.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "autograd/grad_mode.h"
@@ -317,6 +318,15 @@ struct L1Loss {
   }
 };
 
+// where(z < t, quadratic(z), linear(z)) with each branch computed on z clamped to its own side of
+// t (min(z, t) and max(z, t)): where's backward multiplies the branch it did not pick by a zero
+// gradient, and an unclamped branch can be inf there (z = inf in the quadratic, delta = inf in the
+// linear one) — 0·inf = NaN. min/max send no gradient across t, so nothing leaks.
+Tensor piecewise(const Tensor& z, double t, const std::function<Tensor(const Tensor&)>& quadratic,
+                 const std::function<Tensor(const Tensor&)>& linear) {
+  return where(lt(z, t), quadratic(minimum(z, t)), linear(maximum(z, t)));
+}
+
 // PyTorch's formulas, in its order of operations: 0.5·d·d/beta below beta, d − 0.5·beta above.
 struct SmoothL1Loss {
   static constexpr OpId id = OpId::smooth_l1_loss;
@@ -324,11 +334,13 @@ struct SmoothL1Loss {
   static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 2>& in, Reduction reduction,
                         double beta) {
     check_reduction("smooth_l1_loss", reduction);
-    PRECIS_CHECK(beta >= 0.0 && std::isfinite(beta), "smooth_l1_loss: beta must be >= 0 and finite, got ", beta);
+    PRECIS_CHECK(beta >= 0.0, "smooth_l1_loss: beta must be >= 0, got ", beta);
     check_elementwise("smooth_l1_loss", in[0], in[1], {});
-    const Tensor d = sub(in[0], in[1]), ad = abs(d);
+    const Tensor ad = abs(sub(in[0], in[1]));
     if (beta == 0.0) return reduce_elements(ad, reduction);  // PyTorch: l1_loss
-    return reduce_elements(where(lt(ad, beta), div(mul(mul(d, 0.5), d), beta), sub(ad, 0.5 * beta)), reduction);
+    return reduce_elements(piecewise(ad, beta, [&](const Tensor& z) { return div(mul(mul(z, 0.5), z), beta); },
+                                     [&](const Tensor& z) { return sub(z, 0.5 * beta); }),
+                           reduction);
   }
 };
 
@@ -338,10 +350,12 @@ struct HuberLoss {
   static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 2>& in, Reduction reduction,
                         double delta) {
     check_reduction("huber_loss", reduction);
-    PRECIS_CHECK(delta > 0.0 && std::isfinite(delta), "huber_loss: delta must be > 0 and finite, got ", delta);
+    PRECIS_CHECK(delta > 0.0, "huber_loss: delta must be > 0, got ", delta);
     check_elementwise("huber_loss", in[0], in[1], {});
-    const Tensor d = sub(in[0], in[1]), ad = abs(d);
-    return reduce_elements(where(lt(ad, delta), mul(mul(d, 0.5), d), mul(sub(ad, 0.5 * delta), delta)), reduction);
+    const Tensor ad = abs(sub(in[0], in[1]));
+    return reduce_elements(piecewise(ad, delta, [](const Tensor& z) { return mul(mul(z, 0.5), z); },
+                                     [&](const Tensor& z) { return mul(sub(z, 0.5 * delta), delta); }),
+                           reduction);
   }
 };
 

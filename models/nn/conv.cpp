@@ -35,7 +35,8 @@ void Conv2d::reset_parameters(Generator* gen) {
 
 Tensor Conv2d::forward(const Tensor& x) {
   PRECIS_CHECK_SHAPE((x.dim() == 4 || x.dim() == 3) && x.size(-3) == in_channels_, "nn::Conv2d(", in_channels_, ", ",
-                     out_channels_, "): input ", x.describe(), " must be (N, ", in_channels_, ", H, W)");
+                     out_channels_, "): input ", x.describe(), " must be (N, ", in_channels_, ", H, W) or (",
+                     in_channels_, ", H, W)");
   return conv2d(x, weight, bias, options_.stride.vec(), options_.padding.vec(), options_.dilation.vec(),
                 options_.groups);
 }
@@ -45,6 +46,47 @@ std::string Conv2d::extra_repr() const {
                   ", kernel_size=" + kernel_size_.str() + ", stride=" + options_.stride.str();
   if (options_.padding.h || options_.padding.w) s += ", padding=" + options_.padding.str();
   if (options_.dilation.h != 1 || options_.dilation.w != 1) s += ", dilation=" + options_.dilation.str();
+  if (options_.groups != 1) s += ", groups=" + std::to_string(options_.groups);
+  if (!bias.defined()) s += ", bias=false";
+  return s;
+}
+
+Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Options options)
+    : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size), options_(options) {
+  PRECIS_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0 && options.groups > 0,
+               "nn::Conv1d: channels, kernel size and groups must be positive, got in ", in_channels, ", out ",
+               out_channels, ", kernel ", kernel_size, ", groups ", options.groups);
+  PRECIS_CHECK(in_channels % options.groups == 0 && out_channels % options.groups == 0, "nn::Conv1d: groups (",
+               options.groups, ") must divide in_channels (", in_channels, ") and out_channels (", out_channels, ")");
+  weight = empty({out_channels, in_channels / options.groups, kernel_size});
+  if (options.bias) bias = empty({out_channels});
+  reset_parameters(options.generator);
+  options_.generator = nullptr;  // used once; a copy must not keep a pointer to it
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+void Conv1d::reset_parameters(Generator* gen) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0), init::FanMode::fan_in, "leaky_relu", gen);
+  if (bias.defined()) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(init::calculate_fans(weight).fan_in));
+    init::uniform_(bias, -bound, bound, gen);
+  }
+}
+
+Tensor Conv1d::forward(const Tensor& x) {
+  PRECIS_CHECK_SHAPE((x.dim() == 3 || x.dim() == 2) && x.size(-2) == in_channels_, "nn::Conv1d(", in_channels_, ", ",
+                     out_channels_, "): input ", x.describe(), " must be (N, ", in_channels_, ", L) or (", in_channels_,
+                     ", L)");
+  return conv1d(x, weight, bias, options_.stride, options_.padding, options_.dilation, options_.groups);
+}
+
+std::string Conv1d::extra_repr() const {
+  std::string s = std::to_string(in_channels_) + ", " + std::to_string(out_channels_) +
+                  ", kernel_size=(" + std::to_string(kernel_size_) + ",), stride=(" + std::to_string(options_.stride) +
+                  ",)";
+  if (options_.padding) s += ", padding=(" + std::to_string(options_.padding) + ",)";
+  if (options_.dilation != 1) s += ", dilation=(" + std::to_string(options_.dilation) + ",)";
   if (options_.groups != 1) s += ", groups=" + std::to_string(options_.groups);
   if (!bias.defined()) s += ", bias=false";
   return s;
@@ -79,9 +121,29 @@ void ConvTranspose2d::reset_parameters(Generator* gen) {
 Tensor ConvTranspose2d::forward(const Tensor& x) {
   PRECIS_CHECK_SHAPE((x.dim() == 4 || x.dim() == 3) && x.size(-3) == in_channels_, "nn::ConvTranspose2d(",
                      in_channels_, ", ", out_channels_, "): input ", x.describe(), " must be (N, ", in_channels_,
-                     ", H, W)");
+                     ", H, W) or (", in_channels_, ", H, W)");
   return conv_transpose2d(x, weight, bias, options_.stride.vec(), options_.padding.vec(),
                           options_.output_padding.vec(), options_.groups, options_.dilation.vec());
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x, const std::vector<int64_t>& output_size) {
+  PRECIS_CHECK(output_size.size() >= 2, "nn::ConvTranspose2d: output_size ", shape_str(output_size),
+               " must hold the output's height and width (or a whole shape ending with them)");
+  PRECIS_CHECK_SHAPE(x.dim() == 4 || x.dim() == 3, "nn::ConvTranspose2d(", in_channels_, ", ", out_channels_,
+                     "): input ", x.describe(), " must be (N, ", in_channels_, ", H, W) or (", in_channels_, ", H, W)");
+  const int64_t want[2] = {output_size[output_size.size() - 2], output_size.back()};
+  const int64_t stride[2] = {options_.stride.h, options_.stride.w}, padding[2] = {options_.padding.h, options_.padding.w};
+  const int64_t dilation[2] = {options_.dilation.h, options_.dilation.w}, kernel[2] = {kernel_size_.h, kernel_size_.w};
+  std::vector<int64_t> extra(2);
+  for (int d = 0; d < 2; ++d) {
+    const int64_t least = (x.size(-2 + d) - 1) * stride[d] - 2 * padding[d] + dilation[d] * (kernel[d] - 1) + 1;
+    PRECIS_CHECK(want[d] >= least && want[d] < least + stride[d], "nn::ConvTranspose2d: output_size ",
+                 shape_str(output_size), " asks for a ", d == 0 ? "height" : "width", " of ", want[d],
+                 "; for the input ", x.describe(), " it can be ", least, " to ", least + stride[d] - 1);
+    extra[d] = want[d] - least;
+  }
+  return conv_transpose2d(x, weight, bias, options_.stride.vec(), options_.padding.vec(), extra, options_.groups,
+                          options_.dilation.vec());
 }
 
 std::string ConvTranspose2d::extra_repr() const {

@@ -1,6 +1,6 @@
 #pragma once
-// nn::Conv2d, nn::ConvTranspose2d and the pooling layers (torch.nn.Conv2d, ConvTranspose2d,
-// MaxPool2d, AvgPool2d, AdaptiveAvgPool2d).
+// nn::Conv2d, nn::Conv1d, nn::ConvTranspose2d and the pooling layers (torch.nn.Conv2d, Conv1d,
+// ConvTranspose2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d).
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +68,46 @@ class Conv2d : public Module {
   Options options_;
 };
 
+/// Options of nn::Conv1d, with torch.nn.Conv1d's defaults.
+struct Conv1dOptions {
+  int64_t stride = 1;    ///< Like torch.nn.Conv1d's `stride`.
+  int64_t padding = 0;   ///< Zero padding on each side (no "same"/"valid").
+  int64_t dilation = 1;  ///< Spacing of the kernel taps.
+  int64_t groups = 1;    ///< Channel groups; must divide in_channels and out_channels.
+  bool bias = true;      ///< Whether the layer has a learnable bias.
+  /// The random source of the initial weights (the default generator when null). Used only by the
+  /// constructor; options() reports it as null afterwards.
+  Generator* generator = nullptr;
+};
+
+/// torch.nn.Conv1d: a 1-D convolution over (N, C, L) sequences (audio, text, time series).
+class Conv1d : public Module {
+ public:
+  using Options = Conv1dOptions;  ///< The options struct.
+  /// weight: (out_channels, in_channels / groups, kernel_size), bias: (out_channels).
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Options options = {});
+  /// x: (N, in_channels, L) or unbatched (in_channels, L) → (N, out_channels, Lo). Lower under autocast.
+  Tensor forward(const Tensor& x) override;
+  /// PyTorch's default: kaiming_uniform_(weight, a = √5), bias U(±1/√fan_in), fan_in = in/groups·K.
+  void reset_parameters(Generator* gen = nullptr);
+  std::string type_name() const override { return "Conv1d"; }
+  std::string extra_repr() const override;
+
+  int64_t in_channels() const { return in_channels_; }    ///< C of the input.
+  int64_t out_channels() const { return out_channels_; }  ///< Channels of the output.
+  /// The options given at construction (generator reset to null); a reference into this layer.
+  const Options& options() const { return options_; }
+
+  Tensor weight;  ///< "weight"
+  Tensor bias;    ///< "bias"; undefined with bias = false
+
+ private:
+  int64_t in_channels_;
+  int64_t out_channels_;
+  int64_t kernel_size_;
+  Options options_;
+};
+
 /// Options of nn::ConvTranspose2d, with torch.nn.ConvTranspose2d's defaults and argument order.
 struct ConvTranspose2dOptions {
   Size2 stride = 1;          ///< Like torch.nn.ConvTranspose2d's `stride`.
@@ -95,6 +135,10 @@ class ConvTranspose2d : public Module {
   /// x: (N, in_channels, H, W) or unbatched (in_channels, H, W) → (N, out_channels, Ho, Wo), with
   /// Ho = (H − 1)·stride − 2·padding + dilation·(kH − 1) + output_padding + 1. Lower under autocast.
   Tensor forward(const Tensor& x) override;
+  /// PyTorch's forward(x, output_size): the output_padding that gives output_size ({Ho, Wo}, or a
+  /// whole shape whose last two sizes are taken — a skip connection's sizes() in a U-Net), in
+  /// place of the option's. ValueError when no output_padding below stride gives it.
+  Tensor forward(const Tensor& x, const std::vector<int64_t>& output_size);
   /// PyTorch's default: kaiming_uniform_(weight, a = √5), bias U(±1/√fan_in), fan_in from the
   /// weight's second dim (out_channels / groups · kH · kW), as PyTorch computes it.
   void reset_parameters(Generator* gen = nullptr);

@@ -115,6 +115,9 @@ const std::vector<Entry>& entries() {
     e.push_back({OpId::conv2d, [](D a, D b) {
                    return conv2d(in({1, 2, 5, 5}, a, 1), in({3, 2, 3, 3}, b, 2), in({3}, b, 3), {1, 1}, {1, 1});
                  }});
+    // conv1d is conv2d on a view: conv2d's own hook decides its result.
+    e.push_back({OpId::conv1d, [](D a, D b) { return conv1d(in({1, 2, 7}, a, 1), in({3, 2, 3}, b, 2), in({3}, b, 3)); },
+                 false});
     e.push_back({OpId::conv_transpose2d, [](D a, D b) {
                    return conv_transpose2d(in({1, 2, 3, 3}, a, 1), in({2, 3, 3, 3}, b, 2), in({3}, b, 3), {2}, {1});
                  }});

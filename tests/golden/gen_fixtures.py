@@ -153,6 +153,28 @@ def gen_conv2d():
     return fx
 
 
+def gen_conv1d():
+    fx = OpFile("conv1d")
+    configs = [
+        # name, N, Cin, L, Cout, kernel, stride, padding, dilation, groups, bias
+        ("basic", 2, 3, 11, 4, 3, 1, 0, 1, 1, True),
+        ("stride2_pad1", 2, 4, 16, 6, 5, 2, 2, 1, 1, False),
+        ("dilation2_groups2", 1, 4, 12, 6, 3, 1, 2, 2, 2, True),
+        ("depthwise", 2, 4, 9, 4, 3, 1, 1, 1, 4, False),
+    ]
+    for name, n, cin, length, cout, k, stride, padding, dilation, groups, bias in configs:
+        g = generator(f"conv1d/{name}")
+        inputs = {"input": randn(g, n, cin, length), "weight": randn(g, cout, cin // groups, k, scale=0.5)}
+        if bias:
+            inputs["bias"] = randn(g, cout)
+        args = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups, "bias": bias}
+
+        def fn(input, weight, bias=None, a=args):
+            return {"out": F.conv1d(input, weight, bias, a["stride"], a["padding"], a["dilation"], a["groups"])}
+        fx.case(name, fn, inputs, grads=list(inputs), args=args)
+    return fx
+
+
 def gen_conv_transpose2d():
     fx = OpFile("conv_transpose2d")
     configs = [
@@ -581,7 +603,7 @@ def gen_blocks():
 
 
 def main():
-    files = [gen_conv2d(), gen_conv_transpose2d(), gen_max_pool2d(), gen_avg_pool2d(), gen_adaptive_avg_pool2d(), gen_batch_norm(),
+    files = [gen_conv2d(), gen_conv1d(), gen_conv_transpose2d(), gen_max_pool2d(), gen_avg_pool2d(), gen_adaptive_avg_pool2d(), gen_batch_norm(),
              gen_layer_norm(), gen_group_norm(), *gen_softmaxes(), gen_cross_entropy(), gen_nll_loss(),
              gen_mse_loss(), *gen_regression_losses(), gen_leaky_relu(), gen_bce_with_logits(), gen_embedding(), gen_sdpa(), gen_erf(), gen_pad()]
     total = 0

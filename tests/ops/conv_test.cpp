@@ -467,6 +467,9 @@ TEST_CASE("conv_transpose2d: inverts conv2d's geometry, unbatched input, empty b
   const Tensor unbatched = conv_transpose2d(u, wt, bt, {2}, {1}, {1});
   REQUIRE(unbatched.sizes() == Shape{2, 8, 10});
   CHECK(unbatched.to_vector<float>() == conv_transpose2d(u.unsqueeze(0), wt, bt, {2}, {1}, {1}).to_vector<float>());
+  // f16/bf16 with a bias keep their dtype on an empty batch too.
+  for (DType dt : {DType::f16, DType::bf16})
+    CHECK(conv_transpose2d(zeros({0, 3, 4, 5}, {.dtype = dt}), wt.to(dt), bt.to(dt), {2}).dtype() == dt);
   // An empty batch: an empty output, and zero gradients for the weight and the bias.
   Tensor e = zeros({0, 3, 4, 5}).requires_grad_();
   Tensor we = wt.detach().requires_grad_(), be = bt.detach().requires_grad_();
@@ -504,6 +507,9 @@ TEST_CASE("conv_transpose2d: bad input names the operands", "[ops][conv]") {
                                  "divisible by groups = 3");
   PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, w, Tensor(), {2}, {1}, {2}), ValueError, "output_padding",
                                  "smaller than stride");
+  // PyTorch also takes output_padding below dilation: the message says so, and what to do instead.
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, w, Tensor(), {1}, {0}, {1}, 1, {2}), ValueError,
+                                 "smaller than stride", "below dilation", "pad()");
   PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(zeros({1, 4, 1, 1}), w, Tensor(), {1}, {2}), ShapeError,
                                  "output height would be -1", "padding");
   PRECIS_REQUIRE_THROWS_WITH_ALL(conv_transpose2d(x, w.to(DType::f64)), DTypeError, "different dtypes", "f64");
@@ -527,6 +533,20 @@ testing::GradCase transpose_case(const std::string& label, const TransposeGeomet
           }};
 }
 
+TEST_CASE("conv1d: conv2d over a height of 1, unbatched input, errors name conv1d", "[ops][conv]") {
+  const Tensor x = randn_input({2, 4, 13}, false, 61).to(DType::f32), w = randn_input({6, 2, 3}, false, 62).to(DType::f32);
+  const Tensor b = randn_input({6}, false, 63).to(DType::f32);
+  const Tensor y = conv1d(x, w, b, 2, 1, 2, 2);
+  REQUIRE(y.sizes() == Shape{2, 6, 6});  // (13 + 2 − 2·2 − 1) / 2 + 1
+  PRECIS_REQUIRE_SAME_BITS(y, conv2d(x.unsqueeze(2), w.unsqueeze(2), b, {1, 2}, {0, 1}, {1, 2}, 2).squeeze(2));
+  PRECIS_REQUIRE_SAME_BITS(conv1d(x.select(0, 1), w, b, 2, 1, 2, 2), y.select(0, 1));
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv1d(x, randn_input({6, 3, 3}, false, 64).to(DType::f32)), ShapeError, "conv1d",
+                                 "4 channels");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv1d(x.unsqueeze(0), w), ShapeError, "conv1d", "3-D (N, C, L)");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv1d(x, w.unsqueeze(0)), ShapeError, "conv1d", "weight must be 3-D");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(conv1d(x, w, Tensor(), 1, 0, 1, 4), ShapeError, "conv1d", "divisible by groups");
+}
+
 const bool kTransposeCases = testing::register_grad_cases({
     transpose_case("3x3 with bias", {2, 2, 3, 4, 3, 3, 3}),
     transpose_case("k4 stride 2 padding 1 no bias", {1, 3, 3, 3, 2, 4, 4, {2, 2}, {1, 1}, {0, 0}, 1, {1, 1}, false}),
@@ -535,6 +555,12 @@ const bool kTransposeCases = testing::register_grad_cases({
     {OpId::conv_transpose2d, "channels-last input, stride 2",
      [] { return TensorList{grad_input({2, 3, 3, 3}, 54), grad_input({3, 2, 3, 3}, 55), grad_input({2}, 56)}; },
      [](const TensorList& x) { return TensorList{conv_transpose2d(to_channels_last(x[0]), x[1], x[2], {2}, {1}, {1})}; }},
+    {OpId::conv1d, "stride 2 padding 1 dilation 2 groups 2 bias",
+     [] { return TensorList{grad_input({2, 4, 9}, 71), grad_input({4, 2, 3}, 72), grad_input({4}, 73)}; },
+     [](const TensorList& x) { return TensorList{conv1d(x[0], x[1], x[2], 2, 1, 2, 2)}; }},
+    {OpId::conv1d, "unbatched non-contiguous input",
+     [] { return TensorList{testing::non_contiguous(grad_input({3, 7}, 74)), grad_input({2, 3, 2}, 75)}; },
+     [](const TensorList& x) { return TensorList{conv1d(x[0], x[1])}; }},
     {OpId::conv_transpose2d, "unbatched non-contiguous input",
      [] { return TensorList{testing::non_contiguous(grad_input({2, 3, 4}, 57)), grad_input({2, 3, 2, 2}, 58)}; },
      [](const TensorList& x) { return TensorList{conv_transpose2d(x[0], x[1], Tensor(), {2})}; }},

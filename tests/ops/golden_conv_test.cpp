@@ -26,6 +26,14 @@ TEST_CASE("golden conv2d", "[golden]") {
   }, kConvWiden);
 }
 
+TEST_CASE("golden conv1d", "[golden]") {
+  check_golden_file(fixture("conv1d"), [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
+    const Tensor bias = in.count("bias") ? in["bias"] : Tensor();
+    return {{"out", conv1d(in["input"], in["weight"], bias, c.args.integer("stride"), c.args.integer("padding"),
+                           c.args.integer("dilation"), c.args.integer("groups"))}};
+  }, kConvWiden);
+}
+
 TEST_CASE("golden conv_transpose2d", "[golden]") {
   check_golden_file(fixture("conv_transpose2d"),
                     [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {

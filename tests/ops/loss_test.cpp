@@ -2,6 +2,8 @@
 // label smoothing, class weights, K-dim targets, low precision), the element-wise losses, bad
 // inputs, and the gradient-check cases of every loss.
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include "amp/autocast.h"
 #include "autograd/gradcheck.h"
@@ -251,6 +253,29 @@ TEST_CASE("mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy a
         binary_cross_entropy_with_logits(a, t, w, pw, Reduction::sum), bcel);
   // f32 in, f32 out.
   REQUIRE(mse_loss(a.to(DType::f32), b.to(DType::f32)).dtype() == DType::f32);
+}
+
+TEST_CASE("smooth_l1_loss and huber_loss: finite gradients at infinite differences and huge beta or delta",
+          "[ops][loss]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor t = from_vector<float>({1.0f, 1.0f, 3e38f, 0.0f});
+  auto grad_of = [&](const std::function<Tensor(const Tensor&)>& loss) {
+    Tensor x = from_vector<float>({inf, 1.0f, -3e38f, 0.5f}).requires_grad_();
+    loss(x).backward();
+    return x.grad().to_vector<float>();
+  };
+  // PyTorch 2.15: the linear branch's slope at an infinite (or overflowing) difference.
+  CHECK(grad_of([&](const Tensor& x) { return smooth_l1_loss(x, t, Reduction::sum); }) ==
+        std::vector<float>{1.0f, 0.0f, -1.0f, 0.5f});
+  CHECK(grad_of([&](const Tensor& x) { return huber_loss(x, t, Reduction::sum); }) ==
+        std::vector<float>{1.0f, 0.0f, -1.0f, 0.5f});
+  // A delta past f32's range is inf there: every finite difference is in the quadratic branch.
+  Tensor a = from_vector<float>({1.0f, 2.0f, 3.0f}).requires_grad_();
+  const Tensor b = from_vector<float>({0.0f, 2.5f, -1.0f});
+  huber_loss(a, b, Reduction::sum, 1e39).backward();
+  CHECK(a.grad().to_vector<float>() == std::vector<float>{1.0f, -0.5f, 4.0f});
+  CHECK(huber_loss(a, b, Reduction::sum, std::numeric_limits<double>::infinity()).item<float>() == 8.625f);
+  CHECK(smooth_l1_loss(a, b, Reduction::sum, std::numeric_limits<double>::infinity()).item<float>() == 0.0f);
 }
 
 TEST_CASE("binary cross-entropy stays finite at saturated inputs", "[ops][loss]") {
