@@ -39,21 +39,24 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_
   return span < 0 ? 0 : span / stride + 1;
 }
 
-// `op` names the op the user called: conv1d checks its (N, C, 1, L) view here too.
-Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& stride,
-                          const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups,
-                          const char* op = "conv2d") {
-  // (Defined operands on one device: the front-end's checks.)
+// The dtypes and ranks of a convolution's operands (defined operands on one device are the
+// front-end's checks); `weight_layout` says what the weight's four dims are.
+void check_conv_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, const char* weight_layout) {
   const bool floating = x.is_floating_point() && w.is_floating_point() && (!b.defined() || b.is_floating_point());
-  PRECIS_CHECK_DTYPE(floating, op, ": expects floating operands, ", operands(x, w, b),
-                     "; convert with .to(DType::f32)");
+  PRECIS_CHECK_DTYPE(floating, op, ": expects floating operands, ", operands(x, w, b), "; convert with .to(DType::f32)");
   const bool same_dtype = w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype());
   PRECIS_CHECK_DTYPE(same_dtype, op, ": operands have different dtypes: ", operands(x, w, b),
                      "; convert them with .to(DType::", dtype_name(w.dtype()), ") (or run under autocast)");
   PRECIS_CHECK_SHAPE(x.dim() == 3 || x.dim() == 4, op, ": input must be 4-D (N, C, H, W) or 3-D (C, H, W), ",
                      operands(x, w, b));
-  PRECIS_CHECK_SHAPE(w.dim() == 4, op, ": weight must be 4-D (out_channels, in_channels / groups, kH, kW), ",
-                     operands(x, w, b));
+  PRECIS_CHECK_SHAPE(w.dim() == 4, op, ": weight must be 4-D ", weight_layout, ", ", operands(x, w, b));
+}
+
+// `op` names the op the user called: conv1d checks its (N, C, 1, L) view here too.
+Conv2dParams check_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& stride,
+                          const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups,
+                          const char* op = "conv2d") {
+  check_conv_operands(op, x, w, b, "(out_channels, in_channels / groups, kH, kW)");
   Conv2dParams p;
   detail::pair_arg(op, "stride", stride, p.stride, 1);
   detail::pair_arg(op, "padding", padding, p.padding, 0);
@@ -204,15 +207,7 @@ TransposeGeometry check_conv_transpose2d(const Tensor& x, const Tensor& w, const
                                          const std::vector<int64_t>& output_padding, int64_t groups,
                                          const std::vector<int64_t>& dilation) {
   const char* op = "conv_transpose2d";
-  const bool floating = x.is_floating_point() && w.is_floating_point() && (!b.defined() || b.is_floating_point());
-  PRECIS_CHECK_DTYPE(floating, op, ": expects floating operands, ", operands(x, w, b), "; convert with .to(DType::f32)");
-  const bool same_dtype = w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype());
-  PRECIS_CHECK_DTYPE(same_dtype, op, ": operands have different dtypes: ", operands(x, w, b),
-                     "; convert them with .to(DType::", dtype_name(w.dtype()), ") (or run under autocast)");
-  PRECIS_CHECK_SHAPE(x.dim() == 3 || x.dim() == 4, op, ": input must be 4-D (N, C, H, W) or 3-D (C, H, W), ",
-                     operands(x, w, b));
-  PRECIS_CHECK_SHAPE(w.dim() == 4, op, ": weight must be 4-D (in_channels, out_channels / groups, kH, kW), ",
-                     operands(x, w, b));
+  check_conv_operands(op, x, w, b, "(in_channels, out_channels / groups, kH, kW)");
   TransposeGeometry t;
   int64_t extra[2];
   detail::pair_arg(op, "stride", stride, t.p.stride, 1);

@@ -8,15 +8,35 @@
 
 namespace precis::nn {
 
+namespace {
+// What every convolution layer's constructor checks, naming the layer.
+void check_conv_layer(const char* layer, int64_t in, int64_t out, bool kernel_positive, const std::string& kernel,
+                      int64_t groups) {
+  PRECIS_CHECK(in > 0 && out > 0 && kernel_positive && groups > 0, layer,
+               ": channels, kernel size and groups must be positive, got in ", in, ", out ", out, ", kernel ", kernel,
+               ", groups ", groups);
+  PRECIS_CHECK(in % groups == 0 && out % groups == 0, layer, ": groups (", groups, ") must divide in_channels (", in,
+               ") and out_channels (", out, ")");
+}
+
+// PyTorch's initialisation of every convolution layer: kaiming_uniform_(a = √5) on the weight and
+// U(±1/√fan_in) on the bias, fan_in from the weight's second dim on (torch's rule, whichever way
+// round the layer's weight is).
+void reset_conv_parameters(Tensor& weight, Tensor& bias, Generator* gen) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0), init::FanMode::fan_in, "leaky_relu", gen);
+  if (bias.defined()) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(init::calculate_fans(weight).fan_in));
+    init::uniform_(bias, -bound, bound, gen);
+  }
+}
+}  // namespace
+
 std::string Size2::str() const { return "(" + std::to_string(h) + ", " + std::to_string(w) + ")"; }
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Options options)
     : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size), options_(options) {
-  PRECIS_CHECK(in_channels > 0 && out_channels > 0 && kernel_size.h > 0 && kernel_size.w > 0 && options.groups > 0,
-               "nn::Conv2d: channels, kernel size and groups must be positive, got in ", in_channels, ", out ",
-               out_channels, ", kernel ", kernel_size.str(), ", groups ", options.groups);
-  PRECIS_CHECK(in_channels % options.groups == 0 && out_channels % options.groups == 0, "nn::Conv2d: groups (",
-               options.groups, ") must divide in_channels (", in_channels, ") and out_channels (", out_channels, ")");
+  check_conv_layer("nn::Conv2d", in_channels, out_channels, kernel_size.h > 0 && kernel_size.w > 0, kernel_size.str(),
+                   options.groups);
   weight = empty({out_channels, in_channels / options.groups, kernel_size.h, kernel_size.w});
   if (options.bias) bias = empty({out_channels});
   reset_parameters(options.generator);
@@ -26,11 +46,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Opt
 }
 
 void Conv2d::reset_parameters(Generator* gen) {
-  init::kaiming_uniform_(weight, std::sqrt(5.0), init::FanMode::fan_in, "leaky_relu", gen);
-  if (bias.defined()) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(init::calculate_fans(weight).fan_in));
-    init::uniform_(bias, -bound, bound, gen);
-  }
+  reset_conv_parameters(weight, bias, gen);
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
@@ -53,11 +69,8 @@ std::string Conv2d::extra_repr() const {
 
 Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Options options)
     : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size), options_(options) {
-  PRECIS_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0 && options.groups > 0,
-               "nn::Conv1d: channels, kernel size and groups must be positive, got in ", in_channels, ", out ",
-               out_channels, ", kernel ", kernel_size, ", groups ", options.groups);
-  PRECIS_CHECK(in_channels % options.groups == 0 && out_channels % options.groups == 0, "nn::Conv1d: groups (",
-               options.groups, ") must divide in_channels (", in_channels, ") and out_channels (", out_channels, ")");
+  check_conv_layer("nn::Conv1d", in_channels, out_channels, kernel_size > 0, std::to_string(kernel_size),
+                   options.groups);
   weight = empty({out_channels, in_channels / options.groups, kernel_size});
   if (options.bias) bias = empty({out_channels});
   reset_parameters(options.generator);
@@ -67,11 +80,7 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, O
 }
 
 void Conv1d::reset_parameters(Generator* gen) {
-  init::kaiming_uniform_(weight, std::sqrt(5.0), init::FanMode::fan_in, "leaky_relu", gen);
-  if (bias.defined()) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(init::calculate_fans(weight).fan_in));
-    init::uniform_(bias, -bound, bound, gen);
-  }
+  reset_conv_parameters(weight, bias, gen);
 }
 
 Tensor Conv1d::forward(const Tensor& x) {
@@ -94,11 +103,8 @@ std::string Conv1d::extra_repr() const {
 
 ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Options options)
     : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size), options_(options) {
-  PRECIS_CHECK(in_channels > 0 && out_channels > 0 && kernel_size.h > 0 && kernel_size.w > 0 && options.groups > 0,
-               "nn::ConvTranspose2d: channels, kernel size and groups must be positive, got in ", in_channels,
-               ", out ", out_channels, ", kernel ", kernel_size.str(), ", groups ", options.groups);
-  PRECIS_CHECK(in_channels % options.groups == 0 && out_channels % options.groups == 0, "nn::ConvTranspose2d: groups (",
-               options.groups, ") must divide in_channels (", in_channels, ") and out_channels (", out_channels, ")");
+  check_conv_layer("nn::ConvTranspose2d", in_channels, out_channels, kernel_size.h > 0 && kernel_size.w > 0,
+                   kernel_size.str(), options.groups);
   PRECIS_CHECK(options.output_padding.h < options.stride.h && options.output_padding.w < options.stride.w,
                "nn::ConvTranspose2d: output_padding ", options.output_padding.str(), " must be smaller than stride ",
                options.stride.str());
@@ -111,11 +117,7 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size
 }
 
 void ConvTranspose2d::reset_parameters(Generator* gen) {
-  init::kaiming_uniform_(weight, std::sqrt(5.0), init::FanMode::fan_in, "leaky_relu", gen);
-  if (bias.defined()) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(init::calculate_fans(weight).fan_in));
-    init::uniform_(bias, -bound, bound, gen);
-  }
+  reset_conv_parameters(weight, bias, gen);
 }
 
 Tensor ConvTranspose2d::forward(const Tensor& x) {
