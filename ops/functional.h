@@ -244,6 +244,15 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const st
 Tensor avg_pool2d(const Tensor& input, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride = {},
                   const std::vector<int64_t>& padding = {0, 0}, bool ceil_mode = false,
                   bool count_include_pad = true, int64_t divisor_override = 0);
+/// 1-D max pooling over (N, C, L) or unbatched (C, L) input (torch.nn.functional.max_pool1d):
+/// max_pool2d over the (N, C, 1, L) view, so the same windows, NaN rule and gradient; stride
+/// defaults (nullopt) to kernel_size. Passthrough.
+Tensor max_pool1d(const Tensor& input, int64_t kernel_size, std::optional<int64_t> stride = std::nullopt,
+                  int64_t padding = 0, int64_t dilation = 1, bool ceil_mode = false);
+/// 1-D average pooling (torch.nn.functional.avg_pool1d): avg_pool2d over the (N, C, 1, L) view;
+/// stride defaults (nullopt) to kernel_size. Accumulates in fp32 (f64 for f64). Passthrough.
+Tensor avg_pool1d(const Tensor& input, int64_t kernel_size, std::optional<int64_t> stride = std::nullopt,
+                  int64_t padding = 0, bool ceil_mode = false, bool count_include_pad = true);
 /// Average pooling to a fixed output size (Ho, Wo): output (i, j) averages rows
 /// [floor(i·H/Ho), ceil((i+1)·H/Ho)) and the same columns. output_size {1, 1} is global average
 /// pooling. Passthrough.

@@ -214,7 +214,53 @@ struct AdaptiveAvgPool2d {
   }
 };
 
+// ---- 1-D pooling: the 2-D ops over the (N, C, 1, L) view, checked under the 1-D op's name ----
+
+Tensor as_plane(const char* op, const Tensor& input) {
+  PRECIS_CHECK_SHAPE(input.dim() == 2 || input.dim() == 3, op, ": input must be 3-D (N, C, L) or 2-D (C, L), input is ",
+                     input.describe());
+  return input.unsqueeze(-2);
+}
+
+struct MaxPool1d {
+  static constexpr OpId id = OpId::max_pool1d;
+  static constexpr Domain domain = Domain::floating;
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 1>& in, int64_t kernel_size,
+                        std::optional<int64_t> stride, int64_t padding, int64_t dilation, bool ceil_mode) {
+    const Tensor x = as_plane("max_pool1d", in[0]);
+    const std::vector<int64_t> k{1, kernel_size}, s{1, stride.value_or(kernel_size)}, p{0, padding}, d{1, dilation};
+    Pool2dParams unused;
+    check_input("max_pool1d", x);
+    pool_geometry("max_pool1d", x, k, s, p, d, ceil_mode, unused);
+    return max_pool2d(x, k, s, p, d, ceil_mode).squeeze(-2);
+  }
+};
+
+struct AvgPool1d {
+  static constexpr OpId id = OpId::avg_pool1d;
+  static constexpr Domain domain = Domain::floating;
+  static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 1>& in, int64_t kernel_size,
+                        std::optional<int64_t> stride, int64_t padding, bool ceil_mode, bool count_include_pad) {
+    const Tensor x = as_plane("avg_pool1d", in[0]);
+    const std::vector<int64_t> k{1, kernel_size}, s{1, stride.value_or(kernel_size)}, p{0, padding};
+    Pool2dParams unused;
+    check_input("avg_pool1d", x);
+    pool_geometry("avg_pool1d", x, k, s, p, {1, 1}, ceil_mode, unused);
+    return avg_pool2d(x, k, s, p, ceil_mode, count_include_pad).squeeze(-2);
+  }
+};
+
 }  // namespace
+
+Tensor max_pool1d(const Tensor& input, int64_t kernel_size, std::optional<int64_t> stride, int64_t padding,
+                  int64_t dilation, bool ceil_mode) {
+  return detail::call<MaxPool1d>({input}, kernel_size, stride, padding, dilation, ceil_mode);
+}
+
+Tensor avg_pool1d(const Tensor& input, int64_t kernel_size, std::optional<int64_t> stride, int64_t padding,
+                  bool ceil_mode, bool count_include_pad) {
+  return detail::call<AvgPool1d>({input}, kernel_size, stride, padding, ceil_mode, count_include_pad);
+}
 
 Tensor max_pool2d(const Tensor& input, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride,
                   const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode) {

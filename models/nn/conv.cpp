@@ -160,6 +160,35 @@ std::string ConvTranspose2d::extra_repr() const {
   return s;
 }
 
+MaxPool1d::MaxPool1d(int64_t kernel_size, Options options) : kernel_size_(kernel_size), options_(options) {
+  PRECIS_CHECK(kernel_size > 0, "nn::MaxPool1d: kernel size must be positive, got ", kernel_size);
+}
+
+Tensor MaxPool1d::forward(const Tensor& x) {
+  return max_pool1d(x, kernel_size_, options_.stride, options_.padding, options_.dilation, options_.ceil_mode);
+}
+
+std::string MaxPool1d::extra_repr() const {
+  return "kernel_size=" + std::to_string(kernel_size_) + ", stride=" +
+         std::to_string(options_.stride.value_or(kernel_size_)) + ", padding=" + std::to_string(options_.padding) +
+         ", dilation=" + std::to_string(options_.dilation) + ", ceil_mode=" + (options_.ceil_mode ? "true" : "false");
+}
+
+AvgPool1d::AvgPool1d(int64_t kernel_size, Options options) : kernel_size_(kernel_size), options_(options) {
+  PRECIS_CHECK(kernel_size > 0, "nn::AvgPool1d: kernel size must be positive, got ", kernel_size);
+}
+
+Tensor AvgPool1d::forward(const Tensor& x) {
+  return avg_pool1d(x, kernel_size_, options_.stride, options_.padding, options_.ceil_mode,
+                    options_.count_include_pad);
+}
+
+std::string AvgPool1d::extra_repr() const {
+  return "kernel_size=(" + std::to_string(kernel_size_) + ",), stride=(" +
+         std::to_string(options_.stride.value_or(kernel_size_)) + ",), padding=(" + std::to_string(options_.padding) +
+         ",)";
+}
+
 MaxPool2d::MaxPool2d(Size2 kernel_size, Options options) : kernel_size_(kernel_size), options_(options) {
   PRECIS_CHECK(kernel_size.h > 0 && kernel_size.w > 0, "nn::MaxPool2d: kernel size must be positive, got ",
                kernel_size.str());

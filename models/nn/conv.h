@@ -1,6 +1,6 @@
 #pragma once
 // nn::Conv2d, nn::Conv1d, nn::ConvTranspose2d and the pooling layers (torch.nn.Conv2d, Conv1d,
-// ConvTranspose2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d).
+// ConvTranspose2d, MaxPool1d, AvgPool1d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d).
 #include <optional>
 #include <string>
 #include <vector>
@@ -157,6 +157,52 @@ class ConvTranspose2d : public Module {
   int64_t in_channels_;
   int64_t out_channels_;
   Size2 kernel_size_;
+  Options options_;
+};
+
+/// Options of nn::MaxPool1d, with torch.nn.MaxPool1d's defaults.
+struct MaxPool1dOptions {
+  std::optional<int64_t> stride = std::nullopt;  ///< defaults to the kernel size
+  int64_t padding = 0;                           ///< implicit -inf padding, at most half the kernel
+  int64_t dilation = 1;                          ///< spacing of the window's elements
+  bool ceil_mode = false;                        ///< round the output size up instead of down
+};
+
+/// torch.nn.MaxPool1d: the maximum of each kernel_size window along L (precis::max_pool1d).
+class MaxPool1d : public Module {
+ public:
+  using Options = MaxPool1dOptions;  ///< The options struct.
+  /// kernel_size must be positive (precis::Error otherwise); the other checks happen in forward().
+  explicit MaxPool1d(int64_t kernel_size, Options options = {});
+  Tensor forward(const Tensor& x) override;  ///< Passthrough.
+  std::string type_name() const override { return "MaxPool1d"; }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t kernel_size_;
+  Options options_;
+};
+
+/// Options of nn::AvgPool1d, with torch.nn.AvgPool1d's defaults.
+struct AvgPool1dOptions {
+  std::optional<int64_t> stride = std::nullopt;  ///< defaults to the kernel size
+  int64_t padding = 0;                           ///< zero padding, at most half the kernel
+  bool ceil_mode = false;                        ///< round the output size up instead of down
+  bool count_include_pad = true;                 ///< the zero padding counts in the divisor
+};
+
+/// torch.nn.AvgPool1d: the mean of each kernel_size window along L (precis::avg_pool1d).
+class AvgPool1d : public Module {
+ public:
+  using Options = AvgPool1dOptions;  ///< The options struct.
+  /// kernel_size must be positive (precis::Error otherwise); the other checks happen in forward().
+  explicit AvgPool1d(int64_t kernel_size, Options options = {});
+  Tensor forward(const Tensor& x) override;  ///< Passthrough.
+  std::string type_name() const override { return "AvgPool1d"; }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t kernel_size_;
   Options options_;
 };
 

@@ -122,6 +122,8 @@ const std::vector<Entry>& entries() {
                    return conv_transpose2d(in({1, 2, 3, 3}, a, 1), in({2, 3, 3, 3}, b, 2), in({3}, b, 3), {2}, {1});
                  }});
     e.push_back({OpId::max_pool2d, [](D a, D) { return max_pool2d(in({1, 2, 4, 4}, a), {2, 2}); }});
+    e.push_back({OpId::max_pool1d, [](D a, D) { return max_pool1d(in({1, 2, 6}, a), 2); }});
+    e.push_back({OpId::avg_pool1d, [](D a, D) { return avg_pool1d(in({1, 2, 6}, a), 2); }});
     e.push_back({OpId::avg_pool2d, [](D a, D) { return avg_pool2d(in({1, 2, 4, 4}, a), {2, 2}); }});
     e.push_back({OpId::adaptive_avg_pool2d, [](D a, D) { return adaptive_avg_pool2d(in({1, 2, 5, 5}, a), {2, 2}); }});
     e.push_back({OpId::batch_norm, [](D a, D b) {

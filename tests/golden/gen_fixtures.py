@@ -225,6 +225,28 @@ def gen_max_pool2d():
     return fx
 
 
+def gen_pool1d():
+    """max_pool1d and avg_pool1d: strided, padded, dilated and ceil-mode windows."""
+    mx = OpFile("max_pool1d")
+    for name, shape, k, s, p, d, ceil in [("k2s2", (2, 3, 10), 2, 2, 0, 1, False), ("k3s2p1", (2, 3, 11), 3, 2, 1, 1, False),
+                                          ("dilation2_ceil", (1, 2, 12), 3, 2, 1, 2, True)]:
+        g = generator(f"max_pool1d/{name}")
+        args = {"kernel_size": k, "stride": s, "padding": p, "dilation": d, "ceil_mode": ceil}
+        mx.case(name, lambda input, a=args: {"out": F.max_pool1d(input, a["kernel_size"], a["stride"], a["padding"],
+                                                                   a["dilation"], a["ceil_mode"])},
+                {"input": randn(g, *shape)}, grads=["input"], args=args)
+    av = OpFile("avg_pool1d")
+    for name, shape, k, s, p, ceil, cip in [("k2s2", (2, 3, 10), 2, 2, 0, False, True),
+                                            ("k3s2p1_exclude_pad", (2, 3, 11), 3, 2, 1, False, False),
+                                            ("k3s2p1_ceil", (1, 2, 12), 3, 2, 1, True, True)]:
+        g = generator(f"avg_pool1d/{name}")
+        args = {"kernel_size": k, "stride": s, "padding": p, "ceil_mode": ceil, "count_include_pad": cip}
+        av.case(name, lambda input, a=args: {"out": F.avg_pool1d(input, a["kernel_size"], a["stride"], a["padding"],
+                                                                   a["ceil_mode"], a["count_include_pad"])},
+                {"input": randn(g, *shape)}, grads=["input"], args=args)
+    return [mx, av]
+
+
 def gen_avg_pool2d():
     fx = OpFile("avg_pool2d")
     configs = [  # name, shape, kernel, stride, padding, ceil_mode, count_include_pad
@@ -603,7 +625,7 @@ def gen_blocks():
 
 
 def main():
-    files = [gen_conv2d(), gen_conv1d(), gen_conv_transpose2d(), gen_max_pool2d(), gen_avg_pool2d(), gen_adaptive_avg_pool2d(), gen_batch_norm(),
+    files = [gen_conv2d(), gen_conv1d(), gen_conv_transpose2d(), gen_max_pool2d(), *gen_pool1d(), gen_avg_pool2d(), gen_adaptive_avg_pool2d(), gen_batch_norm(),
              gen_layer_norm(), gen_group_norm(), *gen_softmaxes(), gen_cross_entropy(), gen_nll_loss(),
              gen_mse_loss(), *gen_regression_losses(), gen_leaky_relu(), gen_bce_with_logits(), gen_embedding(), gen_sdpa(), gen_erf(), gen_pad()]
     total = 0

@@ -89,6 +89,21 @@ TEST_CASE("nn::ConvTranspose2d: forward(x, output_size) picks the output_padding
   PRECIS_REQUIRE_THROWS_WITH_ALL(up.forward(x, {9}), ValueError, "height and width");
 }
 
+TEST_CASE("nn::MaxPool1d and nn::AvgPool1d: the functional ops, PyTorch's defaults, a 1-D CNN", "[models][conv]") {
+  const Tensor x = randn({2, 4, 11});
+  nn::MaxPool1d mp(3, {.stride = 2, .padding = 1});
+  nn::AvgPool1d ap(2);
+  PRECIS_REQUIRE_SAME_BITS(mp(x), max_pool1d(x, 3, 2, 1));
+  PRECIS_REQUIRE_SAME_BITS(ap(x), avg_pool1d(x, 2));
+  CHECK(ap(x).sizes() == Shape{2, 4, 5});  // stride defaults to the kernel size
+  CHECK(mp.str() == "MaxPool1d(kernel_size=3, stride=2, padding=1, dilation=1, ceil_mode=false)");
+  CHECK(ap.str() == "AvgPool1d(kernel_size=(2,), stride=(2,), padding=(0,))");
+  nn::Sequential cnn{nn::Conv1d(4, 8, 3, {.padding = 1}), nn::ReLU(), nn::MaxPool1d(2), nn::Conv1d(8, 8, 3),
+                     nn::AvgPool1d(3)};
+  CHECK(cnn(x).sizes() == Shape{2, 8, 1});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(nn::MaxPool1d(0), ValueError, "nn::MaxPool1d", "positive");
+}
+
 TEST_CASE("nn::ConvTranspose2d: bad options name the layer", "[models][conv]") {
   PRECIS_REQUIRE_THROWS_WITH_ALL(nn::ConvTranspose2d(4, 3, 3, {.groups = 2}), ValueError, "nn::ConvTranspose2d",
                                  "groups (2)", "out_channels (3)");

@@ -62,6 +62,17 @@ TEST_CASE("golden max_pool2d without indices", "[golden]") {
   });
 }
 
+TEST_CASE("golden max_pool1d and avg_pool1d", "[golden]") {
+  check_golden_file(fixture("max_pool1d"), [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
+    return {{"out", max_pool1d(in["input"], c.args.integer("kernel_size"), c.args.integer("stride"),
+                               c.args.integer("padding"), c.args.integer("dilation"), c.args.flag("ceil_mode"))}};
+  });
+  check_golden_file(fixture("avg_pool1d"), [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
+    return {{"out", avg_pool1d(in["input"], c.args.integer("kernel_size"), c.args.integer("stride"),
+                               c.args.integer("padding"), c.args.flag("ceil_mode"), c.args.flag("count_include_pad"))}};
+  });
+}
+
 TEST_CASE("golden avg_pool2d", "[golden]") {
   check_golden_file(fixture("avg_pool2d"), [](const GoldenCase& c, std::map<std::string, Tensor>& in) -> GoldenOutputs {
     return {{"out", avg_pool2d(in["input"], c.args.ints("kernel_size"), c.args.ints("stride"), c.args.ints("padding"),

@@ -12,7 +12,7 @@ using namespace precis::testing;
 namespace {
 
 const char* const kOpFiles[] = {
-    "conv2d", "conv1d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "layer_norm", "group_norm",
+    "conv2d", "conv1d", "conv_transpose2d", "max_pool2d", "max_pool1d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "layer_norm", "group_norm",
     "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "leaky_relu",
     "binary_cross_entropy_with_logits",
     "embedding", "scaled_dot_product_attention", "erf", "pad",
