@@ -11,7 +11,7 @@
 namespace precis::nn {
 
 BatchNorm2d::BatchNorm2d(int64_t num_features, Options options) : num_features_(num_features), options_(options) {
-  PRECIS_CHECK(num_features > 0, "nn::BatchNorm2d: num_features must be positive, got ", num_features);
+  PRECIS_CHECK(num_features > 0, "nn::BatchNorm2d / BatchNorm1d: num_features must be positive, got ", num_features);
   if (options.affine) {
     weight = ones({num_features});
     bias = zeros({num_features});
@@ -47,6 +47,19 @@ void BatchNorm2d::reset_parameters() {
 Tensor BatchNorm2d::forward(const Tensor& x) {
   PRECIS_CHECK_SHAPE(x.dim() == 4 && x.size(1) == num_features_, "nn::BatchNorm2d(", num_features_, "): input ",
                      x.describe(), " must be (N, ", num_features_, ", H, W)");
+  return normalize(x);
+}
+
+BatchNorm1d::BatchNorm1d(int64_t num_features, Options options) : BatchNorm2d(num_features, options) {}
+
+Tensor BatchNorm1d::forward(const Tensor& x) {
+  PRECIS_CHECK_SHAPE((x.dim() == 2 || x.dim() == 3) && x.size(1) == num_features(), "nn::BatchNorm1d(",
+                     num_features(), "): input ", x.describe(), " must be (N, ", num_features(), ") or (N, ",
+                     num_features(), ", L)");
+  return normalize(x);
+}
+
+Tensor BatchNorm2d::normalize(const Tensor& x) {
   const bool training = is_training();
   // A checkpoint's recomputation (ops/recompute.h) runs this forward again: count the batch once.
   if (training && num_batches_tracked.defined() && !is_recomputing()) {

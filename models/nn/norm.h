@@ -47,9 +47,23 @@ class BatchNorm2d : public Module {
   Tensor running_var;          ///< (C) buffer "running_var"
   Tensor num_batches_tracked;  ///< 0-d i64 buffer "num_batches_tracked"
 
+ protected:
+  /// The normalisation of a checked input (BatchNorm1d checks other ranks).
+  Tensor normalize(const Tensor& x);
+
  private:
   int64_t num_features_;
   Options options_;
+};
+
+/// torch.nn.BatchNorm1d: nn::BatchNorm2d's statistics over (N) of an (N, C) input or (N, L) of an
+/// (N, C, L) one (sequences, the features of an MLP); the same parameters, buffers and names.
+class BatchNorm1d : public BatchNorm2d {
+ public:
+  /// num_features: C (positive); as nn::BatchNorm2d.
+  explicit BatchNorm1d(int64_t num_features, Options options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm1d"; }
 };
 
 /// Options of nn::LayerNorm, with torch.nn.LayerNorm's defaults.

@@ -28,4 +28,30 @@ Module& ModuleList::operator[](size_t i) const {
   return *children()[i];
 }
 
+bool ModuleDict::contains(const std::string& key) const {
+  for (const auto& [name, child] : named_children())
+    if (name == key) return true;
+  return false;
+}
+
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [name, child] : named_children()) out.push_back(name);
+  return out;
+}
+
+Module& ModuleDict::operator[](const std::string& key) const {
+  Module* found = nullptr;
+  for (const auto& [name, child] : named_children())
+    if (name == key) found = child.get();
+  const auto listed = [this] {
+    std::string known;
+    for (const std::string& k : keys()) known += (known.empty() ? "" : ", ") + k;
+    return known.empty() ? std::string("(none)") : known;
+  };
+  PRECIS_CHECK_INDEX(found != nullptr, "nn::ModuleDict: no module under the key \"", key, "\"; the keys are: ",
+                     listed());
+  return *found;
+}
+
 }  // namespace precis::nn

@@ -11,11 +11,12 @@
 namespace precis::nn {
 
 namespace detail {
-/// `m`, the module at index i of `container`, as M; ValueError naming both when it is another type.
-template <typename M>
-M& module_as(Module& m, const char* container, size_t i) {
+/// `m`, the module at index or key `where` of `container`, as M; ValueError naming both when it
+/// is another type.
+template <typename M, typename Where>
+M& module_as(Module& m, const char* container, const Where& where) {
   auto* p = dynamic_cast<M*>(&m);
-  PRECIS_CHECK(p != nullptr, container, "::at<T>(", i, "): the module there is a ", m.type_name());
+  PRECIS_CHECK(p != nullptr, container, "::at<T>(", where, "): the module there is a ", m.type_name());
   return *p;
 }
 }  // namespace detail
@@ -108,6 +109,33 @@ class ModuleList : public Module {
 
  private:
   size_t size_ = 0;
+};
+
+/// torch.nn.ModuleDict: children under string keys, in insertion order; state_dict names carry the
+/// keys ("heads.cls.weight"), so PyTorch checkpoints load. Keys follow the module-name rules (no
+/// dots, not empty); inserting a key twice is a ValueError (PyTorch replaces the module).
+class ModuleDict : public Module {
+ public:
+  ModuleDict() = default;
+  /// Adds a module (moved in) under `key`; returns the typed pointer.
+  template <typename M>
+  std::shared_ptr<std::remove_cvref_t<M>> insert(const std::string& key, M&& module) {
+    static_assert(!std::is_lvalue_reference_v<M>, "nn::ModuleDict::insert takes the module by value (std::move it)");
+    return add(key, std::move(module));
+  }
+  size_t size() const { return children().size(); }  ///< Number of modules.
+  /// Whether a module is held under `key` (PyTorch's `key in d`).
+  bool contains(const std::string& key) const;
+  /// The keys, in insertion order.
+  std::vector<std::string> keys() const;
+  /// The module under `key`, as its base class (IndexError naming the keys when there is none).
+  Module& operator[](const std::string& key) const;
+  /// The module under `key` as M (ValueError when it is another type).
+  template <typename M>
+  M& at(const std::string& key) const {
+    return detail::module_as<M>((*this)[key], "nn::ModuleDict", key);
+  }
+  std::string type_name() const override { return "ModuleDict"; }
 };
 
 }  // namespace precis::nn

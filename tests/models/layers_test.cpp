@@ -72,6 +72,46 @@ TEST_CASE("nn::LeakyReLU: PyTorch's default slope and repr, the functional op, a
                                  "nn::LeakyReLU", "finite");
 }
 
+TEST_CASE("nn::BatchNorm1d: batch_norm over (N, C) and (N, C, L), BatchNorm2d's names and buffers", "[models][layers]") {
+  nn::BatchNorm1d bn(4);
+  const Tensor x = randn({6, 4, 5});
+  const Tensor y = bn(x);
+  Tensor rm = zeros({4}), rv = ones({4});
+  PRECIS_REQUIRE_SAME_BITS(y, batch_norm(x, rm, rv, ones({4}), zeros({4}), true, 0.1, 1e-5));
+  PRECIS_REQUIRE_SAME_BITS(bn.running_mean, rm);
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
+  CHECK(bn(randn({8, 4})).sizes() == Shape{8, 4});
+  CHECK(names_of(bn.named_parameters()) == std::vector<std::string>{"weight", "bias"});
+  CHECK(bn.str() == "BatchNorm1d(4, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true)");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(bn(randn({2, 4, 3, 3})), ShapeError, "nn::BatchNorm1d(4)", "(N, 4) or (N, 4, L)");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(bn(randn({2, 5})), ShapeError, "nn::BatchNorm1d(4)", "[2, 5]");
+}
+
+TEST_CASE("nn::ModuleDict: keyed children in insertion order, PyTorch's state_dict names", "[models][layers]") {
+  class Heads : public nn::Module {
+   public:
+    Heads() : heads(add("heads", nn::ModuleDict())) {
+      heads->insert("cls", nn::Linear(4, 3));
+      heads->insert("box", nn::Linear(4, 2));
+    }
+    Tensor forward(const Tensor& x) override { return heads->at<nn::Linear>("cls")(x); }
+    nn::Child<nn::ModuleDict> heads;
+  };
+  Heads m;
+  CHECK(m.heads->size() == 2);
+  CHECK(m.heads->keys() == std::vector<std::string>{"cls", "box"});
+  CHECK(m.heads->contains("box"));
+  CHECK_FALSE(m.heads->contains("seg"));
+  CHECK(names_of(m.named_parameters()) ==
+        std::vector<std::string>{"heads.cls.weight", "heads.cls.bias", "heads.box.weight", "heads.box.bias"});
+  CHECK(m.state_dict().count("heads.box.bias") == 1);
+  CHECK(m(randn({5, 4})).sizes() == Shape{5, 3});
+  CHECK(m.heads->at<nn::Linear>("box").weight.sizes() == Shape{2, 4});
+  PRECIS_REQUIRE_THROWS_WITH_ALL((*m.heads)["seg"], IndexError, "nn::ModuleDict", "\"seg\"", "cls, box");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(m.heads->at<nn::ReLU>("cls"), ValueError, "nn::ModuleDict::at<T>(cls)", "Linear");
+  PRECIS_REQUIRE_THROWS_WITH_ALL(m.heads->insert("cls", nn::ReLU()), ValueError, "cls");
+}
+
 TEST_CASE("nn::AvgPool2d: options as torch.nn.AvgPool2d", "[models][layers]") {
   const Tensor x = randn({2, 3, 7, 6});
   nn::AvgPool2d pool(2);
