@@ -111,21 +111,25 @@ double conv_flops(const Tensor& out, const Shape& w_sizes) {
 }
 double conv_flops(const Tensor& out, const Tensor& w) { return conv_flops(out, w.sizes()); }
 
+// What conv2d's and conv_transpose2d's backward read: the input when the weight (conv2d: or the
+// bias) needs a gradient, the weight when the input does, and the geometry and layout.
+struct ConvSaved {
+  SavedTensor x, w;
+  Shape x_sizes, w_sizes;
+  bool need_x = false, need_w = false, need_b = false;
+  Conv2dParams p;
+  DeviceType dev = DeviceType::cpu;
+  DType dtype = DType::f32;
+  bool nhwc = false, weight_nhwc = false;
+};
+
 // conv2d(input, weight, bias): the stride, padding, dilation and groups are parameters.
 struct Conv2d {
   static constexpr OpId id = OpId::conv2d;
   static constexpr Domain domain = Domain::any;  // check_conv2d checks, naming every operand
   static constexpr const char* names[] = {"input", "weight", "bias"};
   static constexpr unsigned optional = 0b100;
-  struct Saved {
-    SavedTensor x, w;  // x when the weight or bias needs a gradient, w when the input does
-    Shape x_sizes, w_sizes;
-    bool need_x = false, need_w = false, need_b = false;
-    Conv2dParams p;
-    DeviceType dev = DeviceType::cpu;
-    DType dtype = DType::f32;
-    bool nhwc = false, weight_nhwc = false;
-  };
+  using Saved = ConvSaved;
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, const std::vector<int64_t>& stride,
                         const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
     // (An autocast cast keeps a channels-last input channels-last: Tensor::to(DType) keeps the layout.)
@@ -256,15 +260,7 @@ struct ConvTranspose2d {
   static constexpr Domain domain = Domain::any;  // check_conv_transpose2d checks, naming every operand
   static constexpr const char* names[] = {"input", "weight", "bias"};
   static constexpr unsigned optional = 0b100;
-  struct Saved {
-    SavedTensor x, w;  // x when the weight needs a gradient, w when the input does
-    Shape x_sizes, w_sizes;
-    bool need_x = false, need_w = false, need_b = false;
-    Conv2dParams p;
-    DeviceType dev = DeviceType::cpu;
-    DType dtype = DType::f32;
-    bool nhwc = false, weight_nhwc = false;
-  };
+  using Saved = ConvSaved;
   static Tensor forward(OpContext<Saved>& ctx, const std::array<Tensor, 3>& in, const std::vector<int64_t>& stride,
                         const std::vector<int64_t>& padding, const std::vector<int64_t>& output_padding,
                         int64_t groups, const std::vector<int64_t>& dilation) {
