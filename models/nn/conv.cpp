@@ -121,18 +121,19 @@ void ConvTranspose2d::reset_parameters(Generator* gen) {
 }
 
 Tensor ConvTranspose2d::forward(const Tensor& x) {
+  return forward(x, {});
+}
+
+// output_size empty: the options' output_padding.
+Tensor ConvTranspose2d::forward(const Tensor& x, const std::vector<int64_t>& output_size) {
   PRECIS_CHECK_SHAPE((x.dim() == 4 || x.dim() == 3) && x.size(-3) == in_channels_, "nn::ConvTranspose2d(",
                      in_channels_, ", ", out_channels_, "): input ", x.describe(), " must be (N, ", in_channels_,
                      ", H, W) or (", in_channels_, ", H, W)");
-  return conv_transpose2d(x, weight, bias, options_.stride.vec(), options_.padding.vec(),
-                          options_.output_padding.vec(), options_.groups, options_.dilation.vec());
-}
-
-Tensor ConvTranspose2d::forward(const Tensor& x, const std::vector<int64_t>& output_size) {
+  if (output_size.empty())
+    return conv_transpose2d(x, weight, bias, options_.stride.vec(), options_.padding.vec(),
+                            options_.output_padding.vec(), options_.groups, options_.dilation.vec());
   PRECIS_CHECK(output_size.size() >= 2, "nn::ConvTranspose2d: output_size ", shape_str(output_size),
                " must hold the output's height and width (or a whole shape ending with them)");
-  PRECIS_CHECK_SHAPE(x.dim() == 4 || x.dim() == 3, "nn::ConvTranspose2d(", in_channels_, ", ", out_channels_,
-                     "): input ", x.describe(), " must be (N, ", in_channels_, ", H, W) or (", in_channels_, ", H, W)");
   const int64_t want[2] = {output_size[output_size.size() - 2], output_size.back()};
   const int64_t stride[2] = {options_.stride.h, options_.stride.w}, padding[2] = {options_.padding.h, options_.padding.w};
   const int64_t dilation[2] = {options_.dilation.h, options_.dilation.w}, kernel[2] = {kernel_size_.h, kernel_size_.w};

@@ -137,7 +137,8 @@ class ConvTranspose2d : public Module {
   Tensor forward(const Tensor& x) override;
   /// PyTorch's forward(x, output_size): the output_padding that gives output_size ({Ho, Wo}, or a
   /// whole shape whose last two sizes are taken — a skip connection's sizes() in a U-Net), in
-  /// place of the option's. ValueError when no output_padding below stride gives it.
+  /// place of the option's (empty: the option's). ValueError when no output_padding below stride
+  /// gives it.
   Tensor forward(const Tensor& x, const std::vector<int64_t>& output_size);
   /// PyTorch's default: kaiming_uniform_(weight, a = √5), bias U(±1/√fan_in), fan_in from the
   /// weight's second dim (out_channels / groups · kH · kW), as PyTorch computes it.
