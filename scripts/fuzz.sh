@@ -9,12 +9,15 @@
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]    default 30 s each, all harnesses (fuzz/fuzz_*.cpp)
 #   scripts/fuzz.sh --seeds                    rewrite fuzz/corpus/ with precis_fuzz_seeds
 #
-# Environment: FUZZ_BUILD_DIR (build-fuzz), JOBS (nproc, for the build), CXX (clang++).
+# Environment: FUZZ_BUILD_DIR (build-fuzz), JOBS (nproc, for the build), FUZZ_JOBS (nproc: harnesses run
+# side by side, one process each), CXX (clang++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+# (Before OMP_NUM_THREADS=1 is exported below: nproc follows it.)
+fuzz_jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
 
 # clang and its libFuzzer runtime (Debian 12: clang-14, libclang-rt-14-dev), installed when missing.
 need=()
@@ -57,30 +60,30 @@ export PRECIS_NUM_THREADS=1 OMP_NUM_THREADS=1
 flags=(-rss_limit_mb=2048 -timeout=10 -print_final_stats=1)
 
 runs=$build/fuzz-runs
-failed=0
-summary=()
-for h in "${harnesses[@]}"; do
-  bin=$build/fuzz/$h
-  [[ -x $bin ]] || { echo "fuzz: no harness $bin"; exit 2; }
-  art=$runs/$h/artifacts
-  rm -rf "$art" && mkdir -p "$art" "$runs/$h/corpus" fuzz/corpus/"$h"
+# fuzz_one <harness>: replays its committed regression inputs, then fuzzes it for $secs. Writes what
+# it found to $runs/<harness>/report, its summary line to .../summary, and .../failed when it failed.
+fuzz_one() {
+  local h=$1 bin=$build/fuzz/$1 dir=$runs/$1
+  local art=$dir/artifacts report=$dir/report
+  rm -rf "$dir" && mkdir -p "$art" "$dir/corpus" fuzz/corpus/"$h"
+  : >"$report"
 
   # Every committed regression input first: each must now pass.
-  regress=(fuzz/regressions/"$h"/*)
+  local regress=(fuzz/regressions/"$h"/*)
   if [[ -e ${regress[0]} ]]; then
-    if ! "$bin" "${flags[@]}" -artifact_prefix="$art/" "${regress[@]}" >"$runs/$h/regressions.log" 2>&1; then
-      echo "== fuzz: $h: a regression input fails again:"; tail -40 "$runs/$h/regressions.log"
-      failed=1
-      summary+=("$(printf '%-18s REGRESSION FAILED (%s)' "$h" "$runs/$h/regressions.log")")
-      continue
+    if ! "$bin" "${flags[@]}" -artifact_prefix="$art/" "${regress[@]}" >"$dir/regressions.log" 2>&1; then
+      { echo "== fuzz: $h: a regression input fails again:"; tail -40 "$dir/regressions.log"; } >>"$report"
+      printf '%-18s REGRESSION FAILED (%s)\n' "$h" "$dir/regressions.log" >"$dir/summary"
+      touch "$dir/failed"
+      return
     fi
   fi
 
   # New inputs go to the scratch corpus (first folder); the committed seeds are only read.
-  log=$runs/$h/fuzz.log
-  rc=0
-  "$bin" "${flags[@]}" -max_total_time="$secs" -artifact_prefix="$art/" "$runs/$h/corpus" "fuzz/corpus/$h" \
+  local log=$dir/fuzz.log rc=0
+  "$bin" "${flags[@]}" -max_total_time="$secs" -artifact_prefix="$art/" "$dir/corpus" "fuzz/corpus/$h" \
     >"$log" 2>&1 || rc=$?
+  local execs last cov ft corp crashes line
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   last=$(grep -aE '^#[0-9]+.*cov: ' "$log" | tail -1 || true)
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
@@ -89,14 +92,47 @@ for h in "${harnesses[@]}"; do
   crashes=$(find "$art" -type f | sort | tr '\n' ' ')
   line=$(printf '%-18s execs %-9s cov %-6s ft %-7s corpus %-10s' "$h" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}")
   if ((rc != 0)) || [[ -n $crashes ]]; then
-    failed=1
+    touch "$dir/failed"
     line+=" CRASH rc=$rc ${crashes:-(no artifact)}"
-    echo "== fuzz: $h crashed (rc $rc); the end of $log:"
-    grep -aE 'ERROR|SUMMARY|runtime error|terminate|==[0-9]+==' "$log" | head -20 || true
-    tail -25 "$log"
+    {
+      echo "== fuzz: $h crashed (rc $rc); the end of $log:"
+      grep -aE 'ERROR|SUMMARY|runtime error|terminate|==[0-9]+==' "$log" | head -20 || true
+      tail -25 "$log"
+    } >>"$report"
   fi
+  echo "$line" >"$dir/summary"
+}
+
+# FUZZ_JOBS harnesses at a time (default: one per core). Each is a single-threaded process that
+# fuzzes for a wall-clock time, so side by side on their own cores they run as many inputs each as
+# one after the other, in 1/FUZZ_JOBS of the time.
+for h in "${harnesses[@]}"; do
+  [[ -x $build/fuzz/$h ]] || { echo "fuzz: no harness $build/fuzz/$h"; exit 2; }
+done
+running=0
+for h in "${harnesses[@]}"; do
+  if ((running >= fuzz_jobs)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$h" &
+  running=$((running + 1))
+done
+wait
+
+failed=0
+summary=()
+for h in "${harnesses[@]}"; do
+  cat "$runs/$h/report" 2>/dev/null || true
+  if [[ ! -s $runs/$h/summary ]]; then
+    summary+=("$(printf '%-18s DID NOT FINISH (no summary in %s)' "$h" "$runs/$h")")
+    failed=1
+    continue
+  fi
+  line=$(cat "$runs/$h/summary")
   echo "$line"
   summary+=("$line")
+  [[ -e $runs/$h/failed ]] && failed=1
 done
 
 echo "== fuzz summary (${secs} s per harness; logs and crash inputs under $root/$runs)"
