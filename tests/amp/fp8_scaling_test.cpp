@@ -36,7 +36,7 @@ void require_same_bits(float got, float want, const std::string& what) {
 
 TEST_CASE("DelayedScaling and current_scaling match TE's formulas on recorded amax sequences",
           "[amp][fp8][golden]") {
-  const SafetensorsFile file = load_safetensors(std::string(PRECIS_GOLDEN_DIR) + "/fp8/delayed_scaling.safetensors");
+  const SafetensorsFile file = load_safetensors(testing::golden_dir() + "/fp8/delayed_scaling.safetensors");
   std::map<std::string, Tensor> t(file.tensors.begin(), file.tensors.end());
   int delayed = 0, current = 0;
   for (const auto& [name, json] : file.metadata) {

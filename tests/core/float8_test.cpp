@@ -53,7 +53,7 @@ std::string gunzip_file(const std::string& path) {
 
 const SafetensorsFile& casts_fixture() {
   static const SafetensorsFile file =
-      from_safetensors_bytes(gunzip_file(std::string(PRECIS_GOLDEN_DIR) + "/fp8/casts.safetensors.gz"));
+      from_safetensors_bytes(gunzip_file(testing::golden_dir() + "/fp8/casts.safetensors.gz"));
   return file;
 }
 

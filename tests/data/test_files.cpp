@@ -62,8 +62,6 @@ std::vector<uint8_t> idx_bytes(uint8_t type_code, const std::vector<uint32_t>& d
   return out;
 }
 
-std::string test_data_dir() { return PRECIS_TEST_DATA_DIR; }
-
 void require_io_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
   try {
     fn();

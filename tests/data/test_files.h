@@ -25,7 +25,4 @@ std::vector<uint8_t> idx_bytes(uint8_t type_code, const std::vector<uint32_t>& d
 /// part in its message.
 void require_io_error(const std::function<void()>& fn, const std::vector<std::string>& parts);
 
-/// The folder of tests/ (for fixtures).
-std::string test_data_dir();
-
 }  // namespace precis::data::testing

@@ -12,6 +12,7 @@
 #include "data/text/unicode.h"
 #include "data/text/wordpiece.h"
 #include "test_files.h"
+#include "tests/support/paths.h"
 
 using namespace precis;
 using namespace precis::data;
@@ -19,7 +20,7 @@ using namespace precis::data::testing;
 
 namespace {
 
-std::string fixture(const std::string& name) { return test_data_dir() + "/data/fixtures/" + name; }
+std::string fixture(const std::string& name) { return precis::testing::test_data_dir() + "/data/fixtures/" + name; }
 
 const WordPieceTokenizer& bert() {
   static const WordPieceTokenizer tok = WordPieceTokenizer::from_file(fixture("bert-base-uncased-vocab.txt"));

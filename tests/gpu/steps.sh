@@ -170,6 +170,9 @@ gpu_check() {
   export PRECIS_REQUIRE_GPU=1
   # precis_models_tests runs precis-train by the path it was built at, unless told where it is now.
   export PRECIS_TRAIN_EXE="$BIN/precis-train"
+  # ... and reads the fixtures of tests/ at the path of the source tree it was built from, unless
+  # told where this copy of the tree is.
+  export PRECIS_TEST_DATA_DIR="$ROOT/tests"
   # memcheck sees an overrun only past the end of a cudaMalloc: the direct allocator gives each
   # tensor its own. Left out: the out-of-memory test (it asks for more than the device has) and the
   # two tests of the caching allocator itself, which the direct one replaces.

@@ -48,7 +48,7 @@ TEST_CASE("precis-train: checkpointed ResNet stages train the plain run's bits",
   require_same_training(o, dir);
 }
 
-#ifdef PRECIS_TRAIN_EXE
+#ifdef PRECIS_HAS_TRAIN_EXE
 TEST_CASE("precis-train --checkpoint-activations takes none, full or selective", "[train][checkpoint]") {
   TempDir dir("ckpt-cli");
   const Run bad = run_cli("resnet --checkpoint-activations partial");

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tests/models/train_support.h"
+#include "tests/support/paths.h"
 
 using namespace precis;
 using namespace precis::train_testing;
@@ -53,10 +54,10 @@ TEST_CASE("the same seed and thread count give the same checkpoint bytes", "[tra
   REQUIRE(a == b);
   for (size_t i = 1; i < a.size(); ++i) REQUIRE(a[i] != a[i - 1]);  // each step changed the state
 
-#ifdef PRECIS_TRAIN_EXE
+#ifdef PRECIS_HAS_TRAIN_EXE
   // The command, in a process of its own, writes the same bytes.
   const train::TrainOptions o = deterministic_run(data, dir / "cli");
-  const std::string cmd = std::string(PRECIS_TRAIN_EXE) + " resnet --data " + data +
+  const std::string cmd = testing::train_exe() + " resnet --data " + data +
                           " --width 4 --epochs 2 --batch 16 --lr 0.05 --threads 1 --workers 1 --eval-batch 20 "
                           "--precision bf16 --checkpoint " + o.checkpoint_dir +
                           " --checkpoint-every 1 --keep 100 --quiet > " + (dir / "cli.log") + " 2>&1";
@@ -73,7 +74,7 @@ TEST_CASE("the same seed and thread count give the same checkpoint bytes", "[tra
   size_t same = 0;
   for (size_t i = 0; i < std::min(t.size(), a.size()); ++i) same += t[i] == a[i];
   std::cout << "determinism: 12 checkpoints, SHA-256 of the last " << a.back() << " (twice in-process"
-#ifdef PRECIS_TRAIN_EXE
+#ifdef PRECIS_HAS_TRAIN_EXE
             << " and from precis-train"
 #endif
             << "); with --threads 2, " << same << " of 12 identical" << std::endl;

@@ -21,7 +21,7 @@ using namespace precis;
 namespace {
 
 StateDict load_fixture(const std::string& name) {
-  return testing::load_golden_dict(PRECIS_GOLDEN_DIR "/layers/" + name);
+  return testing::load_golden_dict(testing::golden_dir() + "/layers/" + name);
 }
 
 // Whole layers accumulate more rounding than one op: f32 gets 5x the table's tolerance, as the

@@ -16,7 +16,7 @@ using namespace precis;
 
 namespace {
 
-StateDict load_dict(const std::string& name) { return testing::load_golden_dict(PRECIS_GOLDEN_DIR "/models/" + name); }
+StateDict load_dict(const std::string& name) { return testing::load_golden_dict(testing::golden_dir() + "/models/" + name); }
 
 // f32 runs of a whole block accumulate more rounding than one op: allow 5x the f32 table (the
 // golden-test helper measured the same factor for its block fixtures).
@@ -82,7 +82,7 @@ TEST_CASE("golden: BERT encoder layer (post-LN, GELU, padding mask) matches PyTo
 
 TEST_CASE("golden: a PyTorch-saved resnet18 (width 4) loads strictly and gives PyTorch's logits", "[models][golden]") {
   auto model = models::resnet18({.num_classes = 10, .width = 4});
-  const SafetensorsFile weights = load_safetensors(PRECIS_GOLDEN_DIR "/models/resnet18_w4.safetensors");
+  const SafetensorsFile weights = load_safetensors(testing::golden_dir() + "/models/resnet18_w4.safetensors");
   StateDict sd(weights.tensors.begin(), weights.tensors.end());
   // Every key of torchvision's resnet18 state_dict maps 1:1.
   CHECK(sd.size() == model->state_dict().size());

@@ -20,7 +20,7 @@
 #include "models/train/checkpoint.h"
 #include "tests/models/train_support.h"
 
-#ifdef PRECIS_TRAIN_EXE
+#ifdef PRECIS_HAS_TRAIN_EXE
 
 using namespace precis;
 using namespace precis::train_testing;
@@ -327,4 +327,4 @@ TEST_CASE("precis-train --precision auto, the default, trains in bf16 where the 
   REQUIRE_THAT(amp.output, Contains("\"precision\": \"bf16\""));  // amp keeps its meaning: bf16 on the CPU
 }
 
-#endif  // PRECIS_TRAIN_EXE
+#endif  // PRECIS_HAS_TRAIN_EXE

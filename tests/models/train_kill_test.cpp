@@ -6,7 +6,7 @@
 // ends. Prints the figures (kill points, kills during a checkpoint write, lost checkpoints).
 #include <catch2/catch.hpp>
 
-#ifdef PRECIS_TRAIN_EXE
+#ifdef PRECIS_HAS_TRAIN_EXE
 
 #include <fcntl.h>
 #include <signal.h>
@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "tests/models/train_support.h"
+#include "tests/support/paths.h"
 
 extern char** environ;
 
@@ -56,7 +57,7 @@ pid_t spawn_train(std::vector<std::string> args, const std::string& fault, const
   std::vector<char*> env;
   for (std::string& e : env_store) env.push_back(e.data());
   env.push_back(nullptr);
-  args.insert(args.begin(), PRECIS_TRAIN_EXE);
+  args.insert(args.begin(), testing::train_exe());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -216,4 +217,4 @@ TEST_CASE("precis-train killed at random moments resumes to the uninterrupted re
   REQUIRE(lost == 0);
 }
 
-#endif  // PRECIS_TRAIN_EXE
+#endif  // PRECIS_HAS_TRAIN_EXE

@@ -1,4 +1,5 @@
 #include "tests/models/train_support.h"
+#include "tests/support/paths.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,10 +13,9 @@
 
 namespace precis::train_testing {
 
-#ifdef PRECIS_TRAIN_EXE
+#ifdef PRECIS_HAS_TRAIN_EXE
 Run run_cli(const std::string& args) {
-  const char* moved = std::getenv("PRECIS_TRAIN_EXE");
-  const std::string exe = moved != nullptr && *moved != '\0' ? moved : PRECIS_TRAIN_EXE;
+  const std::string exe = testing::train_exe();
   Run r;
   FILE* p = ::popen((exe + " " + args + " 2>&1").c_str(), "r");
   REQUIRE(p != nullptr);

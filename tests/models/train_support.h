@@ -71,7 +71,7 @@ std::string read_file(const std::string& path);
 /// SHA-256 of `bytes`, lowercase hex (FIPS 180-4).
 std::string sha256_hex(const std::string& bytes);
 
-#ifdef PRECIS_TRAIN_EXE
+#ifdef PRECIS_HAS_TRAIN_EXE
 /// What a run of the precis-train command gave.
 struct Run {
   int code = -1;

@@ -208,7 +208,7 @@ TEST_CASE("precis-train: the gradient-ready hook runs once per step, after backw
   }
 }
 
-#ifdef PRECIS_TRAIN_EXE
+#ifdef PRECIS_HAS_TRAIN_EXE
 TEST_CASE("precis-train: the command prints progress, an epoch summary and the JSON line", "[train]") {
   TempDir dir("cli");
   const std::string data = image_data(dir);

@@ -122,7 +122,7 @@ Tensor bert_layer(const Params& p, const Tensor& x, const Tensor& mask, const st
                     p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], kLayerNormEps);
 }
 
-std::string block_path(const char* name) { return std::string(PRECIS_GOLDEN_DIR) + "/blocks/" + name + ".safetensors"; }
+std::string block_path(const char* name) { return testing::golden_dir() + "/blocks/" + name + ".safetensors"; }
 
 }  // namespace
 

@@ -10,7 +10,7 @@ using namespace precis::testing;
 
 namespace {
 
-std::string fixture(const char* op) { return std::string(PRECIS_GOLDEN_DIR) + "/ops/" + op + ".safetensors"; }
+std::string fixture(const char* op) { return testing::golden_dir() + "/ops/" + op + ".safetensors"; }
 
 // A 3×3 convolution sums 9·C products with cancellation: PyTorch's own f32 conv misses the plain
 // f32 tolerance against the f64 reference (up to 1.3× on these cases), so conv compares at 4×.

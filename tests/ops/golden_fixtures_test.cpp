@@ -43,7 +43,7 @@ TEST_CASE("golden args parse flat JSON objects", "[golden]") {
 
 TEST_CASE("golden op fixtures are complete", "[golden]") {
   for (const char* op : kOpFiles) {
-    const std::vector<GoldenCase> cases = load_golden(std::string(PRECIS_GOLDEN_DIR) + "/ops/" + op + ".safetensors");
+    const std::vector<GoldenCase> cases = load_golden(testing::golden_dir() + "/ops/" + op + ".safetensors");
     INFO(op);
     REQUIRE(!cases.empty());
     for (const GoldenCase& c : cases) {
@@ -66,13 +66,13 @@ TEST_CASE("golden op fixtures are complete", "[golden]") {
 }
 
 TEST_CASE("golden block fixtures hold PyTorch state_dict names", "[golden]") {
-  const SafetensorsFile block = load_safetensors(std::string(PRECIS_GOLDEN_DIR) + "/blocks/resnet_basic_block.safetensors");
+  const SafetensorsFile block = load_safetensors(testing::golden_dir() + "/blocks/resnet_basic_block.safetensors");
   for (const char* name : {"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var",
                            "bn1.num_batches_tracked", "conv2.weight", "bn2.weight", "downsample.0.weight",
                            "downsample.1.running_var", "after.bn2.running_mean", "input", "out", "grad_out",
                            "grad.input", "grad.conv1.weight", "grad.downsample.1.bias"})
     CHECK(block.contains(name));
-  const SafetensorsFile bert = load_safetensors(std::string(PRECIS_GOLDEN_DIR) + "/blocks/bert_layer.safetensors");
+  const SafetensorsFile bert = load_safetensors(testing::golden_dir() + "/blocks/bert_layer.safetensors");
   for (const char* name : {"attention.self.query.weight", "attention.self.key.bias", "attention.self.value.weight",
                            "attention.output.dense.weight", "attention.output.LayerNorm.weight",
                            "intermediate.dense.weight", "output.dense.bias", "output.LayerNorm.bias", "input",

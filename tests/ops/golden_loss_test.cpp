@@ -11,7 +11,7 @@ using namespace precis::testing;
 
 namespace {
 
-std::string fixture(const char* op) { return std::string(PRECIS_GOLDEN_DIR) + "/ops/" + op + ".safetensors"; }
+std::string fixture(const char* op) { return testing::golden_dir() + "/ops/" + op + ".safetensors"; }
 
 Tensor optional(std::map<std::string, Tensor>& in, const char* role) { return in.count(role) ? in[role] : Tensor(); }
 

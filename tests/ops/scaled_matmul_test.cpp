@@ -118,7 +118,7 @@ TEST_CASE("scaled_matmul with small integer values is exact and its amax is max 
 }
 
 TEST_CASE("scaled_matmul matches torch._scaled_mm on the CPU", "[ops][fp8][scaled_matmul][golden]") {
-  const SafetensorsFile file = load_safetensors(std::string(PRECIS_GOLDEN_DIR) + "/fp8/scaled_mm.safetensors");
+  const SafetensorsFile file = load_safetensors(testing::golden_dir() + "/fp8/scaled_mm.safetensors");
   std::map<std::string, Tensor> t(file.tensors.begin(), file.tensors.end());
   int cases = 0;
   for (const auto& [name, json] : file.metadata) {

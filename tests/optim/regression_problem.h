@@ -9,11 +9,12 @@
 #include "tensor/factory.h"
 #include "tensor/safetensors.h"
 #include "tensor/tensor.h"
+#include "tests/support/paths.h"
 
 namespace precis::testing {
 
 inline std::string golden_path(const std::string& name) {
-  return std::string(PRECIS_TEST_DATA_DIR) + "/golden/fixtures/" + name;
+  return golden_dir() + "/" + name;
 }
 
 struct Regression {

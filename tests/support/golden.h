@@ -16,10 +16,8 @@
 
 #include "tensor/safetensors.h"
 #include "tensor/state_dict.h"
+#include "tests/support/paths.h"
 #include "tests/support/tensor_testing.h"
-
-/// The directory of the committed fixtures (PRECIS_TEST_DATA_DIR is tests/, set by CMake).
-#define PRECIS_GOLDEN_DIR PRECIS_TEST_DATA_DIR "/golden/fixtures"
 
 namespace precis::testing {
 

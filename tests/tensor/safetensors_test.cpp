@@ -10,6 +10,7 @@
 #include "ops/backends.h"
 #include "tensor/json.h"
 #include "tensor/safetensors.h"
+#include "tests/support/paths.h"
 #include "tests/support/scratch_dir.h"
 #include "tests/support/tensor_testing.h"
 
@@ -226,7 +227,7 @@ TEST_CASE("safetensors file errors name the file", "[tensor][safetensors]") {
 
 // ---- the golden fixture from the reference implementation ---------------------------------------
 TEST_CASE("safetensors reads the fixture written by the reference implementation", "[tensor][safetensors]") {
-  const std::string dir = std::string(PRECIS_TEST_DATA_DIR) + "/golden/fixtures/";
+  const std::string dir = testing::golden_dir() + "/";
   const SafetensorsFile f = load_safetensors(dir + "safetensors_sample.safetensors");
   std::ifstream in(dir + "safetensors_sample.json");
   REQUIRE(in.good());
