@@ -429,4 +429,33 @@ Tensor erf(const Tensor& x);
 /// dtype. ShapeError when a padded size would be negative. Passthrough.
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, Scalar value = 0.0);
 
+/// How interpolate samples (torch.nn.functional.interpolate's mode): nearest (PyTorch's
+/// floor(dst·in/out), its default), nearest_exact ("nearest-exact": floor((dst + 0.5)·in/out), the
+/// pixel centres), or linear blending of the two nearest samples per spatial dim (linear for 3-D
+/// input, bilinear for 4-D, trilinear for 5-D).
+enum class InterpolateMode { nearest, nearest_exact, linear, bilinear, trilinear };
+/// interpolate's keyword arguments, PyTorch's defaults; give size or scale_factor:
+///   interpolate(x, {.scale_factor = {2}, .mode = InterpolateMode::bilinear})
+struct InterpolateOptions {
+  std::vector<int64_t> size{};          ///< output size of the spatial dims: one for all, or one per dim
+  std::vector<double> scale_factor{};   ///< or their factors (one, or one per dim): out = floor(in·factor)
+  InterpolateMode mode = InterpolateMode::nearest;
+  /// Linear modes only (ValueError with nearest): true maps the corner samples of input and output
+  /// onto each other, false (the default when unset) their outer edges.
+  std::optional<bool> align_corners{};
+  /// With scale_factor: sample at in/out instead of 1/scale_factor (PyTorch's True; false is its
+  /// default None).
+  bool recompute_scale_factor = false;
+};
+/// Resizes the spatial dims of (N, C, L), (N, C, H, W) or (N, C, D, H, W) input, as
+/// torch.nn.functional.interpolate: nearest modes take any dtype and copy values exactly; linear
+/// modes take floating input and blend in f32 (f64 for f64), rounding f16/bf16 once. Source
+/// positions are computed as PyTorch's kernels do (in float; double for f64 in linear modes), so
+/// nearest gives PyTorch's values bit for bit and linear within rounding. Differentiable (the
+/// gradient sums over the outputs each input sample fed). ShapeError for a wrong rank, a mode that
+/// needs another rank or a size that is not positive; ValueError for both or neither of size and
+/// scale_factor, or align_corners with nearest; DTypeError for integer input to a linear mode.
+/// Passthrough.
+Tensor interpolate(const Tensor& input, const InterpolateOptions& options);
+
 }  // namespace precis

@@ -1,7 +1,9 @@
 #include "models/nn/activation.h"
 
 #include <cmath>
+#include <iomanip>
 #include <sstream>
+#include <string>
 
 #include "ops/functional.h"
 
@@ -24,6 +26,35 @@ GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
                approximate_, "'");
 }
 Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate_); }
+
+std::string Upsample::extra_repr() const {
+  // Python's repr: a float keeps its ".0", one value stands alone, several make a tuple.
+  const auto number = [](double v) {
+    std::ostringstream s;
+    s << std::setprecision(17) << v;
+    std::string t = s.str();
+    for (int digits = 1; digits <= 17; ++digits) {  // the shortest text that reads back as v
+      std::ostringstream r;
+      r << std::setprecision(digits) << v;
+      if (std::stod(r.str()) == v) {
+        t = r.str();
+        break;
+      }
+    }
+    return std::isfinite(v) && t.find_first_of(".e") == std::string::npos ? t + ".0" : t;
+  };
+  const auto list = [](const auto& values, const auto& text) {
+    if (values.size() == 1) return text(values[0]);
+    std::string s = "(";
+    for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + text(values[i]);
+    return s + ")";
+  };
+  static const char* const kModes[] = {"nearest", "nearest-exact", "linear", "bilinear", "trilinear"};
+  std::string s = options_.scale_factor.empty()
+                      ? "size=" + list(options_.size, [](int64_t v) { return std::to_string(v); })
+                      : "scale_factor=" + list(options_.scale_factor, number);
+  return s + ", mode='" + kModes[static_cast<int>(options_.mode)] + "'";
+}
 
 Tensor SiLU::forward(const Tensor& x) { return silu(x); }
 Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }

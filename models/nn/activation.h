@@ -1,10 +1,11 @@
 #pragma once
-// Layers without parameters: ReLU, LeakyReLU, GELU, SiLU, Sigmoid, Tanh, Dropout, Identity, Flatten
-// (torch.nn names).
+// Layers without parameters: ReLU, LeakyReLU, GELU, SiLU, Sigmoid, Tanh, Dropout, Identity, Flatten,
+// Upsample (torch.nn names).
 #include <string>
 
 #include "core/rng.h"
 #include "models/nn/module.h"
+#include "ops/functional.h"
 
 namespace precis::nn {
 
@@ -106,6 +107,22 @@ class Flatten : public Module {
  private:
   int64_t start_dim_;
   int64_t end_dim_;
+};
+
+/// torch.nn.Upsample: precis::interpolate with fixed options, e.g. a U-Net's
+/// Upsample({.scale_factor = {2}, .mode = InterpolateMode::bilinear}).
+class Upsample : public Module {
+ public:
+  /// Checked against each input in forward(), as PyTorch's (size or scale_factor, not both).
+  explicit Upsample(InterpolateOptions options) : options_(std::move(options)) {}
+  Tensor forward(const Tensor& x) override { return interpolate(x, options_); }  ///< Passthrough.
+  std::string type_name() const override { return "Upsample"; }
+  /// PyTorch's: "scale_factor=2.0, mode='bilinear'" or "size=(4, 5), mode='nearest'".
+  std::string extra_repr() const override;
+  const InterpolateOptions& options() const { return options_; }  ///< The options given.
+
+ private:
+  InterpolateOptions options_;
 };
 
 }  // namespace precis::nn

@@ -180,6 +180,9 @@ const std::vector<Entry>& entries() {
                  }});
     e.push_back({OpId::erf, [](D a, D) { return erf(in({3, 4}, a)); }});
     e.push_back({OpId::pad, [](D a, D) { return pad(in({2, 3}, a), {1, 2}); }});
+    e.push_back({OpId::interpolate, [](D a, D) {
+                   return interpolate(in({1, 2, 3, 3}, a), {.size = {5, 4}, .mode = InterpolateMode::bilinear});
+                 }});
     return e;
   }();
   return table;

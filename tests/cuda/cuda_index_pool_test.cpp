@@ -163,6 +163,31 @@ TEST_CASE("CUDA embedding forward and backward (index_add) match the CPU and are
   }
 }
 
+// interpolate is index_select, mul and add: the CUDA kernels of those must give the CPU's resized
+// values bit for bit, and its gradient (index_add) the CPU's within summation order.
+TEST_CASE("CUDA interpolate, nearest and bilinear, matches the CPU, values and gradients", "[cuda]") {
+  PRECIS_REQUIRE_CUDA();
+  const InterpolateOptions modes[] = {
+      {.scale_factor = {2.0}},
+      {.size = {5, 3}, .mode = InterpolateMode::nearest_exact},
+      {.size = {7, 9}, .mode = InterpolateMode::bilinear},
+      {.scale_factor = {0.6}, .mode = InterpolateMode::bilinear, .align_corners = true},
+  };
+  for (DType dt : kFloating) {
+    for (size_t m = 0; m < std::size(modes); ++m) {
+      INFO(dtype_name(dt) << ", options " << m);
+      const Tensor x = input(dt, {2, 3, 4, 6}, 31);
+      const Tensor g = input(dt, interpolate(x, modes[m]).sizes(), 32);
+      Tensor xc = leaf(x, Device::cpu()), xg = leaf(x, kGpu);
+      Tensor oc = interpolate(xc, modes[m]), og = interpolate(xg, modes[m]);
+      require_same(og, oc);
+      oc.backward(g);
+      og.backward(g.to(kGpu));
+      PRECIS_REQUIRE_CLOSE(xg.grad().cpu(), xc.grad(), dt);
+    }
+  }
+}
+
 TEST_CASE("CUDA pooling forward and backward match the CPU bit for bit", "[cuda]") {
   PRECIS_REQUIRE_CUDA();
   for (DType dt : kFloating) {

@@ -561,6 +561,39 @@ def gen_pad():
     return fx
 
 
+def gen_interpolate():
+    fx = OpFile("interpolate")
+    # name, shape, size, scale_factor, mode, align_corners, recompute_scale_factor
+    configs = [("nearest_x2", (2, 3, 4, 5), None, [2.0], "nearest", None, False),
+               ("nearest_down", (1, 2, 7, 9), [3, 4], None, "nearest", None, False),
+               ("nearest_up_odd", (1, 2, 3, 4), [5, 7], None, "nearest", None, False),
+               ("nearest_factor_1_7", (1, 2, 5, 6), None, [1.7], "nearest", None, False),
+               ("nearest_exact", (1, 2, 5, 6), [7, 4], None, "nearest-exact", None, False),
+               ("nearest_1d", (2, 3, 7), [10], None, "nearest", None, False),
+               ("nearest_3d", (1, 2, 3, 4, 5), None, [2.0, 1.5, 0.5], "nearest", None, False),
+               ("bilinear_x2", (2, 3, 4, 5), None, [2.0], "bilinear", None, False),
+               ("bilinear_align", (2, 3, 4, 5), [7, 9], None, "bilinear", True, False),
+               ("bilinear_down", (1, 2, 9, 8), [4, 3], None, "bilinear", False, False),
+               ("bilinear_factor_1_7", (1, 2, 5, 6), None, [1.7], "bilinear", False, False),
+               ("bilinear_recompute", (1, 2, 5, 6), None, [1.7], "bilinear", False, True),
+               ("bilinear_same_size", (1, 2, 4, 5), [4, 5], None, "bilinear", False, False),
+               ("linear_1d", (2, 3, 6), [11], None, "linear", False, False),
+               ("linear_align_to_1", (2, 3, 6), [1], None, "linear", True, False),
+               ("trilinear_x2", (1, 2, 3, 4, 5), None, [2.0], "trilinear", False, False)]
+    for name, shape, size, factor, mode, align, recompute in configs:
+        g = generator(f"interpolate/{name}")
+        args = {"size": size, "scale_factor": factor, "mode": mode, "align_corners": align,
+                "recompute_scale_factor": recompute}
+
+        def fn(input, a=args):
+            sf = a["scale_factor"]
+            return {"out": F.interpolate(input, size=a["size"], scale_factor=sf if sf is None or len(sf) > 1 else sf[0],
+                                         mode=a["mode"], align_corners=a["align_corners"],
+                                         recompute_scale_factor=a["recompute_scale_factor"] or None)}
+        fx.case(name, fn, {"input": randn(g, *shape)}, grads=["input"], args=args)
+    return fx
+
+
 # ---- blocks ----------------------------------------------------------------------------------
 
 def block_fixture(path, module, inputs, g, note):
@@ -627,7 +660,8 @@ def gen_blocks():
 def main():
     files = [gen_conv2d(), gen_conv1d(), gen_conv_transpose2d(), gen_max_pool2d(), *gen_pool1d(), gen_avg_pool2d(), gen_adaptive_avg_pool2d(), gen_batch_norm(),
              gen_layer_norm(), gen_group_norm(), *gen_softmaxes(), gen_cross_entropy(), gen_nll_loss(),
-             gen_mse_loss(), *gen_regression_losses(), gen_leaky_relu(), gen_bce_with_logits(), gen_embedding(), gen_sdpa(), gen_erf(), gen_pad()]
+             gen_mse_loss(), *gen_regression_losses(), gen_leaky_relu(), gen_bce_with_logits(), gen_embedding(), gen_sdpa(), gen_erf(), gen_pad(),
+             gen_interpolate()]
     total = 0
     for fx in files:
         total += fx.write()

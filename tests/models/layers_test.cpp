@@ -72,6 +72,26 @@ TEST_CASE("nn::LeakyReLU: PyTorch's default slope and repr, the functional op, a
                                  "nn::LeakyReLU", "finite");
 }
 
+TEST_CASE("nn::Upsample: interpolate with its options, PyTorch's repr, a U-Net decoder step", "[models][layers]") {
+  const Tensor x = randn({2, 4, 5, 6});
+  nn::Upsample up({.scale_factor = {2}, .mode = InterpolateMode::bilinear});
+  nn::Upsample to({.size = {7, 3}});
+  PRECIS_REQUIRE_SAME_BITS(up(x), interpolate(x, {.scale_factor = {2}, .mode = InterpolateMode::bilinear}));
+  PRECIS_REQUIRE_SAME_BITS(to(x), interpolate(x, {.size = {7, 3}}));
+  CHECK(up.str() == "Upsample(scale_factor=2.0, mode='bilinear')");
+  CHECK(to.str() == "Upsample(size=(7, 3), mode='nearest')");
+  CHECK(nn::Upsample({.scale_factor = {1.7, 0.5}, .mode = InterpolateMode::nearest_exact}).str() ==
+        "Upsample(scale_factor=(1.7, 0.5), mode='nearest-exact')");
+  CHECK(nn::Upsample({.size = {9}, .mode = InterpolateMode::linear}).str() == "Upsample(size=9, mode='linear')");
+  // Upsample, then a 3x3 convolution, concatenated with the skip connection.
+  nn::Sequential decode{nn::Upsample({.scale_factor = {2}, .mode = InterpolateMode::bilinear}),
+                        nn::Conv2d(4, 2, 3, {.padding = 1})};
+  const Tensor skip = randn({2, 2, 10, 12});
+  const Tensor y = cat({decode(x), skip}, 1);
+  CHECK(y.sizes() == Shape{2, 4, 10, 12});
+  PRECIS_REQUIRE_THROWS_WITH_ALL(up(randn({2, 4, 5})), ShapeError, "interpolate", "bilinear needs 4-D");
+}
+
 TEST_CASE("nn::BatchNorm1d: batch_norm over (N, C) and (N, C, L), BatchNorm2d's names and buffers", "[models][layers]") {
   nn::BatchNorm1d bn(4);
   const Tensor x = randn({6, 4, 5});

@@ -15,7 +15,7 @@ const char* const kOpFiles[] = {
     "conv2d", "conv1d", "conv_transpose2d", "max_pool2d", "max_pool1d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "layer_norm", "group_norm",
     "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "leaky_relu",
     "binary_cross_entropy_with_logits",
-    "embedding", "scaled_dot_product_attention", "erf", "pad",
+    "embedding", "scaled_dot_product_attention", "erf", "pad", "interpolate",
 };
 
 }  // namespace
@@ -24,6 +24,8 @@ TEST_CASE("golden args parse flat JSON objects", "[golden]") {
   const GoldenArgs a = GoldenArgs::parse(
       R"({"stride":[2,1], "eps":1e-05, "mode":"constant", "training":true, "scale":null, "grads":["input","weight"], "empty":[], "n":-100})");
   CHECK(a.ints("stride") == std::vector<int64_t>{2, 1});
+  CHECK(a.numbers("stride") == std::vector<double>{2, 1});
+  CHECK(GoldenArgs::parse(R"({"factors":[1e-05,0.5]})").numbers("factors") == std::vector<double>{1e-5, 0.5});
   CHECK(a.number("eps") == 1e-5);
   CHECK(a.text("mode") == "constant");
   CHECK(a.flag("training"));

@@ -242,6 +242,10 @@ const std::vector<GradCase>& large_cases() {
                    const Tensor target = uniform_input({64, 64}, 0.0, 1.0, false, 73).to(x[0].dtype());
                    return TensorList{binary_cross_entropy_with_logits(x[0], target)};
                  }});
+    v.push_back({OpId::interpolate, "(2, 2, 16, 16) bilinear to 37x23", in({{2, 2, 16, 16}}, 98),
+                 [](const TensorList& x) {
+                   return TensorList{interpolate(x[0], {.size = {37, 23}, .mode = InterpolateMode::bilinear})};
+                 }});
     v.push_back({OpId::adaptive_avg_pool2d, "(2, 2, 32, 32) to 1x1", in({{2, 2, 32, 32}}, 74),
                  [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {1, 1})}; }});
     v.push_back({OpId::avg_pool2d, "(2, 2, 32, 32) 16x16 windows", in({{2, 2, 32, 32}}, 75),

@@ -162,15 +162,17 @@ const std::string& GoldenArgs::text(const std::string& key) const {
   throw ValueError("golden args: '" + key + "' is not a string");
 }
 
-std::vector<int64_t> GoldenArgs::ints(const std::string& key) const {
+std::vector<double> GoldenArgs::numbers(const std::string& key) const {
   const Value& v = at(key);
-  std::vector<int64_t> out;
-  if (const auto* numbers = std::get_if<std::vector<double>>(&v)) {
-    for (double d : *numbers) out.push_back(static_cast<int64_t>(d));
-    return out;
-  }
-  if (std::holds_alternative<std::vector<std::string>>(v) && std::get<std::vector<std::string>>(v).empty()) return out;
+  if (const auto* numbers = std::get_if<std::vector<double>>(&v)) return *numbers;
+  if (std::holds_alternative<std::vector<std::string>>(v) && std::get<std::vector<std::string>>(v).empty()) return {};
   throw ValueError("golden args: '" + key + "' is not a list of numbers");
+}
+
+std::vector<int64_t> GoldenArgs::ints(const std::string& key) const {
+  std::vector<int64_t> out;
+  for (double d : numbers(key)) out.push_back(static_cast<int64_t>(d));
+  return out;
 }
 
 std::vector<std::string> GoldenArgs::strings(const std::string& key) const {

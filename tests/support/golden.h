@@ -35,6 +35,7 @@ class GoldenArgs {
   bool flag(const std::string& key) const;
   const std::string& text(const std::string& key) const;
   std::vector<int64_t> ints(const std::string& key) const;
+  std::vector<double> numbers(const std::string& key) const;
   std::vector<std::string> strings(const std::string& key) const;
 
  private:
