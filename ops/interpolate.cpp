@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "ops/frontend.h"
 #include "ops/functional.h"
 #include "ops/op_table.h"
@@ -86,6 +87,10 @@ std::vector<DimPlan> plan(const Tensor& x, const InterpolateOptions& o) {
     PRECIS_CHECK_SHAPE(d.in > 0 && d.out > 0, "interpolate: input and output sizes must be positive, got input ",
                        x.describe(), " and output size ", d.out, " for dim ", i + 2);
   }
+  std::optional<int64_t> numel = checked_mul(x.size(0), x.size(1));
+  for (const DimPlan& d : dims) numel = numel ? checked_mul(*numel, d.out) : std::nullopt;
+  PRECIS_CHECK_SHAPE(numel.has_value(), "interpolate: the output of input ", x.describe(), " would have more than ",
+                     "2^63 elements; ask for a smaller size or scale_factor");
   return dims;
 }
 
@@ -99,8 +104,10 @@ T sample_scale(const DimPlan& d, bool align_corners) {
 
 // PyTorch's nearest_idx and nearest_exact_idx, always in float: nearest floor(dst·scale) (with
 // its two shortcuts), nearest-exact floor((dst + 0.5)·scale) with the sum in double; at most in - 1.
-std::vector<int64_t> nearest_sources(const DimPlan& d, bool exact) {
-  std::vector<int64_t> src(static_cast<size_t>(d.out));
+// The indices are a tensor (from precis's allocator: a size past memory is an OutOfMemoryError).
+Tensor nearest_sources(const DimPlan& d, bool exact) {
+  Tensor src = empty({d.out}, {.dtype = DType::i64});
+  int64_t* out = src.data_ptr<int64_t>();
   const float scale = sample_scale<float>(d, false);
   for (int64_t i = 0; i < d.out; ++i) {
     int64_t s;
@@ -108,63 +115,60 @@ std::vector<int64_t> nearest_sources(const DimPlan& d, bool exact) {
     else if (d.out == d.in) s = i;
     else if (d.out == 2 * d.in) s = i >> 1;
     else s = static_cast<int64_t>(std::floor(static_cast<float>(i) * scale));
-    src[static_cast<size_t>(i)] = std::min(s, d.in - 1);
+    out[i] = std::min(s, d.in - 1);
   }
   return src;
 }
 
-// linear: the two neighbours of each output sample and their weights λ0, λ1.
+// linear, along spatial dim `dim` of an nd-dim tensor: the two neighbours of each output sample
+// (i64, (out)) and their weights λ0, λ1 (T, (out, 1, ..., 1): broadcasting over the dims after it).
+struct LinearSources {
+  Tensor i0, i1, w0, w1;
+};
+
 template <typename T>
-void linear_sources(const DimPlan& d, bool align_corners, std::vector<int64_t>& i0, std::vector<int64_t>& i1,
-                    std::vector<T>& w0, std::vector<T>& w1) {
+LinearSources linear_sources(const DimPlan& d, bool align_corners, int64_t dim, int64_t nd) {
+  Shape wshape(static_cast<size_t>(nd - dim), 1);
+  wshape[0] = d.out;
+  LinearSources r{empty({d.out}, {.dtype = DType::i64}), empty({d.out}, {.dtype = DType::i64}),
+                     empty(wshape, {.dtype = dtype_of<T>()}), empty(wshape, {.dtype = dtype_of<T>()})};
+  int64_t *i0 = r.i0.data_ptr<int64_t>(), *i1 = r.i1.data_ptr<int64_t>();
+  T *w0 = r.w0.data_ptr<T>(), *w1 = r.w1.data_ptr<T>();
   const T scale = sample_scale<T>(d, align_corners);
   for (int64_t i = 0; i < d.out; ++i) {
     if (d.out == d.in) {  // PyTorch's shortcut (by sizes alone): the sample itself, weights 1 and 0
-      i0.push_back(i), i1.push_back(i), w0.push_back(T(1)), w1.push_back(T(0));
+      i0[i] = i1[i] = i, w0[i] = T(1), w1[i] = T(0);
       continue;
     }
     T real = align_corners ? scale * static_cast<T>(i) : scale * (static_cast<T>(i) + T(0.5)) - T(0.5);
     if (!align_corners && real < T(0)) real = T(0);
     const int64_t lo = std::min(static_cast<int64_t>(std::floor(real)), d.in - 1);
     const T lambda = std::clamp(real - static_cast<T>(lo), T(0), T(1));
-    i0.push_back(lo);
-    i1.push_back(lo + (lo < d.in - 1 ? 1 : 0));
-    w1.push_back(lambda);
-    w0.push_back(T(1) - lambda);
+    i0[i] = lo;
+    i1[i] = lo + (lo < d.in - 1 ? 1 : 0);
+    w1[i] = lambda;
+    w0[i] = T(1) - lambda;
   }
-}
-
-// Weights along dim `dim` of an nd-dim tensor: shape (out, 1, ..., 1), broadcasting over the dims
-// after it.
-template <typename T>
-Tensor weights(const std::vector<T>& w, int64_t dim, int64_t nd, const Tensor& like) {
-  Shape shape(static_cast<size_t>(nd - dim), 1);
-  shape[0] = static_cast<int64_t>(w.size());
-  return from_vector<T>(w, shape).to(like.device());
-}
-
-Tensor indices(const std::vector<int64_t>& idx, const Tensor& like) {
-  return from_vector<int64_t>(idx).to(like.device());
+  return r;
 }
 
 template <typename T>
 Tensor run(const Tensor& input, const InterpolateOptions& o, const std::vector<DimPlan>& dims) {
   const int64_t nd = input.dim();
   const bool align = o.align_corners.value_or(false);
+  const Device device = input.device();
   Tensor x = input;
   if (is_linear(o.mode) && x.dtype() != dtype_of<T>()) x = x.to(dtype_of<T>());  // f16/bf16: blend in f32
   for (int64_t k = static_cast<int64_t>(dims.size()) - 1; k >= 0; --k) {
     const DimPlan& d = dims[static_cast<size_t>(k)];
     const int64_t dim = k + 2;
     if (!is_linear(o.mode)) {
-      x = index_select(x, dim, indices(nearest_sources(d, o.mode == InterpolateMode::nearest_exact), x));
+      x = index_select(x, dim, nearest_sources(d, o.mode == InterpolateMode::nearest_exact).to(device));
       continue;
     }
-    std::vector<int64_t> i0, i1;
-    std::vector<T> w0, w1;
-    linear_sources<T>(d, align, i0, i1, w0, w1);
-    x = add(mul(index_select(x, dim, indices(i0, x)), weights(w0, dim, nd, x)),
-            mul(index_select(x, dim, indices(i1, x)), weights(w1, dim, nd, x)));
+    const LinearSources s = linear_sources<T>(d, align, dim, nd);
+    x = add(mul(index_select(x, dim, s.i0.to(device)), s.w0.to(device)),
+            mul(index_select(x, dim, s.i1.to(device)), s.w1.to(device)));
   }
   return x.dtype() == input.dtype() ? x : x.to(input.dtype());
 }
