@@ -451,8 +451,9 @@ struct InterpolateOptions {
 /// torch.nn.functional.interpolate: nearest modes take any dtype and copy values exactly; linear
 /// modes take floating input and blend in f32 (f64 for f64), rounding f16/bf16 once. Source
 /// positions are computed as PyTorch's kernels do (in float; double for f64 in linear modes), so
-/// nearest gives PyTorch's values bit for bit and linear within rounding. Differentiable (the
-/// gradient sums over the outputs each input sample fed). ShapeError for a wrong rank, a mode that
+/// nearest gives PyTorch's values bit for bit and linear within rounding. A channels-last input
+/// gives a channels-last output. Differentiable (the gradient sums over the outputs each input
+/// sample fed). ShapeError for a wrong rank, a mode that
 /// needs another rank or a size that is not positive; ValueError for both or neither of size and
 /// scale_factor, or align_corners with nearest; DTypeError for integer input to a linear mode.
 /// Passthrough.

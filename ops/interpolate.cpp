@@ -16,6 +16,7 @@
 #include "core/checked_math.h"
 #include "ops/frontend.h"
 #include "ops/functional.h"
+#include "ops/memory_format.h"
 #include "ops/op_table.h"
 #include "tensor/factory.h"
 
@@ -170,7 +171,11 @@ Tensor run(const Tensor& input, const InterpolateOptions& o, const std::vector<D
     x = add(mul(index_select(x, dim, s.i0.to(device)), s.w0.to(device)),
             mul(index_select(x, dim, s.i1.to(device)), s.w1.to(device)));
   }
-  return x.dtype() == input.dtype() ? x : x.to(input.dtype());
+  if (x.dtype() != input.dtype()) x = x.to(input.dtype());
+  // A channels-last input gives a channels-last output, as PyTorch's (its convolutions follow).
+  if (nd == 4 && !input.is_contiguous() && is_contiguous(input, MemoryFormat::ChannelsLast))
+    x = contiguous(x, MemoryFormat::ChannelsLast);
+  return x;
 }
 
 // The operand is the input; the options are parameters. The inner ops record the graph.

@@ -91,5 +91,27 @@ TEST_CASE("pooling keeps a channels-last input's layout", "[ops][memory_format][
     }
 }
 
+// interpolate keeps a channels-last input's output channels-last (the convolution after it runs
+// channels-last), with the contiguous run's values and gradient. The input gradient comes back
+// contiguous (index_select's backward).
+TEST_CASE("interpolate keeps a channels-last input's output layout", "[ops][memory_format]") {
+  for (const InterpolateOptions& o : {InterpolateOptions{.scale_factor = {2.0}},
+                                      InterpolateOptions{.size = {9, 4}, .mode = InterpolateMode::bilinear}})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      INFO(dtype_name(dt));
+      const Tensor x0 = randn_input({2, 5, 7, 6}, false, 6, dt);
+      Tensor a = x0.clone().requires_grad_(true);
+      Tensor b = contiguous(x0, MemoryFormat::ChannelsLast).detach().requires_grad_(true);
+      const Tensor ya = interpolate(a, o), yb = interpolate(b, o);
+      CHECK(is_contiguous(yb, MemoryFormat::ChannelsLast));
+      CHECK(!yb.is_contiguous());
+      CHECK(yb.to_vector<double>() == ya.to_vector<double>());
+      const Tensor up = randn_input(ya.sizes(), false, 7, dt);
+      ya.backward(up);
+      yb.backward(contiguous(up, MemoryFormat::ChannelsLast));
+      CHECK(b.grad().to_vector<double>() == a.grad().to_vector<double>());
+    }
+}
+
 }  // namespace
 }  // namespace precis
