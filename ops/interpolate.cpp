@@ -61,13 +61,13 @@ std::vector<DimPlan> plan(const Tensor& x, const InterpolateOptions& o) {
                "the linear modes (linear, bilinear, trilinear), not with ", mode, "; leave it unset");
   PRECIS_CHECK_DTYPE(!is_linear(o.mode) || is_floating(x.dtype()), "interpolate: mode ", mode,
                      " needs a floating input, got ", x.describe(), "; convert it with .to(DType::f32) or use nearest");
-  PRECIS_CHECK(o.size.empty() != o.scale_factor.empty(), "interpolate: give exactly one of size and scale_factor, got ",
-               o.size.empty() ? "neither" : "both");
+  PRECIS_CHECK(o.size.empty() != o.scale_factor.empty(), "interpolate: give exactly one of size and scale_factor ",
+               "for input ", x.describe(), ", got ", o.size.empty() ? "neither" : "both; drop one");
   const size_t given = o.size.empty() ? o.scale_factor.size() : o.size.size();
   PRECIS_CHECK(given == 1 || given == spatial, "interpolate: ", o.size.empty() ? "scale_factor" : "size",
                " must hold 1 or ", spatial, " values for input ", x.describe(), ", got ", given);
-  PRECIS_CHECK(!o.recompute_scale_factor || !o.scale_factor.empty(),
-               "interpolate: recompute_scale_factor needs scale_factor, not size");
+  PRECIS_CHECK(!o.recompute_scale_factor || !o.scale_factor.empty(), "interpolate: recompute_scale_factor needs ",
+               "scale_factor, not size (input ", x.describe(), "); with size, leave it false");
   PRECIS_CHECK_SHAPE(x.size(1) > 0, "interpolate: input ", x.describe(), " has no channels");
   std::vector<DimPlan> dims(spatial);
   for (size_t i = 0; i < spatial; ++i) {
@@ -78,7 +78,8 @@ std::vector<DimPlan> plan(const Tensor& x, const InterpolateOptions& o) {
       d.out = o.size[k];
     } else {
       const double f = o.scale_factor[k];
-      PRECIS_CHECK(std::isfinite(f) && f > 0, "interpolate: scale_factor must be positive and finite, got ", f);
+      PRECIS_CHECK(std::isfinite(f) && f > 0, "interpolate: scale_factor must be positive and finite, got ", f,
+                   " for dim ", i + 2, " of input ", x.describe());
       const double out = std::floor(static_cast<double>(d.in) * f);  // PyTorch: floor(in * factor)
       PRECIS_CHECK(out < 9.2e18, "interpolate: scale_factor ", f, " makes dim ", i + 2, " of input ", x.describe(),
                    " too large");
@@ -86,12 +87,16 @@ std::vector<DimPlan> plan(const Tensor& x, const InterpolateOptions& o) {
       if (!o.recompute_scale_factor) d.scale_factor = f;
     }
     PRECIS_CHECK_SHAPE(d.in > 0 && d.out > 0, "interpolate: input and output sizes must be positive, got input ",
-                       x.describe(), " and output size ", d.out, " for dim ", i + 2);
+                       x.describe(), " and output size ", d.out, " for dim ", i + 2,
+                       o.size.empty() ? "; floor(size · scale_factor) is 0: use a larger factor or give size" : "");
   }
-  std::optional<int64_t> numel = checked_mul(x.size(0), x.size(1));
-  for (const DimPlan& d : dims) numel = numel ? checked_mul(*numel, d.out) : std::nullopt;
-  PRECIS_CHECK_SHAPE(numel.has_value(), "interpolate: the output of input ", x.describe(), " would have more than ",
-                     "2^63 elements; ask for a smaller size or scale_factor");
+  // Its elements' bytes (f32 for f16/bf16's blend) and each dim's i64 indices must fit int64.
+  std::optional<int64_t> bytes = checked_mul(x.size(0), x.size(1));
+  for (const DimPlan& d : dims) bytes = bytes ? checked_mul(*bytes, d.out) : std::nullopt;
+  if (bytes) bytes = checked_mul(*bytes, std::max<int64_t>(4, static_cast<int64_t>(element_size(x.dtype()))));
+  for (const DimPlan& d : dims) bytes = bytes && checked_mul(d.out, 8) ? bytes : std::nullopt;
+  PRECIS_CHECK_SHAPE(bytes.has_value(), "interpolate: the output of input ", x.describe(), " would need more than ",
+                     "2^63 bytes; ask for a smaller size or scale_factor");
   return dims;
 }
 
@@ -103,18 +108,19 @@ T sample_scale(const DimPlan& d, bool align_corners) {
                                                : static_cast<T>(d.in) / static_cast<T>(d.out);
 }
 
-// PyTorch's nearest_idx and nearest_exact_idx, always in float: nearest floor(dst·scale) (with
-// its two shortcuts), nearest-exact floor((dst + 0.5)·scale) with the sum in double; at most in - 1.
-// The indices are a tensor (from precis's allocator: a size past memory is an OutOfMemoryError).
-Tensor nearest_sources(const DimPlan& d, bool exact) {
+// PyTorch's nearest source indices, always in float: nearest floor(dst·scale), nearest-exact
+// floor((dst + 0.5)·scale) with the sum in double; at most in - 1. PyTorch's 2-D kernel (4-D input)
+// takes two shortcuts, out == in: dst and out == 2·in: dst / 2, which differ from the formula when
+// a scale_factor gives those sizes (e.g. 1.2 on 4 samples); its 1-D and 3-D kernels do not.
+Tensor nearest_sources(const DimPlan& d, bool exact, bool shortcuts) {
   Tensor src = empty({d.out}, {.dtype = DType::i64});
   int64_t* out = src.data_ptr<int64_t>();
   const float scale = sample_scale<float>(d, false);
   for (int64_t i = 0; i < d.out; ++i) {
     int64_t s;
     if (exact) s = static_cast<int64_t>(std::floor(static_cast<float>((static_cast<double>(i) + 0.5) * scale)));
-    else if (d.out == d.in) s = i;
-    else if (d.out == 2 * d.in) s = i >> 1;
+    else if (shortcuts && d.out == d.in) s = i;
+    else if (shortcuts && d.out == 2 * d.in) s = i >> 1;
     else s = static_cast<int64_t>(std::floor(static_cast<float>(i) * scale));
     out[i] = std::min(s, d.in - 1);
   }
@@ -159,12 +165,13 @@ Tensor run(const Tensor& input, const InterpolateOptions& o, const std::vector<D
   const bool align = o.align_corners.value_or(false);
   const Device device = input.device();
   Tensor x = input;
-  if (is_linear(o.mode) && x.dtype() != dtype_of<T>()) x = x.to(dtype_of<T>());  // f16/bf16: blend in f32
+  // f16/bf16 in f32: linear modes blend there, and every mode's gradient sums there, rounding once.
+  if (x.dtype() == DType::f16 || x.dtype() == DType::bf16) x = x.to(DType::f32);
   for (int64_t k = static_cast<int64_t>(dims.size()) - 1; k >= 0; --k) {
     const DimPlan& d = dims[static_cast<size_t>(k)];
     const int64_t dim = k + 2;
     if (!is_linear(o.mode)) {
-      x = index_select(x, dim, nearest_sources(d, o.mode == InterpolateMode::nearest_exact).to(device));
+      x = index_select(x, dim, nearest_sources(d, o.mode == InterpolateMode::nearest_exact, nd == 4).to(device));
       continue;
     }
     const LinearSources s = linear_sources<T>(d, align, dim, nd);
@@ -184,7 +191,15 @@ struct Interpolate {
   static constexpr Domain domain = Domain::any;
   static Tensor forward(OpContext<detail::NoSaved>&, const std::array<Tensor, 1>& in, const InterpolateOptions& o) {
     const std::vector<DimPlan> dims = plan(in[0], o);
-    return in[0].dtype() == DType::f64 ? run<double>(in[0], o, dims) : run<float>(in[0], o, dims);
+    try {
+      return in[0].dtype() == DType::f64 ? run<double>(in[0], o, dims) : run<float>(in[0], o, dims);
+    } catch (const OutOfMemoryError& e) {  // the allocator's words, with the op and its operand
+      Shape out{in[0].size(0), in[0].size(1)};
+      for (const DimPlan& d : dims) out.push_back(d.out);
+      throw OutOfMemoryError(detail::str_cat("interpolate: resizing input ", in[0].describe(), " to ",
+                                             shape_str(out), ": ", e.what()),
+                             e.requested_bytes(), e.device());
+    }
   }
 };
 

@@ -1,7 +1,7 @@
 #include "models/nn/activation.h"
 
+#include <charconv>
 #include <cmath>
-#include <iomanip>
 #include <sstream>
 #include <string>
 
@@ -28,20 +28,16 @@ GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
 Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate_); }
 
 std::string Upsample::extra_repr() const {
-  // Python's repr: a float keeps its ".0", one value stands alone, several make a tuple.
+  // Python's repr of a float: the shortest digits that read back as it, positional with ".0" for
+  // decimal exponents -4 to 15, else as 1e+16; one value stands alone, several make a tuple.
   const auto number = [](double v) {
-    std::ostringstream s;
-    s << std::setprecision(17) << v;
-    std::string t = s.str();
-    for (int digits = 1; digits <= 17; ++digits) {  // the shortest text that reads back as v
-      std::ostringstream r;
-      r << std::setprecision(digits) << v;
-      if (std::stod(r.str()) == v) {
-        t = r.str();
-        break;
-      }
-    }
-    return std::isfinite(v) && t.find_first_of(".e") == std::string::npos ? t + ".0" : t;
+    if (!std::isfinite(v)) return std::string(std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    char buf[400];  // fixed notation of up to 1e16
+    const std::string sci(buf, std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific).ptr);
+    const int exponent = std::stoi(sci.substr(sci.find('e') + 1));
+    if (exponent < -4 || exponent >= 16) return sci;
+    const std::string fixed(buf, std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed).ptr);
+    return fixed.find('.') == std::string::npos ? fixed + ".0" : fixed;
   };
   const auto list = [](const auto& values, const auto& text) {
     if (values.size() == 1) return text(values[0]);

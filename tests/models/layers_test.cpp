@@ -83,6 +83,11 @@ TEST_CASE("nn::Upsample: interpolate with its options, PyTorch's repr, a U-Net d
   CHECK(nn::Upsample({.scale_factor = {1.7, 0.5}, .mode = InterpolateMode::nearest_exact}).str() ==
         "Upsample(scale_factor=(1.7, 0.5), mode='nearest-exact')");
   CHECK(nn::Upsample({.size = {9}, .mode = InterpolateMode::linear}).str() == "Upsample(size=9, mode='linear')");
+  // Python's float repr: positional up to 1e16, the shortest digits.
+  CHECK(nn::Upsample({.scale_factor = {2e10, 1e16}}).str() ==
+        "Upsample(scale_factor=(20000000000.0, 1e+16), mode='nearest')");
+  CHECK(nn::Upsample({.scale_factor = {1e-5, 0.0001}}).str() ==
+        "Upsample(scale_factor=(1e-05, 0.0001), mode='nearest')");
   // Upsample, then a 3x3 convolution, concatenated with the skip connection.
   nn::Sequential decode{nn::Upsample({.scale_factor = {2}, .mode = InterpolateMode::bilinear}),
                         nn::Conv2d(4, 2, 3, {.padding = 1})};

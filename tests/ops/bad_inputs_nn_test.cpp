@@ -249,6 +249,10 @@ const bool kOther = register_error_cases({
     PRECIS_BAD_INPUT(interpolate, ShapeError, "an output past int64 elements",
                      interpolate(f32({2, 2, 5, 5}), {.size = {std::numeric_limits<int64_t>::max() / 2, 4}}),
                      "interpolate", "2^63", "[2, 2, 5, 5] f32 cpu"),
+    // 2^45 indices of 8 bytes: past the 47-bit address space, so no overcommit policy serves it.
+    PRECIS_BAD_INPUT(interpolate, OutOfMemoryError, "an output past memory",
+                     interpolate(f32({1, 1, 4}), {.size = {int64_t{1} << 45}}), "interpolate", "[1, 1, 4] f32 cpu",
+                     "[1, 1, 35184372088832]", "out of memory"),
     PRECIS_BAD_INPUT(interpolate, ValueError, "three sizes for two spatial dims",
                      interpolate(f32({1, 2, 5, 5}), {.size = {4, 4, 4}}), "interpolate", "1 or 2 values"),
     PRECIS_BAD_INPUT(pad, ShapeError, "a crop past the size", pad(f32({2, 3}), {-2, -2}), "pad", "negative size"),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "ops/functional.h"
@@ -100,6 +101,34 @@ TEST_CASE("interpolate nearest copies input values exactly in every dtype, as th
     REQUIRE(y.dtype() == dt);
     const Tensor expected = index_select(index_select(x, 2, from_vector<int64_t>(rows)), 3, from_vector<int64_t>(cols));
     PRECIS_REQUIRE_SAME_BITS(y, expected);
+  }
+}
+
+TEST_CASE("interpolate nearest: PyTorch's shortcuts for out == in and out == 2 in apply to 4-D input only",
+          "[ops][interpolate]") {
+  // A scale_factor of 1.2 on 4 samples gives 4 outputs: the formula floor(dst / 1.2) repeats 0,
+  // PyTorch's 2-D kernel copies. 2.0000001 gives 8: the formula, floor(dst / 2.0000001), differs
+  // from dst / 2 at dst = 2 and 4. Values of PyTorch 2.15 (CPU).
+  const auto values = [](const Tensor& y) { return y.reshape({-1}).to_vector<double>(); };
+  const Tensor l = arange(4.0, {.dtype = DType::f64});
+  CHECK(values(interpolate(l.reshape({1, 1, 4}), {.scale_factor = {1.2}})) == std::vector<double>{0, 0, 1, 2});
+  CHECK(values(interpolate(l.reshape({1, 1, 4}), {.scale_factor = {2.0000001}})) ==
+        std::vector<double>{0, 0, 0, 1, 1, 2, 2, 3});
+  CHECK(values(interpolate(l.reshape({1, 1, 1, 1, 4}), {.scale_factor = {1.2}})) == std::vector<double>{0, 0, 1, 2});
+  CHECK(values(interpolate(l.reshape({1, 1, 1, 4}), {.scale_factor = {1.2}})) == std::vector<double>{0, 1, 2, 3});
+  CHECK(values(interpolate(l.reshape({1, 1, 1, 4}), {.scale_factor = {1.0, 2.0000001}})) ==
+        std::vector<double>{0, 0, 1, 1, 2, 2, 3, 3});
+}
+
+TEST_CASE("interpolate nearest in f16 and bf16 sums its gradient in f32 and rounds once", "[ops][interpolate]") {
+  // One input sample feeds a 3x3 output: nine upstream gradients of 1 + one ulp. Rounded after each
+  // spatial dim the sum drifts by a whole ulp; PyTorch's (and the exact sum's rounding) does not.
+  for (const auto& [dt, g, expected] : {std::tuple{DType::f16, 1.0009765625, 9.0078125},
+                                        std::tuple{DType::bf16, 1.0078125, 9.0625}}) {
+    INFO(dtype_name(dt));
+    Tensor x = ones({1, 1, 1, 1}, {.dtype = dt}).requires_grad_();
+    interpolate(x, {.size = {3, 3}}).backward(full({1, 1, 3, 3}, g, {.dtype = dt}));
+    CHECK(x.grad().item<double>() == expected);
   }
 }
 
