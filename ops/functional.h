@@ -449,14 +449,15 @@ struct InterpolateOptions {
 };
 /// Resizes the spatial dims of (N, C, L), (N, C, H, W) or (N, C, D, H, W) input, as
 /// torch.nn.functional.interpolate: nearest modes take any dtype and copy values exactly; linear
-/// modes take floating input and blend in f32 (f64 for f64), rounding f16/bf16 once. Source
-/// positions are computed as PyTorch's kernels do (in float; double for f64 in linear modes), so
-/// nearest gives PyTorch's values bit for bit and linear within rounding. A channels-last input
-/// gives a channels-last output. Differentiable (the gradient sums over the outputs each input
-/// sample fed). ShapeError for a wrong rank, a mode that
-/// needs another rank or a size that is not positive; ValueError for both or neither of size and
-/// scale_factor, or align_corners with nearest; DTypeError for integer input to a linear mode.
-/// Passthrough.
+/// modes take floating input and blend in f32 (f64 for f64). f16/bf16 run in f32 in every mode and
+/// round once (nearest's gradient sums there). Source positions are computed as PyTorch's CPU
+/// kernels do (in float; double for f64 in linear modes; its out == in and out == 2·in shortcuts
+/// for 4-D input only), so nearest gives PyTorch's values bit for bit and linear within rounding.
+/// A channels-last input gives a channels-last output. Differentiable (the gradient sums over the
+/// outputs each input sample fed). ShapeError for a wrong rank, a mode that needs another rank, a
+/// size that is not positive or an output past 2^63 bytes; ValueError for both or neither of size
+/// and scale_factor, or align_corners with nearest; DTypeError for integer input to a linear mode;
+/// OutOfMemoryError naming the input and output shapes. Passthrough.
 Tensor interpolate(const Tensor& input, const InterpolateOptions& options);
 
 }  // namespace precis
