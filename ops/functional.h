@@ -439,7 +439,7 @@ enum class InterpolateMode { nearest, nearest_exact, linear, bilinear, trilinear
 struct InterpolateOptions {
   std::vector<int64_t> size{};          ///< output size of the spatial dims: one for all, or one per dim
   std::vector<double> scale_factor{};   ///< or their factors (one, or one per dim): out = floor(in·factor)
-  InterpolateMode mode = InterpolateMode::nearest;
+  InterpolateMode mode = InterpolateMode::nearest;  ///< nearest (the default), nearest_exact or a linear mode
   /// Linear modes only (ValueError with nearest): true maps the corner samples of input and output
   /// onto each other, false (the default when unset) their outer edges.
   std::optional<bool> align_corners{};
