@@ -117,6 +117,22 @@ std::vector<OpCase> make_cases() {
                        return step([=] { return batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5); }, {x, w, b}, gy);
                      }});
   }
+  // interpolate x2, a U-Net or FPN decoder's upsampling, forward and backward, NCHW and channels-last.
+  for (bool cl : {false, true})
+  for (const bool bilinear : {false, true}) {
+    std::string name = cl ? "channels_last interpolate " : "interpolate ";
+    name += bilinear ? "bilinear x2 " : "nearest x2 ";
+    name += std::to_string(kBatch) + "x64x32x32";
+    cases.push_back({name, [bilinear, cl] {
+                       Generator gen(4);
+                       const MemoryFormat f = cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+                       const Tensor x = contiguous(leaf({kBatch, 64, 32, 32}, gen), f).detach().requires_grad_(true);
+                       const Tensor gy = contiguous(randn({kBatch, 64, 64, 64}, {}, &gen), f);
+                       const InterpolateMode mode = bilinear ? InterpolateMode::bilinear : InterpolateMode::nearest;
+                       const InterpolateOptions o{.scale_factor = {2.0}, .mode = mode};
+                       return step([=] { return interpolate(x, o); }, {x}, gy);
+                     }});
+  }
   cases.push_back({"layer_norm 2048x256", [] {
                      Generator gen(3);
                      const Tensor x = leaf({2048, 256}, gen), w = leaf({256}, gen), b = leaf({256}, gen);

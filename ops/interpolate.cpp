@@ -167,9 +167,14 @@ Tensor run(const Tensor& input, const InterpolateOptions& o, const std::vector<D
   Tensor x = input;
   // f16/bf16 in f32: linear modes blend there, and every mode's gradient sums there, rounding once.
   if (x.dtype() == DType::f16 || x.dtype() == DType::bf16) x = x.to(DType::f32);
+  // A channels-last input is resized in its memory order, (N, H, W, C): each source sample is a
+  // contiguous row of C values, and the result is channels-last, as PyTorch's (the convolution
+  // after it stays channels-last).
+  const bool channels_last = nd == 4 && !input.is_contiguous() && is_contiguous(input, MemoryFormat::ChannelsLast);
+  if (channels_last) x = x.permute({0, 2, 3, 1});
   for (int64_t k = static_cast<int64_t>(dims.size()) - 1; k >= 0; --k) {
     const DimPlan& d = dims[static_cast<size_t>(k)];
-    const int64_t dim = k + 2;
+    const int64_t dim = channels_last ? k + 1 : k + 2;
     if (!is_linear(o.mode)) {
       x = index_select(x, dim, nearest_sources(d, o.mode == InterpolateMode::nearest_exact, nd == 4).to(device));
       continue;
@@ -178,11 +183,8 @@ Tensor run(const Tensor& input, const InterpolateOptions& o, const std::vector<D
     x = add(mul(index_select(x, dim, s.i0.to(device)), s.w0.to(device)),
             mul(index_select(x, dim, s.i1.to(device)), s.w1.to(device)));
   }
-  if (x.dtype() != input.dtype()) x = x.to(input.dtype());
-  // A channels-last input gives a channels-last output, as PyTorch's (its convolutions follow).
-  if (nd == 4 && !input.is_contiguous() && is_contiguous(input, MemoryFormat::ChannelsLast))
-    x = contiguous(x, MemoryFormat::ChannelsLast);
-  return x;
+  if (channels_last) x = x.permute({0, 3, 1, 2});
+  return x.dtype() == input.dtype() ? x : x.to(input.dtype());
 }
 
 // The operand is the input; the options are parameters. The inner ops record the graph.

@@ -74,6 +74,16 @@ def make_cases(torch, F):
             prefix = "channels_last " if fmt == cl else ""
             cases.append((f"{prefix}batch_norm {BATCH}x{c}x{hw}x{hw}", 0.0, make, False))
 
+    for fmt in (torch.contiguous_format, cl):
+        for mode in ("nearest", "bilinear"):
+            def make(mode=mode, fmt=fmt):
+                g = torch.Generator().manual_seed(4)
+                x = leaf(g, BATCH, 64, 32, 32).detach().contiguous(memory_format=fmt).requires_grad_(True)
+                gy = torch.randn(BATCH, 64, 64, 64, generator=g).contiguous(memory_format=fmt)
+                return step(lambda: F.interpolate(x, scale_factor=2, mode=mode), [x], gy)
+            prefix = "channels_last " if fmt == cl else ""
+            cases.append((f"{prefix}interpolate {mode} x2 {BATCH}x64x32x32", 0.0, make, False))
+
     def make_layer_norm():
         g = torch.Generator().manual_seed(3)
         x, w, b = leaf(g, 2048, 256), leaf(g, 256), leaf(g, 256)
