@@ -138,7 +138,7 @@ LinearSources linear_sources(const DimPlan& d, bool align_corners, int64_t dim, 
   Shape wshape(static_cast<size_t>(nd - dim), 1);
   wshape[0] = d.out;
   LinearSources r{empty({d.out}, {.dtype = DType::i64}), empty({d.out}, {.dtype = DType::i64}),
-                     empty(wshape, {.dtype = dtype_of<T>()}), empty(wshape, {.dtype = dtype_of<T>()})};
+                  empty(wshape, {.dtype = dtype_of<T>()}), empty(wshape, {.dtype = dtype_of<T>()})};
   int64_t *i0 = r.i0.data_ptr<int64_t>(), *i1 = r.i1.data_ptr<int64_t>();
   T *w0 = r.w0.data_ptr<T>(), *w1 = r.w1.data_ptr<T>();
   const T scale = sample_scale<T>(d, align_corners);
